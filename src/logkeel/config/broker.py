@@ -1,0 +1,372 @@
+"""The broker's configuration: ``server.properties`` plus ``--override key=value``, validated whole."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from logkeel.config.base import ConfigEntry, TypedConfig, install_attributes
+from logkeel.config.definitions import BROKER_CONFIG_DEF, HOUR_MS, MINUTE_MS, TOPIC_CONFIG_DEF
+from logkeel.config.listeners import (
+    Listener,
+    check_listener_ports,
+    parse_csv,
+    parse_listeners,
+    parse_protocol_map,
+)
+from logkeel.config.properties import load_properties
+from logkeel.config.types import (
+    ConfigError,
+    ConfigProblem,
+    ConfigSource,
+    ConfigType,
+    format_value,
+    to_property_string,
+)
+
+logger = logging.getLogger(__name__)
+
+_ID_SYNONYMS = ("node.id", "broker.id")
+
+
+class BrokerConfig(TypedConfig):
+    """Validated broker settings. Construct from a mapping, or from a file with ``from_properties``.
+
+    Unknown keys are kept in ``originals`` and logged as warnings, as Kafka does (plugins and
+    newer versions add keys); every invalid value is reported in one ``ConfigError``.
+    """
+
+    DEFINITION = BROKER_CONFIG_DEF
+
+    def __init__(self, props: Mapping[str, object] | None = None):
+        originals = {str(k): to_property_string(v) for k, v in (props or {}).items()}
+        self._originals = MappingProxyType(originals)
+        self._unknown = tuple(k for k in originals if k not in self.DEFINITION)
+        for key in self._unknown:
+            logger.warning("Unknown broker config %r (value %r) is ignored", key, originals[key])
+
+        raw = dict(originals)
+        problems: list[ConfigProblem] = []
+        _reconcile_ids(raw, problems)
+        values, parse_problems = self.DEFINITION.parse(raw)
+        problems[:0] = parse_problems
+        bad = {p.key for p in problems}
+        problems.extend(self._derive(values, bad))
+        if problems:
+            raise ConfigError(problems)
+        self._values = MappingProxyType(values)
+
+    # ---- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_properties(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, object] | Iterable[str] | None = None,
+    ) -> BrokerConfig:
+        """Load ``path`` (Java .properties syntax) if given, apply ``overrides`` on top, validate.
+
+        ``overrides`` is a mapping or a list of ``"key=value"`` strings (the CLI's --override).
+        Malformed overrides and invalid values are reported together.
+        """
+        props: dict[str, object] = dict(load_properties(path)) if path is not None else {}
+        problems: list[ConfigProblem] = []
+        if isinstance(overrides, Mapping):
+            props.update(overrides)
+        elif overrides is not None:
+            for item in overrides:
+                key, sep, value = item.partition("=")
+                if not sep or not key.strip():
+                    problems.append(ConfigProblem(item, None, "an override must be key=value"))
+                else:
+                    props[key.strip()] = value
+        try:
+            config = cls(props)
+        except ConfigError as exc:
+            raise ConfigError(problems + list(exc.problems)) from None
+        if problems:
+            raise ConfigError(problems)
+        return config
+
+    def updated(self, changes: Mapping[str, object]) -> BrokerConfig:
+        """A new config with ``changes`` applied over this one's originals."""
+        return BrokerConfig({**self._originals, **changes})
+
+    # ---- raw access -------------------------------------------------------------------------
+
+    @property
+    def originals(self) -> Mapping[str, str]:
+        """Every key as given (file, then overrides), including unknown ones."""
+        return self._originals
+
+    @property
+    def unknown_keys(self) -> tuple[str, ...]:
+        return self._unknown
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``name`` was given explicitly (node.id and broker.id count for each other)."""
+        if name in _ID_SYNONYMS:
+            return any(n in self._originals for n in _ID_SYNONYMS)
+        return name in self._originals
+
+    # ---- effective values (Kafka derives these from several keys) ---------------------------
+
+    @property
+    def log_dirs(self) -> list[str]:
+        """``log.dirs`` if set, else ``log.dir``, split on commas."""
+        return list(self._log_dirs)
+
+    @property
+    def log_retention_ms(self) -> int:
+        """``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``; -1 = none."""
+        return self._retention_ms
+
+    @property
+    def log_roll_ms(self) -> int:
+        """``log.roll.ms`` if set, else ``log.roll.hours`` in ms."""
+        return self._roll_ms
+
+    @property
+    def log_roll_jitter_ms(self) -> int:
+        """``log.roll.jitter.ms`` if set, else ``log.roll.jitter.hours`` in ms."""
+        return self._roll_jitter_ms
+
+    @property
+    def log_flush_interval_ms(self) -> int:
+        """``log.flush.interval.ms`` if set, else ``log.flush.scheduler.interval.ms``."""
+        return self._flush_interval_ms
+
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int:
+        """``zookeeper.connection.timeout.ms`` if set, else the session timeout."""
+        value = self._values["zookeeper.connection.timeout.ms"]
+        return self._values["zookeeper.session.timeout.ms"] if value is None else value
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return list(self._listeners)
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        """``advertised.listeners`` if set, else the bound ``listeners``."""
+        return list(self._advertised)
+
+    @property
+    def listener_security_protocol_map(self) -> dict[str, str]:
+        return dict(self._protocol_map)
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """``inter.broker.listener.name`` if set, else the first listener's name."""
+        return self._values["inter.broker.listener.name"] or self._listeners[0].name
+
+    @property
+    def embedded_metadata(self) -> bool:
+        """True for a single-node broker (no ``zookeeper.connect``)."""
+        return not self._values["zookeeper.connect"]
+
+    def topic_default(self, topic_name: str) -> Any:
+        """The server default of a topic-level config, resolved through its broker synonyms."""
+        key = TOPIC_CONFIG_DEF[topic_name]
+        if topic_name == "retention.ms":
+            # Kafka turns any negative broker retention into -1 (unlimited); the topic-level
+            # config itself only accepts -1.
+            return self._retention_ms
+        for name, scale in key.synonyms:
+            value = self._values[name]
+            if value is not None:
+                return list(value) if isinstance(value, list) else value * scale
+        return key.default
+
+    # ---- DescribeConfigs --------------------------------------------------------------------
+
+    def source(self, name: str) -> ConfigSource:
+        self.get(name)
+        return (
+            ConfigSource.STATIC_BROKER_CONFIG if self.is_set(name) else ConfigSource.DEFAULT_CONFIG
+        )
+
+    def describe(self, names: Iterable[str] | None = None) -> list[ConfigEntry]:
+        """Entries for ``names`` (all keys if None; undefined names are skipped, as Kafka does).
+
+        Every broker key is read-only: logkeel has no dynamic broker configs.
+        """
+        wanted = self.DEFINITION if names is None else [n for n in names if n in self.DEFINITION]
+        entries = []
+        for name in wanted:
+            key = self.DEFINITION[name]
+            sensitive = key.type is ConfigType.PASSWORD
+            value = None if sensitive else format_value(key.type, self._values[name])
+            entries.append(ConfigEntry(name, value, self.source(name), sensitive, True))
+        return entries
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self._originals.items())
+        return f"BrokerConfig({given})"
+
+    # ---- cross-key rules --------------------------------------------------------------------
+
+    def _derive(self, values: dict[str, Any], bad: set[str]) -> list[ConfigProblem]:
+        """Compute the effective values and check the rules that span keys.
+
+        A rule is skipped when one of its keys already failed to parse, so each mistake is
+        reported once.
+        """
+        problems: list[ConfigProblem] = []
+
+        def ok(*names: str) -> bool:
+            return not bad.intersection(names)
+
+        dirs_key = "log.dirs" if values["log.dirs"] is not None else "log.dir"
+        self._log_dirs = tuple(parse_csv(values[dirs_key]))
+        if ok("log.dirs", "log.dir") and not self._log_dirs:
+            problems.append(
+                ConfigProblem(dirs_key, values[dirs_key], "at least one log directory is needed")
+            )
+
+        self._retention_ms, retention_key = _first_set(
+            values,
+            ("log.retention.ms", 1),
+            ("log.retention.minutes", MINUTE_MS),
+            ("log.retention.hours", HOUR_MS),
+        )
+        if self._retention_ms < 0:
+            self._retention_ms = -1
+        elif self._retention_ms == 0 and ok(retention_key):
+            problems.append(
+                ConfigProblem(retention_key, "0", "retention must be -1 (unlimited) or positive")
+            )
+
+        self._roll_ms, roll_key = _first_set(
+            values, ("log.roll.ms", 1), ("log.roll.hours", HOUR_MS)
+        )
+        if self._roll_ms < 1 and ok(roll_key):
+            problems.append(ConfigProblem(roll_key, str(self._roll_ms), "must be at least 1"))
+
+        self._roll_jitter_ms, jitter_key = _first_set(
+            values, ("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", HOUR_MS)
+        )
+        if self._roll_jitter_ms < 0 and ok(jitter_key):
+            problems.append(
+                ConfigProblem(jitter_key, str(self._roll_jitter_ms), "must be at least 0")
+            )
+
+        self._flush_interval_ms, _ = _first_set(
+            values, ("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)
+        )
+
+        wait = values["replica.fetch.wait.max.ms"]
+        for bound, why in (
+            ("replica.socket.timeout.ms", "fetches would time out while waiting"),
+            ("replica.lag.time.max.ms", "followers would drop out of the ISR while waiting"),
+        ):
+            if ok("replica.fetch.wait.max.ms", bound) and wait > values[bound]:
+                problems.append(
+                    ConfigProblem(
+                        "replica.fetch.wait.max.ms", str(wait), f"must not exceed {bound}: {why}"
+                    )
+                )
+
+        problems.extend(self._derive_listeners(values))
+        return problems
+
+    def _derive_listeners(self, values: dict[str, Any]) -> list[ConfigProblem]:
+        problems: list[ConfigProblem] = []
+        self._protocol_map: dict[str, str] = {}
+        self._listeners: tuple[Listener, ...] = ()
+        self._advertised: tuple[Listener, ...] = ()
+        try:
+            self._protocol_map = parse_protocol_map(values["listener.security.protocol.map"])
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+
+        def load(key: str) -> tuple[Listener, ...]:
+            try:
+                found = tuple(parse_listeners(values[key], key))
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+                return ()
+            for listener in found:
+                if self._protocol_map and listener.name not in self._protocol_map:
+                    problems.append(
+                        ConfigProblem(
+                            key,
+                            values[key],
+                            f"listener {listener.name} has no entry in "
+                            "listener.security.protocol.map",
+                        )
+                    )
+            return found
+
+        before = len(problems)
+        self._listeners = load("listeners")
+        if len(problems) == before and not self._listeners:
+            problems.append(ConfigProblem("listeners", values["listeners"], "no listener given"))
+        problems.extend(check_listener_ports(list(self._listeners)))
+
+        if values["advertised.listeners"] is None:
+            self._advertised = self._listeners
+        else:
+            before = len(problems)
+            self._advertised = load("advertised.listeners")
+            if len(problems) == before and not self._advertised:
+                problems.append(
+                    ConfigProblem(
+                        "advertised.listeners", values["advertised.listeners"], "no listener given"
+                    )
+                )
+            names = {listener.name for listener in self._listeners}
+            for listener in self._advertised:
+                if listener.host == "0.0.0.0":
+                    problems.append(
+                        ConfigProblem(
+                            "advertised.listeners",
+                            values["advertised.listeners"],
+                            "cannot advertise the non-routable address 0.0.0.0",
+                        )
+                    )
+                if self._listeners and listener.name not in names:
+                    problems.append(
+                        ConfigProblem(
+                            "advertised.listeners",
+                            values["advertised.listeners"],
+                            f"listener {listener.name} is not one of listeners",
+                        )
+                    )
+
+        inter = values["inter.broker.listener.name"]
+        if inter is not None and self._listeners:
+            if inter.upper() not in {listener.name for listener in self._listeners}:
+                problems.append(
+                    ConfigProblem("inter.broker.listener.name", inter, "not one of listeners")
+                )
+            values["inter.broker.listener.name"] = inter.upper()
+        return problems
+
+
+def _reconcile_ids(raw: dict[str, str], problems: list[ConfigProblem]) -> None:
+    """node.id and broker.id are one setting under two names (Kafka's populateSynonyms)."""
+    node, broker = raw.get("node.id"), raw.get("broker.id")
+    if node is not None and broker is None:
+        raw["broker.id"] = node
+    elif broker is not None and node is None:
+        raw["node.id"] = broker
+    elif node is not None and broker is not None and node.strip() != broker.strip():
+        problems.append(
+            ConfigProblem("node.id", node, f"differs from broker.id={broker!r}; set one of them")
+        )
+
+
+def _first_set(values: Mapping[str, Any], *keys: tuple[str, int]) -> tuple[int, str]:
+    """The first non-null of ``keys`` times its unit factor, and the key it came from."""
+    for name, scale in keys:
+        value = values[name]
+        if value is not None:
+            return value * scale, name
+    raise AssertionError(f"{keys[-1][0]} has a default")
+
+
+install_attributes(BrokerConfig)

@@ -1,0 +1,350 @@
+"""The definition table: every broker setting, and the topic settings derived from it.
+
+Names, types, defaults and valid ranges are Apache Kafka's (4.0 where versions differ, e.g.
+``num.recovery.threads.per.data.dir=2`` and ``log.message.timestamp.after.max.ms=3600000`` from
+KIP-1030). Deliberate differences are said in the key's doc and start with "logkeel:". Settings
+that Kafka does not have are logkeel's own and also say so.
+
+A broker row with ``topic=...`` is the server default of that topic-level config. Several rows may
+feed one topic config; the first row given is the highest-priority synonym (``log.roll.ms`` before
+``log.roll.hours``), which is how Kafka resolves ``segment.ms``, ``retention.ms`` and ``flush.ms``.
+"""
+
+from __future__ import annotations
+
+from logkeel.config.types import (
+    INT32_MAX,
+    LONG_MAX,
+    AnyOf,
+    ConfigDef,
+    ConfigKey,
+    ConfigType,
+    EachOneOf,
+    OneOf,
+    Range,
+)
+
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
+    ConfigType.BOOLEAN,
+    ConfigType.STRING,
+    ConfigType.INT,
+    ConfigType.SHORT,
+    ConfigType.LONG,
+    ConfigType.DOUBLE,
+    ConfigType.LIST,
+)
+
+HOUR_MS = 60 * 60 * 1000
+MINUTE_MS = 60 * 1000
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+DEFAULT_LOG_DIR = "./logkeel-data"
+# Kafka 3.x lower bound (LegacyRecord.RECORD_OVERHEAD_V0); see the log.segment.bytes doc.
+MIN_SEGMENT_BYTES = 14
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
+STARTUP_VALIDATION_MODES = ("lazy", "eager")
+
+_K = ConfigKey
+
+# fmt: off
+# A table reads better one row per key than one argument per line.
+BROKER_KEYS: tuple[ConfigKey, ...] = (
+    # ---- identity and cluster -------------------------------------------------------------
+    _K("node.id", INT, 0,
+       "Id of this broker in the cluster; a synonym of broker.id (setting either sets both, and "
+       "setting both to different values is an error). logkeel: defaults to 0 so that a "
+       "single-node broker starts with no config; Kafka requires it (-1 = unset).",
+       Range(0)),
+    _K("broker.id", INT, 0,
+       "Older name of node.id, kept for server.properties files written for ZooKeeper-mode "
+       "Kafka. logkeel: defaults to 0 (Kafka: -1, meaning generate one); no id generation.",
+       Range(0)),
+    _K("broker.rack", STRING, None, "Rack of this broker, used for rack-aware replica placement."),
+    _K("zookeeper.connect", STRING, None,
+       "ZooKeeper connection string (host:port[,host:port][/chroot]) for cluster metadata. "
+       "Unset means a single-node broker with embedded metadata."),
+    _K("zookeeper.session.timeout.ms", INT, 18000, "ZooKeeper session timeout.", Range(1)),
+    _K("zookeeper.connection.timeout.ms", INT, None,
+       "How long to wait for a ZooKeeper connection; unset means zookeeper.session.timeout.ms.",
+       Range(1)),
+    # ---- network --------------------------------------------------------------------------
+    _K("listeners", STRING, DEFAULT_LISTENERS,
+       "Comma-separated NAME://host:port endpoints to bind; an empty host binds all interfaces. "
+       "logkeel: defaults to loopback PLAINTEXT://127.0.0.1:9092 (Kafka: PLAINTEXT://:9092)."),
+    _K("advertised.listeners", STRING, None,
+       "Endpoints published to clients in metadata, if different from listeners. Unset means "
+       "the listeners themselves. 0.0.0.0 cannot be advertised."),
+    _K("listener.security.protocol.map", STRING,
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+       "Maps each listener name to its security protocol (NAME:PROTOCOL,...)."),
+    _K("inter.broker.listener.name", STRING, None,
+       "Listener that brokers use to reach each other; unset means the first listener."),
+    _K("num.network.threads", INT, 3, "Threads for network IO (a hint; logkeel runs one event "
+       "loop and uses this only to size helper pools).", Range(1)),
+    _K("num.io.threads", INT, 8, "Threads for request work that may block on disk.", Range(1)),
+    _K("background.threads", INT, 10, "Threads for background tasks.", Range(1)),
+    _K("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of server sockets; -1 = OS default."),
+    _K("socket.receive.buffer.bytes", INT, 102400,
+       "SO_RCVBUF of server sockets; -1 = OS default."),
+    _K("socket.request.max.bytes", INT, 104857600,
+       "Largest request accepted on a socket; guards memory against bogus size prefixes.",
+       Range(1)),
+    _K("socket.listen.backlog.size", INT, 50, "Listen backlog of server sockets.", Range(1)),
+    _K("queued.max.requests", INT, 500,
+       "Requests that may wait for processing before the network stops reading.", Range(1)),
+    _K("max.connections", INT, INT32_MAX, "Most connections the broker accepts.", Range(0)),
+    _K("max.connections.per.ip", INT, INT32_MAX, "Most connections from one IP.", Range(0)),
+    _K("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
+    _K("request.timeout.ms", INT, 30000, "Timeout of the broker's own requests to other nodes."),
+    # ---- requests and topics --------------------------------------------------------------
+    _K("message.max.bytes", INT, 1048588,
+       "Largest record batch the broker accepts (after compression).", Range(0),
+       topic="max.message.bytes",
+       topic_doc="Largest record batch this topic accepts (after compression)."),
+    _K("fetch.max.bytes", INT, 57671680, "Most bytes one Fetch response returns.", Range(1024)),
+    _K("num.partitions", INT, 1, "Partitions of an auto-created topic.", Range(1)),
+    _K("default.replication.factor", INT, 1,
+       "Replication factor of an auto-created topic.", Range(1)),
+    _K("auto.create.topics.enable", BOOLEAN, True,
+       "Create a topic when a client asks for metadata of one that does not exist."),
+    _K("delete.topic.enable", BOOLEAN, True, "Allow DeleteTopics; when false it is refused."),
+    _K("compression.type", STRING, "producer",
+       "Final compression of stored batches: producer keeps the producer's codec, uncompressed "
+       "stores none, or one of gzip, snappy, lz4, zstd.", OneOf(COMPRESSION_TYPES),
+       topic="compression.type",
+       topic_doc="Final compression of this topic's batches (producer = keep the producer's)."),
+    _K("compression.gzip.level", INT, -1, "gzip level when compression.type=gzip.",
+       AnyOf((Range(1, 9), OneOf((-1,)))), topic="compression.gzip.level"),
+    _K("compression.lz4.level", INT, 9, "lz4 level when compression.type=lz4.", Range(1, 17),
+       topic="compression.lz4.level"),
+    _K("compression.zstd.level", INT, 3, "zstd level when compression.type=zstd.",
+       Range(-131072, 22), topic="compression.zstd.level"),
+    _K("min.insync.replicas", INT, 1,
+       "With acks=all, the fewest in-sync replicas that must have a write for it to succeed; "
+       "fewer gives NOT_ENOUGH_REPLICAS.", Range(1), topic="min.insync.replicas"),
+    _K("unclean.leader.election.enable", BOOLEAN, False,
+       "Allow a replica outside the ISR to become leader as a last resort, accepting data loss.",
+       topic="unclean.leader.election.enable"),
+    # ---- log layout -----------------------------------------------------------------------
+    _K("log.dir", STRING, DEFAULT_LOG_DIR,
+       "Directory of the log data, used when log.dirs is unset. logkeel: defaults to "
+       "./logkeel-data (Kafka: /tmp/kafka-logs, which many systems wipe at boot)."),
+    _K("log.dirs", STRING, None,
+       "Comma-separated log directories (JBOD); unset means log.dir. Each fails independently."),
+    _K("log.segment.bytes", INT, 1073741824, "Size at which the active segment is rolled. "
+       "logkeel: the lower bound stays at Kafka 3.x's 14 bytes (Kafka 4.0 requires 1 MiB) so "
+       "that tests and benchmarks can force many segments.", Range(MIN_SEGMENT_BYTES),
+       topic="segment.bytes", topic_doc="Size at which this topic's active segment is rolled."),
+    _K("log.roll.ms", LONG, None,
+       "Age at which the active segment is rolled even if not full; unset means log.roll.hours.",
+       topic="segment.ms", topic_validator=Range(1),
+       topic_doc="Age at which this topic's active segment is rolled even if not full."),
+    _K("log.roll.hours", INT, 168, "Segment roll age in hours, used when log.roll.ms is unset.",
+       Range(1), topic="segment.ms", topic_scale=HOUR_MS),
+    _K("log.roll.jitter.ms", LONG, None,
+       "Most random time subtracted from the roll age so partitions do not roll together; "
+       "unset means log.roll.jitter.hours.", topic="segment.jitter.ms", topic_validator=Range(0),
+       topic_doc="Most random time subtracted from this topic's segment roll age."),
+    _K("log.roll.jitter.hours", INT, 0, "Roll jitter in hours, used when log.roll.jitter.ms is "
+       "unset.", Range(0), topic="segment.jitter.ms", topic_scale=HOUR_MS),
+    _K("log.index.size.max.bytes", INT, 10485760,
+       "Size of the preallocated offset index (and time index) of a segment; a full index rolls "
+       "the segment.", Range(4), topic="segment.index.bytes"),
+    _K("log.index.interval.bytes", INT, 4096,
+       "Bytes of log between offset-index entries; smaller means denser indexes.", Range(0),
+       topic="index.interval.bytes"),
+    _K("log.preallocate", BOOLEAN, False, "Preallocate segment files when they are created.",
+       topic="preallocate"),
+    # ---- retention --------------------------------------------------------------------------
+    _K("log.retention.ms", LONG, None,
+       "Age after which a segment is deleted; -1 = no limit. Takes precedence over "
+       "log.retention.minutes and log.retention.hours; any negative value means no limit.",
+       topic="retention.ms", topic_validator=Range(-1),
+       topic_doc="Age after which this topic's segments are deleted (delete policy); -1 = none."),
+    _K("log.retention.minutes", INT, None,
+       "Retention in minutes, used when log.retention.ms is unset.",
+       topic="retention.ms", topic_scale=MINUTE_MS),
+    _K("log.retention.hours", INT, 168,
+       "Retention in hours, used when log.retention.ms and log.retention.minutes are unset.",
+       topic="retention.ms", topic_scale=HOUR_MS),
+    _K("log.retention.bytes", LONG, -1,
+       "Partition size beyond which the oldest segments are deleted; -1 = no limit.",
+       topic="retention.bytes"),
+    _K("log.retention.check.interval.ms", LONG, 300000,
+       "How often retention looks for segments to delete.", Range(1)),
+    _K("log.cleanup.policy", LIST, ["delete"],
+       "What happens to old segments: delete, compact, or both (comma-separated).",
+       EachOneOf(CLEANUP_POLICIES), topic="cleanup.policy"),
+    _K("log.segment.delete.delay.ms", LONG, 60000,
+       "Delay between marking a segment deleted (.deleted suffix) and removing its files, so "
+       "in-flight reads finish.", Range(0), topic="file.delete.delay.ms"),
+    _K("log.cleaner.enable", BOOLEAN, True, "Run the log cleaner for compacted topics."),
+    _K("log.cleaner.threads", INT, 1, "Log cleaner threads.", Range(0)),
+    _K("log.cleaner.delete.retention.ms", LONG, 86400000,
+       "How long tombstones are kept in compacted topics.", Range(0),
+       topic="delete.retention.ms"),
+    _K("log.cleaner.min.compaction.lag.ms", LONG, 0,
+       "Least time a record stays uncompacted.", Range(0), topic="min.compaction.lag.ms"),
+    _K("log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX,
+       "Most time a record may stay ineligible for compaction.", Range(1),
+       topic="max.compaction.lag.ms"),
+    _K("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5,
+       "Dirty fraction of a log at which the cleaner compacts it.", Range(0, 1),
+       topic="min.cleanable.dirty.ratio"),
+    # ---- flushing and checkpoints ---------------------------------------------------------
+    _K("log.flush.interval.messages", LONG, LONG_MAX,
+       "Records appended to a partition before it is fsynced; the default leaves durability "
+       "to replication and the OS.", Range(1), topic="flush.messages"),
+    _K("log.flush.interval.ms", LONG, None,
+       "Most time appended data stays unsynced; unset means log.flush.scheduler.interval.ms.",
+       topic="flush.ms", topic_validator=Range(0),
+       topic_doc="Most time appended data of this topic stays unsynced before an fsync."),
+    _K("log.flush.scheduler.interval.ms", LONG, LONG_MAX,
+       "How often the flusher checks whether a log is due for a flush.", topic="flush.ms"),
+    _K("log.flush.offset.checkpoint.interval.ms", INT, 60000,
+       "How often the recovery point (last flushed offset) of every partition is checkpointed.",
+       Range(0)),
+    _K("log.flush.start.offset.checkpoint.interval.ms", INT, 60000,
+       "How often log start offsets are checkpointed.", Range(0)),
+    _K("num.recovery.threads.per.data.dir", INT, 2,
+       "Threads per log dir that load and recover logs at start-up and flush them at shutdown "
+       "(Kafka 4.0 default; 1 before).", Range(1)),
+    _K("log.dir.failure.timeout.ms", LONG, 30000,
+       "If the controller cannot be told about a failed log dir within this time, the broker "
+       "shuts down.", Range(1)),
+    # ---- timestamps ----------------------------------------------------------------------
+    _K("log.message.timestamp.type", STRING, "CreateTime",
+       "Which timestamp batches keep: the producer's CreateTime or the broker's LogAppendTime.",
+       OneOf(TIMESTAMP_TYPES), topic="message.timestamp.type"),
+    _K("log.message.timestamp.before.max.ms", LONG, LONG_MAX,
+       "With CreateTime, reject batches whose timestamp is more than this far in the past.",
+       Range(0), topic="message.timestamp.before.max.ms"),
+    _K("log.message.timestamp.after.max.ms", LONG, 3600000,
+       "With CreateTime, reject batches whose timestamp is more than this far in the future "
+       "(Kafka 4.0 default, one hour; unbounded before).", Range(0),
+       topic="message.timestamp.after.max.ms"),
+    # ---- replication ------------------------------------------------------------------------
+    _K("replica.lag.time.max.ms", LONG, 30000,
+       "A follower that has not caught up to the leader's end within this time leaves the ISR."),
+    _K("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches."),
+    _K("replica.fetch.max.bytes", INT, 1048576,
+       "Bytes a follower asks for per partition (a larger first batch is still returned).",
+       Range(0)),
+    _K("replica.fetch.response.max.bytes", INT, 10485760,
+       "Bytes a follower asks for per fetch response.", Range(0)),
+    _K("replica.fetch.wait.max.ms", INT, 500,
+       "Longest a follower fetch waits on the leader; must not exceed replica.lag.time.max.ms."),
+    _K("replica.fetch.min.bytes", INT, 1, "Bytes a follower fetch waits for."),
+    _K("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", Range(0)),
+    _K("num.replica.fetchers", INT, 1, "Fetcher threads per source broker."),
+    _K("replica.high.watermark.checkpoint.interval.ms", LONG, 5000,
+       "How often high watermarks are checkpointed (replication-offset-checkpoint)."),
+    _K("auto.leader.rebalance.enable", BOOLEAN, True,
+       "Move leadership back to preferred replicas in the background."),
+    _K("leader.imbalance.check.interval.seconds", LONG, 300,
+       "How often preferred-leader balance is checked.", Range(1)),
+    _K("leader.imbalance.per.broker.percentage", INT, 10,
+       "Leader imbalance per broker that triggers a rebalance."),
+    _K("follower.fetch.pending.reads.insync.enable", BOOLEAN, True,
+       "logkeel (from KIP-501): a follower with a fetch pending at or beyond the leader's log "
+       "end stays in the ISR while the leader is slow to serve it. The KIP proposes false as "
+       "its default; logkeel enables it because a slow leader must not shrink the ISR."),
+    _K("follower.fetch.process.time.max.ms", LONG, 500,
+       "logkeel (from KIP-501): a leader that takes longer than this to serve follower fetches "
+       "gives up leadership to an in-sync follower. Applies only with "
+       "follower.fetch.pending.reads.insync.enable.", Range(1)),
+    _K("replica.read.time.insync.factor", DOUBLE, 0.5,
+       "logkeel (from KIP-501): a fetch whose processing took at least this fraction of "
+       "replica.lag.time.max.ms counts as caught up at its completion time, not its start.",
+       Range(0, 1, min_exclusive=True)),
+    # ---- groups and offsets ---------------------------------------------------------------
+    _K("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", Range(1)),
+    _K("offsets.topic.replication.factor", SHORT, 1,
+       "Replication factor of __consumer_offsets. logkeel: defaults to 1 so a single node can "
+       "create it (Kafka: 3; its sample server.properties sets 1).", Range(1)),
+    _K("offsets.topic.segment.bytes", INT, 104857600,
+       "Segment size of __consumer_offsets.", Range(1)),
+    _K("offsets.retention.minutes", INT, 10080,
+       "Committed offsets of an empty group are dropped after this long.", Range(1)),
+    _K("offsets.retention.check.interval.ms", LONG, 600000,
+       "How often expired offsets are looked for.", Range(1)),
+    _K("offset.metadata.max.bytes", INT, 4096, "Largest metadata string of an offset commit."),
+    _K("group.initial.rebalance.delay.ms", INT, 3000,
+       "Wait for more members before the first rebalance of a new group."),
+    _K("group.min.session.timeout.ms", INT, 6000, "Smallest session timeout a member may use."),
+    _K("group.max.session.timeout.ms", INT, 1800000, "Largest session timeout a member may use."),
+    _K("group.max.size", INT, INT32_MAX, "Most members of one group.", Range(1)),
+    # ---- transactions and producers -------------------------------------------------------
+    _K("transaction.state.log.num.partitions", INT, 50,
+       "Partitions of __transaction_state.", Range(1)),
+    _K("transaction.state.log.replication.factor", SHORT, 1,
+       "Replication factor of __transaction_state. logkeel: defaults to 1 for a single node "
+       "(Kafka: 3).", Range(1)),
+    _K("transaction.state.log.min.isr", INT, 1,
+       "min.insync.replicas of __transaction_state. logkeel: defaults to 1 (Kafka: 2).",
+       Range(1)),
+    _K("transaction.state.log.segment.bytes", INT, 104857600,
+       "Segment size of __transaction_state.", Range(1)),
+    _K("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout allowed.",
+       Range(1)),
+    _K("transactional.id.expiration.ms", INT, 604800000,
+       "A transactional id idle this long is expired.", Range(1)),
+    _K("producer.id.expiration.ms", INT, 86400000,
+       "Idempotent producer state idle this long is dropped.", Range(1)),
+    # ---- logkeel start-up and recovery ----------------------------------------------------
+    _K("producer.state.snapshot.interval.ms", LONG, 30000,
+       "logkeel (AKIP-2): how often producer-state snapshots are written for each partition, "
+       "besides the ones Kafka writes at segment roll and clean shutdown, so that recovery "
+       "after a crash replays at most about this much of the log. 0 = only at roll and "
+       "shutdown.", Range(0)),
+    _K("log.recovery.checkpoint.interval.ms", LONG, 30000,
+       "logkeel (AKIP-2): how often each partition's recovery checkpoints (the offsets up to "
+       "which its transaction index and time index are known complete) are persisted, bounding "
+       "what unclean recovery must replay.", Range(1)),
+    _K("log.startup.validation", STRING, "lazy",
+       "logkeel (KIP-263): lazy validates only each partition's active segment at a clean "
+       "start-up and the others on first access or in the background; eager validates every "
+       "segment before serving (Kafka's behaviour).", OneOf(STARTUP_VALIDATION_MODES)),
+    _K("log.startup.validation.rate.bytes.per.sec", LONG, 50 * 1024 * 1024,
+       "logkeel (KIP-263): read rate limit of the background validator of inactive segments in "
+       "lazy mode, in bytes per second across all log dirs. 0 turns the background validator "
+       "off; segments are then validated only when first read.", Range(0)),
+)
+# fmt: on
+
+
+def derive_topic_keys(broker_keys: tuple[ConfigKey, ...]) -> tuple[ConfigKey, ...]:
+    """Topic configs from the broker rows that feed them: type, rule and doc of the primary
+    synonym, the static default resolved through the synonyms in priority order."""
+    groups: dict[str, list[ConfigKey]] = {}
+    for key in broker_keys:
+        if key.topic is not None:
+            groups.setdefault(key.topic, []).append(key)
+    topic_keys = []
+    for topic, synonyms in groups.items():
+        primary = synonyms[0]
+        if primary.topic_scale != 1:
+            raise ValueError(f"primary synonym of {topic} must be in the topic's unit")
+        default = next((s.default * s.topic_scale for s in synonyms if s.default is not None), None)
+        topic_keys.append(
+            ConfigKey(
+                name=topic,
+                type=primary.type,
+                default=default,
+                doc=primary.topic_doc or primary.doc,
+                validator=primary.topic_validator or primary.validator,
+                synonyms=tuple((s.name, s.topic_scale) for s in synonyms),
+            )
+        )
+    return tuple(topic_keys)
+
+
+BROKER_CONFIG_DEF = ConfigDef(BROKER_KEYS)
+TOPIC_CONFIG_DEF = ConfigDef(derive_topic_keys(BROKER_KEYS))
+
+
+def broker_synonyms(topic_name: str) -> tuple[str, ...]:
+    """Broker settings that default a topic config, highest priority first (DescribeConfigs
+    synonyms)."""
+    return tuple(name for name, _ in TOPIC_CONFIG_DEF[topic_name].synonyms)

@@ -1,0 +1,477 @@
+"""The Kafka wire protocol between frames and kio's request/response classes.
+
+What is here, and why it is not all kio:
+
+- Request headers are parsed by hand. Their layout is tiny and fixed, and Kafka skips tagged
+  fields it does not know in a v2 header, where kio would raise. The header version follows
+  Kafka's rule: v2 (with tagged fields) for a flexible request version, else v1.
+- Request bodies are decoded with kio, but only after ``_guard`` has walked the same schema and
+  checked every array length against the bytes left, as Kafka's generated readers do. kio's
+  native reader reserves memory for an array's declared length before reading a single
+  element, and a failed reservation aborts the whole process: one 5-byte field in a request
+  ("2^32 elements follow") would kill the broker. The guard also removes tagged fields that
+  kio's schema does not know (kio raises on them, Kafka ignores them), so a newer client's
+  extra field does not cost it its connection.
+- Responses are encoded with kio, whose writer leaves out tagged fields that hold their default
+  value, as Kafka does (older librdkafka cannot parse an ApiVersions v3 response with them).
+  The response header version comes from kio's schema: v1 for flexible versions, except that
+  ApiVersions always answers with header v0 so a client can read it before it knows which
+  versions the broker speaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
+
+__all__ = [
+    "ApiKey",
+    "InvalidRequest",
+    "RequestHeader",
+    "api_name",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "parse_request_header",
+    "peek_api",
+    "request_schema",
+    "response_schema",
+]
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys for the APIs a broker serves (kio knows the rest by number)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+
+
+class InvalidRequest(Exception):
+    """A request that cannot be parsed (Kafka's ``InvalidRequestException``): close the connection."""
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API key (``ApiVersions``), or ``ApiKey(n)`` for one nobody knows."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"ApiKey({api_key})"
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's request class for (key, version), or None if kio does not have it."""
+    try:
+        return load_request_schema(api_key, api_version)  # type: ignore[arg-type]
+    except Exception:  # kio raises its own index errors, and ImportError for broken modules
+        return None
+
+
+@cache
+def response_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's response class for (key, version), or None if kio does not have it."""
+    try:
+        return load_response_schema(api_key, api_version)  # type: ignore[arg-type]
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Request header
+
+_HEADER_PREFIX = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_API_PREFIX = struct.Struct(">hhi")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header_version: int  # 1, or 2 when the request version is flexible
+    size: int  # bytes the header takes, i.e. the offset of the body in the frame
+
+
+def peek_api(frame: bytes) -> tuple[int, int, int] | None:
+    """(api key, api version, correlation id) from a frame too broken to parse, for logging."""
+    if len(frame) < _API_PREFIX.size:
+        return None
+    api_key, api_version, correlation_id = _API_PREFIX.unpack_from(frame, 0)
+    return api_key, api_version, correlation_id
+
+
+def _request_header_version(api_key: int, api_version: int) -> int:
+    schema = request_schema(api_key, api_version)
+    if schema is not None:
+        return 2 if schema.__flexible__ else 1
+    # ApiVersions must be answered even for versions we do not know (so the client can step
+    # down); every ApiVersions version from 3 on is flexible, and Kafka reads its header so.
+    if api_key == ApiKey.API_VERSIONS and api_version >= 3:
+        return 2
+    return 1
+
+
+def parse_request_header(frame: bytes) -> RequestHeader:
+    """Parses the request header at the start of ``frame`` (no size prefix).
+
+    Raises ``InvalidRequest``. For an API or version kio does not know, only the v1 part is
+    read: such a request is rejected or, for ApiVersions, answered without reading its body.
+    """
+    if len(frame) < _HEADER_PREFIX.size:
+        raise InvalidRequest(f"request of {len(frame)} bytes is too short for a request header")
+    api_key, api_version, correlation_id, client_id_len = _HEADER_PREFIX.unpack_from(frame, 0)
+    pos = _HEADER_PREFIX.size
+    client_id: str | None
+    if client_id_len == -1:
+        client_id = None
+    elif client_id_len < 0:
+        raise InvalidRequest(f"client id has a negative length ({client_id_len})")
+    else:
+        end = pos + client_id_len
+        if end > len(frame):
+            raise InvalidRequest("client id runs past the end of the request")
+        # Java's decoder replaces malformed UTF-8 rather than failing; so do we.
+        client_id = frame[pos:end].decode("utf-8", errors="replace")
+        pos = end
+    header_version = _request_header_version(api_key, api_version)
+    if header_version == 2:
+        try:
+            pos = _skip_tagged_fields(frame, pos)
+        except _Malformed as exc:
+            raise InvalidRequest(f"bad tagged fields in request header: {exc}") from None
+    return RequestHeader(api_key, api_version, correlation_id, client_id, header_version, pos)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request and response bodies
+
+
+def decode_request(header: RequestHeader, frame: bytes) -> Any:
+    """Decodes the body that follows ``header`` in ``frame`` into kio's request class.
+
+    Raises ``InvalidRequest`` with the reason; trailing bytes after the body are ignored, as
+    Kafka ignores them.
+    """
+    schema = request_schema(header.api_key, header.api_version)
+    if schema is None:
+        raise InvalidRequest(
+            f"no schema for {api_name(header.api_key)} v{header.api_version} request"
+        )
+    return _decode(schema, frame, header.size)
+
+
+def decode_response(response_type: type[Any], frame: bytes) -> tuple[int, Any]:
+    """Decodes a response frame (no size prefix) as ``response_type``: (correlation id, body).
+
+    For the client side of the broker (follower fetchers) and for tests.
+    """
+    if len(frame) < 4:
+        raise InvalidRequest("response too short for a response header")
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    pos = 4
+    if response_type.__header_schema__.__flexible__:
+        try:
+            pos = _skip_tagged_fields(frame, pos)
+        except _Malformed as exc:
+            raise InvalidRequest(f"bad tagged fields in response header: {exc}") from None
+    return correlation_id, _decode(response_type, frame, pos)
+
+
+def _decode(schema: type[Any], frame: bytes, offset: int) -> Any:
+    edits: list[_Edit] = []
+    try:
+        end = _entity_guard(schema, False)(frame, offset, edits)
+    except _Malformed as exc:
+        raise InvalidRequest(str(exc)) from None
+    if edits:
+        frame, end = _apply_edits(frame, edits, end)
+    try:
+        body, size = entity_reader(schema)(frame, offset)
+    except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - kio's Rust panics are BaseExceptions
+        raise InvalidRequest(f"{type(exc).__name__}: {exc}") from None
+    if offset + size != end:
+        # The guard and kio read the schema differently: do not trust either.
+        raise InvalidRequest(f"decoded {size} bytes where the schema walk found {end - offset}")
+    return body
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """The complete response frame, size prefix included, for kio response ``response``."""
+    header_type = type(response).__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_type)(buf, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buf, response)
+    data = buf.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """The complete request frame, size prefix included, for kio request ``request``."""
+    header_type = type(request).__header_schema__
+    header = header_type(
+        request_api_key=request.__api_key__,
+        request_api_version=request.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_type)(buf, header)
+    entity_writer(type(request))(buf, request)
+    data = buf.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    del data
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# The guard: a schema walk that reads lengths only, mirroring kio's reader field for field.
+
+
+class _Malformed(Exception):
+    pass
+
+
+# (start, end, replacement): bytes [start, end) of the frame become ``replacement``.
+_Edit = tuple[int, int, bytes]
+_Guard = Callable[[bytes, int, list[_Edit]], int]
+
+_FIXED_SIZES: Final[dict[str, int]] = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Reads an unsigned varint of at most 5 bytes, as Kafka and kio do."""
+    result = 0
+    for i in range(5):
+        if pos >= len(buf):
+            raise _Malformed("varint runs past the end of the data")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return result, pos
+    raise _Malformed("varint longer than 5 bytes")
+
+
+def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+    """Skips a tagged-field section; headers declare no tagged fields, so all are unknown."""
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos = _need(buf, pos, size, "tagged field")
+    return pos
+
+
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _need(buf: bytes, pos: int, n: int, what: str) -> int:
+    end = pos + n
+    if end > len(buf):
+        raise _Malformed(f"{what} of {n} bytes runs past the end of the data")
+    return end
+
+
+def _primitive_guard(kafka_type: str, flexible: bool) -> _Guard:
+    fixed = _FIXED_SIZES.get(kafka_type)
+    if fixed is not None:
+
+        def read_fixed(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+            return _need(buf, pos, fixed, kafka_type)
+
+        return read_fixed
+    if kafka_type not in ("string", "bytes", "records"):
+        raise NotImplementedError(f"no guard for kafka_type {kafka_type!r}")
+    if flexible:
+
+        def read_compact(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+            length, pos = _read_uvarint(buf, pos)
+            return pos if length == 0 else _need(buf, pos, length - 1, kafka_type)
+
+        return read_compact
+    prefix = _INT16 if kafka_type == "string" else _INT32
+
+    def read_legacy(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+        start = _need(buf, pos, prefix.size, f"{kafka_type} length")
+        (length,) = prefix.unpack_from(buf, pos)
+        if length < -1:
+            raise _Malformed(f"{kafka_type} has a negative length ({length})")
+        return start if length == -1 else _need(buf, start, length, kafka_type)
+
+    return read_legacy
+
+
+def _array_guard(element: _Guard, flexible: bool) -> _Guard:
+    def read_array(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+        if flexible:
+            n, pos = _read_uvarint(buf, pos)
+            n -= 1  # 0 is null
+        else:
+            pos = _need(buf, pos, 4, "array length")
+            (n,) = _INT32.unpack_from(buf, pos - 4)
+            if n < -1:
+                raise _Malformed(f"array has a negative length ({n})")
+        if n > len(buf) - pos:
+            raise _Malformed(
+                f"array of {n} elements, but only {len(buf) - pos} bytes are left to hold them"
+            )
+        for _ in range(n):
+            pos = element(buf, pos, edits)
+        return pos
+
+    return read_array
+
+
+def _field_guard(field: Any, flexible: bool) -> _Guard:
+    kind = classify_field(field)
+    if isinstance(kind, PrimitiveField | PrimitiveTupleField):
+        guard = _primitive_guard(get_schema_field_type(field), flexible)
+    elif isinstance(kind, EntityField):
+        guard = _entity_guard(kind.type_, is_optional(field))
+    elif isinstance(kind, EntityTupleField):
+        guard = _entity_guard(kind.type_, False)
+    else:  # pragma: no cover - kio has no other kind of field
+        raise NotImplementedError(f"unknown field kind {kind!r}")
+    return _array_guard(guard, flexible) if kind.is_array else guard
+
+
+@cache
+def _entity_guard(entity_type: type[Any], nullable: bool) -> _Guard:
+    flexible: bool = entity_type.__flexible__
+    regular: list[_Guard] = []
+    tagged: dict[int, _Guard] = {}
+    for field in fields(entity_type):
+        tag = get_field_tag(field)
+        if tag is None:
+            regular.append(_field_guard(field, flexible))
+        else:
+            tagged[int(tag)] = _field_guard(field, flexible)
+
+    def read_entity(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+        if nullable:
+            pos = _need(buf, pos, 1, "null marker")
+            if buf[pos - 1] == 0xFF:  # -1: null
+                return pos
+        for guard in regular:
+            pos = guard(buf, pos, edits)
+        if not flexible:
+            return pos
+        count_start = pos
+        count, pos = _read_uvarint(buf, pos)
+        if count > len(buf) - pos:
+            raise _Malformed(f"{count} tagged fields, but only {len(buf) - pos} bytes are left")
+        count_end = pos
+        unknown = 0
+        for _ in range(count):
+            field_start = pos
+            tag, pos = _read_uvarint(buf, pos)
+            size, pos = _read_uvarint(buf, pos)
+            guard = tagged.get(tag)
+            if guard is not None:
+                # kio reads a known tagged field by its schema and ignores the size; so must we.
+                pos = guard(buf, pos, edits)
+            else:
+                pos = _need(buf, pos, size, f"unknown tagged field {tag}")
+                edits.append((field_start, pos, b""))
+                unknown += 1
+        if unknown:
+            edits.append((count_start, count_end, _encode_uvarint(count - unknown)))
+        return pos
+
+    return read_entity
+
+
+def _apply_edits(frame: bytes, edits: list[_Edit], end: int) -> tuple[bytes, int]:
+    """Rewrites ``frame`` with ``edits`` applied; also maps ``end`` into the new frame."""
+    out = bytearray()
+    pos = 0
+    new_end = end
+    for start, stop, replacement in sorted(edits):
+        out += frame[pos:start]
+        out += replacement
+        pos = stop
+        if stop <= end:
+            new_end += len(replacement) - (stop - start)
+    out += frame[pos:]
+    return bytes(out), new_end

@@ -1,0 +1,225 @@
+"""A segment's `.log` file: append-only batches, read by position without copying.
+
+Reads return `FileRegion`s — (file descriptor, position, size) — so the server can hand
+them to `sendfile` instead of pulling record bytes through Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from logkeel.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatchError,
+    compute_crc,
+    validate_structure,
+)
+from logkeel.storage.errors import io_guard
+
+_SCAN_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``size`` bytes at ``position`` of an open segment file."""
+
+    fd: int
+    position: int
+    size: int
+
+    def read_bytes(self) -> bytes:
+        chunks = []
+        pos, remaining = self.position, self.size
+        while remaining > 0:
+            chunk = os.pread(self.fd, remaining, pos)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            pos += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPosition:
+    position: int
+    header: BatchHeader
+
+    @property
+    def end(self) -> int:
+        return self.position + self.header.size
+
+
+class FileRecords:
+    """The batches of one `.log` file. Opening the file is deferred to first use."""
+
+    def __init__(self, path: Path, log_dir: Path) -> None:
+        self.path = path
+        self.log_dir = log_dir
+        self._fd: int | None = None
+        self._size: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            with io_guard(self.log_dir, f"open {self.path}"):
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._size = os.fstat(self._fd).st_size
+        return self._fd
+
+    @property
+    def size(self) -> int:
+        if self._size is None:
+            if self._fd is None:
+                with io_guard(self.log_dir, f"stat {self.path}"):
+                    return os.stat(self.path).st_size
+            self._size = os.fstat(self._fd).st_size
+        return self._size
+
+    def create(self) -> None:
+        """Creates the file (empty) if it does not exist yet, and opens it."""
+        _ = self.fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self._size = None
+            with io_guard(self.log_dir, f"close {self.path}"):
+                os.close(fd)
+
+    def rename(self, new_path: Path) -> None:
+        with io_guard(self.log_dir, f"rename {self.path} to {new_path}"):
+            try:
+                os.replace(self.path, new_path)
+            except FileNotFoundError:
+                if self.path.exists():
+                    raise
+        self.path = new_path
+
+    def delete(self) -> None:
+        self.close()
+        with io_guard(self.log_dir, f"delete {self.path}"):
+            self.path.unlink(missing_ok=True)
+
+    # -- writing -----------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Writes ``data`` at the end; returns the position it starts at."""
+        fd = self.fd
+        position = self.size
+        view = memoryview(data)
+        with io_guard(self.log_dir, f"append to {self.path}"):
+            offset = position
+            while view:
+                written = os.pwrite(fd, view, offset)
+                offset += written
+                view = view[written:]
+        self._size = offset
+        return position
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            with io_guard(self.log_dir, f"fsync {self.path}"):
+                os.fdatasync(self._fd)
+
+    def truncate_to(self, size: int) -> int:
+        """Cuts the file to ``size`` bytes; returns how many bytes were removed."""
+        before = self.size
+        if size >= before:
+            return 0
+        with io_guard(self.log_dir, f"truncate {self.path}"):
+            os.ftruncate(self.fd, size)
+        self._size = size
+        return before - size
+
+    # -- reading -----------------------------------------------------------------------------
+    def region(self, position: int, size: int) -> FileRegion:
+        return FileRegion(self.fd, position, max(0, min(size, self.size - position)))
+
+    def read(self, position: int, size: int) -> bytes:
+        with io_guard(self.log_dir, f"read {self.path}"):
+            return self.region(position, size).read_bytes()
+
+    def read_header(self, position: int) -> BatchHeader | None:
+        """The header at ``position``, or None when fewer than a header's bytes remain."""
+        with io_guard(self.log_dir, f"read {self.path}"):
+            raw = os.pread(self.fd, HEADER_SIZE, position)
+        if len(raw) < HEADER_SIZE:
+            return None
+        return BatchHeader.parse(raw)
+
+    def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
+        """Headers of the complete, structurally valid batches from ``start_position`` on.
+
+        Reads in 64 KiB chunks so that scanning many small batches costs few syscalls.
+        Stops quietly at a partial tail; raises InvalidBatchError at a malformed header.
+        CRCs are not checked here (see ``verify``).
+        """
+        end = self.size if end_position is None else min(end_position, self.size)
+        fd = self.fd
+        pos = start_position
+        buf = b""
+        buf_start = pos
+        while end - pos >= HEADER_SIZE:
+            rel = pos - buf_start
+            if len(buf) - rel < HEADER_SIZE:
+                with io_guard(self.log_dir, f"read {self.path}"):
+                    buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = BatchHeader.parse(buf, rel)
+            validate_structure(header)
+            if pos + header.size > end:
+                return
+            yield BatchPosition(pos, header)
+            pos += header.size
+
+    def verify_batch(self, batch: BatchPosition) -> bool:
+        """True when the batch's CRC-32C matches its bytes."""
+        data = self.read(batch.position, batch.header.size)
+        return len(data) == batch.header.size and compute_crc(data, 0, len(data)) == batch.header.crc
+
+    def scan_valid(self, start_position: int = 0) -> Iterator[BatchPosition]:
+        """Batches from ``start_position`` whose structure and CRC are valid, in order.
+
+        Ends at the first invalid or partial batch: everything after it is suspect.
+        Reads each byte once, in large chunks, so a full scan runs at disk speed.
+        """
+        fd = self.fd
+        end = self.size
+        pos = start_position
+        chunk_size = 8 * 1024 * 1024
+        buf = memoryview(b"")
+        buf_start = pos
+        while end - pos >= HEADER_SIZE:
+            rel = pos - buf_start
+            if len(buf) - rel < HEADER_SIZE:
+                buf, buf_start, rel = self._refill(fd, pos, chunk_size, end), pos, 0
+            try:
+                header = BatchHeader.parse(buf, rel)
+                validate_structure(header, available=end - pos)
+            except InvalidBatchError:
+                return
+            if len(buf) - rel < header.size:
+                buf = self._refill(fd, pos, max(chunk_size, header.size), end)
+                buf_start, rel = pos, 0
+                if len(buf) < header.size:
+                    return
+            if compute_crc(buf, rel, header.size) != header.crc:
+                return
+            yield BatchPosition(pos, header)
+            pos += header.size
+
+    def _refill(self, fd: int, pos: int, size: int, end: int) -> memoryview:
+        with io_guard(self.log_dir, f"read {self.path}"):
+            return memoryview(os.pread(fd, min(size, end - pos), pos))
+

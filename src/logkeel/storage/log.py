@@ -1,0 +1,640 @@
+"""One partition's log: the segments, its offsets, producer state and leader epochs.
+
+All methods are synchronous and guarded by one lock; the server calls them from threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from logkeel.records.batch import (
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    InvalidBatchError,
+    compute_crc,
+    set_base_offset,
+    set_partition_leader_epoch,
+    validate_structure,
+)
+from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
+from logkeel.storage.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from logkeel.storage.file_records import FileRegion
+from logkeel.storage.leader_epoch import LeaderEpochFileCache
+from logkeel.storage.log_config import LogConfig
+from logkeel.storage.producer_state import ProducerStateManager
+from logkeel.storage.segment import DELETED_SUFFIX, LogSegment
+from logkeel.storage.topic_partition import TopicPartition
+from logkeel.storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+_ATTR_TIMESTAMP_TYPE = 0x08
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    records: int
+    valid_bytes: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """What a read returns: whole batches as a file region, ready for sendfile."""
+
+    fetch_offset: int
+    region: FileRegion | None
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return self.region.size if self.region else 0
+
+    def read_bytes(self) -> bytes:
+        return self.region.read_bytes() if self.region else b""
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+def parse_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:
+    """Validates every batch of a produce or replication payload; (position, header) each.
+
+    Checks structure and CRC so that nothing corrupt reaches the disk; the distinct errors
+    map to CORRUPT_MESSAGE and MESSAGE_TOO_LARGE.
+    """
+    batches = []
+    pos, end = 0, len(data)
+    if end == 0:
+        raise CorruptRecordError("the request holds no record batch")
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"{end - pos} trailing bytes after the last batch")
+        try:
+            header = BatchHeader.parse(data, pos)
+            validate_structure(header, available=end - pos)
+        except InvalidBatchError as exc:
+            raise CorruptRecordError(f"batch at byte {pos}: {exc}") from exc
+        if header.size > max_batch_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes={max_batch_bytes}"
+            )
+        if compute_crc(data, pos, header.size) != header.crc:
+            raise CorruptRecordError(f"batch at byte {pos} fails its CRC-32C check")
+        batches.append((pos, header))
+        pos += header.size
+    return batches
+
+
+class PartitionLog:
+    """The log of one partition replica, in ``<log dir>/<topic>-<partition>``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        *,
+        log_dir: Path,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        producer_state: ProducerStateManager,
+        leader_epochs: LeaderEpochFileCache,
+        schedule_delete: Callable[[Callable[[], None], float], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.tp = tp
+        self.config = config
+        self.log_dir = log_dir
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.recovery_point = recovery_point
+        self.high_watermark = min(log_end_offset, max(log_start_offset, 0))
+        self.producer_state = producer_state
+        self.leader_epochs = leader_epochs
+        self._schedule_delete = schedule_delete
+        self.lock = threading.RLock()
+        self._unflushed_messages = 0
+        self._last_flush_ms = _now_ms()
+        self._last_snapshot_ms = _now_ms()
+        self.last_stable_offset_override: int | None = None
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.tp}, [{self.log_start_offset}, {self.log_end_offset}))"
+
+    # -- structure ---------------------------------------------------------------------------
+    @staticmethod
+    def new_segment(
+        directory: Path, base_offset: int, config: LogConfig, log_dir: Path, *, create: bool = True
+    ) -> LogSegment:
+        """A segment object; ``create`` makes its (empty) `.log` file, as a roll does."""
+        segment = LogSegment(
+            directory,
+            base_offset,
+            log_dir=log_dir,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+        )
+        if create:
+            segment.log.create()
+        return segment
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def topic(self) -> str:
+        return self.tp.topic
+
+    @property
+    def partition(self) -> int:
+        return self.tp.partition
+
+    def _segment_for(self, offset: int) -> int:
+        """Index of the segment that holds ``offset`` (the last whose base is ≤ offset)."""
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # -- appends -----------------------------------------------------------------------------
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, origin_is_client: bool = True
+    ) -> AppendInfo:
+        """Validates, deduplicates and appends a producer's batches, assigning their offsets."""
+        batches = parse_batches(records, self.config.max_message_bytes)
+        with self.lock:
+            duplicate = self.producer_state.prepare_appends(
+                ((h, memoryview(records)[p : p + h.size]) for p, h in batches), origin_is_client
+            )
+            if duplicate is not None:
+                return AppendInfo(
+                    duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, -1,
+                    self.log_start_offset, 0, 0, duplicate=True,
+                )
+            data = bytearray(records)
+            now = _now_ms()
+            append_time = now if self.config.log_append_time else -1
+            next_offset = self.log_end_offset
+            assigned: list[tuple[int, BatchHeader]] = []
+            for pos, header in batches:
+                set_base_offset(data, next_offset, pos)
+                set_partition_leader_epoch(data, leader_epoch, pos)
+                header = dataclasses.replace(
+                    header, base_offset=next_offset, partition_leader_epoch=leader_epoch
+                )
+                if append_time >= 0:
+                    header = _stamp_log_append_time(data, pos, header, append_time)
+                assigned.append((pos, header))
+                next_offset = header.next_offset
+            return self._append(data, assigned, leader_epoch, append_time)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Appends replicated batches with the offsets and epochs the leader gave them."""
+        batches = parse_batches(records, max(self.config.max_message_bytes, len(records)))
+        with self.lock:
+            expected = self.log_end_offset
+            for _, header in batches:
+                if header.base_offset < expected:
+                    raise CorruptRecordError(
+                        f"{self.tp}: replicated batch at offset {header.base_offset} is below the "
+                        f"log end {expected}"
+                    )
+                expected = header.next_offset
+            epoch = batches[-1][1].partition_leader_epoch
+            return self._append(records, batches, epoch, -1)
+
+    def _append(
+        self,
+        data: bytes | bytearray | memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        leader_epoch: int,
+        append_time: int,
+    ) -> AppendInfo:
+        first = batches[0][1].base_offset
+        last = batches[-1][1].last_offset
+        max_ts = max(h.max_timestamp for _, h in batches)
+        segment = self._maybe_roll(len(data), last, max_ts)
+        for _, header in batches:
+            if header.partition_leader_epoch >= 0:
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+        segment.append(data, batches)
+        view = memoryview(data)
+        for pos, header in batches:
+            completed = self.producer_state.update(
+                header, header.base_offset, header.last_offset,
+                batch=view[pos : pos + header.size] if header.is_control else None,
+            )
+            if completed is not None:
+                lso = self.producer_state.last_stable_offset(completed)
+                if completed.is_aborted:
+                    segment.append_aborted_txn(
+                        AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+                    )
+                self.producer_state.complete_txn(completed)
+        self.log_end_offset = last + 1
+        records = sum(h.records_count for _, h in batches)
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(first, last, max_ts, append_time, self.log_start_offset, records, len(data))
+
+    def _maybe_roll(self, incoming: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.should_roll(
+            incoming_bytes=incoming, last_offset=last_offset, max_timestamp=max_timestamp,
+            segment_bytes=self.config.segment_bytes, roll_ms=self.config.segment_ms, now_ms=_now_ms(),
+        ):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Starts a new active segment at the log end offset."""
+        with self.lock:
+            old = self.active_segment
+            if old.size == 0 and old.base_offset == self.log_end_offset:
+                return old
+            old.on_becoming_inactive()
+            # Kafka snapshots producer state at every roll so recovery can start there.
+            self.producer_state.take_snapshot(self.log_end_offset)
+            segment = self.new_segment(self.dir, self.log_end_offset, self.config, self.log_dir)
+            if old.size == 0:
+                self._remove_segments([old], rename=False)
+            self._segments.append(segment)
+            self._bases.append(segment.base_offset)
+            log.debug("%s: rolled new segment at offset %d", self.tp, segment.base_offset)
+            return segment
+
+    # -- reads -------------------------------------------------------------------------------
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+        include_aborted: bool = False,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding ``fetch_offset``, below ``max_offset`` if given.
+
+        ``max_offset`` is the high watermark (or last stable offset) for consumers; followers
+        read up to the log end.
+        """
+        with self.lock:
+            end = self.log_end_offset
+            if fetch_offset < self.log_start_offset or fetch_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"{self.tp}: offset {fetch_offset} is outside [{self.log_start_offset}, {end}]"
+                )
+            limit = end if max_offset is None else min(max_offset, end)
+            if fetch_offset >= limit:
+                return FetchDataInfo(fetch_offset, None)
+            i = self._segment_for(fetch_offset)
+            segments = self._segments[i:]
+        for segment in segments:
+            info = segment.read(
+                fetch_offset, max_bytes, max_offset=limit, min_one_message=min_one_message
+            )
+            if info is not None and info.region.size > 0:
+                aborted: tuple[AbortedTxn, ...] = ()
+                if include_aborted:
+                    aborted = tuple(self.collect_aborted_txns(fetch_offset, limit))
+                return FetchDataInfo(fetch_offset, info.region, aborted)
+        return FetchDataInfo(fetch_offset, None)
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        with self.lock:
+            segments = self._segments[self._segment_for(start_offset) :]
+        found: list[AbortedTxn] = []
+        for segment in segments:
+            if segment.base_offset >= upper_bound:
+                break
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound)
+            found.extend(result.aborted_txns)
+            if result.is_complete:
+                break
+        return found
+
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        lso = self.high_watermark if first_unstable is None else min(first_unstable, self.high_watermark)
+        return lso
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or a real timestamp."""
+        from logkeel.records.record import decode_records  # records decode is only needed here
+
+        with self.lock:
+            if timestamp == EARLIEST_TIMESTAMP:
+                epoch = self.leader_epochs.epoch_for_offset(self.log_start_offset)
+                return TimestampAndOffset(NO_TIMESTAMP, self.log_start_offset, _epoch(epoch))
+            if timestamp == LATEST_TIMESTAMP:
+                epoch = self.leader_epochs.latest_epoch
+                return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset, _epoch(epoch))
+            segments = list(self._segments)
+        if timestamp == MAX_TIMESTAMP:
+            best = max(segments, key=lambda s: s.max_timestamp)
+            if best.max_timestamp == NO_TIMESTAMP:
+                return None
+            found = best.find_position(best.offset_of_max_timestamp)
+            if found is None:
+                return None
+            _, records = decode_records(best.log.read(found.position, found.header.size))
+            rec = next(r for r in records if r.timestamp == best.max_timestamp)
+            epoch = self.leader_epochs.epoch_for_offset(rec.offset)
+            return TimestampAndOffset(rec.timestamp, rec.offset, _epoch(epoch))
+        for segment in segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            hit = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if hit is None:
+                continue
+            found = segment.find_position(hit[0])
+            if found is None:
+                continue
+            _, records = decode_records(segment.log.read(found.position, found.header.size))
+            for rec in records:
+                if rec.timestamp >= timestamp and rec.offset >= self.log_start_offset:
+                    epoch = self.leader_epochs.epoch_for_offset(rec.offset)
+                    return TimestampAndOffset(rec.timestamp, rec.offset, _epoch(epoch))
+        return None
+
+    # -- truncation, retention and log start ---------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Removes every record at or above ``offset`` (a follower diverged); bytes removed."""
+        with self.lock:
+            if offset >= self.log_end_offset:
+                return 0
+            if offset < self.log_start_offset:
+                offset = self.log_start_offset
+            removed = 0
+            doomed = [s for s in self._segments if s.base_offset >= offset and s is not self._segments[0]]
+            for segment in doomed:
+                removed += segment.size
+            self._remove_segments(doomed, rename=True)
+            removed += self.active_segment.truncate_to(offset)
+            if not self._segments:
+                raise AssertionError("a log always keeps one segment")
+            self.log_end_offset = offset
+            self.high_watermark = min(self.high_watermark, offset)
+            self.recovery_point = min(self.recovery_point, offset)
+            self.leader_epochs.truncate_from_end(offset)
+            self._reload_producer_state()
+            log.info("%s: truncated to offset %d (%d bytes removed)", self.tp, offset, removed)
+            return removed
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empties the log and restarts it at ``offset`` (a follower far behind the leader)."""
+        with self.lock:
+            self._remove_segments(list(self._segments), rename=True)
+            segment = self.new_segment(self.dir, offset, self.config, self.log_dir)
+            self._segments.append(segment)
+            self._bases.append(offset)
+            self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+            self.high_watermark = offset
+            self.leader_epochs.clear()
+            self.producer_state.truncate_fully_and_start_at(offset)
+
+    def _reload_producer_state(self) -> None:
+        """Rebuilds producer state after truncation: newest snapshot, then replay."""
+        self.producer_state.truncate_and_reload(self.log_start_offset, self.log_end_offset)
+        self.replay_producer_state(self.producer_state.map_end_offset)
+
+    def replay_producer_state(self, from_offset: int) -> int:
+        """Feeds every batch from ``from_offset`` to the log end into producer state."""
+        replayed = 0
+        i = self._segment_for(from_offset)
+        for segment in self._segments[i:]:
+            start = segment.find_position(from_offset) if from_offset > segment.base_offset else None
+            position = start.position if start else 0
+            for batch in segment.log.batches(position):
+                h = batch.header
+                if h.last_offset < from_offset:
+                    continue
+                data = segment.log.read(batch.position, h.size) if h.is_control else None
+                completed = self.producer_state.load_batch(h, batch=data)
+                if completed is not None:
+                    self.producer_state.complete_txn(completed)
+                replayed += 1
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        return replayed
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """DeleteRecords: moves the log start forward (never past the high watermark)."""
+        with self.lock:
+            if new_start <= self.log_start_offset:
+                return False
+            if new_start > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"{self.tp}: cannot delete records up to {new_start}, beyond the high "
+                    f"watermark {self.high_watermark}"
+                )
+            self.log_start_offset = new_start
+            self.leader_epochs.truncate_from_start(new_start)
+            self.producer_state.on_log_start_offset_incremented(new_start)
+            self._delete_segments_below_start()
+            return True
+
+    def _delete_segments_below_start(self) -> int:
+        doomed = []
+        for segment, nxt in zip(self._segments, self._segments[1:], strict=False):
+            if nxt.base_offset <= self.log_start_offset:
+                doomed.append(segment)
+        self._remove_segments(doomed, rename=True)
+        return len(doomed)
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Retention by time and size, and segments wholly below the log start offset."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+        deleted = 0
+        with self.lock:
+            deleted += self._delete_segments_below_start()
+            if self.config.retention_ms >= 0:
+                deleted += self._delete_while(
+                    lambda s: now_ms - s.largest_timestamp_for_retention() > self.config.retention_ms
+                )
+            if self.config.retention_bytes >= 0:
+                excess = self.size_in_bytes - self.config.retention_bytes
+
+                def over_size(s: LogSegment) -> bool:
+                    nonlocal excess
+                    if excess - s.size >= 0:
+                        excess -= s.size
+                        return True
+                    return False
+
+                deleted += self._delete_while(over_size)
+        return deleted
+
+    def _delete_while(self, predicate: Callable[[LogSegment], bool]) -> int:
+        """Deletes the oldest segments while ``predicate`` holds, never past the high watermark.
+
+        An expired active segment is rolled first, as Kafka does, so the log keeps a segment.
+        """
+        doomed: list[LogSegment] = []
+        for segment in self._segments:
+            is_active = segment is self.active_segment
+            upper = self.log_end_offset if is_active else self._segments[self._segments.index(segment) + 1].base_offset
+            if upper > self.high_watermark or not predicate(segment):
+                break
+            if is_active:
+                if segment.size == 0:
+                    break
+                self.roll()
+            doomed.append(segment)
+        if doomed:
+            self._remove_segments(doomed, rename=True)
+            new_start = self._segments[0].base_offset
+            if new_start > self.log_start_offset:
+                self.log_start_offset = new_start
+                self.leader_epochs.truncate_from_start(new_start)
+                self.producer_state.on_log_start_offset_incremented(new_start)
+                self.producer_state.delete_snapshots_below(new_start)
+            log.info("%s: deleted %d segment(s) by retention; log start now %d",
+                     self.tp, len(doomed), self.log_start_offset)
+        return len(doomed)
+
+    def _remove_segments(self, doomed: list[LogSegment], *, rename: bool) -> None:
+        if not doomed:
+            return
+        ids = {id(s) for s in doomed}
+        self._segments = [s for s in self._segments if id(s) not in ids]
+        self._bases = [s.base_offset for s in self._segments]
+        for segment in doomed:
+            if rename:
+                segment.change_suffix("", DELETED_SUFFIX)
+                self._delete_later(segment)
+            else:
+                segment.close()
+                segment.delete()
+
+    def _delete_later(self, segment: LogSegment) -> None:
+        # Readers may still hold file regions of this segment: delete after a delay.
+        def delete() -> None:
+            segment.close()
+            segment.delete()
+
+        if self._schedule_delete is None or self.config.file_delete_delay_ms <= 0:
+            delete()
+        else:
+            self._schedule_delete(delete, self.config.file_delete_delay_ms / 1000)
+
+    # -- durability --------------------------------------------------------------------------
+    def flush(self, up_to: int | None = None) -> None:
+        """fsyncs segments holding data below ``up_to`` (default: all) and moves the recovery point."""
+        with self.lock:
+            target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+            if target <= self.recovery_point:
+                return
+            start = self._segment_for(self.recovery_point)
+            segments = self._segments[start:]
+        for segment in segments:
+            if segment.base_offset >= target:
+                break
+            segment.flush()
+        with self.lock:
+            self.recovery_point = max(self.recovery_point, target)
+            self._unflushed_messages = 0
+            self._last_flush_ms = _now_ms()
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        if now_ms - self._last_flush_ms >= self.config.flush_ms and self.recovery_point < self.log_end_offset:
+            self.flush()
+            return True
+        return False
+
+    def maybe_take_snapshot(self, now_ms: int) -> bool:
+        """producer.state.snapshot.interval.ms: bounds producer-state replay after a crash."""
+        if now_ms - self._last_snapshot_ms < self.config.producer_snapshot_interval_ms:
+            return False
+        self._last_snapshot_ms = now_ms
+        with self.lock:
+            # A snapshot is only useful for recovery up to the flushed data it describes.
+            if self.producer_state.map_end_offset > self.recovery_point:
+                self.flush()
+            return self.producer_state.take_snapshot() is not None
+
+    def close(self) -> None:
+        """Flushes, snapshots producer state at the log end and closes every file."""
+        with self.lock:
+            self.flush()
+            self.producer_state.take_snapshot(self.log_end_offset)
+            for segment in self._segments:
+                segment.close()
+
+    def close_without_flush(self) -> None:
+        """Closes file handles only: the dir failed, so nothing more can be written."""
+        with self.lock:
+            for segment in self._segments:
+                try:
+                    segment.close()
+                except Exception:  # noqa: BLE001 - the dir is already failed; closing is best effort
+                    log.debug("closing %s after dir failure", segment, exc_info=True)
+
+    def delete(self) -> None:
+        with self.lock:
+            for segment in self._segments:
+                segment.close()
+                segment.delete()
+            self._segments = []
+            self._bases = []
+
+
+def _stamp_log_append_time(data: bytearray, pos: int, header: BatchHeader, now: int) -> BatchHeader:
+    """LogAppendTime topics: the broker's time becomes the batch's max timestamp.
+
+    This changes bytes under the CRC, so (unlike offset assignment) the CRC is recomputed.
+    """
+    attributes = header.attributes | _ATTR_TIMESTAMP_TYPE
+    data[pos + 21 : pos + 23] = attributes.to_bytes(2, "big", signed=True)
+    data[pos + 35 : pos + 43] = now.to_bytes(8, "big", signed=True)
+    crc = compute_crc(data, pos, header.size)
+    data[pos + 17 : pos + 21] = crc.to_bytes(4, "big")
+    return dataclasses.replace(header, attributes=attributes, max_timestamp=now, crc=crc)
+
+
+def _epoch(epoch: int | None) -> int:
+    return -1 if epoch is None else epoch
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def leader_epoch_cache(directory: Path, log_dir: Path) -> LeaderEpochFileCache:
+    return LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE, log_dir))

@@ -1,0 +1,59 @@
+"""The per-partition settings the storage engine needs, with Kafka's topic-config defaults.
+
+Storage takes plain values so it can run without the broker's config machinery (offline
+tools, the Spark segment reader); `from_topic_config` adapts a resolved TopicConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024  # segment.bytes
+    segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms
+    segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms (-1: unlimited)
+    retention_bytes: int = -1  # retention.bytes (-1: unlimited)
+    flush_messages: int = INT64_MAX  # flush.messages
+    flush_ms: int = INT64_MAX  # flush.ms
+    max_message_bytes: int = 1048588  # max.message.bytes
+    message_timestamp_type: str = "CreateTime"  # message.timestamp.type
+    file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
+    producer_snapshot_interval_ms: int = 30_000  # producer.state.snapshot.interval.ms (logkeel)
+    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+
+    @classmethod
+    def from_topic_config(cls, topic: Any, **broker_level: int) -> LogConfig:
+        """Builds from any object with a ``get(name)`` returning resolved topic configs."""
+
+        def value(name: str, default: Any) -> Any:
+            try:
+                v = topic.get(name)
+            except KeyError:
+                return default
+            return default if v is None else v
+
+        return cls(
+            segment_bytes=int(value("segment.bytes", cls.segment_bytes)),
+            segment_ms=int(value("segment.ms", cls.segment_ms)),
+            segment_index_bytes=int(value("segment.index.bytes", cls.segment_index_bytes)),
+            index_interval_bytes=int(value("index.interval.bytes", cls.index_interval_bytes)),
+            retention_ms=int(value("retention.ms", cls.retention_ms)),
+            retention_bytes=int(value("retention.bytes", cls.retention_bytes)),
+            flush_messages=int(value("flush.messages", cls.flush_messages)),
+            flush_ms=int(value("flush.ms", cls.flush_ms)),
+            max_message_bytes=int(value("max.message.bytes", cls.max_message_bytes)),
+            message_timestamp_type=str(value("message.timestamp.type", cls.message_timestamp_type)),
+            file_delete_delay_ms=int(value("file.delete.delay.ms", cls.file_delete_delay_ms)),
+            **broker_level,
+        )
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"

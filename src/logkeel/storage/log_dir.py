@@ -1,0 +1,187 @@
+"""One log directory: its `meta.properties`, lock, checkpoints and clean-shutdown marker."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from logkeel.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
+)
+from logkeel.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError, io_guard
+from logkeel.storage.fileio import atomic_write
+from logkeel.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+
+
+def random_uuid() -> str:
+    """A Kafka Uuid in its base64 (URL-safe, unpadded) text form."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class MetaPropertiesError(StorageError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class MetaProperties:
+    cluster_id: str
+    node_id: int
+    directory_id: str
+    version: int = 1
+
+    def render(self) -> bytes:
+        lines = [
+            "#",
+            f"#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}",
+            f"cluster.id={self.cluster_id}",
+            f"directory.id={self.directory_id}",
+            f"node.id={self.node_id}",
+            f"version={self.version}",
+        ]
+        return ("\n".join(lines) + "\n").encode()
+
+    @classmethod
+    def parse(cls, text: str) -> MetaProperties:
+        props: dict[str, str] = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise MetaPropertiesError(f"malformed line {line!r}")
+            props[key.strip()] = value.strip()
+        try:
+            version = int(props.get("version", "0"))
+            node = props.get("node.id", props.get("broker.id"))
+            if node is None or "cluster.id" not in props:
+                raise MetaPropertiesError("cluster.id or node.id missing")
+            return cls(props["cluster.id"], int(node), props.get("directory.id") or random_uuid(), version)
+        except ValueError as exc:
+            raise MetaPropertiesError(str(exc)) from exc
+
+
+class LogDir:
+    """A directory of partition directories, owned by this broker while it holds the lock."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).absolute()
+        self.meta: MetaProperties | None = None
+        self.offline_reason: str | None = None
+        self._lock_fd: int | None = None
+        self.recovery_points = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT_FILE, self.path)
+        self.log_start_offsets = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT_FILE, self.path)
+        self.replication_offsets = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT_FILE, self.path)
+
+    def __repr__(self) -> str:
+        return f"LogDir({self.path})"
+
+    @property
+    def online(self) -> bool:
+        return self.offline_reason is None
+
+    def open(self, cluster_id: str, node_id: int) -> None:
+        """Creates, locks and identifies the dir. A damaged meta.properties is rewritten."""
+        with io_guard(self.path, "opening log dir"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock()
+            meta_path = self.path / META_PROPERTIES
+            meta = None
+            if meta_path.exists():
+                try:
+                    meta = MetaProperties.parse(meta_path.read_text(errors="replace"))
+                except MetaPropertiesError as exc:
+                    log.warning("%s: %s is unreadable (%s); writing a new one", self.path, META_PROPERTIES, exc)
+            if meta is not None and meta.cluster_id != cluster_id:
+                raise KafkaStorageError(
+                    self.path,
+                    f"{META_PROPERTIES} belongs to cluster {meta.cluster_id}, not {cluster_id}",
+                )
+            if meta is not None and meta.node_id != node_id:
+                raise KafkaStorageError(
+                    self.path, f"{META_PROPERTIES} belongs to node {meta.node_id}, not {node_id}"
+                )
+            if meta is None or meta.version != 1:
+                meta = MetaProperties(cluster_id, node_id, meta.directory_id if meta else random_uuid())
+                atomic_write(meta_path, meta.render())
+            self.meta = meta
+
+    def _lock(self) -> None:
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaStorageError(self.path, "locked by another process (is a broker running?)") from None
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- clean shutdown marker ----------------------------------------------------------------
+    @property
+    def was_clean(self) -> bool:
+        return (self.path / CLEAN_SHUTDOWN_FILE).exists()
+
+    def mark_clean(self) -> None:
+        with io_guard(self.path, "writing clean shutdown marker"):
+            atomic_write(self.path / CLEAN_SHUTDOWN_FILE, b"")
+
+    def clear_clean_marker(self) -> None:
+        with io_guard(self.path, "removing clean shutdown marker"):
+            (self.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+
+    # -- partitions ------------------------------------------------------------------------------
+    def partition_dirs(self) -> list[Path]:
+        """Partition directories; ones marked for deletion are removed on the way."""
+        found = []
+        with io_guard(self.path, "listing log dir"):
+            for entry in os.scandir(self.path):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith("-delete"):
+                    _remove_tree(Path(entry.path))
+                    continue
+                try:
+                    TopicPartition.parse_dir_name(entry.name)
+                except ValueError:
+                    continue
+                if entry.name.endswith(("-future", "-stray")):
+                    continue
+                found.append(Path(entry.path))
+        return found
+
+    def read_checkpoint(self, which: OffsetCheckpointFile) -> dict[TopicPartition, int]:
+        """A missing or corrupt checkpoint reads as empty: recovery then starts from scratch."""
+        try:
+            with io_guard(self.path, f"reading {which.path.name}"):
+                return which.read() if which.path.exists() else {}
+        except CorruptCheckpointError as exc:
+            log.warning("%s: ignoring corrupt checkpoint: %s", self.path, exc)
+            return {}
+
+
+def _remove_tree(path: Path) -> None:
+    for child in path.iterdir():
+        if child.is_dir():
+            _remove_tree(child)
+        else:
+            child.unlink(missing_ok=True)
+    path.rmdir()

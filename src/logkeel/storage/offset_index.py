@@ -1,0 +1,102 @@
+"""The offset index (``<base offset>.index``): sparse map from offsets to log file positions.
+
+Format (apache/kafka ``OffsetIndex``): 8-byte big-endian entries, int32 offset relative to the
+segment's base offset, then int32 byte position of the batch in the ``.log`` file. The segment
+adds an entry every ``log.index.interval.bytes`` of log, keyed by the batch's **last** offset:
+last offsets increase strictly from batch to batch, base offsets need not (a batch's base offset
+is not always its first record's; keying by it is what broke index rebuilds in the incident in
+seeds/). A lookup for offset X lands on a batch whose last offset <= X; the caller scans forward.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from logkeel.storage.index_file import (
+    INT32_MAX,
+    AbstractIndex,
+    InvalidIndexEntryError,
+    InvalidOffsetError,
+)
+
+OFFSET_INDEX_ENTRY_SIZE = 8
+
+
+class OffsetPosition(NamedTuple):
+    offset: int
+    position: int
+
+
+class OffsetIndex(AbstractIndex[OffsetPosition]):
+    entry_size = OFFSET_INDEX_ENTRY_SIZE
+    _codec = struct.Struct(">ii")
+    _offset_field = 0
+    _values_strictly_increase = True  # every entry is a different batch, so a later position
+    _kind = "offset index"
+
+    def _to_entry(self, raw: tuple[int, int]) -> OffsetPosition:
+        return OffsetPosition(self._base_offset + raw[0], raw[1])
+
+    @property
+    def last_entry(self) -> OffsetPosition:
+        """The last entry, or (base offset, 0) if there is none."""
+        with self._lock:
+            self._ensure_loaded()
+            if self._entries == 0:
+                return OffsetPosition(self._base_offset, 0)
+            return self._entry(self._entries - 1)
+
+    @property
+    def last_offset(self) -> int:
+        return self.last_entry.offset
+
+    def append(self, offset: int, position: int) -> None:
+        """Adds (offset, position); both must exceed the last entry's.
+
+        Raises InvalidOffsetError for an offset not above the last one, IndexFullError when
+        there is no free slot, IndexOffsetOverflowError when offset - base does not fit an int32.
+        """
+        with self._lock:
+            self._ensure_loaded()
+            relative = self.relative_offset(offset)
+            if not 0 <= position <= INT32_MAX:
+                raise InvalidIndexEntryError(
+                    f"position {position} for offset {offset} is not a valid int32 file "
+                    f"position ({self._path})"
+                )
+            if self._entries:
+                last = self._entry(self._entries - 1)
+                if offset <= last.offset:
+                    raise InvalidOffsetError(
+                        f"attempt to append offset {offset} to slot {self._entries}, no larger "
+                        f"than the last offset appended ({last.offset}) to {self._path}"
+                    )
+                if position <= last.position:
+                    raise InvalidIndexEntryError(
+                        f"attempt to append position {position} for offset {offset}, no larger "
+                        f"than the last position indexed ({last.position}) in {self._path}"
+                    )
+            self._append_raw((relative, position))
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The entry with the greatest offset <= ``target_offset``; (base offset, 0) if none."""
+        with self._lock:
+            self._ensure_loaded()
+            slot = self._search(target_offset, 0)
+            if slot < 0:
+                return OffsetPosition(self._base_offset, 0)
+            return self._entry(slot)
+
+    def fetch_upper_bound_offset(self, start_position: int, fetch_size: int) -> OffsetPosition | None:
+        """The first entry at or past ``start_position + fetch_size``, or None.
+
+        Its offset is guaranteed to be outside a fetch of ``fetch_size`` bytes from
+        ``start_position`` (not necessarily the smallest such offset).
+        """
+        with self._lock:
+            self._ensure_loaded()
+            slot = self._count_below(start_position + fetch_size, 1)
+            if slot >= self._entries:
+                return None
+            return self._entry(slot)

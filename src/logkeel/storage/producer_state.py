@@ -1,0 +1,886 @@
+"""Per-partition state of idempotent and transactional producers (Kafka's ProducerStateManager).
+
+For each producer id the partition remembers its epoch, the metadata of its last five batches
+(enough to recognise a retried batch and answer with its original offsets), the coordinator
+epoch of its last transaction marker, and the first offset of its open transaction. Open and
+completed-but-unreplicated transactions give the first unstable offset, from which the log
+derives the last stable offset that read_committed consumers may read up to.
+
+How the log drives it, per appended batch (the caller holds the log's lock):
+
+1. ``prepare_append(header)`` (or ``prepare_appends`` for several batches of one request) before
+   writing: returns a ``DuplicateBatch`` for a retry, raises for a fenced or out-of-order
+   producer, else None and nothing has changed yet.
+2. ``update(header, first_offset, last_offset)`` after the batch is in the log (every batch, with
+   or without a producer id: it also advances ``map_end_offset``). Followers and recovery call
+   ``load_batch(header)`` instead, which never raises a validation error.
+3. If that returned a ``CompletedTxn``: ``last_stable_offset(txn)`` for the transaction index,
+   then ``complete_txn(txn)``.
+
+State is persisted only in ``<offset>.snapshot`` files (see producer_snapshot); on start-up it is
+rebuilt from the newest good snapshot plus the log after it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections import deque
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from types import MappingProxyType
+
+from logkeel.records.batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    CompressionType,
+    TimestampType,
+)
+from logkeel.storage.errors import (
+    CorruptRecordError,
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    StorageError,
+    io_guard,
+)
+from logkeel.storage.producer_snapshot import (
+    SNAPSHOT_SUFFIX,
+    ProducerSnapshotEntry,
+    list_snapshot_files,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
+
+log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
+LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
+INT32_MAX = (1 << 31) - 1
+NO_COORDINATOR_EPOCH = -1
+
+Buffer = bytes | bytearray | memoryview
+
+
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer with an open transaction (INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A marker from an older transaction coordinator (TRANSACTION_COORDINATOR_FENCED)."""
+
+
+# -- end-transaction markers -----------------------------------------------------------------
+
+
+class ControlRecordType(IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    control_type: ControlRecordType
+    coordinator_epoch: int
+    timestamp: int
+
+
+def read_end_txn_marker(header: BatchHeader, batch: Buffer) -> EndTxnMarker | None:
+    """Decodes the marker in a control batch; None for an empty one (cleaned by compaction).
+
+    ``batch`` holds the batch from its first byte. Only the first record matters: a marker
+    batch has exactly one. Kafka writes markers uncompressed. Raises CorruptRecordError.
+    """
+    if header.records_count == 0:
+        return None
+    if header.compression != CompressionType.NONE:
+        raise CorruptRecordError(
+            f"control batch at offset {header.base_offset} is compressed ({header.compression.name})"
+        )
+    view = memoryview(batch)[: header.size]
+    reader = _VarintReader(view, HEADER_SIZE)
+    try:
+        reader.varint()  # record length
+        reader.skip(1)  # record attributes
+        timestamp_delta = reader.varint()
+        reader.varint()  # offset delta
+        key = reader.sized_bytes()
+        value = reader.sized_bytes()
+    except IndexError as exc:
+        raise CorruptRecordError(
+            f"control record at offset {header.base_offset} runs past its batch"
+        ) from exc
+    if key is None or len(key) < 4:
+        raise CorruptRecordError(f"control record key at offset {header.base_offset} is too short")
+    key_version = int.from_bytes(key[0:2], "big", signed=True)
+    type_id = int.from_bytes(key[2:4], "big", signed=True)
+    if key_version < 0:
+        raise CorruptRecordError(
+            f"control record key version {key_version} at {header.base_offset}"
+        )
+    if type_id not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise CorruptRecordError(
+            f"control record at offset {header.base_offset} has type {type_id}, "
+            "not an end-transaction marker"
+        )
+    if value is None or len(value) < 6:
+        raise CorruptRecordError(f"end-transaction marker at {header.base_offset} is too short")
+    if int.from_bytes(value[0:2], "big", signed=True) < 0:
+        raise CorruptRecordError(
+            f"end-transaction marker version at {header.base_offset} is negative"
+        )
+    coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True)
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        timestamp = header.max_timestamp
+    else:
+        timestamp = header.base_timestamp + timestamp_delta
+    return EndTxnMarker(ControlRecordType(type_id), coordinator_epoch, timestamp)
+
+
+class _VarintReader:
+    """Just enough of the record encoding (zig-zag varints) to reach a control record's value."""
+
+    def __init__(self, buf: memoryview, pos: int):
+        self.buf = buf
+        self.pos = pos
+
+    def varint(self) -> int:
+        raw = 0
+        shift = 0
+        while True:
+            byte = self.buf[self.pos]
+            self.pos += 1
+            raw |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return (raw >> 1) ^ -(raw & 1)
+            shift += 7
+            if shift > 63:
+                raise CorruptRecordError("varint longer than 10 bytes")
+
+    def skip(self, n: int) -> None:
+        if self.pos + n > len(self.buf):
+            raise IndexError
+        self.pos += n
+
+    def sized_bytes(self) -> bytes | None:
+        length = self.varint()
+        if length < 0:
+            return None
+        if self.pos + length > len(self.buf):
+            raise IndexError
+        data = bytes(self.buf[self.pos : self.pos + length])
+        self.pos += length
+        return data
+
+
+# -- per-producer state ----------------------------------------------------------------------
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What is kept of one appended batch: enough to recognise and answer its retry."""
+
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        # Sequences wrap from Int32 max to 0, so the first is taken modulo 2**31.
+        return (self.last_seq - self.offset_delta) % (INT32_MAX + 1)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+class ProducerStateEntry:
+    """One producer id's state. ``batches`` is oldest first, at most NUM_BATCHES_TO_RETAIN."""
+
+    __slots__ = (
+        "producer_id",
+        "producer_epoch",
+        "coordinator_epoch",
+        "last_timestamp",
+        "current_txn_first_offset",
+        "batches",
+    )
+
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        coordinator_epoch: int = NO_COORDINATOR_EPOCH,
+        last_timestamp: int = NO_TIMESTAMP,
+        current_txn_first_offset: int | None = None,
+        batches: Iterable[BatchMetadata] = (),
+    ):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.coordinator_epoch = coordinator_epoch
+        self.last_timestamp = last_timestamp
+        self.current_txn_first_offset = current_txn_first_offset
+        self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def first_data_offset(self) -> int:
+        return self.batches[0].first_offset if self.batches else -1
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batches[-1].offset_delta if self.batches else 0
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def maybe_update_producer_epoch(self, epoch: int) -> bool:
+        # Sequences restart with each epoch, so the old epoch's batches can no longer match.
+        if epoch == self.producer_epoch:
+            return False
+        self.batches.clear()
+        self.producer_epoch = epoch
+        return True
+
+    def add_batch(
+        self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
+    ) -> None:
+        self.maybe_update_producer_epoch(epoch)
+        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+    def end_txn(self, epoch: int, coordinator_epoch: int, timestamp: int) -> None:
+        self.maybe_update_producer_epoch(epoch)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = None
+        self.last_timestamp = timestamp
+
+    def to_snapshot_entry(self) -> ProducerSnapshotEntry:
+        return ProducerSnapshotEntry(
+            producer_id=self.producer_id,
+            epoch=self.producer_epoch,
+            last_sequence=self.last_seq,
+            last_offset=self.last_data_offset,
+            offset_delta=self.last_offset_delta,
+            timestamp=self.last_timestamp,
+            coordinator_epoch=self.coordinator_epoch,
+            current_txn_first_offset=(
+                -1 if self.current_txn_first_offset is None else self.current_txn_first_offset
+            ),
+        )
+
+    @classmethod
+    def from_snapshot_entry(cls, e: ProducerSnapshotEntry) -> ProducerStateEntry:
+        batches = (
+            [BatchMetadata(e.last_sequence, e.last_offset, e.offset_delta, e.timestamp)]
+            if e.last_offset >= 0
+            else []
+        )
+        return cls(
+            e.producer_id,
+            e.epoch,
+            e.coordinator_epoch,
+            e.timestamp,
+            e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None,
+            batches,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
+            f"coordinator_epoch={self.coordinator_epoch}, last_timestamp={self.last_timestamp}, "
+            f"current_txn_first_offset={self.current_txn_first_offset}, batches={list(self.batches)})"
+        )
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateBatch:
+    """A retried batch: the log answers with these instead of appending it again."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the offset of the COMMIT/ABORT marker
+    is_aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotLoadResult:
+    """What ``load_latest_snapshot`` did: the snapshot offset used (None: none usable) and the
+    corrupt snapshot files it deleted on the way."""
+
+    offset: int | None
+    discarded: list[Path] = field(default_factory=list)
+    producers: int = 0
+
+
+@dataclass(slots=True)
+class _TxnMetadata:
+    producer_id: int
+    first_offset: int
+    last_offset: int | None = None
+
+
+class _TxnsByOffset:
+    """Transactions keyed and ordered by first offset (Kafka uses a TreeMap)."""
+
+    def __init__(self) -> None:
+        self._by_offset: dict[int, _TxnMetadata] = {}
+        self._offsets: list[int] = []
+
+    def put(self, txn: _TxnMetadata) -> None:
+        if txn.first_offset not in self._by_offset:
+            bisect.insort(self._offsets, txn.first_offset)
+        self._by_offset[txn.first_offset] = txn
+
+    def pop(self, first_offset: int) -> _TxnMetadata | None:
+        txn = self._by_offset.pop(first_offset, None)
+        if txn is not None:
+            del self._offsets[bisect.bisect_left(self._offsets, first_offset)]
+        return txn
+
+    def first(self) -> _TxnMetadata | None:
+        return self._by_offset[self._offsets[0]] if self._offsets else None
+
+    def clear(self) -> None:
+        self._by_offset.clear()
+        self._offsets.clear()
+
+    def __iter__(self) -> Iterator[_TxnMetadata]:
+        return (self._by_offset[o] for o in list(self._offsets))
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+
+@dataclass(slots=True)
+class _Staged:
+    """A producer's state as validation sees it partway through one append."""
+
+    epoch: int
+    last_seq: int | None  # None: no batch of this append yet in the current epoch
+    txn_open: bool
+    coordinator_epoch: int
+
+
+# -- the manager -----------------------------------------------------------------------------
+
+
+class ProducerStateManager:
+    """Producer ids, sequences, transactions and snapshots of one partition dir.
+
+    Not thread-safe: like Kafka's, it relies on the log's lock. IO errors surface as
+    KafkaStorageError naming ``log_dir`` (by default the partition dir's parent).
+    """
+
+    def __init__(
+        self,
+        partition_dir: str | Path,
+        max_producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+        log_dir: str | Path | None = None,
+    ):
+        self.partition_dir = Path(partition_dir)
+        self.log_dir = Path(log_dir) if log_dir is not None else self.partition_dir.parent
+        self.max_producer_id_expiration_ms = max_producer_id_expiration_ms
+        self.max_transaction_timeout_ms = max_transaction_timeout_ms
+        self._producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing = _TxnsByOffset()
+        # Completed, but the marker may be above the high watermark: still unstable.
+        self._unreplicated = _TxnsByOffset()
+        self._snapshots: dict[int, Path] = {}
+        self.malformed_snapshot_files: list[Path] = []
+        self._last_map_offset = 0
+        self._last_snap_offset = 0
+        self._scan_snapshots()
+
+    # -- inspection ------------------------------------------------------------------------
+
+    @property
+    def map_end_offset(self) -> int:
+        """The state covers every batch below this offset."""
+        return self._last_map_offset
+
+    @property
+    def active_producers(self) -> Mapping[int, ProducerStateEntry]:
+        return MappingProxyType(self._producers)
+
+    @property
+    def producer_id_count(self) -> int:
+        return len(self._producers)
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._producers and not len(self._unreplicated)
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def prepare_append(
+        self, header: BatchHeader, origin_is_client: bool = True, *, batch: Buffer | None = None
+    ) -> DuplicateBatch | None:
+        """Validates one batch before the log writes it; changes nothing.
+
+        ``origin_is_client``: a produce request, checked fully. False: the broker's own writes
+        (transaction markers, group coordinator), whose epochs are checked but not sequences.
+        A control batch needs its bytes in ``batch`` to read the marker.
+        """
+        return self.prepare_appends([(header, batch)], origin_is_client)
+
+    def prepare_appends(
+        self, batches: Iterable[tuple[BatchHeader, Buffer | None]], origin_is_client: bool = True
+    ) -> DuplicateBatch | None:
+        """``prepare_append`` for the batches of one request, each checked against the state the
+        earlier ones would leave. Raises at the first invalid batch; returns the duplicate if any
+        batch is a retry (the whole append then is one, as in Kafka)."""
+        staged: dict[int, _Staged] = {}
+        for header, data in batches:
+            if not header.has_producer_id:
+                continue
+            pid = header.producer_id
+            current = self._producers.get(pid) or ProducerStateEntry(pid)
+            if origin_is_client and not header.is_control:
+                dup = current.find_duplicate(
+                    header.producer_epoch, header.base_sequence, header.last_sequence
+                )
+                if dup is not None:
+                    return DuplicateBatch(dup.first_offset, dup.last_offset, dup.timestamp)
+            stage = staged.get(pid)
+            if stage is None:
+                stage = staged[pid] = _Staged(
+                    current.producer_epoch,
+                    None,
+                    current.current_txn_first_offset is not None,
+                    current.coordinator_epoch,
+                )
+            if header.is_control:
+                if data is None:
+                    raise ValueError("a control batch needs its bytes to read the marker")
+                self._validate_marker(header, read_end_txn_marker(header, data), stage)
+            else:
+                self._validate_data(header, current, stage, origin_is_client)
+        return None
+
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        last_offset: int,
+        *,
+        batch: Buffer | None = None,
+    ) -> CompletedTxn | None:
+        """Records a batch the log has written at [first_offset, last_offset]; never validates.
+
+        Call it for every batch, so ``map_end_offset`` follows the log. A control batch needs
+        its bytes. Returns the transaction a marker completed (the caller then computes
+        ``last_stable_offset`` and calls ``complete_txn``).
+        """
+        if last_offset - first_offset != header.last_offset_delta:
+            raise ValueError(
+                f"offsets [{first_offset}, {last_offset}] do not span the batch's "
+                f"{header.last_offset_delta + 1} offsets"
+            )
+        completed = None
+        if header.has_producer_id:
+            if header.is_control:
+                if batch is None:
+                    raise ValueError("a control batch needs its bytes to read the marker")
+                marker = read_end_txn_marker(header, batch)
+                if marker is not None:
+                    completed = self._apply_marker(header, first_offset, marker)
+            else:
+                self._apply_data(header, first_offset, last_offset)
+        self._last_map_offset = last_offset + 1
+        return completed
+
+    def load_batch(
+        self, header: BatchHeader, *, batch: Buffer | None = None
+    ) -> CompletedTxn | None:
+        """``update`` with the offsets already in the batch: replication and recovery."""
+        return self.update(header, header.base_offset, header.last_offset, batch=batch)
+
+    def update_map_end_offset(self, offset: int) -> None:
+        self._last_map_offset = offset
+
+    def _validate_data(
+        self, header: BatchHeader, current: ProducerStateEntry, stage: _Staged, client: bool
+    ) -> None:
+        pid, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
+        where = f"producer {pid} at offset {header.base_offset} in {self.partition_dir.name}"
+        self._check_epoch(epoch, stage, where)
+        if client:
+            if epoch != stage.epoch:
+                if first_seq != 0 and stage.epoch != NO_PRODUCER_EPOCH:
+                    raise OutOfOrderSequenceError(
+                        f"{where}: new epoch {epoch} (was {stage.epoch}) must start at "
+                        f"sequence 0, got {first_seq}"
+                    )
+            else:
+                if stage.last_seq is not None:
+                    last_seq = stage.last_seq
+                elif epoch == current.producer_epoch:
+                    last_seq = current.last_seq
+                else:
+                    last_seq = NO_SEQUENCE
+                # With no known epoch (state gone with retention or DeleteRecords) Kafka accepts
+                # any sequence rather than answering UNKNOWN_PRODUCER_ID.
+                if current.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(
+                    last_seq, first_seq
+                ):
+                    raise OutOfOrderSequenceError(
+                        f"{where}: sequence {first_seq} does not follow {last_seq}"
+                    )
+        if epoch != stage.epoch:
+            stage.epoch = epoch
+            stage.last_seq = None
+        stage.last_seq = header.last_sequence
+        if stage.txn_open and not header.is_transactional:
+            raise InvalidTxnStateError(f"{where}: non-transactional batch inside a transaction")
+        if header.is_transactional:
+            stage.txn_open = True
+
+    def _validate_marker(
+        self, header: BatchHeader, marker: EndTxnMarker | None, stage: _Staged
+    ) -> None:
+        if marker is None:
+            return
+        where = f"producer {header.producer_id} at offset {header.base_offset} in {self.partition_dir.name}"
+        self._check_epoch(header.producer_epoch, stage, where)
+        if stage.coordinator_epoch > marker.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{where}: coordinator epoch {marker.coordinator_epoch} is older than "
+                f"{stage.coordinator_epoch}"
+            )
+        if header.producer_epoch != stage.epoch:
+            stage.epoch = header.producer_epoch
+            stage.last_seq = None
+        stage.coordinator_epoch = marker.coordinator_epoch
+        stage.txn_open = False
+
+    @staticmethod
+    def _check_epoch(epoch: int, stage: _Staged, where: str) -> None:
+        if epoch < stage.epoch:
+            raise InvalidProducerEpochError(
+                f"{where}: epoch {epoch} is older than the last seen epoch {stage.epoch}"
+            )
+
+    def _entry(self, pid: int) -> ProducerStateEntry:
+        entry = self._producers.get(pid)
+        if entry is None:
+            entry = self._producers[pid] = ProducerStateEntry(pid)
+        return entry
+
+    def _apply_data(self, header: BatchHeader, first_offset: int, last_offset: int) -> None:
+        entry = self._entry(header.producer_id)
+        if header.producer_epoch < entry.producer_epoch:
+            log.warning(
+                "%s: producer %d wrote epoch %d at offset %d after epoch %d",
+                self.partition_dir.name,
+                header.producer_id,
+                header.producer_epoch,
+                first_offset,
+                entry.producer_epoch,
+            )
+        entry.add_batch(
+            header.producer_epoch,
+            header.last_sequence,
+            last_offset,
+            last_offset - first_offset,
+            header.max_timestamp,
+        )
+        if entry.current_txn_first_offset is None:
+            if header.is_transactional:
+                entry.current_txn_first_offset = first_offset
+                self._ongoing.put(_TxnMetadata(header.producer_id, first_offset))
+        elif not header.is_transactional:
+            log.warning(
+                "%s: non-transactional batch at %d from producer %d inside its transaction",
+                self.partition_dir.name,
+                first_offset,
+                header.producer_id,
+            )
+
+    def _apply_marker(
+        self, header: BatchHeader, offset: int, marker: EndTxnMarker
+    ) -> CompletedTxn | None:
+        entry = self._entry(header.producer_id)
+        completed = None
+        # A marker without data before it leaves nothing to complete or to index.
+        if entry.current_txn_first_offset is not None:
+            completed = CompletedTxn(
+                header.producer_id,
+                entry.current_txn_first_offset,
+                offset,
+                marker.control_type == ControlRecordType.ABORT,
+            )
+        entry.end_txn(header.producer_epoch, marker.coordinator_epoch, marker.timestamp)
+        return completed
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is done: the next other open transaction's first offset,
+        else just past the marker. Call before ``complete_txn``."""
+        for txn in self._ongoing:
+            if txn.producer_id != completed.producer_id:
+                return txn.first_offset
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        txn = self._ongoing.pop(completed.first_offset)
+        if txn is None:
+            raise ValueError(f"transaction {completed} was never started in {self.partition_dir}")
+        txn.last_offset = completed.last_offset
+        self._unreplicated.put(txn)
+
+    def first_undecided_offset(self) -> int | None:
+        """First offset of the oldest open transaction."""
+        txn = self._ongoing.first()
+        return txn.first_offset if txn else None
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest transaction that is open or whose marker is above the
+        high watermark; None when every transaction is decided and replicated."""
+        offsets = [t.first_offset for t in (self._ongoing.first(), self._unreplicated.first()) if t]
+        return min(offsets) if offsets else None
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self._remove_unreplicated_below(high_watermark)
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        self._remove_unreplicated_below(log_start_offset)
+        if self._last_map_offset < log_start_offset:
+            self._last_map_offset = log_start_offset
+        latest = self.latest_snapshot_offset
+        self._last_snap_offset = latest if latest is not None else log_start_offset
+
+    def _remove_unreplicated_below(self, offset: int) -> None:
+        for txn in list(self._unreplicated):
+            if txn.last_offset is not None and txn.last_offset < offset:
+                self._unreplicated.pop(txn.first_offset)
+
+    def has_late_transaction(self, now_ms: int) -> bool:
+        """Whether the oldest open transaction has been silent for longer than any transaction
+        may last (a hanging transaction that holds back the LSO)."""
+        txn = self._ongoing.first()
+        if txn is None:
+            return False
+        entry = self._producers.get(txn.producer_id)
+        last = entry.last_timestamp if entry else -1
+        return (
+            last > 0
+            and now_ms - last > self.max_transaction_timeout_ms + LATE_TRANSACTION_BUFFER_MS
+        )
+
+    # -- expiration ------------------------------------------------------------------------
+
+    def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        # An open transaction keeps its producer: forgetting it would lose the LSO's anchor.
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= self.max_producer_id_expiration_ms
+        )
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forgets producers idle for ``max_producer_id_expiration_ms``; returns their ids."""
+        now = _now_ms() if now_ms is None else now_ms
+        expired = [pid for pid, e in self._producers.items() if self._is_expired(e, now)]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def _scan_snapshots(self) -> None:
+        with io_guard(self.log_dir, f"listing producer snapshots in {self.partition_dir}"):
+            listing = list_snapshot_files(self.partition_dir)
+            # Left by a crash inside atomic_write; the rename never happened so it holds nothing.
+            if self.partition_dir.is_dir():
+                for tmp in self.partition_dir.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
+                    tmp.unlink(missing_ok=True)
+        self._snapshots = {f.offset: f.path for f in listing.files}
+        self.malformed_snapshot_files = listing.malformed
+        for path in listing.malformed:
+            log.warning("ignoring producer snapshot with a malformed name: %s", path)
+
+    @property
+    def snapshot_offsets(self) -> list[int]:
+        return sorted(self._snapshots)
+
+    @property
+    def latest_snapshot_offset(self) -> int | None:
+        return max(self._snapshots) if self._snapshots else None
+
+    @property
+    def oldest_snapshot_offset(self) -> int | None:
+        return min(self._snapshots) if self._snapshots else None
+
+    def snapshot_file(self, offset: int) -> Path | None:
+        return self._snapshots.get(offset)
+
+    def take_snapshot(self, offset: int | None = None) -> Path | None:
+        """Writes the state as ``<offset>.snapshot``; None if no batch arrived since the last one.
+
+        ``offset`` (default ``map_end_offset``) may be above ``map_end_offset`` when the batches
+        in between carry no producer state, e.g. at a segment roll; it becomes the new one.
+        """
+        if offset is not None:
+            if offset < self._last_map_offset:
+                raise ValueError(
+                    f"cannot snapshot at {offset}: state already covers up to {self._last_map_offset}"
+                )
+            self._last_map_offset = offset
+        if self._last_map_offset <= self._last_snap_offset:
+            return None
+        path = snapshot_path(self.partition_dir, self._last_map_offset)
+        entries = [self._producers[pid].to_snapshot_entry() for pid in sorted(self._producers)]
+        with io_guard(self.log_dir, f"writing producer snapshot {path}"):
+            write_snapshot(path, entries)
+        self._snapshots[self._last_map_offset] = path
+        self._last_snap_offset = self._last_map_offset
+        log.info("wrote producer snapshot %s with %d producer ids", path, len(entries))
+        return path
+
+    def load_latest_snapshot(
+        self, log_start_offset: int = 0, now_ms: int | None = None
+    ) -> SnapshotLoadResult:
+        """Replaces the in-memory state with the newest readable snapshot.
+
+        Corrupt snapshots are deleted and the next older one is tried. With none left the state
+        starts empty at ``log_start_offset``. ``now_ms`` drops producers that expired meanwhile.
+        """
+        self._clear_state()
+        discarded: list[Path] = []
+        while self._snapshots:
+            offset = max(self._snapshots)
+            path = self._snapshots[offset]
+            try:
+                with io_guard(self.log_dir, f"reading producer snapshot {path}"):
+                    entries = read_snapshot(path)
+            except CorruptSnapshotError as exc:
+                log.warning("discarding corrupt producer snapshot: %s", exc)
+                self._delete_snapshot(offset)
+                discarded.append(path)
+                continue
+            for snap in entries:
+                entry = ProducerStateEntry.from_snapshot_entry(snap)
+                if now_ms is not None and self._is_expired(entry, now_ms):
+                    continue
+                self._load_entry(entry)
+            self._last_snap_offset = self._last_map_offset = offset
+            return SnapshotLoadResult(offset, discarded, len(self._producers))
+        self._last_snap_offset = self._last_map_offset = log_start_offset
+        return SnapshotLoadResult(None, discarded, 0)
+
+    def load_producer_entry(self, entry: ProducerStateEntry) -> None:
+        """Adds a producer as read from a snapshot (for loaders and tests)."""
+        self._load_entry(entry)
+
+    def _load_entry(self, entry: ProducerStateEntry) -> None:
+        self._producers[entry.producer_id] = entry
+        if entry.current_txn_first_offset is not None:
+            self._ongoing.put(_TxnMetadata(entry.producer_id, entry.current_txn_first_offset))
+
+    def truncate_and_reload(
+        self, log_start_offset: int, log_end_offset: int, now_ms: int | None = None
+    ) -> SnapshotLoadResult | None:
+        """Fits the state to a log now spanning [log_start_offset, log_end_offset).
+
+        Snapshots above the log end, or at or below the log start, are deleted (as in Kafka).
+        If the state no longer ends at the log end it is reloaded from the newest remaining
+        snapshot; the caller then replays the log from ``map_end_offset``. Returns the load
+        result, or None when no reload was needed. Assumes log end <= high watermark.
+        """
+        for offset in list(self._snapshots):
+            if offset > log_end_offset or offset <= log_start_offset:
+                self._delete_snapshot(offset)
+        if log_end_offset != self._last_map_offset:
+            return self.load_latest_snapshot(log_start_offset, now_ms)
+        self.on_log_start_offset_incremented(log_start_offset)
+        return None
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Forgets everything, snapshots included (the log was emptied and restarts at offset)."""
+        self._clear_state()
+        for snap_offset in list(self._snapshots):
+            self._delete_snapshot(snap_offset)
+        self._last_snap_offset = 0
+        self._last_map_offset = offset
+
+    def delete_snapshots_below(self, offset: int) -> list[int]:
+        """Deletes snapshots with offsets below ``offset`` (exclusive); returns their offsets."""
+        doomed = sorted(o for o in self._snapshots if o < offset)
+        for snap_offset in doomed:
+            self._delete_snapshot(snap_offset)
+        return doomed
+
+    def remove_stray_snapshots(self, segment_base_offsets: Collection[int]) -> list[int]:
+        """Deletes snapshots at offsets where no segment starts, except the newest such one if it
+        lies above every segment base (the one written at clean shutdown). Returns the deleted."""
+        bases = set(segment_base_offsets)
+        strays = sorted(o for o in self._snapshots if o not in bases)
+        keep = strays[-1] if strays and (not bases or strays[-1] >= max(bases)) else None
+        doomed = [o for o in strays if o != keep]
+        for snap_offset in doomed:
+            self._delete_snapshot(snap_offset)
+        return doomed
+
+    def _delete_snapshot(self, offset: int) -> None:
+        path = self._snapshots.pop(offset, None)
+        if path is not None:
+            with io_guard(self.log_dir, f"deleting producer snapshot {path}"):
+                path.unlink(missing_ok=True)
+
+    def _clear_state(self) -> None:
+        self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,314 @@
+"""One log segment: a `.log` file and its `.index`, `.timeindex` and `.txnindex`.
+
+Nothing is opened when a segment object is made: an inactive segment that nobody reads
+costs a directory entry and a Python object at start-up (KIP-263).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from logkeel.records.batch import NO_TIMESTAMP, BatchHeader
+from logkeel.storage.errors import io_guard
+from logkeel.storage.file_records import BatchPosition, FileRecords, FileRegion
+from logkeel.storage.offset_index import OffsetIndex
+from logkeel.storage.time_index import TimeIndex
+from logkeel.storage.txn_index import AbortedTxn, TransactionIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_base_offset(name: str) -> int | None:
+    stem = name.split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentReadInfo:
+    """Where a read starting at ``start_offset`` begins in the segment file."""
+
+    start_offset: int
+    position: int
+    region: FileRegion
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    valid_bytes: int
+    truncated_bytes: int
+    batches: list[BatchHeader]
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        log_dir: Path,
+        index_interval_bytes: int,
+        max_index_size: int,
+        created_ms: int | None = None,
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.log_dir = log_dir
+        self.index_interval_bytes = index_interval_bytes
+        self.log = FileRecords(directory / file_name(base_offset, LOG_SUFFIX), log_dir)
+        self.offset_index = OffsetIndex(
+            directory / file_name(base_offset, INDEX_SUFFIX), base_offset, max_index_size, log_dir=log_dir
+        )
+        self.time_index = TimeIndex(
+            directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_size,
+            log_dir=log_dir,
+        )
+        self.txn_index = TransactionIndex(
+            directory / file_name(base_offset, TXN_INDEX_SUFFIX), base_offset, log_dir=log_dir
+        )
+        self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
+        self._bytes_since_last_index_entry = 0
+        # (max timestamp, offset of the batch holding it); None until learnt from the time index
+        self._max_timestamp: tuple[int, int] | None = None
+        self._rolling_timestamp: int | None = None
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log.path})"
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    @property
+    def opened(self) -> bool:
+        """Whether any of this segment's files were opened or mapped."""
+        return self.log.is_open or self.offset_index.is_loaded or self.time_index.is_loaded
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._max_ts()[0]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._max_ts()[1]
+
+    def _max_ts(self) -> tuple[int, int]:
+        if self._max_timestamp is None:
+            entry = self.time_index.last_entry
+            self._max_timestamp = (entry.timestamp, entry.offset) if entry else (NO_TIMESTAMP, self.base_offset)
+        return self._max_timestamp
+
+    def largest_timestamp_for_retention(self) -> int:
+        """Kafka's rule: the max record timestamp, or the file mtime when there is none."""
+        ts = self.max_timestamp
+        if ts > NO_TIMESTAMP:
+            return ts
+        with io_guard(self.log_dir, f"stat {self.log.path}"):
+            return int(self.log.path.stat().st_mtime * 1000)
+
+    # -- writing ----------------------------------------------------------------------------
+    def can_hold(self, last_offset: int) -> bool:
+        """Relative offsets are int32 in the indexes; beyond that a new segment is needed."""
+        return 0 <= last_offset - self.base_offset <= _INT32_MAX
+
+    def should_roll(
+        self, *, incoming_bytes: int, last_offset: int, max_timestamp: int, segment_bytes: int,
+        roll_ms: int, now_ms: int,
+    ) -> bool:
+        if self.size == 0:
+            return not self.can_hold(last_offset)
+        if self.size + incoming_bytes > segment_bytes:
+            return True
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return True
+        if not self.can_hold(last_offset):
+            return True
+        return self._rolling_age_ms(now_ms) > roll_ms
+
+    def _rolling_age_ms(self, now_ms: int) -> int:
+        # Kafka measures segment.ms from the first batch's timestamp where there is one,
+        # so a replica and its leader roll at the same points.
+        start = self._rolling_timestamp if self._rolling_timestamp is not None else self.created_ms
+        return now_ms - start
+
+    def append(self, data: bytes | bytearray | memoryview, batches: Iterable[tuple[int, BatchHeader]]) -> None:
+        """Appends ``data`` (one or more whole batches); ``batches`` are (offset in data, header).
+
+        Index entries are keyed by each batch's last offset and point to the batch start.
+        """
+        start = self.log.append(data)
+        for rel, header in batches:
+            if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
+                self._rolling_timestamp = header.max_timestamp
+            self._note_batch(start + rel, header)
+
+    def _note_batch(self, position: int, header: BatchHeader) -> None:
+        max_ts = self._max_ts()
+        if header.max_timestamp > max_ts[0]:
+            self._max_timestamp = (header.max_timestamp, header.last_offset)
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            ts, ts_offset = self._max_ts()
+            self.time_index.maybe_append(ts, ts_offset)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += header.size
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        self.txn_index.append(txn)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def on_becoming_inactive(self) -> None:
+        """On roll: record the final max timestamp and shrink the preallocated indexes."""
+        if self.time_index.is_loaded or self._max_timestamp is not None:
+            ts, ts_offset = self._max_ts()
+            self.time_index.maybe_append(ts, ts_offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    # -- reading ----------------------------------------------------------------------------
+    def find_position(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
+        """The first batch whose last offset is ≥ ``offset``, scanning from the index hint."""
+        hint = self.offset_index.lookup(offset)
+        start = max(hint.position, starting_position)
+        for batch in self.log.batches(start):
+            if batch.header.last_offset >= offset:
+                return batch
+        return None
+
+    def read(
+        self, start_offset: int, max_size: int, *, max_offset: int | None = None,
+        min_one_message: bool = False,
+    ) -> SegmentReadInfo | None:
+        """Batches from the one holding ``start_offset``, at most ``max_size`` bytes of them.
+
+        Whole batches only, and none starting at or above ``max_offset`` (the high watermark
+        for consumers). With ``min_one_message`` the first batch is returned whole even if it
+        is larger than ``max_size``, so a consumer never stalls on a big batch.
+        """
+        first = self.find_position(start_offset)
+        if first is None or (max_offset is not None and first.header.base_offset >= max_offset):
+            return None
+        end = first.position
+        for batch in self.log.batches(first.position):
+            if max_offset is not None and batch.header.base_offset >= max_offset:
+                break
+            if batch.end - first.position > max_size:
+                if end == first.position and min_one_message:
+                    end = batch.end
+                break
+            end = batch.end
+        return SegmentReadInfo(start_offset, first.position, self.log.region(first.position, end - first.position))
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch in this segment (base offset when empty)."""
+        hint = self.offset_index.last_entry
+        start = hint.position if hint else 0
+        next_offset = self.base_offset
+        for batch in self.log.batches(start):
+            next_offset = batch.header.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record batch with max timestamp ≥ ``timestamp``.
+
+        The caller decodes that batch to find the exact record, as Kafka does.
+        """
+        entry = self.time_index.lookup(timestamp)
+        hint = self.offset_index.lookup(max(entry.offset, starting_offset))
+        for batch in self.log.batches(hint.position):
+            h = batch.header
+            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+                return max(h.base_offset, starting_offset), h.max_timestamp
+        return None
+
+    # -- recovery ---------------------------------------------------------------------------
+    def rebuild_indexes_from(
+        self, start_position: int, start_offset: int | None = None
+    ) -> RecoveryResult:
+        """Scans from ``start_position`` checking CRCs, (re)indexing and truncating the tail.
+
+        Index entries for batches before ``start_position`` are kept; entries at or after
+        the first rescanned offset are dropped and written again from the scan, so the result
+        equals a full rebuild without rereading what was already checked.
+        """
+        if start_offset is not None:
+            self.offset_index.truncate_to(start_offset)
+            self.time_index.truncate_to(start_offset)
+            self.txn_index.truncate_to(start_offset)
+        self._bytes_since_last_index_entry = 0 if start_position == 0 else self.index_interval_bytes + 1
+        if start_position == 0:
+            self.offset_index.truncate()
+            self.time_index.truncate()
+        self._max_timestamp = None
+        valid_end = start_position
+        batches: list[BatchHeader] = []
+        last_offset = start_offset - 1 if start_offset is not None else self.base_offset - 1
+        for batch in self.log.scan_valid(start_position):
+            header = batch.header
+            # The 0.11 incident: offsets must rise strictly; a batch that goes back is corrupt.
+            if header.base_offset <= last_offset or not self.can_hold(header.last_offset):
+                break
+            if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
+                self._rolling_timestamp = header.max_timestamp
+            self._note_batch(batch.position, header)
+            batches.append(header)
+            last_offset = header.last_offset
+            valid_end = batch.end
+        truncated = self.log.truncate_to(valid_end)
+        return RecoveryResult(valid_end, truncated, batches)
+
+    def truncate_to(self, offset: int) -> int:
+        """Removes every batch with base offset ≥ ``offset``; returns bytes removed."""
+        batch = self.find_position(offset)
+        if batch is None:
+            return 0
+        position = batch.position if batch.header.base_offset >= offset else batch.end
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        removed = self.log.truncate_to(position)
+        self._max_timestamp = None
+        if self.size == 0:
+            self._rolling_timestamp = None
+        return removed
+
+    # -- files ------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.time_index.is_loaded and self._max_timestamp is not None:
+            ts, ts_offset = self._max_timestamp
+            self.time_index.maybe_append(ts, ts_offset, skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+        self.log.close()
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Renames all four files, e.g. to `.deleted` before background removal."""
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+            path = Path(f.path)
+            name = path.name[: -len(old)] if old and path.name.endswith(old) else path.name
+            f.rename(path.with_name(name + new))
+
+    def delete(self) -> None:
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+            f.delete()
