@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+import snappy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -275,6 +276,23 @@ def test_corrupt_compressed_section_with_valid_crc(codec: CompressionType) -> No
     section = b"\x00" * 40
     with pytest.raises(InvalidBatchError, match=codec.name.lower()):
         decode_records(_raw_batch(section, 1, 0, attributes=int(codec)))
+
+
+@pytest.mark.parametrize("framing", ["raw", "xerial"])
+def test_snappy_batches_as_librdkafka_and_java_write_them(framing: str) -> None:
+    section = b"".join(_raw_record(i, ts_delta=i, value=b"payload %d " % i * 40) for i in range(50))
+    if framing == "raw":  # librdkafka
+        compressed = snappy.compress(section)
+    else:  # Java's snappy-java stream: magic, version, compat, [int32 length][block]...
+        compressed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+        for i in range(0, len(section), 1000):
+            block = snappy.compress(section[i : i + 1000])
+            compressed += struct.pack(">i", len(block)) + block
+    header, records = decode_records(_raw_batch(compressed, 50, 49, attributes=2, base=10))
+    assert header.compression == CompressionType.SNAPPY
+    assert [(r.offset, r.timestamp, r.value) for r in records] == [
+        (10 + i, TS + i, b"payload %d " % i * 40) for i in range(50)
+    ]
 
 
 def test_unknown_codec_in_attributes() -> None:

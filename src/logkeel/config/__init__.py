@@ -17,6 +17,7 @@ from logkeel.config.definitions import (
     TOPIC_CONFIG_DEF,
     broker_synonyms,
 )
+from logkeel.config.docs import config_reference
 from logkeel.config.listeners import Listener, parse_listener, parse_listeners
 from logkeel.config.properties import load_properties, parse_properties
 from logkeel.config.topic import TopicConfig, validate_topic_overrides
@@ -46,6 +47,7 @@ __all__ = [
     "Listener",
     "TopicConfig",
     "broker_synonyms",
+    "config_reference",
     "load_properties",
     "parse_listener",
     "parse_listeners",

@@ -41,11 +41,11 @@ class BrokerConfig(TypedConfig):
 
     DEFINITION = BROKER_CONFIG_DEF
 
-    def __init__(self, props: Mapping[str, object] | None = None):
+    def __init__(self, props: Mapping[str, object] | None = None, *, warn_unknown: bool = True):
         originals = {str(k): to_property_string(v) for k, v in (props or {}).items()}
         self._originals = MappingProxyType(originals)
         self._unknown = tuple(k for k in originals if k not in self.DEFINITION)
-        for key in self._unknown:
+        for key in self._unknown if warn_unknown else ():
             logger.warning("Unknown broker config %r (value %r) is ignored", key, originals[key])
 
         raw = dict(originals)
@@ -93,7 +93,11 @@ class BrokerConfig(TypedConfig):
 
     def updated(self, changes: Mapping[str, object]) -> BrokerConfig:
         """A new config with ``changes`` applied over this one's originals."""
-        return BrokerConfig({**self._originals, **changes})
+        fresh = [k for k in changes if k not in self.DEFINITION and k not in self._originals]
+        config = BrokerConfig({**self._originals, **changes}, warn_unknown=False)
+        for key in fresh:
+            logger.warning("Unknown broker config %r is ignored", key)
+        return config
 
     # ---- raw access -------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Kafka reads ``server.properties`` with that loader, so we follow its rules rathe
 ini-like approximation: ``#``/``!`` comment lines, ``key=value``, ``key: value`` and
 ``key value``, odd trailing backslashes continuing a line (the next line's leading blanks are
 dropped), and the escapes ``\\t \\n \\r \\f \\uXXXX`` (any other escaped character stands for
-itself). A later duplicate key wins.
+itself). A later duplicate key wins. The corner cases (empty continued lines, a comment right
+after a bare continuation, a backslash at end of input) follow Java's LineReader too; the tests
+compare this parser with ``java.util.Properties`` on thousands of generated inputs.
 """
 
 from __future__ import annotations
@@ -39,11 +41,19 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
         continued_into_eof = False
         while _continues(line):
             parts.append(line[:-1])
-            if i >= len(lines):
+            # Java checks for end of input right after the line break of a continuation (when
+            # that break is one character), and then keeps the line even if it is empty.
+            at_end = i == len(lines) - 1 and not lines[i] and not text.endswith("\r\n")
+            if i >= len(lines) or at_end:
                 line, continued_into_eof = "", True
                 break
             line = lines[i].lstrip(_BLANKS)
             i += 1
+            if line[:1] in ("#", "!") and not any(parts):
+                # Java decides "comment" while the logical line is still empty, so a comment
+                # after a bare continuation is still a comment (and ends the logical line).
+                parts, line = [], ""
+                break
         parts.append(line)
         logical = "".join(parts)
         # Java drops a line left empty once continuations are joined, except at end of input,

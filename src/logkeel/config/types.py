@@ -176,10 +176,12 @@ class Range:
         return None
 
     def describe(self) -> str:
-        low = "(" if self.min_exclusive else "["
-        lo = "..." if self.min is None else str(self.min)
-        hi = "..." if self.max is None else str(self.max)
-        return f"{low}{lo},...,{hi}]"
+        opening = "(" if self.min_exclusive else "["
+        if self.max is None:
+            return f"{opening}{self.min},...]"
+        if self.min is None:
+            return f"[...,{self.max}]"
+        return f"{opening}{self.min},...,{self.max}]"
 
 
 @dataclass(frozen=True, slots=True)

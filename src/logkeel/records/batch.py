@@ -145,6 +145,8 @@ def validate_structure(header: BatchHeader, available: int | None = None) -> Non
         )
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise InvalidBatchError("negative lastOffsetDelta or recordsCount")
+    if header.attributes & _ATTR_COMPRESSION_MASK > max(CompressionType):
+        raise InvalidBatchError(f"unknown compression codec {header.attributes & _ATTR_COMPRESSION_MASK}")
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:

@@ -28,7 +28,13 @@ _COMPACT_THRESHOLD = 64 * 1024
 
 
 class FramingError(Exception):
-    """The byte stream cannot be split into frames any more; the connection must be closed."""
+    """The byte stream cannot be split into frames any more; the connection must be closed.
+
+    ``frames`` holds the frames that were complete before the bad size in the same ``feed``:
+    they are valid requests and, as in Kafka, are still answered before the connection closes.
+    """
+
+    frames: list[bytes] = []
 
 
 class FrameTooLarge(FramingError):
@@ -68,10 +74,12 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         """Adds ``data`` and returns every frame it completed, oldest first (without prefixes).
 
-        Raises ``FramingError`` for a negative or oversized size; frames completed by the same
-        call before the bad size are lost with it, which is fine because the connection closes.
+        Raises ``FramingError`` for a negative or oversized size (Kafka checks the size before
+        reading the body, so the body is never buffered); the frames completed by this call
+        before the bad size are in the exception's ``frames``.
         """
         if self._error is not None:
+            self._error.frames = []  # handed out by the call that hit the bad size
             raise self._error
         if not self._pos and not self._buf:
             frames, used = self._split(data, 0)
@@ -95,12 +103,18 @@ class FrameDecoder:
         with memoryview(buf) as view:
             while end - pos >= 4:
                 (size,) = SIZE_PREFIX.unpack_from(view, pos)
-                if size < 0:
-                    self._error = NegativeFrameSize(size)
-                    raise self._error
-                if size > self.max_frame_bytes:
-                    self._error = FrameTooLarge(size, self.max_frame_bytes)
-                    raise self._error
+                if size < 0 or size > self.max_frame_bytes:
+                    error: FramingError
+                    if size < 0:
+                        error = NegativeFrameSize(size)
+                    else:
+                        error = FrameTooLarge(size, self.max_frame_bytes)
+                    error.frames = frames
+                    self._error = error
+                    # Drop the buffer: nothing after a bad size can ever be a frame.
+                    self._buf = bytearray()
+                    self._pos = 0
+                    raise error
                 if end - pos - 4 < size:
                     break
                 frames.append(bytes(view[pos + 4 : pos + 4 + size]))

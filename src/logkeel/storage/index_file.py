@@ -167,7 +167,9 @@ class AbstractIndex(ABC, Generic[E]):
 
     def __repr__(self) -> str:
         state = f"entries={self._entries}" if self._loaded else "unloaded"
-        return f"{type(self).__name__}({str(self._path)!r}, base_offset={self._base_offset}, {state})"
+        return (
+            f"{type(self).__name__}({str(self._path)!r}, base_offset={self._base_offset}, {state})"
+        )
 
     # ---- sizes -----------------------------------------------------------------------------
 
@@ -434,7 +436,9 @@ class AbstractIndex(ABC, Generic[E]):
         if not self._writable:
             return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC), False
         try:
-            return os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), True
+            return os.open(
+                self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
+            ), True
         except FileExistsError:
             return os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
 
@@ -590,8 +594,7 @@ class AbstractIndex(ABC, Generic[E]):
         self._require_writable("append to")
         if self._entries >= self._length // self.entry_size:
             raise IndexFullError(
-                f"attempt to append to a full {self._kind} {self._path} "
-                f"({self._entries} entries)"
+                f"attempt to append to a full {self._kind} {self._path} ({self._entries} entries)"
             )
         assert self._mm is not None
         position = self._entries * self.entry_size

@@ -84,10 +84,12 @@ class LeaderEpochFileCache:
             return removed
 
     def truncate_from_start(self, start_offset: int) -> list[EpochEntry]:
-        """Drops entries wholly below the new log start ``start_offset``; returns them.
+        """Fits the entries to a log that now starts at ``start_offset``.
 
-        The last dropped epoch is kept, moved to start at ``start_offset``, because the log still
-        holds its data from there on; an entry starting exactly at ``start_offset`` is kept.
+        Entries starting at or below it go, except that the last of them is put back moved to
+        ``start_offset``, since the log still holds that epoch's data from there on (so an entry
+        starting exactly there is unchanged). Returns the entries as they were before being
+        removed or moved.
         """
         with self._lock:
             kept, removed = _truncated_from_start(self._entries, start_offset)

@@ -249,7 +249,7 @@ class PartitionLog:
         first = batches[0][1].base_offset
         last = batches[-1][1].last_offset
         max_ts = max(h.max_timestamp for _, h in batches)
-        segment = self._maybe_roll(len(data), last, max_ts)
+        segment = self._maybe_roll(len(data), first, last, max_ts)
         for _, header in batches:
             if header.partition_leader_epoch >= 0:
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
@@ -274,25 +274,30 @@ class PartitionLog:
             self.flush()
         return AppendInfo(first, last, max_ts, append_time, self.log_start_offset, records, len(data))
 
-    def _maybe_roll(self, incoming: int, last_offset: int, max_timestamp: int) -> LogSegment:
+    def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
         segment = self.active_segment
         if segment.should_roll(
             incoming_bytes=incoming, last_offset=last_offset, max_timestamp=max_timestamp,
             segment_bytes=self.config.segment_bytes, roll_ms=self.config.segment_ms, now_ms=_now_ms(),
         ):
-            return self.roll()
+            return self.roll(first_offset)
         return segment
 
-    def roll(self) -> LogSegment:
-        """Starts a new active segment at the log end offset."""
+    def roll(self, base_offset: int | None = None) -> LogSegment:
+        """Starts a new active segment at ``base_offset`` (default: the log end offset).
+
+        A follower may roll above the log end: replicated batches can skip offsets.
+        """
         with self.lock:
+            base = self.log_end_offset if base_offset is None else max(base_offset, self.log_end_offset)
             old = self.active_segment
-            if old.size == 0 and old.base_offset == self.log_end_offset:
+            if old.size == 0 and old.base_offset == base:
                 return old
             old.on_becoming_inactive()
             # Kafka snapshots producer state at every roll so recovery can start there.
             self.producer_state.take_snapshot(self.log_end_offset)
-            segment = self.new_segment(self.dir, self.log_end_offset, self.config, self.log_dir)
+            segment = self.new_segment(self.dir, base, self.config, self.log_dir)
+            segment.make_active()
             if old.size == 0:
                 self._remove_segments([old], rename=False)
             self._segments.append(segment)
@@ -423,6 +428,7 @@ class PartitionLog:
         with self.lock:
             self._remove_segments(list(self._segments), rename=True)
             segment = self.new_segment(self.dir, offset, self.config, self.log_dir)
+            segment.make_active()
             self._segments.append(segment)
             self._bases.append(offset)
             self.log_start_offset = self.log_end_offset = self.recovery_point = offset

@@ -85,6 +85,10 @@ def load_partition(
     else:
         log_end = _recover(tp, segments, recovery_point or 0, report)
     start = min(max(start, segments[0].base_offset), log_end)
+    for segment in segments[:-1]:
+        if segment.opened:
+            segment.on_becoming_inactive()
+    segments[-1].make_active()
 
     plog = PartitionLog(
         directory, tp, config, log_dir=log_dir, segments=segments, log_start_offset=start,

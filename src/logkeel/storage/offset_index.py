@@ -88,7 +88,9 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
                 return OffsetPosition(self._base_offset, 0)
             return self._entry(slot)
 
-    def fetch_upper_bound_offset(self, start_position: int, fetch_size: int) -> OffsetPosition | None:
+    def fetch_upper_bound_offset(
+        self, start_position: int, fetch_size: int
+    ) -> OffsetPosition | None:
         """The first entry at or past ``start_position + fetch_size``, or None.
 
         Its offset is guaranteed to be outside a fetch of ``fetch_size`` bytes from

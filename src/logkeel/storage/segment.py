@@ -138,13 +138,15 @@ class LogSegment:
             return True
         if not self.can_hold(last_offset):
             return True
-        return self._rolling_age_ms(now_ms) > roll_ms
+        return self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
 
-    def _rolling_age_ms(self, now_ms: int) -> int:
-        # Kafka measures segment.ms from the first batch's timestamp where there is one,
-        # so a replica and its leader roll at the same points.
-        start = self._rolling_timestamp if self._rolling_timestamp is not None else self.created_ms
-        return now_ms - start
+    def _time_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
+        # Kafka measures segment.ms in record time when the segment has a timestamped batch
+        # (incoming max timestamp minus the first batch's), so a replica and its leader roll
+        # at the same points; otherwise in wall-clock time since the segment was created.
+        if self._rolling_timestamp is not None and self._rolling_timestamp >= 0:
+            return incoming_max_timestamp - self._rolling_timestamp
+        return now_ms - self.created_ms
 
     def append(self, data: bytes | bytearray | memoryview, batches: Iterable[tuple[int, BatchHeader]]) -> None:
         """Appends ``data`` (one or more whole batches); ``batches`` are (offset in data, header).
@@ -176,6 +178,11 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
+
+    def make_active(self) -> None:
+        """Grows the indexes back to their preallocated size: appends will follow."""
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
 
     def on_becoming_inactive(self) -> None:
         """On roll: record the final max timestamp and shrink the preallocated indexes."""
@@ -251,6 +258,7 @@ class LogSegment:
         the first rescanned offset are dropped and written again from the scan, so the result
         equals a full rebuild without rereading what was already checked.
         """
+        self.make_active()
         if start_offset is not None:
             self.offset_index.truncate_to(start_offset)
             self.time_index.truncate_to(start_offset)

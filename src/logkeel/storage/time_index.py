@@ -72,8 +72,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
             self._ensure_loaded()
             if not skip_full_check and self.is_full():
                 raise IndexFullError(
-                    f"attempt to append to a full time index {self._path} "
-                    f"({self._entries} entries)"
+                    f"attempt to append to a full time index {self._path} ({self._entries} entries)"
                 )
             last = self.last_entry
             if self._entries:

@@ -123,7 +123,9 @@ class TransactionIndex:
         with self._lock:
             return list(self._iter())
 
-    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+    def collect_aborted_txns(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> TxnIndexSearchResult:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset).
 
         ``is_complete`` says whether the search can stop at this segment: an entry whose LSO is

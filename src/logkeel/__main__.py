@@ -1,0 +1,3 @@
+from logkeel.cli.main import main
+
+main()

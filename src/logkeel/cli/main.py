@@ -1,0 +1,30 @@
+"""The `logkeel` command: one click group, each sub-command family in its own module."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from logkeel import __version__
+from logkeel.cli.log_commands import log_group
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="logkeel")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """logkeel: a Kafka-compatible log broker."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+cli.add_command(log_group)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The handler table: which API versions the broker implements, and the code that serves each.
+
+ApiVersions answers from this table, so the broker advertises exactly what is registered.
+
+Adding an API family
+--------------------
+Write one module per family under ``logkeel/server/`` (``metadata.py``, ``produce.py``, ...)
+with a class holding what it needs (replica manager, config, ...) and a ``register`` function::
+
+    from kio.schema.errors import ErrorCode
+    from logkeel.server.errors import ApiError
+    from logkeel.server.handlers import HandlerRegistry, RequestContext
+    from logkeel.server.protocol import ApiKey, response_schema
+
+    class MetadataApi:
+        def __init__(self, broker: Broker) -> None:
+            self._broker = broker
+
+        async def handle(self, ctx: RequestContext, request: Any) -> Any:
+            # ``request`` is kio's MetadataRequest class for ctx.api_version; answer with the
+            # response class of the same version:
+            Response = response_schema(ctx.api_key, ctx.api_version)
+            return Response(...)
+
+        def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+            # Optional: the whole request failed (an exception escaped ``handle``). Return the
+            # response that reports ``code`` everywhere, like Kafka's getErrorResponse.
+            ...
+
+    def register(registry: HandlerRegistry, broker: Broker) -> None:
+        api = MetadataApi(broker)
+        registry.register(ApiKey.METADATA, 0, 12, api.handle, error_response=api.error_response)
+
+Rules:
+
+- ``handle(ctx, request)`` is ``async`` and returns a kio response of the request's API and
+  version, or ``None`` to send nothing (only Produce with ``acks=0`` does that). It may await
+  as long as it needs (long-poll Fetch): a connection's requests are handled one at a time and
+  answered in order, as Kafka does, so later requests on that connection wait for it.
+- Register only versions you implement; the registry refuses versions kio has no schema for.
+  Implementing a version means accepting every field it defines and filling every field of
+  its response.
+- Errors: per-partition or per-topic failures go in the response's ``error_code`` fields, as
+  in Kafka. Use ``logkeel.server.errors``: ``error_code_for(exc)`` maps storage exceptions
+  (``KafkaStorageError`` -> KAFKA_STORAGE_ERROR, ``CorruptRecordError`` -> CORRUPT_MESSAGE,
+  ``RecordTooLargeError`` -> MESSAGE_TOO_LARGE, ...) and ``error_code_named("NOT_LEADER_OR_FOLLOWER")``
+  looks up a code by Kafka's name. An exception that escapes ``handle`` is logged, mapped with
+  ``error_code_for`` (``ApiError(code)`` carries its code; anything unexpected is
+  UNKNOWN_SERVER_ERROR) and answered with ``error_response`` if one is registered, else the
+  connection is closed. Raise ``CloseConnection`` to close it on purpose (failed acks=0 produce).
+- Blocking work (disk, fsync) goes to a thread (``asyncio.to_thread``), never on the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from logkeel.server.protocol import api_name, request_schema, response_schema
+
+__all__ = [
+    "ApiHandler",
+    "ErrorResponder",
+    "Handler",
+    "HandlerRegistry",
+    "RequestContext",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request and how; passed to every handler with the decoded request."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str  # Kafka treats a null client id as ""
+    peer: tuple[str, int]  # client's (host, port)
+    connection_id: str  # Kafka's form: "localHost:localPort-peerHost:peerPort-index"
+    listener: str  # listener name, e.g. "PLAINTEXT"
+    header_version: int = 1
+    received_at: float = field(default_factory=time.monotonic)  # time.monotonic() at arrival
+
+    @property
+    def api_name(self) -> str:
+        return api_name(self.api_key)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.api_name} v{self.api_version} (correlation id {self.correlation_id}, "
+            f"client id {self.client_id!r}, connection {self.connection_id})"
+        )
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+ErrorResponder = Callable[[RequestContext, Any, ErrorCode], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    api_key: int
+    min_version: int
+    max_version: int
+    handle: Handler
+    error_response: ErrorResponder | None = None
+
+    def supports(self, api_version: int) -> bool:
+        return self.min_version <= api_version <= self.max_version
+
+
+class HandlerRegistry:
+    """API key -> handler and the version range it implements."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, ApiHandler] = {}
+
+    def register(
+        self,
+        api_key: int,
+        min_version: int,
+        max_version: int,
+        handle: Handler,
+        *,
+        error_response: ErrorResponder | None = None,
+    ) -> ApiHandler:
+        """Registers ``handle`` for versions ``min_version..max_version`` (inclusive) of an API.
+
+        Raises ValueError if the API is already registered, the range is empty, or kio lacks
+        the request or response schema of any version in it (it could not be decoded or
+        answered, so it must not be advertised).
+        """
+        api_key = int(api_key)
+        if api_key in self._handlers:
+            raise ValueError(f"{api_name(api_key)} (key {api_key}) is already registered")
+        if not 0 <= min_version <= max_version:
+            raise ValueError(f"bad version range {min_version}..{max_version}")
+        missing = [
+            v
+            for v in range(min_version, max_version + 1)
+            if request_schema(api_key, v) is None or response_schema(api_key, v) is None
+        ]
+        if missing:
+            raise ValueError(
+                f"kio has no schema for {api_name(api_key)} (key {api_key}) versions {missing}"
+            )
+        entry = ApiHandler(api_key, min_version, max_version, handle, error_response)
+        self._handlers[api_key] = entry
+        return entry
+
+    def lookup(self, api_key: int) -> ApiHandler | None:
+        return self._handlers.get(api_key)
+
+    def supports(self, api_key: int, api_version: int) -> bool:
+        entry = self._handlers.get(api_key)
+        return entry is not None and entry.supports(api_version)
+
+    def version_ranges(self) -> list[tuple[int, int, int]]:
+        """(api key, min version, max version) for every registered API, by api key."""
+        return [(h.api_key, h.min_version, h.max_version) for h in self]
+
+    def __iter__(self) -> Iterator[ApiHandler]:
+        return iter(sorted(self._handlers.values(), key=lambda h: h.api_key))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in self._handlers
