@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import crc32c
@@ -188,10 +187,10 @@ def test_read_end_txn_marker_rejects_bad_content() -> None:
     header, data = control_batch(5, 1, 0, commit=True)
     with pytest.raises(CorruptRecordError):
         read_end_txn_marker(header, data[:-8])
-    compressed = replace(header, attributes=header.attributes | 1)
+    compressed = header._replace(attributes=header.attributes | 1)
     with pytest.raises(CorruptRecordError, match="compressed"):
         read_end_txn_marker(compressed, data)
-    assert read_end_txn_marker(replace(header, records_count=0), data) is None
+    assert read_end_txn_marker(header._replace(records_count=0), data) is None
 
 
 # -- idempotence -----------------------------------------------------------------------------

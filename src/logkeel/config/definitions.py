@@ -80,8 +80,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Maps each listener name to its security protocol (NAME:PROTOCOL,...)."),
     _K("inter.broker.listener.name", STRING, None,
        "Listener that brokers use to reach each other; unset means the first listener."),
-    _K("num.network.threads", INT, 3, "Threads for network IO (a hint; logkeel runs one event "
-       "loop and uses this only to size helper pools).", Range(1)),
+    _K("num.network.threads", INT, 3, "Threads that handle network IO.", Range(1)),
     _K("num.io.threads", INT, 8, "Threads for request work that may block on disk.", Range(1)),
     _K("background.threads", INT, 10, "Threads for background tasks.", Range(1)),
     _K("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of server sockets; -1 = OS default."),

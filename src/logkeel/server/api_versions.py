@@ -70,7 +70,9 @@ class ApiVersionsApi:
         return response_type(**fields)
 
 
-def register(registry: HandlerRegistry, min_version: int = 0, max_version: int = 4) -> ApiVersionsApi:
+def register(
+    registry: HandlerRegistry, min_version: int = 0, max_version: int = 4
+) -> ApiVersionsApi:
     """Registers ApiVersions (Kafka 4.x serves v0-v4) and returns its handler."""
     api = ApiVersionsApi(registry)
     registry.register(

@@ -229,6 +229,8 @@ def decode_response(response_type: type[Any], frame: bytes) -> tuple[int, Any]:
 
 
 def _decode(schema: type[Any], frame: bytes, offset: int) -> Any:
+    if type(frame) is not bytes:
+        frame = bytes(frame)  # kio only reads read-only buffers
     edits: list[_Edit] = []
     try:
         end = _entity_guard(schema, False)(frame, offset, edits)

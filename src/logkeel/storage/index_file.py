@@ -200,7 +200,8 @@ class AbstractIndex(ABC, Generic[E]):
 
     def is_full(self) -> bool:
         with self._lock:
-            self._ensure_loaded()
+            if not self._loaded:
+                self._ensure_loaded()
             return self._entries >= self._length // self.entry_size
 
     # ---- reading ---------------------------------------------------------------------------

@@ -6,7 +6,6 @@ All methods are synchronous and guarded by one lock; the server calls them from 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
 import threading
 import time
@@ -199,30 +198,41 @@ class PartitionLog:
         """Validates, deduplicates and appends a producer's batches, assigning their offsets."""
         batches = parse_batches(records, self.config.max_message_bytes)
         with self.lock:
-            duplicate = self.producer_state.prepare_appends(
-                ((h, memoryview(records)[p : p + h.size]) for p, h in batches), origin_is_client
-            )
+            duplicate = None
+            if any(h.has_producer_id for _, h in batches):
+                view = memoryview(records)
+                duplicate = self.producer_state.prepare_appends(
+                    ((h, view[p : p + h.size] if h.is_control else None) for p, h in batches),
+                    origin_is_client,
+                )
             if duplicate is not None:
                 return AppendInfo(
                     duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, -1,
                     self.log_start_offset, 0, 0, duplicate=True,
                 )
-            data = bytearray(records)
-            now = _now_ms()
-            append_time = now if self.config.log_append_time else -1
+            view = memoryview(records)
+            append_time = _now_ms() if self.config.log_append_time else -1
             next_offset = self.log_end_offset
             assigned: list[tuple[int, BatchHeader]] = []
+            buffers: list[bytes | bytearray | memoryview] = []
             for pos, header in batches:
-                set_base_offset(data, next_offset, pos)
-                set_partition_leader_epoch(data, leader_epoch, pos)
-                header = dataclasses.replace(
-                    header, base_offset=next_offset, partition_leader_epoch=leader_epoch
-                )
                 if append_time >= 0:
-                    header = _stamp_log_append_time(data, pos, header, append_time)
+                    # The timestamp is under the CRC: this batch is copied and re-checksummed.
+                    batch = bytearray(view[pos : pos + header.size])
+                    _stamp_log_append_time(batch, header, append_time)
+                    buffers.append(batch)
+                else:
+                    # Only the header changes, outside the CRC: patch a copy of the 61 header
+                    # bytes and write the rest of the batch straight from the request.
+                    batch = bytearray(view[pos : pos + HEADER_SIZE])
+                    buffers.append(batch)
+                    buffers.append(view[pos + HEADER_SIZE : pos + header.size])
+                set_base_offset(batch, next_offset)
+                set_partition_leader_epoch(batch, leader_epoch)
+                header = BatchHeader.parse(batch)
                 assigned.append((pos, header))
                 next_offset = header.next_offset
-            return self._append(data, assigned, leader_epoch, append_time)
+            return self._append(buffers, view, assigned, leader_epoch, append_time)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Appends replicated batches with the offsets and epochs the leader gave them."""
@@ -237,26 +247,36 @@ class PartitionLog:
                     )
                 expected = header.next_offset
             epoch = batches[-1][1].partition_leader_epoch
-            return self._append(records, batches, epoch, -1)
+            return self._append([records], memoryview(records), batches, epoch, -1)
 
     def _append(
         self,
-        data: bytes | bytearray | memoryview,
+        buffers: list[bytes | bytearray | memoryview],
+        view: memoryview,
         batches: list[tuple[int, BatchHeader]],
         leader_epoch: int,
         append_time: int,
     ) -> AppendInfo:
+        """Writes ``buffers`` (whose concatenation is the batches) and updates the log's state.
+
+        ``view`` holds the batches' record bytes as received (control markers are read there).
+        """
         first = batches[0][1].base_offset
         last = batches[-1][1].last_offset
         max_ts = max(h.max_timestamp for _, h in batches)
-        segment = self._maybe_roll(len(data), first, last, max_ts)
+        size = len(view)
+        segment = self._maybe_roll(size, first, last, max_ts)
         for _, header in batches:
-            if header.partition_leader_epoch >= 0:
-                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-        segment.append(data, batches)
-        view = memoryview(data)
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch != self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(epoch, header.base_offset)
+        segment.append(buffers, batches)
+        state = self.producer_state
         for pos, header in batches:
-            completed = self.producer_state.update(
+            if not header.has_producer_id:
+                state.update_map_end_offset(header.next_offset)
+                continue
+            completed = state.update(
                 header, header.base_offset, header.last_offset,
                 batch=view[pos : pos + header.size] if header.is_control else None,
             )
@@ -272,7 +292,7 @@ class PartitionLog:
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
-        return AppendInfo(first, last, max_ts, append_time, self.log_start_offset, records, len(data))
+        return AppendInfo(first, last, max_ts, append_time, self.log_start_offset, records, size)
 
     def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
         segment = self.active_segment
@@ -331,9 +351,11 @@ class PartitionLog:
                 return FetchDataInfo(fetch_offset, None)
             i = self._segment_for(fetch_offset)
             segments = self._segments[i:]
-        for segment in segments:
+            ends = [s.base_offset for s in segments[1:]] + [end]
+        for segment, segment_end in zip(segments, ends, strict=True):
             info = segment.read(
-                fetch_offset, max_bytes, max_offset=limit, min_one_message=min_one_message
+                fetch_offset, max_bytes, max_offset=limit if limit < segment_end else None,
+                min_one_message=min_one_message,
             )
             if info is not None and info.region.size > 0:
                 aborted: tuple[AbortedTxn, ...] = ()
@@ -621,17 +643,15 @@ class PartitionLog:
             self._bases = []
 
 
-def _stamp_log_append_time(data: bytearray, pos: int, header: BatchHeader, now: int) -> BatchHeader:
+def _stamp_log_append_time(batch: bytearray, header: BatchHeader, now: int) -> None:
     """LogAppendTime topics: the broker's time becomes the batch's max timestamp.
 
     This changes bytes under the CRC, so (unlike offset assignment) the CRC is recomputed.
     """
     attributes = header.attributes | _ATTR_TIMESTAMP_TYPE
-    data[pos + 21 : pos + 23] = attributes.to_bytes(2, "big", signed=True)
-    data[pos + 35 : pos + 43] = now.to_bytes(8, "big", signed=True)
-    crc = compute_crc(data, pos, header.size)
-    data[pos + 17 : pos + 21] = crc.to_bytes(4, "big")
-    return dataclasses.replace(header, attributes=attributes, max_timestamp=now, crc=crc)
+    batch[21:23] = attributes.to_bytes(2, "big", signed=True)
+    batch[35:43] = now.to_bytes(8, "big", signed=True)
+    batch[17:21] = compute_crc(batch, 0, header.size).to_bytes(4, "big")
 
 
 def _epoch(epoch: int | None) -> int:

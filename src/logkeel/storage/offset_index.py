@@ -58,24 +58,27 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         there is no free slot, IndexOffsetOverflowError when offset - base does not fit an int32.
         """
         with self._lock:
-            self._ensure_loaded()
+            if not self._loaded:
+                self._ensure_loaded()
             relative = self.relative_offset(offset)
             if not 0 <= position <= INT32_MAX:
                 raise InvalidIndexEntryError(
                     f"position {position} for offset {offset} is not a valid int32 file "
                     f"position ({self._path})"
                 )
-            if self._entries:
-                last = self._entry(self._entries - 1)
-                if offset <= last.offset:
+            n = self._entries
+            if n:
+                # Raw fields, not an entry tuple: this runs for every indexed batch.
+                last_relative, last_position = self._codec.unpack_from(self._mm, (n - 1) * 8)
+                if relative <= last_relative:
                     raise InvalidOffsetError(
-                        f"attempt to append offset {offset} to slot {self._entries}, no larger "
-                        f"than the last offset appended ({last.offset}) to {self._path}"
+                        f"attempt to append offset {offset} to slot {n}, no larger than the "
+                        f"last offset appended ({last_relative + self._base_offset}) to {self._path}"
                     )
-                if position <= last.position:
+                if position <= last_position:
                     raise InvalidIndexEntryError(
                         f"attempt to append position {position} for offset {offset}, no larger "
-                        f"than the last position indexed ({last.position}) in {self._path}"
+                        f"than the last position indexed ({last_position}) in {self._path}"
                     )
             self._append_raw((relative, position))
 
@@ -87,6 +90,17 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             if slot < 0:
                 return OffsetPosition(self._base_offset, 0)
             return self._entry(slot)
+
+    def lookup_by_position(self, position: int) -> OffsetPosition | None:
+        """The entry with the greatest position <= ``position``, or None.
+
+        Positions rise with offsets, so this finds the last indexed batch starting within a
+        byte range: a fetch skips every header before it.
+        """
+        with self._lock:
+            self._ensure_loaded()
+            slot = self._search(position, 1)
+            return None if slot < 0 else self._entry(slot)
 
     def fetch_upper_bound_offset(
         self, start_position: int, fetch_size: int

@@ -7,7 +7,7 @@ costs a directory entry and a Python object at start-up (KIP-263).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +85,8 @@ class LogSegment:
         # (max timestamp, offset of the batch holding it); None until learnt from the time index
         self._max_timestamp: tuple[int, int] | None = None
         self._rolling_timestamp: int | None = None
+        # The largest timestamp known to be in the time index (skips no-op appends).
+        self._time_indexed = NO_TIMESTAMP
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log.path})"
@@ -148,25 +150,29 @@ class LogSegment:
             return incoming_max_timestamp - self._rolling_timestamp
         return now_ms - self.created_ms
 
-    def append(self, data: bytes | bytearray | memoryview, batches: Iterable[tuple[int, BatchHeader]]) -> None:
-        """Appends ``data`` (one or more whole batches); ``batches`` are (offset in data, header).
+    def append(
+        self, buffers: Sequence[bytes | bytearray | memoryview], batches: Iterable[tuple[int, BatchHeader]]
+    ) -> None:
+        """Appends whole batches, the concatenation of ``buffers``; ``batches`` are
+        (position within that concatenation, header).
 
         Index entries are keyed by each batch's last offset and point to the batch start.
         """
-        start = self.log.append(data)
+        start = self.log.append(*buffers)
         for rel, header in batches:
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
                 self._rolling_timestamp = header.max_timestamp
             self._note_batch(start + rel, header)
 
     def _note_batch(self, position: int, header: BatchHeader) -> None:
-        max_ts = self._max_ts()
+        max_ts = self._max_timestamp or self._max_ts()
         if header.max_timestamp > max_ts[0]:
-            self._max_timestamp = (header.max_timestamp, header.last_offset)
+            max_ts = self._max_timestamp = (header.max_timestamp, header.last_offset)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             self.offset_index.append(header.last_offset, position)
-            ts, ts_offset = self._max_ts()
-            self.time_index.maybe_append(ts, ts_offset)
+            if max_ts[0] > self._time_indexed:
+                self.time_index.maybe_append(*max_ts)
+                self._time_indexed = max_ts[0]
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += header.size
 
@@ -195,12 +201,17 @@ class LogSegment:
     # -- reading ----------------------------------------------------------------------------
     def find_position(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
         """The first batch whose last offset is ≥ ``offset``, scanning from the index hint."""
+        return next(self._batches_from(offset, starting_position), None)
+
+    def _batches_from(self, offset: int, starting_position: int = 0) -> Iterator[BatchPosition]:
+        """Batches from the one holding ``offset`` on, located through the offset index."""
         hint = self.offset_index.lookup(offset)
-        start = max(hint.position, starting_position)
-        for batch in self.log.batches(start):
+        batches = self.log.batches(max(hint.position, starting_position))
+        for batch in batches:
             if batch.header.last_offset >= offset:
-                return batch
-        return None
+                yield batch
+                yield from batches
+                return
 
     def read(
         self, start_offset: int, max_size: int, *, max_offset: int | None = None,
@@ -209,19 +220,29 @@ class LogSegment:
         """Batches from the one holding ``start_offset``, at most ``max_size`` bytes of them.
 
         Whole batches only, and none starting at or above ``max_offset`` (the high watermark
-        for consumers). With ``min_one_message`` the first batch is returned whole even if it
-        is larger than ``max_size``, so a consumer never stalls on a big batch.
+        for consumers; None when it lies beyond this segment). With ``min_one_message`` the
+        first batch is returned whole even if larger than ``max_size``, so a consumer never
+        stalls on a big batch. The offset index bounds the header scan at both ends, so a
+        read costs two index lookups and at most ~2 index intervals of headers.
         """
         first = self.find_position(start_offset)
         if first is None or (max_offset is not None and first.header.base_offset >= max_offset):
             return None
-        end = first.position
-        for batch in self.log.batches(first.position):
-            if max_offset is not None and batch.header.base_offset >= max_offset:
-                break
-            if batch.end - first.position > max_size:
-                if end == first.position and min_one_message:
-                    end = batch.end
+        limit = first.position + max_size
+        if max_offset is not None:
+            stop = self.find_position(max_offset)
+            if stop is not None:
+                limit = min(limit, stop.position if stop.header.base_offset >= max_offset else stop.end)
+        if first.end > limit:
+            size = first.header.size if min_one_message else 0
+            return SegmentReadInfo(start_offset, first.position, self.log.region(first.position, size))
+        hint = self.offset_index.lookup_by_position(limit)
+        end = first.end
+        scan_from = end if hint is None or hint.position <= end else hint.position
+        if scan_from > end:
+            end = scan_from  # batches before an indexed batch start all end at or before it
+        for batch in self.log.batches(scan_from):
+            if batch.end > limit:
                 break
             end = batch.end
         return SegmentReadInfo(start_offset, first.position, self.log.region(first.position, end - first.position))
@@ -268,6 +289,7 @@ class LogSegment:
             self.offset_index.truncate()
             self.time_index.truncate()
         self._max_timestamp = None
+        self._time_indexed = NO_TIMESTAMP
         valid_end = start_position
         batches: list[BatchHeader] = []
         last_offset = start_offset - 1 if start_offset is not None else self.base_offset - 1
@@ -296,6 +318,7 @@ class LogSegment:
         self.txn_index.truncate_to(offset)
         removed = self.log.truncate_to(position)
         self._max_timestamp = None
+        self._time_indexed = NO_TIMESTAMP
         if self.size == 0:
             self._rolling_timestamp = None
         return removed

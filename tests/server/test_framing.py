@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logkeel.server.framing import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    FrameDecoder,
+    FrameTooLarge,
+    NegativeFrameSize,
+    encode_frame,
+)
+
+
+def test_default_limit_is_kafkas_socket_request_max_bytes() -> None:
+    assert DEFAULT_MAX_REQUEST_BYTES == 104857600
+    assert FrameDecoder().max_frame_bytes == 104857600
+
+
+def test_encode_frame_prefixes_big_endian_size() -> None:
+    assert encode_frame(b"abc") == b"\x00\x00\x00\x03abc"
+    assert encode_frame(b"") == b"\x00\x00\x00\x00"
+
+
+def test_frames_in_one_chunk_come_out_in_order() -> None:
+    decoder = FrameDecoder()
+    data = encode_frame(b"one") + encode_frame(b"") + encode_frame(b"three")
+    assert decoder.feed(data) == [b"one", b"", b"three"]
+    assert decoder.buffered == 0
+
+
+def test_frame_fed_byte_by_byte() -> None:
+    decoder = FrameDecoder()
+    out: list[bytes] = []
+    for byte in encode_frame(b"hello") + encode_frame(b"world"):
+        out += decoder.feed(bytes([byte]))
+    assert out == [b"hello", b"world"]
+    assert decoder.buffered == 0
+
+
+def test_partial_frame_is_kept_until_complete() -> None:
+    decoder = FrameDecoder()
+    data = encode_frame(b"x" * 100)
+    assert decoder.feed(data[:50]) == []
+    assert decoder.buffered == 50
+    assert decoder.feed(data[50:]) == [b"x" * 100]
+    assert decoder.buffered == 0
+
+
+def test_frame_of_exactly_the_limit_is_accepted() -> None:
+    decoder = FrameDecoder(max_frame_bytes=10)
+    assert decoder.feed(encode_frame(b"0123456789")) == [b"0123456789"]
+
+
+def test_oversized_size_is_rejected_before_the_body_arrives() -> None:
+    decoder = FrameDecoder(max_frame_bytes=10)
+    with pytest.raises(FrameTooLarge) as info:
+        decoder.feed(struct.pack(">i", 11))
+    assert info.value.size == 11 and info.value.limit == 10
+    assert "socket.request.max.bytes" in str(info.value)
+
+
+def test_huge_size_does_not_allocate() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(FrameTooLarge):
+        decoder.feed(b"GET / HTTP/1.1\r\n")  # "GET " is 1195725856 as a size
+    assert decoder.buffered == 0
+
+
+def test_negative_size_is_rejected() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(NegativeFrameSize) as info:
+        decoder.feed(struct.pack(">i", -1) + b"junk")
+    assert info.value.size == -1
+
+
+def test_frames_before_a_bad_size_are_handed_over_with_the_error() -> None:
+    decoder = FrameDecoder(max_frame_bytes=100)
+    data = encode_frame(b"good") + encode_frame(b"also good") + struct.pack(">i", 1000)
+    with pytest.raises(FrameTooLarge) as info:
+        decoder.feed(data)
+    assert info.value.frames == [b"good", b"also good"]
+
+
+def test_decoder_stays_failed_after_an_error() -> None:
+    decoder = FrameDecoder(max_frame_bytes=100)
+    with pytest.raises(FrameTooLarge):
+        decoder.feed(encode_frame(b"ok") + struct.pack(">i", 1000))
+    with pytest.raises(FrameTooLarge) as info:
+        decoder.feed(encode_frame(b"more"))
+    assert info.value.frames == []  # the good frame was handed out once, not again
+
+
+def test_many_small_frames_after_a_large_partial_one() -> None:
+    # Exercises the buffer compaction path: a consumed prefix larger than the threshold.
+    decoder = FrameDecoder()
+    big = b"b" * 200_000
+    small = [bytes([i]) * 10 for i in range(50)]
+    stream = encode_frame(big) + b"".join(encode_frame(s) for s in small)
+    out: list[bytes] = []
+    for i in range(0, len(stream), 70_001):
+        out += decoder.feed(stream[i : i + 70_001])
+    assert out == [big, *small]
+
+
+def test_negative_limit_is_refused() -> None:
+    with pytest.raises(ValueError):
+        FrameDecoder(max_frame_bytes=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=30),
+)
+def test_any_split_of_the_stream_yields_the_same_frames(
+    payloads: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(encode_frame(p) for p in payloads)
+    points = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    decoder = FrameDecoder(max_frame_bytes=300)
+    out: list[bytes] = []
+    for start, end in zip(points, points[1:], strict=False):
+        out += decoder.feed(stream[start:end])
+    assert out == payloads
+    assert decoder.buffered == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_either_frame_or_fail_cleanly(data: bytes) -> None:
+    decoder = FrameDecoder(max_frame_bytes=64)
+    try:
+        frames = decoder.feed(data)
+    except (FrameTooLarge, NegativeFrameSize) as exc:
+        frames = exc.frames
+    assert sum(4 + len(f) for f in frames) <= len(data)
+    assert all(len(f) <= 64 for f in frames)
