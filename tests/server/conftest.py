@@ -127,8 +127,9 @@ class BrokerThread:
 
 
 @pytest.fixture
-def broker() -> Iterator[BrokerThread]:
-    """A server with only ApiVersions registered."""
+def bare_broker() -> Iterator[BrokerThread]:
+    """A server with only ApiVersions registered (``broker``, from tests/conftest.py, is a
+    whole ``logkeel serve`` process)."""
     b = BrokerThread().start()
     try:
         yield b

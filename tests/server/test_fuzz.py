@@ -34,7 +34,8 @@ from .conftest import BrokerThread, api_versions_request, api_versions_round_tri
 
 SEED = 20240917
 FRAMES = 2000
-FRAMES_PER_CONNECTION = 4
+# Mostly one frame per connection (a bad one ends it); sometimes a pipelined burst.
+BURSTS = [1, 1, 1, 1, 2, 4]
 
 
 async def _discard(ctx: RequestContext, request: Any) -> None:
@@ -113,8 +114,8 @@ _BIG_LENGTHS = [
 
 def _mutate(frame: bytes, rng: random.Random) -> bytes:
     body = bytearray(frame[4:])
-    for _ in range(rng.randint(1, 4)):
-        op = rng.randrange(8)
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        op = rng.randrange(9)
         pos = rng.randint(0, len(body))
         if op == 0 and body:  # flip bits
             body[min(pos, len(body) - 1)] ^= 1 << rng.randrange(8)
@@ -133,6 +134,11 @@ def _mutate(frame: bytes, rng: random.Random) -> bytes:
             body[pos:end] = rng.randbytes(end - pos)
         elif op == 7 and len(body) >= 10:  # odd client id length
             struct.pack_into(">h", body, 8, rng.choice([-2, -1, 0, 1, 32767]))
+        elif op == 8:  # turn a small count or length (likely an array's) into a huge one
+            small = [i for i in range(10, len(body)) if 1 <= body[i] <= 4]
+            if small:
+                i = rng.choice(small)
+                body[i : i + 1] = rng.choice(_BIG_LENGTHS[:2])
     size = len(body)
     if rng.random() < 0.1:  # and sometimes a size prefix that lies
         size = rng.choice([-1, -(2**31), size + rng.randint(1, 50), 2**31 - 1, 0])
@@ -169,10 +175,9 @@ def test_fuzzed_frames_do_not_break_the_broker(
     broker = make_broker(_register_every_broker_api, loop_factory, max_request_bytes=64 * 1024)
     corpus = _valid_frames(rng)
     sent = 0
-    started = time.monotonic()
     while sent < FRAMES:
         batch = []
-        for _ in range(FRAMES_PER_CONNECTION):
+        for _ in range(rng.choice(BURSTS)):
             roll = rng.random()
             if roll < 0.7:
                 batch.append(_mutate(rng.choice(corpus), rng))
@@ -186,7 +191,6 @@ def test_fuzzed_frames_do_not_break_the_broker(
                 sock.sendall(b"".join(batch))
                 sock.shutdown(socket.SHUT_WR)
             _drain(sock, timeout=5)
-    elapsed = time.monotonic() - started
 
     # Still serving: raw ApiVersions, then every connection is eventually gone.
     frame = api_versions_round_trip(broker.port, version=3)
@@ -204,4 +208,3 @@ def test_fuzzed_frames_do_not_break_the_broker(
     # and requests that were rejected.
     assert outcomes.get("no_response", 0) > 50, outcomes
     assert outcomes.get("closed", 0) > 200, outcomes
-    assert elapsed < 60, f"fuzzing took {elapsed:.1f}s"

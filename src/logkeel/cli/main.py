@@ -8,6 +8,7 @@ import click
 
 from logkeel import __version__
 from logkeel.cli.log_commands import log_group
+from logkeel.cli.serve import serve
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,6 +21,7 @@ def cli(verbose: int) -> None:
 
 
 cli.add_command(log_group)
+cli.add_command(serve)
 
 
 def main() -> None:

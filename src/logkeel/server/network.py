@@ -43,7 +43,13 @@ from logkeel.server.protocol import (
     peek_api,
 )
 
-__all__ = ["DEFAULT_CONNECTIONS_MAX_IDLE_MS", "Observer", "RequestRecord", "Server"]
+__all__ = [
+    "DEFAULT_CONNECTIONS_MAX_IDLE_MS",
+    "Observer",
+    "RequestRecord",
+    "Server",
+    "preferred_loop_factory",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +92,10 @@ Observer = Callable[[RequestRecord], None]
 class Server:
     """A Kafka-protocol listener dispatching to the handlers in ``registry``.
 
-    ``port=0`` binds an ephemeral port; read it from ``port`` after ``start()``.
+    ``port=0`` binds an ephemeral port; read it from ``port`` after ``start()``. Settings are
+    Kafka's: ``max_request_bytes`` is socket.request.max.bytes, ``connections_max_idle_ms``
+    connections.max.idle.ms (0 disables the check), ``backlog`` socket.listen.backlog.size.
+    ``observers`` are called with a ``RequestRecord`` after every request (metrics hook them).
     """
 
     def __init__(
@@ -522,7 +531,10 @@ class _Connection(asyncio.Protocol):
     ) -> None:
         """Logs why this request closes the connection, and tells the observers."""
         if isinstance(header, RequestHeader):
-            who = f"correlation id {header.correlation_id}, client id {header.client_id!r}"
+            who = (
+                f"api key {header.api_key}, correlation id {header.correlation_id}, "
+                f"client id {header.client_id!r}"
+            )
             api_key, api_version, corr, client_id = (
                 header.api_key,
                 header.api_version,
@@ -530,7 +542,7 @@ class _Connection(asyncio.Protocol):
                 header.client_id,
             )
         elif header is not None:
-            who = f"correlation id {header[2]}"
+            who = f"api key {header[0]}, correlation id {header[2]}"
             (api_key, api_version, corr), client_id = header, None
         else:
             who = "no header"
@@ -611,6 +623,16 @@ class _Connection(asyncio.Protocol):
     def _wake_drain(self) -> None:
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
+
+
+def preferred_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop when it is installed, else asyncio's; for the broker entry point:
+    ``with asyncio.Runner(loop_factory=preferred_loop_factory()) as runner: ...``."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 def _host_port(address: tuple[Any, ...]) -> str:

@@ -608,8 +608,9 @@ class PartitionLog:
 
     def maybe_take_snapshot(self, now_ms: int) -> bool:
         """producer.state.snapshot.interval.ms: bounds producer-state replay after a crash."""
-        if now_ms - self._last_snapshot_ms < self.config.producer_snapshot_interval_ms:
-            return False
+        interval = self.config.producer_snapshot_interval_ms
+        if interval <= 0 or now_ms - self._last_snapshot_ms < interval:
+            return False  # 0: snapshots only at roll and shutdown
         self._last_snapshot_ms = now_ms
         with self.lock:
             # A snapshot is only useful for recovery up to the flushed data it describes.

@@ -1,0 +1,294 @@
+"""Cluster metadata: brokers, topics, partition leaders/ISR/epochs, topic configs.
+
+`MetadataStore` is the interface the broker codes against. `EmbeddedMetadataStore` keeps it
+for a single node in a JSON document written atomically to every online log dir (so a dead
+disk does not lose it); a ZooKeeper-backed store (kazoo) implements the same interface for
+clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from logkeel.storage.errors import KafkaStorageError, io_guard
+from logkeel.storage.fileio import atomic_write
+from logkeel.storage.log_dir import random_uuid
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "logkeel-metadata.json"
+
+
+class MetadataError(Exception):
+    """A metadata change was refused; ``error_name`` is Kafka's error name for it."""
+
+    def __init__(self, error_name: str, message: str) -> None:
+        self.error_name = error_name
+        super().__init__(message)
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class PartitionState:
+    topic: str
+    partition: int
+    replicas: list[int]
+    leader: int  # -1: no leader (offline)
+    leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+    partition_epoch: int = 0
+    offline_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(slots=True)
+class TopicState:
+    name: str
+    topic_id: str  # Kafka Uuid, base64 text form
+    partitions: dict[int, PartitionState]
+    configs: dict[str, str] = field(default_factory=dict)  # explicit overrides only
+    internal: bool = False
+
+
+Listener = Callable[[str, "TopicState | None"], None]
+
+
+class MetadataStore(ABC):
+    """What the broker needs from cluster metadata; every method is thread-safe."""
+
+    cluster_id: str
+    controller_id: int
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicState]: ...
+
+    def topic(self, name: str) -> TopicState | None:
+        return self.topics().get(name)
+
+    def partition(self, tp: TopicPartition) -> PartitionState | None:
+        t = self.topic(tp.topic)
+        return t.partitions.get(tp.partition) if t else None
+
+    def topic_by_id(self, topic_id: str) -> TopicState | None:
+        return next((t for t in self.topics().values() if t.topic_id == topic_id), None)
+
+    @abstractmethod
+    def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+        *, internal: bool = False, validate_only: bool = False,
+    ) -> TopicState: ...
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> TopicState: ...
+
+    @abstractmethod
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState: ...
+
+    @abstractmethod
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
+        """Replaces the topic's explicit config overrides."""
+
+    @abstractmethod
+    def update_partition(self, state: PartitionState) -> None:
+        """Leader, epoch or ISR change (the controller's decisions)."""
+
+    @abstractmethod
+    def add_listener(self, fn: Listener) -> None:
+        """``fn(topic_name, state_or_None)`` after each topic change (None: deleted)."""
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Single-node metadata in `logkeel-metadata.json`, copied into every online log dir."""
+
+    def __init__(
+        self, log_dirs: Iterable[str | Path], node_id: int, host: str, port: int,
+        cluster_id: str | None = None,
+    ) -> None:
+        self._dirs = [Path(d) for d in log_dirs]
+        self._lock = threading.RLock()
+        self._listeners: list[Listener] = []
+        self._self = BrokerInfo(node_id, host, port)
+        self.controller_id = node_id
+        self._version = 0
+        self._topics: dict[str, TopicState] = {}
+        self.cluster_id = cluster_id or ""
+        self._load()
+        if not self.cluster_id:
+            self.cluster_id = random_uuid()
+
+    # -- persistence ----------------------------------------------------------------------------
+    def _load(self) -> None:
+        """Reads the newest readable copy; copies that fail to parse are ignored (logged)."""
+        best: dict | None = None
+        for d in self._dirs:
+            path = d / METADATA_FILE
+            try:
+                doc = json.loads(path.read_text())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                log.warning("ignoring unreadable metadata copy %s: %s", path, exc)
+                continue
+            if best is None or doc.get("version", 0) > best.get("version", 0):
+                best = doc
+        if best is None:
+            return
+        self._version = best.get("version", 0)
+        self.cluster_id = self.cluster_id or best.get("cluster_id", "")
+        for t in best.get("topics", []):
+            parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
+            self._topics[t["name"]] = TopicState(partitions=parts, **t)
+
+    def _save(self) -> None:
+        self._version += 1
+        doc = {
+            "version": self._version,
+            "cluster_id": self.cluster_id,
+            "topics": [
+                {**asdict(t), "partitions": [asdict(p) for p in t.partitions.values()]}
+                for t in self._topics.values()
+            ],
+        }
+        data = json.dumps(doc, indent=1).encode()
+        written = 0
+        for d in self._dirs:
+            try:
+                with io_guard(d, "writing cluster metadata"):
+                    atomic_write(d / METADATA_FILE, data)
+                written += 1
+            except KafkaStorageError as exc:
+                log.error("could not write metadata to %s: %s", d, exc)
+        if not written:
+            raise MetadataError("KAFKA_STORAGE_ERROR", "metadata could not be written to any log dir")
+
+    def _notify(self, name: str, state: TopicState | None) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(name, state)
+            except Exception:
+                log.exception("metadata listener failed for topic %s", name)
+
+    # -- reads ------------------------------------------------------------------------------------
+    def brokers(self) -> list[BrokerInfo]:
+        return [self._self]
+
+    def topics(self) -> dict[str, TopicState]:
+        with self._lock:
+            return dict(self._topics)
+
+    def add_listener(self, fn: Listener) -> None:
+        self._listeners.append(fn)
+
+    # -- changes ----------------------------------------------------------------------------------
+    def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+        *, internal: bool = False, validate_only: bool = False,
+    ) -> TopicState:
+        problem = validate_topic_name(name)
+        if problem:
+            raise MetadataError("INVALID_TOPIC_EXCEPTION", problem)
+        if num_partitions < 1:
+            raise MetadataError("INVALID_PARTITIONS", f"number of partitions must be at least 1, got {num_partitions}")
+        if replication_factor < 1:
+            raise MetadataError(
+                "INVALID_REPLICATION_FACTOR", f"replication factor must be at least 1, got {replication_factor}"
+            )
+        if replication_factor > len(self.brokers()):
+            raise MetadataError(
+                "INVALID_REPLICATION_FACTOR",
+                f"replication factor {replication_factor} is larger than the {len(self.brokers())} available broker(s)",
+            )
+        node = self._self.node_id
+        with self._lock:
+            if name in self._topics:
+                raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
+            collision = _collides(name, self._topics)
+            if collision:
+                raise MetadataError(
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
+                )
+            state = TopicState(
+                name, random_uuid(),
+                {i: PartitionState(name, i, [node], node, 0, [node]) for i in range(num_partitions)},
+                dict(configs), internal,
+            )
+            if validate_only:
+                return state
+            self._topics[name] = state
+            self._save()
+        self._notify(name, state)
+        return state
+
+    def delete_topic(self, name: str) -> TopicState:
+        with self._lock:
+            state = self._topics.pop(name, None)
+            if state is None:
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+            self._save()
+        self._notify(name, None)
+        return state
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
+        node = self._self.node_id
+        with self._lock:
+            state = self._topics.get(name)
+            if state is None:
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+            current = len(state.partitions)
+            if total <= current:
+                raise MetadataError(
+                    "INVALID_PARTITIONS",
+                    f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
+                )
+            if validate_only:
+                return state
+            for i in range(current, total):
+                state.partitions[i] = PartitionState(name, i, [node], node, 0, [node])
+            self._save()
+        self._notify(name, state)
+        return state
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
+        with self._lock:
+            state = self._topics.get(name)
+            if state is None:
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+            state.configs = dict(configs)
+            self._save()
+        self._notify(name, state)
+        return state
+
+    def update_partition(self, new: PartitionState) -> None:
+        with self._lock:
+            state = self._topics.get(new.topic)
+            if state is None:
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{new.topic}' does not exist")
+            state.partitions[new.partition] = new
+            self._save()
+        self._notify(new.topic, state)
+
+
+def _collides(name: str, topics: dict[str, TopicState]) -> str | None:
+    key = name.replace(".", "_")
+    return next((t for t in topics if t != name and t.replace(".", "_") == key), None)

@@ -1,0 +1,392 @@
+"""The broker: one object that owns the log manager, metadata, replica manager, group coordinator
+and the network server, starts them in order and stops them in reverse.
+
+It is also the contract between the API families: every handler module gets the broker and
+reads what it needs from it (``config``, ``metadata``, ``log_manager``, ``replica_manager``,
+``group_coordinator``, ``topic_config``/``log_config``, ``ensure_topic``).
+
+Cluster id: ``meta.properties`` in the log dirs is the source of truth (it is what Kafka's own
+tools read and what ties a dir to its cluster). The id found there is given to the metadata
+store; only a brand-new broker takes the metadata store's (or a fresh) id, and the log manager
+then writes it into every dir.
+
+Start order: log manager (loading and recovery, in a thread), replica manager, group
+coordinator, network server; ``stop`` goes the other way, so no request arrives at a component
+that is already gone and the clean-shutdown marker is written last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from logkeel.cluster.metadata import (
+    EmbeddedMetadataStore,
+    MetadataError,
+    MetadataStore,
+    TopicState,
+)
+from logkeel.config import BrokerConfig, TopicConfig
+from logkeel.server import api_versions
+from logkeel.server.handlers import HandlerRegistry
+from logkeel.server.network import Server
+from logkeel.storage.log_config import LogConfig
+from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
+from logkeel.storage.log_manager import BackgroundIntervals, LogManager
+from logkeel.storage.topic_partition import validate_topic_name
+
+__all__ = ["FAMILY_MODULES", "Broker", "BrokerStartError"]
+
+log = logging.getLogger(__name__)
+
+# Every API family module, registered in this order; each has ``register(registry, broker)``.
+FAMILY_MODULES: tuple[str, ...] = (
+    "logkeel.server.metadata_api",
+    "logkeel.server.admin_api",
+    "logkeel.server.produce_api",
+    "logkeel.server.fetch_api",
+    "logkeel.server.offsets_api",
+    "logkeel.server.producer_id_api",
+    "logkeel.server.group_api",
+)
+
+# The flusher wakes at most this often, whatever log.flush.scheduler.interval.ms says (its
+# default is Long.MAX_VALUE, i.e. "never", which would also starve flush.ms of checks).
+_MAX_FLUSH_CHECK_MS = 1_000
+_MIN_BACKGROUND_INTERVAL_MS = 100
+
+
+class BrokerStartError(Exception):
+    """The broker could not start (e.g. its port is in use); the message says why."""
+
+
+class Broker:
+    """A single-node Kafka-protocol broker built from a ``BrokerConfig``.
+
+    Nothing touches the network until ``start()``. ``metrics_port`` (None: off) serves
+    Prometheus metrics over HTTP on the listener's host.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        metrics_port: int | None = None,
+        metrics_host: str | None = None,
+    ) -> None:
+        self.config = config
+        self.node_id: int = config.node_id
+        listener = config.listeners[0]
+        self.listener_name = listener.name
+        self.bind_host = listener.host or "0.0.0.0"
+        self._bind_port = listener.port
+        advertised = next(
+            (a for a in config.advertised_listeners if a.name == listener.name),
+            config.advertised_listeners[0],
+        )
+        self._advertised_host = advertised.host or _default_advertised_host(listener.host)
+        self._advertised_port = advertised.port
+        self.log_dirs = [Path(d) for d in config.log_dirs]
+        self.started_at: float | None = None
+        self._topic_config_cache: dict[tuple[str, tuple[tuple[str, str], ...]], TopicConfig] = {}
+        self._cache_lock = threading.Lock()
+        self._auto_create_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._stopped = False
+
+        cluster_id = _cluster_id_in_meta_properties(self.log_dirs)
+        self.metadata: MetadataStore = EmbeddedMetadataStore(
+            self.log_dirs,
+            self.node_id,
+            self._advertised_host,
+            self._advertised_port,
+            cluster_id=cluster_id,
+        )
+        self.cluster_id: str = self.metadata.cluster_id
+
+        self.log_manager = LogManager(
+            self.log_dirs,
+            node_id=self.node_id,
+            cluster_id=self.cluster_id,
+            default_config=self._log_config_from(TopicConfig.from_broker(config)),
+            config_for=self.log_config,
+            recovery_threads_per_dir=config.num_recovery_threads_per_data_dir,
+            intervals=_background_intervals(config),
+        )
+        self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
+
+        # Imported here so the family modules (and their owners' work in progress) never form an
+        # import cycle with this module.
+        from logkeel.server.group_coordinator import GroupCoordinator
+        from logkeel.server.replica_manager import ReplicaManager
+
+        self.replica_manager: Any = ReplicaManager(self)
+        self.group_coordinator: Any = GroupCoordinator(self)
+
+        self.registry = HandlerRegistry()
+        api_versions.register(self.registry)
+        for name in FAMILY_MODULES:
+            importlib.import_module(name).register(self.registry, self)
+
+        self.server = Server(
+            self.registry,
+            self.bind_host,
+            self._bind_port,
+            listener=self.listener_name,
+            max_request_bytes=config.socket_request_max_bytes,
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            backlog=config.socket_listen_backlog_size,
+        )
+
+        from logkeel.server.metrics import BrokerMetrics
+
+        self.metrics = BrokerMetrics(self)
+        self.server.add_observer(self.metrics.observe_request)
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host or self.bind_host
+        self._metrics_server: Any = None
+
+    # -- identity -------------------------------------------------------------------------------
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to; the bound port if configured as 0."""
+        port = self._advertised_port
+        if port == 0 and self._started:
+            port = self.server.port
+        return self._advertised_host, port
+
+    @property
+    def port(self) -> int:
+        """The bound port (after ``start()``)."""
+        return self.server.port
+
+    # -- topic configuration ------------------------------------------------------------------
+
+    def topic_config(self, name: str) -> TopicConfig:
+        """The broker defaults with the topic's overrides from metadata on top."""
+        state = self.metadata.topic(name)
+        overrides = dict(state.configs) if state is not None else {}
+        key = (name, tuple(sorted(overrides.items())))
+        with self._cache_lock:
+            cached = self._topic_config_cache.get(key)
+        if cached is not None:
+            return cached
+        try:
+            config = TopicConfig.from_broker(self.config, overrides)
+        except ValueError as exc:
+            # Stored overrides were valid when written; a changed broker default can still make
+            # them clash. Serve the topic on the broker defaults rather than not at all.
+            log.error("topic %s: stored configs are invalid (%s); using broker defaults", name, exc)
+            config = TopicConfig.from_broker(self.config)
+        with self._cache_lock:
+            if len(self._topic_config_cache) > 10_000:
+                self._topic_config_cache.clear()
+            self._topic_config_cache[key] = config
+        return config
+
+    def log_config(self, name: str) -> LogConfig:
+        """The storage settings of topic ``name`` (see ``topic_config``)."""
+        return self._log_config_from(self.topic_config(name))
+
+    def _log_config_from(self, topic: TopicConfig) -> LogConfig:
+        return LogConfig.from_topic_config(
+            topic,
+            producer_snapshot_interval_ms=self.config.producer_state_snapshot_interval_ms,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+        )
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    async def ensure_topic(self, name: str) -> TopicState | None:
+        """The topic, auto-created (``num.partitions``, ``default.replication.factor``) when
+        ``auto.create.topics.enable`` allows; None if it does not exist and may not be created
+        (auto-creation off, an illegal or colliding name, or no log dir to hold it)."""
+        state = self.metadata.topic(name)
+        if state is not None or not self.config.auto_create_topics_enable:
+            return state
+        if validate_topic_name(name) is not None:
+            return None
+        async with self._auto_create_lock:
+            state = self.metadata.topic(name)
+            if state is not None:
+                return state
+            try:
+                state = await asyncio.to_thread(
+                    self.metadata.create_topic,
+                    name,
+                    self.config.num_partitions,
+                    self.config.default_replication_factor,
+                    {},
+                )
+            except MetadataError as exc:
+                if exc.error_name == "TOPIC_ALREADY_EXISTS":
+                    return self.metadata.topic(name)
+                log.warning("cannot auto-create topic %s: %s", name, exc)
+                return None
+        log.info(
+            "auto-created topic %s with %d partition(s)", name, len(state.partitions)
+        )
+        return state
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Loads the logs, starts the replica manager, group coordinator and listener.
+
+        Raises ``BrokerStartError`` (after undoing what had started) if the listener cannot
+        bind; storage failures of single dirs do not stop the start (those dirs are offline).
+        """
+        if self._started:
+            raise RuntimeError("broker already started")
+        self._loop = asyncio.get_running_loop()
+        self.started_at = time.time()
+        t0 = time.monotonic()
+        report = await asyncio.to_thread(self.log_manager.startup)
+        self.metrics.record_startup(report)
+        if not self.log_manager.online_dirs:
+            await asyncio.to_thread(self.log_manager.shutdown)
+            raise BrokerStartError(
+                "no log dir is usable: "
+                + "; ".join(f"{d}: {why}" for d, why in report.offline_dirs)
+            )
+        started: list[Callable[[], Any]] = []
+        try:
+            await self.replica_manager.start()
+            started.append(self.replica_manager.stop)
+            await self.group_coordinator.start()
+            started.append(self.group_coordinator.stop)
+            try:
+                await self.server.start()
+            except OSError as exc:
+                raise BrokerStartError(_bind_error(self.bind_host, self._bind_port, exc)) from exc
+            self._started = True
+            if self.metrics_port is not None:
+                try:
+                    self._metrics_server = self.metrics.serve(self.metrics_host, self.metrics_port)
+                except OSError as exc:
+                    await self.server.stop()
+                    self._started = False
+                    raise BrokerStartError(
+                        "metrics endpoint: " + _bind_error(self.metrics_host, self.metrics_port, exc)
+                    ) from exc
+        except BaseException:
+            for stop in reversed(started):
+                with contextlib.suppress(Exception):
+                    await stop()
+            await asyncio.to_thread(self.log_manager.shutdown)
+            self._stopped = True
+            raise
+        self.metrics.record_started(time.monotonic() - t0)
+        host, port = self.advertised
+        log.info(
+            "logkeel broker %d (cluster %s) listening on %s:%d, advertised as %s:%d; log dirs: %s",
+            self.node_id,
+            self.cluster_id,
+            self.bind_host,
+            self.server.port,
+            host,
+            port,
+            ", ".join(str(d) for d in self.log_dirs),
+        )
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Clean shutdown: stop accepting, finish in-flight requests, stop the coordinator and
+        replica manager, then flush and checkpoint every log and write the clean-shutdown
+        marker. Safe to call more than once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("shutting down broker %d", self.node_id)
+        if self._started:
+            await self.server.stop(timeout)
+        if self._metrics_server is not None:
+            await asyncio.to_thread(_close_metrics_server, self._metrics_server)
+            self._metrics_server = None
+        for name, component in (
+            ("group coordinator", self.group_coordinator),
+            ("replica manager", self.replica_manager),
+        ):
+            try:
+                await component.stop()
+            except Exception:
+                # The logs must still be flushed and marked clean; one component's bug must not
+                # cost a full recovery at the next start.
+                log.exception("error stopping the %s", name)
+        await asyncio.to_thread(self.log_manager.shutdown)
+        self._started = False
+        log.info("broker %d shut down", self.node_id)
+
+    # -- storage failures -----------------------------------------------------------------------
+
+    def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
+        """Called by the log manager (from whichever thread hit the error) when a dir goes
+        offline; the replica manager makes its partitions answer KAFKA_STORAGE_ERROR. Its
+        ``on_log_dir_failure(log_dir, reason)`` runs on the event loop thread."""
+        self.metrics.log_dir_failed(log_dir)
+        handler = getattr(self.replica_manager, "on_log_dir_failure", None)
+        if handler is None:
+            return
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            handler(log_dir, reason)
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            handler(log_dir, reason)
+        else:
+            loop.call_soon_threadsafe(handler, log_dir, reason)
+
+
+def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:
+    for d in log_dirs:
+        try:
+            return MetaProperties.parse((d / META_PROPERTIES).read_text()).cluster_id
+        except (OSError, MetaPropertiesError, UnicodeDecodeError):
+            continue
+    return None
+
+
+def _background_intervals(config: BrokerConfig) -> BackgroundIntervals:
+    def bounded(ms: int) -> int:
+        return max(_MIN_BACKGROUND_INTERVAL_MS, ms)
+
+    return BackgroundIntervals(
+        flush_check_ms=bounded(min(config.log_flush_scheduler_interval_ms, _MAX_FLUSH_CHECK_MS)),
+        recovery_checkpoint_ms=bounded(config.log_flush_offset_checkpoint_interval_ms),
+        start_offset_checkpoint_ms=bounded(config.log_flush_start_offset_checkpoint_interval_ms),
+        retention_check_ms=bounded(config.log_retention_check_interval_ms),
+    )
+
+
+def _default_advertised_host(bind_host: str | None) -> str:
+    """Kafka advertises the machine's canonical host name for a wildcard listener; loopback is
+    the one answer that always works for a local broker, so use that when bound to all."""
+    if bind_host in (None, "", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return bind_host
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"cannot listen on {host}:{port}: the address is already in use"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+
+
+def _close_metrics_server(server: Any) -> None:
+    httpd, thread = server
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)

@@ -1,0 +1,1 @@
+"""Delayed operations (work in progress)."""
