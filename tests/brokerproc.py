@@ -97,4 +97,4 @@ class BrokerProcess:
             try:
                 self.stop(timeout=15)
             except RuntimeError:
-                pass
+                self.kill()  # stop() already killed it; make sure nothing is left behind

@@ -233,9 +233,7 @@ class Broker:
                     return self.metadata.topic(name)
                 log.warning("cannot auto-create topic %s: %s", name, exc)
                 return None
-        log.info(
-            "auto-created topic %s with %d partition(s)", name, len(state.partitions)
-        )
+        log.info("auto-created topic %s with %d partition(s)", name, len(state.partitions))
         return state
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -277,7 +275,8 @@ class Broker:
                     await self.server.stop()
                     self._started = False
                     raise BrokerStartError(
-                        "metrics endpoint: " + _bind_error(self.metrics_host, self.metrics_port, exc)
+                        "metrics endpoint: "
+                        + _bind_error(self.metrics_host, self.metrics_port, exc)
                     ) from exc
         except BaseException:
             for stop in reversed(started):

@@ -341,8 +341,14 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
         r.tagged_fields()
         members.append(
             MemberMetadata(
-                member_id, client_id, client_host, session_timeout, subscription, assignment,
-                rebalance_timeout, instance_id,
+                member_id,
+                client_id,
+                client_host,
+                session_timeout,
+                subscription,
+                assignment,
+                rebalance_timeout,
+                instance_id,
             )
         )
     r.tagged_fields()

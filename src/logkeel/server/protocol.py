@@ -384,7 +384,7 @@ def _primitive_guard(kafka_type: str, flexible: bool) -> _Guard:
     return read_legacy
 
 
-def _array_guard(element: _Guard, flexible: bool) -> _Guard:
+def _array_guard(element: _Guard, flexible: bool, fixed_size: int | None = None) -> _Guard:
     def read_array(buf: bytes, pos: int, edits: list[_Edit]) -> int:
         if flexible:
             n, pos = _read_uvarint(buf, pos)
@@ -398,6 +398,8 @@ def _array_guard(element: _Guard, flexible: bool) -> _Guard:
             raise _Malformed(
                 f"array of {n} elements, but only {len(buf) - pos} bytes are left to hold them"
             )
+        if fixed_size is not None:  # no need to visit each int32 of a partition list
+            return _need(buf, pos, max(n, 0) * fixed_size, "array")
         for _ in range(n):
             pos = element(buf, pos, edits)
         return pos
@@ -407,15 +409,18 @@ def _array_guard(element: _Guard, flexible: bool) -> _Guard:
 
 def _field_guard(field: Any, flexible: bool) -> _Guard:
     kind = classify_field(field)
+    fixed_size = None
     if isinstance(kind, PrimitiveField | PrimitiveTupleField):
-        guard = _primitive_guard(get_schema_field_type(field), flexible)
+        kafka_type = get_schema_field_type(field)
+        guard = _primitive_guard(kafka_type, flexible)
+        fixed_size = _FIXED_SIZES.get(kafka_type)
     elif isinstance(kind, EntityField):
         guard = _entity_guard(kind.type_, is_optional(field))
     elif isinstance(kind, EntityTupleField):
         guard = _entity_guard(kind.type_, False)
     else:  # pragma: no cover - kio has no other kind of field
         raise NotImplementedError(f"unknown field kind {kind!r}")
-    return _array_guard(guard, flexible) if kind.is_array else guard
+    return _array_guard(guard, flexible, fixed_size) if kind.is_array else guard
 
 
 @cache

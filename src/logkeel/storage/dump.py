@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -75,6 +76,9 @@ SNAPSHOT_SUFFIX = ".snapshot"
 # dumped like the file it was.
 _TRANSIENT_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
 _INT31 = 1 << 31
+# Control characters other than tab, line feed and carriage return mark a value as binary.
+_BINARY_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_LINE_ESCAPES = str.maketrans({"\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 class FileKind(StrEnum):
@@ -467,13 +471,20 @@ def _records_of(batch: _Batch, dump: FileDump) -> list[Json]:
 
 
 def _bytes_field(data: bytes | None) -> tuple[str | None, str | None]:
-    """(text, encoding): UTF-8 text where the bytes decode as UTF-8, else base64."""
+    """(text, encoding): the bytes as text where they are UTF-8 without control characters
+    (tab and line breaks allowed), else base64.
+
+    Binary data that happens to decode (zero-filled values, packed integers) would otherwise
+    come out as a long run of escapes, several times its size.
+    """
     if data is None:
         return None, None
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode("ascii"), "base64"
+    if _BINARY_BYTE.search(data) is None:
+        try:
+            return data.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(data).decode("ascii"), "base64"
 
 
 def _record_dict(header: BatchHeader, record: Record, pos: int, dump: FileDump) -> Json:
@@ -866,10 +877,8 @@ def _text(value: str | None, encoding: str | None) -> str:
         return "null"
     if encoding == "base64":
         return f"base64:{value}"
-    if value.isprintable():
-        return value
-    # Keep one record per line: escape newlines and other control characters.
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+    # One record per line: the only control characters a text value may hold are these.
+    return value.translate(_LINE_ESCAPES)
 
 
 def _batch_line(b: Json) -> str:
