@@ -28,7 +28,7 @@ from kio.serial._introspect import (
 from kio.static.primitive import Records
 
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, encode_request, request_schema
+from logkeel.server.protocol import ApiKey, encode_request, is_known_api, request_schema
 
 from .conftest import BrokerThread, api_versions_request, api_versions_round_trip, connect
 
@@ -201,6 +201,7 @@ def test_fuzzed_frames_do_not_break_the_broker(
         time.sleep(0.01)
     assert broker.server.connection_count == 0
 
+    assert all(r.api_key == -1 or is_known_api(r.api_key) for r in broker.records)
     outcomes: dict[str, int] = {}
     for record in broker.records:
         outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1

@@ -201,6 +201,9 @@ def test_unknown_api_key_closes_the_connection(
     _closes_then_serves(
         bare_broker, struct.pack(">i", len(body)) + body, caplog, "unsupported API key 4242"
     )
+    record = bare_broker.wait_for(lambda r: r.outcome == "closed")
+    assert record.api_key == -1  # not a Kafka API: observers get no per-garbage label
+    assert "unsupported API key 4242" in record.detail
 
 
 def test_unregistered_api_closes_the_connection(

@@ -26,7 +26,7 @@ from kio.schema.metadata.v12 import MetadataRequest as MetadataRequestV12
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from kio.schema.types import BrokerId
 from kio.serial import entity_writer
-from kio.static.primitive import Records, i16, i32Timedelta
+from kio.static.primitive import Records, i16, i32Timedelta, i64Timedelta
 
 from logkeel.server import api_versions
 from logkeel.server.errors import (
@@ -54,6 +54,12 @@ from logkeel.storage import errors as storage_errors
 from .conftest import api_versions_request
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+# kio's own strategy draws int64 milliseconds that its reader cannot turn back into a timedelta
+# ("timedelta milliseconds overflow"); real clients send -1 or small retention times.
+st.register_type_strategy(
+    i64Timedelta,
+    st.integers(-(2**40), 2**40).map(lambda ms: i64Timedelta.parse(timedelta(milliseconds=ms))),
+)
 
 
 def _kio_bytes(entity: Any) -> bytes:

@@ -54,7 +54,7 @@ def dump_command(
     if reasons:
         raise click.BadParameter("\n".join(reasons), param_hint="FILES")
 
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     troubled: list[tuple[str, int]] = []
 
     def dumps() -> Iterator[FileDump]:
@@ -74,7 +74,8 @@ def dump_command(
         else:
             for dump in dumps():
                 for line in render_text(dump):
-                    out.write(line + "\n")
+                    out.write(line)
+                    out.write("\n")
         out.flush()
     except BrokenPipeError:
         # `logkeel log dump big.log | head`: the reader is gone; stop quietly, and keep Python

@@ -37,6 +37,7 @@ from logkeel.cluster.metadata import (
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server import api_versions
 from logkeel.server.handlers import HandlerRegistry
+from logkeel.server.metadata_api import INTERNAL_TOPICS
 from logkeel.server.network import Server
 from logkeel.storage.log_config import LogConfig
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
@@ -123,6 +124,7 @@ class Broker:
             intervals=_background_intervals(config),
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
+        self.metadata.add_listener(self._apply_topic_configs)
 
         # Imported here so the family modules (and their owners' work in progress) never form an
         # import cycle with this module.
@@ -214,7 +216,8 @@ class Broker:
         state = self.metadata.topic(name)
         if state is not None or not self.config.auto_create_topics_enable:
             return state
-        if validate_topic_name(name) is not None:
+        if validate_topic_name(name) is not None or name in INTERNAL_TOPICS:
+            # Internal topics are created by their owners, with their own settings.
             return None
         async with self._auto_create_lock:
             state = self.metadata.topic(name)
@@ -324,6 +327,14 @@ class Broker:
         await asyncio.to_thread(self.log_manager.shutdown)
         self._started = False
         log.info("broker %d shut down", self.node_id)
+
+    def _apply_topic_configs(self, name: str, state: TopicState | None) -> None:
+        """Metadata listener: live logs of a topic pick up its new settings (AlterConfigs).
+
+        Assigning a LogConfig is idempotent, so this is safe alongside the replica manager's
+        own handling of the same change."""
+        if state is not None:
+            self.log_manager.update_config(name, self.log_config(name))
 
     # -- storage failures -----------------------------------------------------------------------
 

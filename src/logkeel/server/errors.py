@@ -34,7 +34,7 @@ class ApiError(Exception):
         super().__init__(message or error_name(code))
 
 
-class CloseConnection(Exception):  # noqa: N818 - it is an instruction, not an error
+class CloseConnection(Exception):
     """Raised by a handler to close the client's connection without answering.
 
     Kafka does this for a failed ``acks=0`` produce: the client has no response to read an

@@ -39,6 +39,7 @@ from logkeel.server.protocol import (
     api_name,
     decode_request,
     encode_response,
+    is_known_api,
     parse_request_header,
     peek_api,
 )
@@ -71,7 +72,7 @@ class RequestRecord:
 
     connection_id: str
     peer: tuple[str, int]
-    api_key: int
+    api_key: int  # -1 when the frame named no Kafka API (garbage, or too short to tell)
     api_version: int
     correlation_id: int
     client_id: str | None
@@ -547,6 +548,10 @@ class _Connection(asyncio.Protocol):
         else:
             who = "no header"
             api_key, api_version, corr, client_id = -1, -1, -1, None
+        if not is_known_api(api_key):
+            # Garbage, not an API: observers (metrics labels) must not see one key per byte
+            # pattern a scanner sends.
+            api_key = -1
         log.warning(
             "closing connection %s from %s: %s (%s, %d bytes)",
             self.connection_id,

@@ -1,11 +1,245 @@
-"""(work in progress)"""
+"""Produce (API key 0), versions 3-13: record batches in, offsets out.
+
+Versions: 3 is the first with RecordBatch v2 (the only format the log stores); 13 names topics
+by id. acks=0 sends no response and, like Kafka, closes the connection when any partition
+failed (the only way to tell such a producer to refresh its metadata); acks=1 answers after
+the leader's append; acks=-1 waits in the produce purgatory until the high watermark covers
+the records or ``timeout`` passes.
+
+Validation in Kafka's order: acks, topic (name, internal, existence, auto-creation), partition,
+leadership, then the records (exactly one v2 batch per partition from a client, CRC, size,
+producer sequence and epoch; an idempotent retry gets the original offsets back).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import importlib
+import logging
+from functools import cache
+from types import ModuleType
 from typing import Any
 
-from logkeel.server.handlers import HandlerRegistry
+from kio.schema.errors import ErrorCode
+
+from logkeel.records.batch import MAGIC_V2, InvalidBatchError, iter_headers
+from logkeel.server.errors import CloseConnection, error_name
+from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.server.replica_manager import PartitionAppendResult, topic_id_text
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
+
+__all__ = ["MAX_VERSION", "MIN_VERSION", "ProduceApi", "register"]
+
+log = logging.getLogger(__name__)
+
+MIN_VERSION = 3
+MAX_VERSION = 13
+_TOPIC_IDS_FROM = 13
+# Kafka lets its own admin client write to internal topics; nobody else.
+_ADMIN_CLIENT_ID = "__admin_client"
+# baseOffset (8) + batchLength (4) + partitionLeaderEpoch (4): the magic byte follows.
+_MAGIC_OFFSET = 16
 
 
-def register(registry: HandlerRegistry, broker: Any) -> None:
-    pass
+@cache
+def _module(version: int) -> ModuleType:
+    schema = response_schema(ApiKey.PRODUCE, version)
+    assert schema is not None
+    return importlib.import_module(schema.__module__)
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _make(cls: type, **values: Any) -> Any:
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _timestamp(ms: int) -> datetime.datetime | None:
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+class ProduceApi:
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+        version = ctx.api_version
+        acks = int(request.acks)
+        timeout_ms = round(request.timeout.total_seconds() * 1000)
+        metadata = self._broker.metadata
+        # (topic key, partition index, tp or None, pre-append error or None, message)
+        slots: list[tuple[Any, int, TopicPartition | None, ErrorCode | None, str | None]] = []
+        entries: dict[TopicPartition, bytes] = {}
+        order: list[Any] = []
+        for topic in request.topic_data:
+            if version >= _TOPIC_IDS_FROM:
+                key = topic.topic_id
+                state = metadata.topic_by_id(topic_id_text(key)) if key is not None else None
+                name = state.name if state is not None else None
+                topic_error = None if state is not None else ErrorCode.unknown_topic_id
+            else:
+                key = name = str(topic.name)
+                topic_error = await self._topic_error(ctx, name)
+            if key not in order:
+                order.append(key)
+            for pdata in topic.partition_data:
+                index = int(pdata.index)
+                if acks not in (-1, 0, 1):
+                    slots.append((key, index, None, ErrorCode.invalid_required_acks, None))
+                    continue
+                if topic_error is not None or name is None:
+                    slots.append((key, index, None, topic_error, None))
+                    continue
+                tp = TopicPartition(name, index)
+                problem = _check_records(pdata.records)
+                if problem is not None:
+                    slots.append((key, index, tp, ErrorCode.invalid_record, problem))
+                    continue
+                entries[tp] = pdata.records
+                slots.append((key, index, tp, None, None))
+
+        results: dict[TopicPartition, PartitionAppendResult] = {}
+        if entries:
+            results = await self._broker.replica_manager.append_to_partitions(
+                entries, acks, timeout_ms, origin_is_client=True
+            )
+
+        if acks == 0:
+            failed = [
+                f"{key}-{index}: {error_name(err)}"
+                for key, index, _, err, _ in slots
+                if err is not None
+            ] + [f"{tp}: {error_name(r.error)}" for tp, r in results.items() if r.error]
+            if failed:
+                raise CloseConnection("acks=0 produce failed for " + ", ".join(failed[:10]))
+            return None
+
+        mod = _module(version)
+        by_topic: dict[Any, list[Any]] = {key: [] for key in order}
+        leaders: set[int] = set()
+        for key, index, tp, err, message in slots:
+            if err is not None:
+                result = PartitionAppendResult(err, error_message=message)
+            else:
+                assert tp is not None
+                result = results[tp]
+            by_topic[key].append(self._partition_response(mod, index, result))
+            if result.error == ErrorCode.not_leader_or_follower and result.leader_id >= 0:
+                leaders.add(result.leader_id)
+        topics = []
+        for key, partitions in by_topic.items():
+            if version >= _TOPIC_IDS_FROM:
+                topics.append(
+                    _make(
+                        mod.TopicProduceResponse,
+                        topic_id=key,
+                        partition_responses=tuple(partitions),
+                    )
+                )
+            else:
+                topics.append(
+                    _make(mod.TopicProduceResponse, name=key, partition_responses=tuple(partitions))
+                )
+        return _make(
+            mod.ProduceResponse,
+            responses=tuple(topics),
+            node_endpoints=self._node_endpoints(mod, leaders),
+        )
+
+    async def _topic_error(self, ctx: RequestContext, name: str) -> ErrorCode | None:
+        if validate_topic_name(name) is not None:
+            return ErrorCode.invalid_topic_exception
+        state = self._broker.metadata.topic(name)
+        if state is None:
+            state = await self._broker.ensure_topic(name)
+            if state is None:
+                return ErrorCode.unknown_topic_or_partition
+        if state.internal and ctx.client_id != _ADMIN_CLIENT_ID:
+            return ErrorCode.invalid_topic_exception
+        return None
+
+    @staticmethod
+    def _partition_response(mod: ModuleType, index: int, r: PartitionAppendResult) -> Any:
+        values: dict[str, Any] = {
+            "index": index,
+            "error_code": r.error,
+            "base_offset": r.base_offset,
+            "log_append_time": _timestamp(r.log_append_time) if not r.error else None,
+            "log_start_offset": r.log_start_offset,
+            "record_errors": (),
+            "error_message": r.error_message if r.error else None,
+        }
+        if r.error == ErrorCode.not_leader_or_follower and r.leader_id >= 0:
+            leader_type = getattr(mod, "LeaderIdAndEpoch", None)
+            if leader_type is not None:
+                values["current_leader"] = leader_type(
+                    leader_id=r.leader_id, leader_epoch=r.leader_epoch
+                )
+        return _make(mod.PartitionProduceResponse, **values)
+
+    def _node_endpoints(self, mod: ModuleType, leaders: set[int]) -> tuple[Any, ...]:
+        endpoint_type = getattr(mod, "NodeEndpoint", None)
+        if endpoint_type is None or not leaders:
+            return ()
+        return tuple(
+            endpoint_type(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in self._broker.metadata.brokers()
+            if b.node_id in leaders
+        )
+
+    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        """Every partition of the request answers ``code`` (Kafka's getErrorResponse)."""
+        if int(request.acks) == 0:
+            return None
+        mod = _module(ctx.api_version)
+        topics = []
+        for topic in request.topic_data:
+            partitions = tuple(
+                self._partition_response(mod, int(p.index), PartitionAppendResult(code))
+                for p in topic.partition_data
+            )
+            if ctx.api_version >= _TOPIC_IDS_FROM:
+                topics.append(
+                    _make(
+                        mod.TopicProduceResponse,
+                        topic_id=topic.topic_id,
+                        partition_responses=partitions,
+                    )
+                )
+            else:
+                topics.append(
+                    _make(mod.TopicProduceResponse, name=topic.name, partition_responses=partitions)
+                )
+        return _make(mod.ProduceResponse, responses=tuple(topics))
+
+
+def _check_records(records: bytes | None) -> str | None:
+    """Kafka's ProduceRequest rules for v3+: exactly one batch, magic v2. Deeper checks (CRC,
+    structure, size) belong to the log, which answers CORRUPT_MESSAGE/MESSAGE_TOO_LARGE."""
+    if records is None:
+        return "the partition's records are null"
+    if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] != MAGIC_V2:
+        return f"produce v3+ only carries magic v2 batches, got magic {records[_MAGIC_OFFSET]}"
+    try:
+        for count, _ in enumerate(iter_headers(records), 1):
+            if count > 1:
+                return "produce v3+ carries exactly one record batch per partition"
+    except InvalidBatchError:
+        return None  # malformed: the log reports CORRUPT_MESSAGE
+    return None
+
+
+def register(registry: HandlerRegistry, broker: Any) -> ProduceApi:
+    api = ProduceApi(broker)
+    registry.register(
+        ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
+    )
+    return api

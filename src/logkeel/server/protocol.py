@@ -53,6 +53,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "is_known_api",
     "parse_request_header",
     "peek_api",
     "request_schema",
@@ -106,6 +107,11 @@ def api_name(api_key: int) -> str:
     if name is None:
         return f"ApiKey({api_key})"
     return "".join(part.capitalize() for part in name.split("_"))
+
+
+def is_known_api(api_key: int) -> bool:
+    """Whether ``api_key`` is one of Kafka's API keys (served here or not)."""
+    return api_key in api_key_map
 
 
 @cache

@@ -315,9 +315,12 @@ class _LogWalk:
                     computed = self._streamed_crc(fd, pos, header.size)
                     if want_data and computed == header.crc:
                         data = self._read(fd, pos, header.size)
-                if not want_data:
-                    data = None
-            yield _Batch(pos, header, computed, data)
+            batch = _Batch(pos, header, computed, data if want_data else None)
+            # No reference to the batch's bytes may outlive the consumer's use of them: a
+            # batch larger than a chunk is a buffer of its own.
+            data = None
+            yield batch
+            del batch
             pos += header.size
             self.valid_bytes = pos
 
@@ -399,6 +402,7 @@ def _log_items(dump: FileDump, walk: _LogWalk, print_data: bool) -> Generator[Js
             prev_last = header.last_offset
             if print_data:
                 item["data"] = _records_of(batch, dump)
+                batch.data = None
             yield item
     except StorageError as exc:
         dump.errors.append(_problem(str(exc), "io_error", position=walk.valid_bytes))

@@ -57,9 +57,11 @@ class BatchPosition:
 class FileRecords:
     """The batches of one `.log` file. Opening the file is deferred to first use."""
 
-    def __init__(self, path: Path, log_dir: Path) -> None:
+    def __init__(self, path: Path, log_dir: Path, *, read_only: bool = False) -> None:
         self.path = path
         self.log_dir = log_dir
+        # Offline tools (dump, check) must neither need write access nor create a missing file.
+        self.read_only = read_only
         self._fd: int | None = None
         self._size: int | None = None
 
@@ -72,7 +74,8 @@ class FileRecords:
     def fd(self) -> int:
         if self._fd is None:
             with io_guard(self.log_dir, f"open {self.path}"):
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                flags = os.O_RDONLY if self.read_only else os.O_RDWR | os.O_CREAT
+                self._fd = os.open(self.path, flags, 0o644)
                 self._size = os.fstat(self._fd).st_size
         return self._fd
 

@@ -7,7 +7,7 @@ costs a directory entry and a Python object at start-up (KIP-263).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,7 @@ class RecoveryResult:
     valid_bytes: int
     truncated_bytes: int
     batches: list[BatchHeader]
+    next_offset: int = -1  # the offset after the last valid batch (base offset when none)
 
 
 class LogSegment:
@@ -69,17 +70,13 @@ class LogSegment:
         self.base_offset = base_offset
         self.log_dir = log_dir
         self.index_interval_bytes = index_interval_bytes
-        self.log = FileRecords(directory / file_name(base_offset, LOG_SUFFIX), log_dir)
-        self.offset_index = OffsetIndex(
-            directory / file_name(base_offset, INDEX_SUFFIX), base_offset, max_index_size, log_dir=log_dir
-        )
-        self.time_index = TimeIndex(
-            directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_size,
-            log_dir=log_dir,
-        )
-        self.txn_index = TransactionIndex(
-            directory / file_name(base_offset, TXN_INDEX_SUFFIX), base_offset, log_dir=log_dir
-        )
+        self.max_index_size = max_index_size
+        # The file objects are made on first use: start-up makes one LogSegment per segment
+        # on disk, and at 100,000 segments even building four objects each costs seconds.
+        self._log: FileRecords | None = None
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
         self._bytes_since_last_index_entry = 0
         # (max timestamp, offset of the batch holding it); None until learnt from the time index
@@ -87,9 +84,85 @@ class LogSegment:
         self._rolling_timestamp: int | None = None
         # The largest timestamp known to be in the time index (skips no-op appends).
         self._time_indexed = NO_TIMESTAMP
+        # Set while this segment awaits validation (lazy start-up, KIP-263): called before
+        # the first read of its data or indexes. See logkeel.storage.validation.
+        self.validator: Callable[[LogSegment], None] | None = None
+        # Files the directory listing did not show at load (e.g. a deleted index).
+        self.missing_files: frozenset[str] = frozenset()
+
+    # -- files, made on first use ------------------------------------------------------------
+    @property
+    def log(self) -> FileRecords:
+        records = self._log
+        if records is None:
+            records = self._log = FileRecords(
+                self.dir / file_name(self.base_offset, LOG_SUFFIX), self.log_dir
+            )
+        return records
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        index = self._offset_index
+        if index is None:
+            index = self._offset_index = OffsetIndex(
+                self.dir / file_name(self.base_offset, INDEX_SUFFIX), self.base_offset,
+                self.max_index_size, log_dir=self.log_dir,
+            )
+        return index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        index = self._time_index
+        if index is None:
+            index = self._time_index = TimeIndex(
+                self.dir / file_name(self.base_offset, TIME_INDEX_SUFFIX), self.base_offset,
+                self.max_index_size, log_dir=self.log_dir,
+            )
+        return index
+
+    @property
+    def raw_txn_index(self) -> TransactionIndex:
+        """The transaction index without triggering validation (for loaders and validators)."""
+        index = self._txn_index
+        if index is None:
+            index = self._txn_index = TransactionIndex(
+                self.dir / file_name(self.base_offset, TXN_INDEX_SUFFIX), self.base_offset,
+                log_dir=self.log_dir,
+            )
+        return index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The transaction index, validated first if this segment still awaits validation."""
+        self.ensure_valid()
+        return self.raw_txn_index
+
+    def _files(self) -> tuple[FileRecords, OffsetIndex, TimeIndex, TransactionIndex]:
+        return self.log, self.offset_index, self.time_index, self.raw_txn_index
+
+    # -- validation (KIP-263) ----------------------------------------------------------------
+    @property
+    def needs_validation(self) -> bool:
+        return self.validator is not None
+
+    def ensure_valid(self) -> None:
+        """Validates this segment now if it has not been yet (first access after start-up)."""
+        validator = self.validator
+        if validator is not None:
+            validator(self)
+
+    def resume_indexing(self) -> None:
+        """Sets the index-interval counter as if every batch had been appended in this run.
+
+        Appends after a restart then place index entries exactly where a rebuild of the whole
+        segment would, so a reloaded log and a rebuilt one have the same indexes.
+        """
+        last = self.offset_index.last_entry if self.offset_index.entries else None
+        size = self.size
+        self._bytes_since_last_index_entry = size - last.position if last else size
 
     def __repr__(self) -> str:
-        return f"LogSegment({self.log.path})"
+        return f"LogSegment({self.dir / file_name(self.base_offset, LOG_SUFFIX)})"
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -99,7 +172,11 @@ class LogSegment:
     @property
     def opened(self) -> bool:
         """Whether any of this segment's files were opened or mapped."""
-        return self.log.is_open or self.offset_index.is_loaded or self.time_index.is_loaded
+        return (
+            (self._log is not None and self._log.is_open)
+            or (self._offset_index is not None and self._offset_index.is_loaded)
+            or (self._time_index is not None and self._time_index.is_loaded)
+        )
 
     @property
     def max_timestamp(self) -> int:
@@ -111,6 +188,13 @@ class LogSegment:
 
     def _max_ts(self) -> tuple[int, int]:
         if self._max_timestamp is None:
+            if self.validator is not None:
+                # Only the time index is needed: a cheap check of it, not a full validation.
+                check = getattr(self.validator, "check_time_index", None)
+                if check is not None:
+                    check(self)
+                else:
+                    self.ensure_valid()
             entry = self.time_index.last_entry
             self._max_timestamp = (entry.timestamp, entry.offset) if entry else (NO_TIMESTAMP, self.base_offset)
         return self._max_timestamp
@@ -177,13 +261,12 @@ class LogSegment:
         self._bytes_since_last_index_entry += header.size
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
-        self.txn_index.append(txn)
+        self.raw_txn_index.append(txn)
 
     def flush(self) -> None:
-        self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        for f in (self._log, self._offset_index, self._time_index, self._txn_index):
+            if f is not None:
+                f.flush()
 
     def make_active(self) -> None:
         """Grows the indexes back to their preallocated size: appends will follow."""
@@ -205,6 +288,7 @@ class LogSegment:
 
     def _batches_from(self, offset: int, starting_position: int = 0) -> Iterator[BatchPosition]:
         """Batches from the one holding ``offset`` on, located through the offset index."""
+        self.ensure_valid()
         hint = self.offset_index.lookup(offset)
         batches = self.log.batches(max(hint.position, starting_position))
         for batch in batches:
@@ -225,6 +309,7 @@ class LogSegment:
         stalls on a big batch. The offset index bounds the header scan at both ends, so a
         read costs two index lookups and at most ~2 index intervals of headers.
         """
+        self.ensure_valid()
         first = self.find_position(start_offset)
         if first is None or (max_offset is not None and first.header.base_offset >= max_offset):
             return None
@@ -249,6 +334,7 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in this segment (base offset when empty)."""
+        self.ensure_valid()
         hint = self.offset_index.last_entry
         start = hint.position if hint else 0
         next_offset = self.base_offset
@@ -261,6 +347,7 @@ class LogSegment:
 
         The caller decodes that batch to find the exact record, as Kafka does.
         """
+        self.ensure_valid()
         entry = self.time_index.lookup(timestamp)
         hint = self.offset_index.lookup(max(entry.offset, starting_offset))
         for batch in self.log.batches(hint.position):
@@ -271,41 +358,84 @@ class LogSegment:
 
     # -- recovery ---------------------------------------------------------------------------
     def rebuild_indexes_from(
-        self, start_position: int, start_offset: int | None = None
+        self,
+        start_position: int,
+        start_offset: int | None = None,
+        *,
+        upper_bound: int | None = None,
+        min_offset: int | None = None,
+        on_batch: Callable[[BatchPosition], None] | None = None,
+        keep_batches: bool = True,
     ) -> RecoveryResult:
         """Scans from ``start_position`` checking CRCs, (re)indexing and truncating the tail.
 
         Index entries for batches before ``start_position`` are kept; entries at or after
-        the first rescanned offset are dropped and written again from the scan, so the result
-        equals a full rebuild without rereading what was already checked.
+        the first rescanned offset are dropped and written again from the scan. The interval
+        counter and running max timestamp are resumed from the kept part, so the result is
+        entry for entry what a full rebuild gives, without rereading what was already checked.
+
+        A batch ends the valid data when it fails its CRC or structure, when its offsets do
+        not rise strictly (the incident in seeds/), when it starts below ``min_offset`` (the
+        previous segment's end) or reaches ``upper_bound`` (the next segment's base offset).
+        ``on_batch`` sees each valid batch (recovery replays producer state through it).
         """
         self.make_active()
-        if start_offset is not None:
-            self.offset_index.truncate_to(start_offset)
-            self.time_index.truncate_to(start_offset)
-            self.txn_index.truncate_to(start_offset)
-        self._bytes_since_last_index_entry = 0 if start_position == 0 else self.index_interval_bytes + 1
-        if start_position == 0:
+        if start_position == 0 or start_offset is None:
+            start_position, start_offset = 0, None
             self.offset_index.truncate()
             self.time_index.truncate()
-        self._max_timestamp = None
-        self._time_indexed = NO_TIMESTAMP
+        else:
+            self.offset_index.truncate_to(start_offset)
+            self.time_index.truncate_to(start_offset)
+        self._resume_from(start_position)
         valid_end = start_position
         batches: list[BatchHeader] = []
         last_offset = start_offset - 1 if start_offset is not None else self.base_offset - 1
+        if min_offset is not None:
+            last_offset = max(last_offset, min_offset - 1)
         for batch in self.log.scan_valid(start_position):
             header = batch.header
             # The 0.11 incident: offsets must rise strictly; a batch that goes back is corrupt.
             if header.base_offset <= last_offset or not self.can_hold(header.last_offset):
                 break
+            if upper_bound is not None and header.last_offset >= upper_bound:
+                break
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
                 self._rolling_timestamp = header.max_timestamp
             self._note_batch(batch.position, header)
-            batches.append(header)
+            if on_batch is not None:
+                on_batch(batch)
+            if keep_batches:
+                batches.append(header)
             last_offset = header.last_offset
             valid_end = batch.end
         truncated = self.log.truncate_to(valid_end)
-        return RecoveryResult(valid_end, truncated, batches)
+        result = RecoveryResult(valid_end, truncated, batches)
+        result.next_offset = last_offset + 1 if valid_end > 0 else self.base_offset
+        return result
+
+    def _resume_from(self, position: int) -> None:
+        """Interval counter and running max timestamp as they stood before ``position``."""
+        self._max_timestamp = None
+        self._time_indexed = NO_TIMESTAMP
+        if position == 0:
+            self._bytes_since_last_index_entry = 0
+            return
+        last = self.offset_index.last_entry if self.offset_index.entries else None
+        scan_from = last.position if last else 0
+        self._bytes_since_last_index_entry = position - scan_from
+        ts_entry = self.time_index.last_entry
+        max_ts = (ts_entry.timestamp, ts_entry.offset)
+        self._time_indexed = ts_entry.timestamp
+        # The time index is current at every offset-index entry; batches after the last one
+        # may have raised the max since. They are few (less than an index interval).
+        for batch in self.log.batches(scan_from, position):
+            h = batch.header
+            if h.max_timestamp > max_ts[0]:
+                max_ts = (h.max_timestamp, h.last_offset)
+            if self._rolling_timestamp is None and h.max_timestamp > NO_TIMESTAMP:
+                self._rolling_timestamp = h.max_timestamp
+        self._max_timestamp = max_ts
 
     def truncate_to(self, offset: int) -> int:
         """Removes every batch with base offset ≥ ``offset``; returns bytes removed."""
@@ -315,7 +445,7 @@ class LogSegment:
         position = batch.position if batch.header.base_offset >= offset else batch.end
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        self.txn_index.truncate_to(offset)
+        self.raw_txn_index.truncate_to(offset)
         removed = self.log.truncate_to(position)
         self._max_timestamp = None
         self._time_indexed = NO_TIMESTAMP
@@ -325,21 +455,21 @@ class LogSegment:
 
     # -- files ------------------------------------------------------------------------------
     def close(self) -> None:
-        if self.time_index.is_loaded and self._max_timestamp is not None:
+        if self._time_index is not None and self._time_index.is_loaded and self._max_timestamp is not None:
             ts, ts_offset = self._max_timestamp
-            self.time_index.maybe_append(ts, ts_offset, skip_full_check=True)
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
-        self.log.close()
+            self._time_index.maybe_append(ts, ts_offset, skip_full_check=True)
+        for f in (self._offset_index, self._time_index, self._txn_index, self._log):
+            if f is not None:
+                f.close()
 
     def change_suffix(self, old: str, new: str) -> None:
         """Renames all four files, e.g. to `.deleted` before background removal."""
-        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+        for f in self._files():
             path = Path(f.path)
             name = path.name[: -len(old)] if old and path.name.endswith(old) else path.name
             f.rename(path.with_name(name + new))
 
     def delete(self) -> None:
-        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+        self.validator = None
+        for f in self._files():
             f.delete()

@@ -1,0 +1,288 @@
+"""The group coordinator's durable state: the partitions of ``__consumer_offsets``.
+
+``OffsetsTopicStore`` is what the coordinator needs from the log, and nothing more: make sure
+the topic exists, append a batch of coordinator records to one partition (returning once the
+write is acknowledged, i.e. in the partition's log file, where a ``kill -9`` of the broker
+cannot take it back), and read a partition back from its start at load time.
+
+Two implementations:
+
+- ``BrokerOffsetsStore`` for the running broker: the topic is created through the metadata
+  store (``offsets.topic.num.partitions`` partitions, compacted, internal) and records are
+  appended through the replica manager when it offers ``append_records`` (so the high watermark,
+  leader epoch and purgatories see the write like any other), else straight through the
+  partition's log;
+- ``LogManagerOffsetsStore`` over a bare ``LogManager``, for driving a coordinator in-process
+  (tests, tools) on real files without a broker.
+
+Blocking storage calls run in threads; appends to one partition are serialised (a lock per
+partition) so records land in the order the coordinator issued them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from logkeel.records.batch import CompressionType
+from logkeel.records.builder import BatchBuilder
+from logkeel.records.record import iter_batches
+from logkeel.server.errors import error_code_for
+from logkeel.server.group_records import OFFSETS_TOPIC
+from logkeel.storage.errors import KafkaStorageError
+from logkeel.storage.log import PartitionLog
+from logkeel.storage.log_manager import LogManager
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = [
+    "BrokerOffsetsStore",
+    "CoordinatorRecord",
+    "LogManagerOffsetsStore",
+    "OffsetsTopicStore",
+    "StoreError",
+    "build_records_batch",
+    "read_partition_records",
+]
+
+log = logging.getLogger(__name__)
+
+CoordinatorRecord = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+
+# Reads at load time: whole batches, this many bytes at a time.
+_LOAD_READ_BYTES = 4 * 1024 * 1024
+
+
+class StoreError(Exception):
+    """An append or read failed; ``code`` is the Kafka error of the failure."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        self.code = code
+        super().__init__(message or code.name.upper())
+
+
+class OffsetsTopicStore(Protocol):
+    def num_partitions(self) -> int | None:
+        """Partitions of the topic, or None while it does not exist."""
+
+    async def ensure_topic(self) -> int:
+        """Creates the topic if it is missing; returns its partition count."""
+
+    async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
+        """Appends ``records`` as one batch; raises StoreError."""
+
+    async def read(self, partition: int) -> list[CoordinatorRecord]:
+        """Every record of the partition, oldest first; raises StoreError."""
+
+
+def build_records_batch(records: Sequence[CoordinatorRecord], timestamp_ms: int) -> bytes:
+    """One uncompressed batch of coordinator records, as Kafka's coordinator writes them
+    (no producer id, CreateTime timestamps)."""
+    builder = BatchBuilder(compression=CompressionType.NONE)
+    for key, value in records:
+        builder.append(timestamp_ms, key, value)
+    return builder.build()
+
+
+def read_partition_records(plog: PartitionLog) -> Iterator[CoordinatorRecord]:
+    """Every (key, value) in ``plog`` from its log start to its end, control records skipped.
+
+    Blocking: run it in a thread. Reads up to the log end, not the high watermark: on one node
+    every acknowledged write is below the end, and an unacknowledged one that reached the log
+    is kept, as Kafka's loader does.
+    """
+    offset = plog.log_start_offset
+    while True:
+        end = plog.log_end_offset
+        if offset >= end:
+            return
+        info = plog.read(offset, _LOAD_READ_BYTES, max_offset=end, min_one_message=True)
+        data = info.read_bytes()
+        if not data:
+            return
+        advanced = False
+        for _, header, records in iter_batches(data):
+            advanced = True
+            offset = header.next_offset
+            if header.is_control:
+                continue
+            for record in records:
+                if record.key is not None:
+                    yield record.key, record.value
+        if not advanced:
+            raise StoreError(
+                ErrorCode.corrupt_message, f"{plog.tp}: no complete batch at offset {offset}"
+            )
+
+
+class _PartitionLocks:
+    def __init__(self) -> None:
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def __call__(self, partition: int) -> asyncio.Lock:
+        lock = self._locks.get(partition)
+        if lock is None:
+            lock = self._locks[partition] = asyncio.Lock()
+        return lock
+
+
+class LogManagerOffsetsStore:
+    """``__consumer_offsets`` straight on a ``LogManager``'s partition logs (no broker)."""
+
+    def __init__(self, log_manager: LogManager, partitions: int) -> None:
+        self._log_manager = log_manager
+        self._partitions = partitions
+        self._created = False
+        self._locks = _PartitionLocks()
+
+    def num_partitions(self) -> int | None:
+        if self._created or any(tp.topic == OFFSETS_TOPIC for tp in list(self._log_manager.logs)):
+            return self._partitions
+        return None
+
+    async def ensure_topic(self) -> int:
+        self._created = True
+        return self._partitions
+
+    def _log(self, partition: int) -> PartitionLog:
+        return self._log_manager.get_or_create_log(TopicPartition(OFFSETS_TOPIC, partition))
+
+    async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
+        batch = build_records_batch(records, int(time.time() * 1000))
+        async with self._locks(partition):
+            try:
+                await asyncio.to_thread(self._append_sync, partition, batch)
+            except Exception as exc:
+                raise StoreError(error_code_for(exc), str(exc)) from exc
+
+    def _append_sync(self, partition: int, batch: bytes) -> None:
+        plog = self._log(partition)
+        plog.append_as_leader(batch, 0, origin_is_client=False)
+        plog.high_watermark = plog.log_end_offset
+
+    async def read(self, partition: int) -> list[CoordinatorRecord]:
+        try:
+            return await asyncio.to_thread(
+                lambda: list(read_partition_records(self._log(partition)))
+            )
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(error_code_for(exc), str(exc)) from exc
+
+
+class BrokerOffsetsStore:
+    """``__consumer_offsets`` of a running broker."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self._create_lock = asyncio.Lock()
+        self._locks = _PartitionLocks()
+
+    def num_partitions(self) -> int | None:
+        state = self._broker.metadata.topic(OFFSETS_TOPIC)
+        return None if state is None else len(state.partitions)
+
+    async def ensure_topic(self) -> int:
+        n = self.num_partitions()
+        if n is not None:
+            return n
+        async with self._create_lock:
+            n = self.num_partitions()
+            if n is not None:
+                return n
+            config = self._broker.config
+            configs = {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
+            }
+            try:
+                state = await asyncio.to_thread(
+                    self._broker.metadata.create_topic,
+                    OFFSETS_TOPIC,
+                    config.offsets_topic_num_partitions,
+                    min(
+                        config.offsets_topic_replication_factor,
+                        len(self._broker.metadata.brokers()),
+                    ),
+                    configs,
+                    internal=True,
+                )
+            except Exception as exc:
+                if getattr(exc, "error_name", "") == "TOPIC_ALREADY_EXISTS":
+                    return self.num_partitions() or config.offsets_topic_num_partitions
+                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from exc
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, len(state.partitions))
+            return len(state.partitions)
+
+    def _tp(self, partition: int) -> TopicPartition:
+        return TopicPartition(OFFSETS_TOPIC, partition)
+
+    def _log(self, partition: int) -> PartitionLog:
+        tp = self._tp(partition)
+        plog = self._broker.log_manager.get_log(tp)
+        if plog is None:
+            plog = self._broker.log_manager.get_or_create_log(
+                tp, self._broker.log_config(OFFSETS_TOPIC)
+            )
+        return plog
+
+    async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
+        batch = build_records_batch(records, int(time.time() * 1000))
+        async with self._locks(partition):
+            append_records = getattr(self._broker.replica_manager, "append_records", None)
+            if append_records is not None:
+                await self._append_via_replica_manager(append_records, partition, batch)
+                return
+            try:
+                await asyncio.to_thread(self._append_direct, partition, batch)
+            except KafkaStorageError as exc:
+                self._broker.log_manager.handle_dir_failure(exc)
+                raise StoreError(ErrorCode.kafka_storage_error, str(exc)) from exc
+            except Exception as exc:
+                raise StoreError(error_code_for(exc), str(exc)) from exc
+
+    async def _append_via_replica_manager(
+        self, append_records: Any, partition: int, batch: bytes
+    ) -> None:
+        timeout_ms = 5000  # Kafka's offsets.commit.timeout.ms default
+        try:
+            result = await append_records(
+                self._tp(partition), batch, -1, timeout_ms, origin_is_client=False
+            )
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(error_code_for(exc), str(exc)) from exc
+        code = getattr(result, "error_code", getattr(result, "error", ErrorCode.none))
+        code = ErrorCode(int(code))
+        if code != ErrorCode.none:
+            raise StoreError(code, f"append to {self._tp(partition)} failed: {code.name.upper()}")
+
+    def _append_direct(self, partition: int, batch: bytes) -> None:
+        plog = self._log(partition)
+        state = self._broker.metadata.partition(self._tp(partition))
+        epoch = state.leader_epoch if state is not None else 0
+        plog.append_as_leader(batch, epoch, origin_is_client=False)
+        # One replica: the write is committed as soon as it is in the log.
+        plog.high_watermark = plog.log_end_offset
+
+    async def read(self, partition: int) -> list[CoordinatorRecord]:
+        def load() -> list[CoordinatorRecord]:
+            return list(read_partition_records(self._log(partition)))
+
+        try:
+            return await asyncio.to_thread(load)
+        except StoreError:
+            raise
+        except KafkaStorageError as exc:
+            self._broker.log_manager.handle_dir_failure(exc)
+            raise StoreError(ErrorCode.kafka_storage_error, str(exc)) from exc
+        except Exception as exc:
+            raise StoreError(error_code_for(exc), str(exc)) from exc

@@ -1,0 +1,106 @@
+"""Producer-state replay over a partition's segments: the part of recovery that reads batches.
+
+Recovery (AKIP-2) restores producer state from a snapshot and replays the log after it. While
+replaying data above the transaction index's checkpoint it also re-adds the aborted
+transactions whose markers it meets, so the transaction index is supplemented rather than
+rebuilt. The same replay rebuilds the transaction index of one segment when validation finds
+it corrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from logkeel.records.batch import BatchHeader
+from logkeel.storage.errors import CorruptSnapshotError, io_guard
+from logkeel.storage.file_records import BatchPosition
+from logkeel.storage.producer_snapshot import read_snapshot
+from logkeel.storage.producer_state import ProducerStateEntry, ProducerStateManager
+from logkeel.storage.segment import LogSegment
+from logkeel.storage.txn_index import AbortedTxn
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    batches: int = 0
+    aborted_txns: int = 0
+
+
+class ProducerReplay:
+    """Feeds batches, in offset order, to a producer-state manager.
+
+    Aborted transactions whose marker is at or above ``index_from`` are appended to the
+    transaction index of the segment holding the marker (``index_txns``); below it the index
+    already has them.
+    """
+
+    def __init__(self, state: ProducerStateManager, *, index_from: int | None) -> None:
+        self.state = state
+        self.index_from = index_from
+        self.stats = ReplayStats()
+        self.collected: list[AbortedTxn] = []
+
+    def feed(self, segment: LogSegment, batch: BatchPosition) -> None:
+        h: BatchHeader = batch.header
+        self.stats.batches += 1
+        if not h.has_producer_id:
+            self.state.update_map_end_offset(h.next_offset)
+            return
+        data = segment.log.read(batch.position, h.size) if h.is_control else None
+        completed = self.state.load_batch(h, batch=data)
+        if completed is None:
+            return
+        if completed.is_aborted and self.index_from is not None and completed.last_offset >= self.index_from:
+            lso = self.state.last_stable_offset(completed)
+            txn = AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+            self.collected.append(txn)
+            segment.append_aborted_txn(txn)
+            self.stats.aborted_txns += 1
+        self.state.complete_txn(completed)
+
+    def replay_headers(self, segments: Iterable[LogSegment], from_offset: int, to_offset: int) -> None:
+        """Replays [from_offset, to_offset) from already-validated data, headers only."""
+        for segment in segments:
+            if segment.base_offset >= to_offset:
+                break
+            position = 0
+            if from_offset > segment.base_offset:
+                hint = segment.offset_index.lookup(from_offset)
+                position = hint.position
+            for batch in segment.log.batches(position):
+                h = batch.header
+                if h.last_offset < from_offset:
+                    continue
+                if h.base_offset >= to_offset:
+                    break
+                self.feed(segment, batch)
+
+
+def restore_scratch_state(
+    partition_dir: Path, log_dir: Path, at_or_below: int, log_start_offset: int
+) -> tuple[ProducerStateManager, int]:
+    """A fresh producer-state manager holding the newest readable snapshot at or below
+    ``at_or_below``; returns it and the offset its state covers (the log start if none).
+
+    Nothing on disk changes: a corrupt snapshot is skipped, not deleted (the loader owns that).
+    """
+    state = ProducerStateManager(partition_dir, log_dir=log_dir)
+    candidates = sorted(
+        (o for o in state.snapshot_offsets if log_start_offset <= o <= at_or_below), reverse=True
+    )
+    for offset in candidates:
+        path = state.snapshot_file(offset)
+        assert path is not None
+        try:
+            with io_guard(log_dir, f"reading producer snapshot {path}"):
+                entries = read_snapshot(path)
+        except CorruptSnapshotError:
+            continue
+        for e in entries:
+            state.load_producer_entry(ProducerStateEntry.from_snapshot_entry(e))
+        state.update_map_end_offset(offset)
+        return state, offset
+    state.update_map_end_offset(log_start_offset)
+    return state, log_start_offset
