@@ -139,6 +139,7 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        log.debug("event loop: %s.%s", type(loop).__module__, type(loop).__name__)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _on_signal, sig, stop)
         try:

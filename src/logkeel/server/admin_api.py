@@ -13,7 +13,9 @@ resource types) and TOPIC_DELETION_DISABLED.
 
 Broker configs are static in logkeel (server.properties and --override): DescribeConfigs
 describes them with their sources and synonyms, marked read-only, and altering one is refused
-with INVALID_REQUEST, as Kafka refuses configs it cannot update dynamically.
+with INVALID_REQUEST, as Kafka refuses configs it cannot update dynamically. Log levels are
+dynamic, as in Kafka: the BROKER_LOGGER resource describes every logger with its level, and
+IncrementalAlterConfigs SETs (FATAL, ERROR, WARN, INFO, DEBUG, TRACE) or DELETEs them.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ ADMIN_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 # ConfigResource.Type ids.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
 
 # AlterConfigOp.OpType ids.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -288,18 +291,21 @@ class AdminApi:
                 replication_factor=-1,
                 configs=(),
             )
-        topic_config = TopicConfig.from_broker(self._broker.config, state.configs)
-        configs = tuple(
-            build(
-                types.CreatableTopicConfigs,
-                name=row.name,
-                value=row.value,
-                read_only=row.read_only,
-                config_source=_topic_source(self._broker.config, topic_config, row.name),
-                is_sensitive=row.is_sensitive,
+        configs: tuple[Any, ...] = ()
+        config_type = getattr(types, "CreatableTopicConfigs", None)  # v5+
+        if config_type is not None:
+            topic_config = TopicConfig.from_broker(self._broker.config, state.configs)
+            configs = tuple(
+                build(
+                    config_type,
+                    name=row.name,
+                    value=row.value,
+                    read_only=row.read_only,
+                    config_source=_topic_source(self._broker.config, topic_config, row.name),
+                    is_sensitive=row.is_sensitive,
+                )
+                for row in topic_config.describe()
             )
-            for row in topic_config.describe()
-        )
         first = next(iter(state.partitions.values()), None)
         return build(
             types.CreatableTopicResult,
@@ -481,7 +487,7 @@ class AdminApi:
                 )
             existing_rf = len(next(iter(state.partitions.values())).replicas)
             for i, assignment in enumerate(topic.assignments):
-                AdminApi._check_replicas(self, assignment.broker_ids, current + i)
+                self._check_replicas(assignment.broker_ids, current + i)
                 if len(assignment.broker_ids) != existing_rf:
                     raise _Failure(
                         ErrorCode.invalid_replica_assignment,
@@ -613,6 +619,82 @@ def apply_incremental(
     return result
 
 
+# -- broker loggers (ConfigResource type BROKER_LOGGER) -------------------------------------------
+
+_SOURCE_DYNAMIC_BROKER_LOGGER_CONFIG = 6
+ROOT_LOGGER = "root"
+# Kafka's log4j level names and the Python levels that stand for them.
+LOG_LEVELS: dict[str, int] = {
+    "FATAL": logging.CRITICAL,
+    "ERROR": logging.ERROR,
+    "WARN": logging.WARNING,
+    "INFO": logging.INFO,
+    "DEBUG": logging.DEBUG,
+    "TRACE": 5,
+}
+
+
+def _level_name(level: int) -> str:
+    """The Kafka name of the most verbose Kafka level that ``level`` still lets through."""
+    for name, value in sorted(LOG_LEVELS.items(), key=lambda item: -item[1]):
+        if level >= value:
+            return name
+    return "TRACE"
+
+
+def broker_loggers() -> dict[str, str]:
+    """Every logger that exists, with its effective level in Kafka's names; ``root`` first."""
+    out = {ROOT_LOGGER: _level_name(logging.getLogger().getEffectiveLevel())}
+    for name, logger in sorted(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            out[name] = _level_name(logger.getEffectiveLevel())
+    return out
+
+
+def _logger(name: str) -> logging.Logger | None:
+    if name == ROOT_LOGGER:
+        return logging.getLogger()
+    found = logging.root.manager.loggerDict.get(name)
+    return found if isinstance(found, logging.Logger) else None
+
+
+def validate_logger_changes(changes: Iterable[tuple[str, int, str | None]]) -> None:
+    """Kafka's rules for changing log levels at run time (RuntimeLoggerManager)."""
+    for name, op, value in changes:
+        if op in (OP_APPEND, OP_SUBTRACT):
+            verb = "APPEND" if op == OP_APPEND else "SUBTRACT"
+            raise _Failure(
+                ErrorCode.invalid_request,
+                f"{verb} operation is not allowed for the BROKER_LOGGER resource",
+            )
+        if _logger(name) is None:
+            raise _Failure(ErrorCode.invalid_config, f"Logger {name} does not exist!")
+        if op == OP_SET and value not in LOG_LEVELS:
+            raise _Failure(
+                ErrorCode.invalid_config,
+                f"Cannot set the log level of {name} to {value} as it is not a supported log "
+                f"level. Valid log levels are {', '.join(LOG_LEVELS)}",
+            )
+        if op == OP_DELETE and name == ROOT_LOGGER:
+            raise _Failure(
+                ErrorCode.invalid_request,
+                f"Removing the log level of the {ROOT_LOGGER} logger is not allowed",
+            )
+
+
+def apply_logger_changes(changes: Iterable[tuple[str, int, str | None]]) -> None:
+    for name, op, value in changes:
+        logger = _logger(name)
+        assert logger is not None, "validated first"
+        if op == OP_SET:
+            assert value is not None
+            logger.setLevel(LOG_LEVELS[value])
+            log.warning("Updated the log level of %s to %s", name, value)
+        else:  # DELETE: inherit from the parent again
+            logger.setLevel(logging.NOTSET)
+            log.warning("Unset the log level of %s", name)
+
+
 class ConfigsApi:
     """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs."""
 
@@ -666,7 +748,7 @@ class ConfigsApi:
     def _describe(
         self, types: Any, resource: Any, include_synonyms: bool, include_docs: bool
     ) -> tuple[Any, ...]:
-        keys = resource.configuration_keys  # None: all
+        keys = resource.configuration_keys or None  # null or empty: all, as in Kafka
         if resource.resource_type == RESOURCE_TOPIC:
             return self._describe_topic(
                 types, resource.resource_name, keys, include_synonyms, include_docs
@@ -677,6 +759,25 @@ class ConfigsApi:
                 return ()
             self._check_broker_name(resource.resource_name)
             return self._describe_broker(types, keys, include_synonyms, include_docs)
+        if resource.resource_type == RESOURCE_BROKER_LOGGER:
+            if not resource.resource_name:
+                raise _Failure(ErrorCode.invalid_request, "Broker id must not be empty")
+            self._check_broker_name(resource.resource_name)
+            return tuple(
+                build(
+                    types.DescribeConfigsResourceResult,
+                    name=name,
+                    value=level,
+                    read_only=False,
+                    config_source=_SOURCE_DYNAMIC_BROKER_LOGGER_CONFIG,
+                    is_sensitive=False,
+                    synonyms=(),
+                    config_type=int(ConfigType.STRING),
+                    documentation=None,
+                )
+                for name, level in broker_loggers().items()
+                if keys is None or name in keys
+            )
         raise _Failure(
             ErrorCode.invalid_request, f"Unsupported resource type: {resource.resource_type}"
         )
@@ -855,6 +956,13 @@ class ConfigsApi:
             ]
             if bad_ops:
                 raise _Failure(ErrorCode.invalid_request, f"Unknown operations type {bad_ops[0]}")
+        if resource.resource_type == RESOURCE_BROKER_LOGGER and incremental:
+            self._check_broker_name(resource.resource_name)
+            changes = [(c.name, c.config_operation, c.value) for c in resource.configs]
+            validate_logger_changes(changes)
+            if not validate_only:
+                apply_logger_changes(changes)
+            return
         if resource.resource_type == RESOURCE_BROKER:
             if resource.resource_name:
                 self._check_broker_name(resource.resource_name)

@@ -97,7 +97,8 @@ class Broker:
         self._advertised_port = advertised.port
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.started_at: float | None = None
-        self._topic_config_cache: dict[tuple[str, tuple[tuple[str, str], ...]], TopicConfig] = {}
+        # Keyed by the overrides: topics with the same overrides share one resolved config.
+        self._topic_config_cache: dict[tuple[tuple[str, str], ...], TopicConfig] = {}
         self._cache_lock = threading.Lock()
         self._auto_create_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -124,7 +125,6 @@ class Broker:
             intervals=_background_intervals(config),
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
-        self.metadata.add_listener(self._apply_topic_configs)
 
         # Imported here so the family modules (and their owners' work in progress) never form an
         # import cycle with this module.
@@ -163,8 +163,9 @@ class Broker:
     def advertised(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to; the bound port if configured as 0."""
         port = self._advertised_port
-        if port == 0 and self._started:
-            port = self.server.port
+        if port == 0:
+            with contextlib.suppress(RuntimeError):  # not bound yet
+                port = self.server.port
         return self._advertised_host, port
 
     @property
@@ -178,7 +179,7 @@ class Broker:
         """The broker defaults with the topic's overrides from metadata on top."""
         state = self.metadata.topic(name)
         overrides = dict(state.configs) if state is not None else {}
-        key = (name, tuple(sorted(overrides.items())))
+        key = tuple(sorted(overrides.items()))
         with self._cache_lock:
             cached = self._topic_config_cache.get(key)
         if cached is not None:
@@ -327,14 +328,6 @@ class Broker:
         await asyncio.to_thread(self.log_manager.shutdown)
         self._started = False
         log.info("broker %d shut down", self.node_id)
-
-    def _apply_topic_configs(self, name: str, state: TopicState | None) -> None:
-        """Metadata listener: live logs of a topic pick up its new settings (AlterConfigs).
-
-        Assigning a LogConfig is idempotent, so this is safe alongside the replica manager's
-        own handling of the same change."""
-        if state is not None:
-            self.log_manager.update_config(name, self.log_config(name))
 
     # -- storage failures -----------------------------------------------------------------------
 

@@ -1,11 +1,576 @@
-"""Consumer group APIs (work in progress)."""
+"""Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+This module only translates between kio's request/response classes (every version, each with
+its own fields) and the ``GroupCoordinator``, which holds the logic. Responses are built with
+``_build``, which drops the fields a version does not have, so one code path serves every
+version. A single-node broker is the coordinator of every group: FindCoordinator always names
+this broker (creating ``__consumer_offsets`` on first use, as Kafka does).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+from collections.abc import Callable
+from datetime import timedelta
+from functools import cache
+from types import ModuleType
 from typing import Any
 
-from logkeel.server.handlers import HandlerRegistry
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from logkeel.server.group_coordinator import CommitOffset, GroupCoordinator
+from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["GroupApi", "VERSIONS", "register"]
+
+# Versions served, per API (kio has schemas for all of them).
+VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+}
+
+_NO_THROTTLE = i32Timedelta.parse(timedelta(0))
+_NO_AUTHORIZED_OPERATIONS = -(2**31)
+# Without an authorizer, Kafka reports every operation a group supports: READ (3), DELETE (6),
+# DESCRIBE (8).
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_COORDINATOR_KEY_GROUP = 0
+_COORDINATOR_KEY_TRANSACTION = 1
+_COORDINATOR_KEY_SHARE = 2
 
 
-def register(registry: HandlerRegistry, broker: Any) -> None:
-    return None
+@cache
+def _module(api_key: int, version: int) -> ModuleType:
+    cls = response_schema(api_key, version)
+    assert cls is not None
+    return importlib.import_module(cls.__module__)
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _build(cls: type[Any], **values: Any) -> Any:
+    """``cls(**values)`` without the fields ``cls`` (this version) does not have."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _response(ctx: RequestContext, **values: Any) -> Any:
+    cls = response_schema(ctx.api_key, ctx.api_version)
+    assert cls is not None
+    return _build(cls, throttle_time=_NO_THROTTLE, **values)
+
+
+def _nested(ctx: RequestContext, name: str) -> type[Any]:
+    return getattr(_module(ctx.api_key, ctx.api_version), name)  # type: ignore[no-any-return]
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, timedelta):
+        return int(round(value / timedelta(milliseconds=1)))
+    return int(value)
+
+
+class GroupApi:
+    def __init__(self, broker: Any, coordinator: GroupCoordinator | None = None) -> None:
+        self._broker = broker
+        self._coordinator = coordinator
+
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        # The broker builds its coordinator before registering the families; tests may pass one.
+        return (
+            self._coordinator if self._coordinator is not None else self._broker.group_coordinator
+        )
+
+    # -- FindCoordinator ------------------------------------------------------------------------
+
+    async def find_coordinator(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version < 4:
+            key_type = getattr(request, "key_type", _COORDINATOR_KEY_GROUP)
+            code, node_id, host, port = await self._coordinator_for(ctx, key_type, request.key)
+            return _response(
+                ctx,
+                error_code=code,
+                error_message=None if code == ErrorCode.none else code.name.upper(),
+                node_id=BrokerId(node_id),
+                host=host,
+                port=i32(port),
+            )
+        coordinators = []
+        entry = _nested(ctx, "Coordinator")
+        for key in request.coordinator_keys:
+            code, node_id, host, port = await self._coordinator_for(ctx, request.key_type, key)
+            coordinators.append(
+                entry(
+                    key=key,
+                    node_id=BrokerId(node_id),
+                    host=host,
+                    port=i32(port),
+                    error_code=code,
+                    error_message=None if code == ErrorCode.none else code.name.upper(),
+                )
+            )
+        return _response(ctx, coordinators=tuple(coordinators))
+
+    async def _coordinator_for(
+        self, ctx: RequestContext, key_type: int, key: str
+    ) -> tuple[ErrorCode, int, str, int]:
+        none = (-1, "", -1)
+        if key_type == _COORDINATOR_KEY_GROUP:
+            code = await self.coordinator.ensure_offsets_topic()
+            if code != ErrorCode.none:
+                return (code, *none)
+            partition = self.coordinator.partition_for(key)
+            state = self._broker.metadata.partition(
+                TopicPartition("__consumer_offsets", partition or 0)
+            )
+            if state is not None and state.leader != self._broker.node_id:
+                return (ErrorCode.coordinator_not_available, *none)
+            host, port = self._broker.advertised
+            return ErrorCode.none, self._broker.node_id, host, port
+        if key_type == _COORDINATOR_KEY_TRANSACTION:
+            # Transactions (and so a transaction coordinator) are not implemented.
+            return (ErrorCode.coordinator_not_available, *none)
+        if key_type == _COORDINATOR_KEY_SHARE and ctx.api_version >= 6:
+            return (ErrorCode.invalid_request, *none)
+        return (ErrorCode.invalid_request, *none)
+
+    def find_coordinator_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version < 4:
+            return _response(
+                ctx,
+                error_code=code,
+                error_message=None,
+                node_id=BrokerId(-1),
+                host="",
+                port=i32(-1),
+            )
+        entry = _nested(ctx, "Coordinator")
+        return _response(
+            ctx,
+            coordinators=tuple(
+                entry(
+                    key=k,
+                    node_id=BrokerId(-1),
+                    host="",
+                    port=i32(-1),
+                    error_code=code,
+                    error_message=None,
+                )
+                for k in request.coordinator_keys
+            ),
+        )
+
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
+
+    async def join_group(self, ctx: RequestContext, request: Any) -> Any:
+        rebalance = getattr(request, "rebalance_timeout", None)
+        result = await self.coordinator.join_group(
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols],
+            _ms(request.session_timeout),
+            -1 if rebalance is None else _ms(rebalance),
+            client_id=ctx.client_id,
+            client_host=f"/{ctx.peer[0]}",
+            api_version=ctx.api_version,
+            reason=getattr(request, "reason", None),
+        )
+        member_type = _nested(ctx, "JoinGroupResponseMember")
+        members = tuple(
+            _build(member_type, member_id=m, group_instance_id=i, metadata=md)
+            for m, i, md in result.members
+        )
+        return _response(
+            ctx,
+            error_code=result.error,
+            generation_id=i32(result.generation_id),
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name
+            if ctx.api_version >= 7
+            else result.protocol_name or "",
+            leader=result.leader,
+            skip_assignment=result.skip_assignment,
+            member_id=result.member_id,
+            members=members,
+        )
+
+    def join_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return _response(
+            ctx,
+            error_code=code,
+            generation_id=i32(-1),
+            protocol_type=None,
+            protocol_name=None if ctx.api_version >= 7 else "",
+            leader="",
+            member_id=request.member_id,
+            members=(),
+        )
+
+    async def sync_group(self, ctx: RequestContext, request: Any) -> Any:
+        result = await self.coordinator.sync_group(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None),
+            getattr(request, "protocol_name", None),
+            [(a.member_id, a.assignment) for a in request.assignments],
+        )
+        return _response(
+            ctx,
+            error_code=result.error,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
+
+    def sync_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return _response(ctx, error_code=code, assignment=b"")
+
+    async def heartbeat(self, ctx: RequestContext, request: Any) -> Any:
+        code = self.coordinator.heartbeat(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+        )
+        return _response(ctx, error_code=code)
+
+    def simple_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return _response(ctx, error_code=code)
+
+    async def leave_group(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version < 3:
+            members = [(request.member_id, None, None)]
+        else:
+            members = [
+                (m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                for m in request.members
+            ]
+        code, results = self.coordinator.leave_group(request.group_id, members)
+        if ctx.api_version < 3:
+            if code == ErrorCode.none and results:
+                code = results[0][2]
+            return _response(ctx, error_code=code)
+        member_type = _nested(ctx, "MemberResponse")
+        return _response(
+            ctx,
+            error_code=code,
+            members=tuple(
+                member_type(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results
+            ),
+        )
+
+    def leave_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return _response(ctx, error_code=code, members=())
+
+    # -- OffsetCommit / OffsetFetch / OffsetDelete -----------------------------------------------
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        return self._broker.metadata.partition(TopicPartition(topic, partition)) is not None
+
+    async def offset_commit(self, ctx: RequestContext, request: Any) -> Any:
+        offsets: list[CommitOffset] = []
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                if not self._partition_exists(*tp):
+                    errors[tp] = ErrorCode.unknown_topic_or_partition
+                    continue
+                offsets.append(
+                    CommitOffset(
+                        topic.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata,
+                    )
+                )
+        retention = getattr(request, "retention_time", None)
+        code, per_partition = await self.coordinator.commit_offsets(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            offsets,
+            retention_time_ms=-1 if retention is None else _ms(retention),
+            api_version=ctx.api_version,
+        )
+        for o in offsets:
+            errors[(o.topic, o.partition)] = (
+                code
+                if code != ErrorCode.none
+                else per_partition.get((o.topic, o.partition), ErrorCode.none)
+            )
+        return self._commit_response(ctx, request, lambda tp: errors[tp])
+
+    def _commit_response(
+        self, ctx: RequestContext, request: Any, error_of: Callable[[tuple[str, int]], ErrorCode]
+    ) -> Any:
+        topic_type = _nested(ctx, "OffsetCommitResponseTopic")
+        partition_type = _nested(ctx, "OffsetCommitResponsePartition")
+        topics = tuple(
+            topic_type(
+                name=t.name,
+                partitions=tuple(
+                    partition_type(
+                        partition_index=p.partition_index,
+                        error_code=error_of((t.name, p.partition_index)),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        return _response(ctx, topics=topics)
+
+    def offset_commit_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return self._commit_response(ctx, request, lambda tp: code)
+
+    async def offset_fetch(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version >= 8:
+            group_type = _nested(ctx, "OffsetFetchResponseGroup")
+            groups = []
+            for g in request.groups:
+                topics = (
+                    None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
+                )
+                code, topic_entries = self._fetch_group(ctx, g.group_id, topics)
+                groups.append(
+                    group_type(group_id=g.group_id, topics=topic_entries, error_code=code)
+                )
+            return _response(ctx, groups=tuple(groups))
+        topics = (
+            None
+            if request.topics is None
+            else [(t.name, t.partition_indexes) for t in request.topics]
+        )
+        code, topic_entries = self._fetch_group(ctx, request.group_id, topics)
+        return _response(ctx, topics=topic_entries, error_code=code)
+
+    def _fetch_group(
+        self, ctx: RequestContext, group_id: str, topics: list[tuple[str, Any]] | None
+    ) -> tuple[ErrorCode, tuple[Any, ...]]:
+        if ctx.api_version >= 8:
+            topic_type = _nested(ctx, "OffsetFetchResponseTopics")
+            partition_type = _nested(ctx, "OffsetFetchResponsePartitions")
+        else:
+            topic_type = _nested(ctx, "OffsetFetchResponseTopic")
+            partition_type = _nested(ctx, "OffsetFetchResponsePartition")
+        code, fetched = self.coordinator.fetch_offsets(group_id, topics)
+        if code != ErrorCode.none:
+            if ctx.api_version >= 2 or topics is None:
+                return code, ()
+            # v1 has no group-level error: every partition carries it.
+            return ErrorCode.none, tuple(
+                topic_type(
+                    name=name,
+                    partitions=tuple(
+                        _build(
+                            partition_type,
+                            partition_index=i32(p),
+                            committed_offset=i64(-1),
+                            committed_leader_epoch=i32(-1),
+                            metadata="",
+                            error_code=code,
+                        )
+                        for p in parts
+                    ),
+                )
+                for name, parts in topics
+            )
+        by_topic: dict[str, list[Any]] = {}
+        for f in fetched:
+            by_topic.setdefault(f.topic, []).append(
+                _build(
+                    partition_type,
+                    partition_index=i32(f.partition),
+                    committed_offset=i64(f.offset),
+                    committed_leader_epoch=i32(f.leader_epoch),
+                    metadata=f.metadata,
+                    error_code=f.error,
+                )
+            )
+        return ErrorCode.none, tuple(
+            topic_type(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+        )
+
+    def offset_fetch_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_version >= 8:
+            group_type = _nested(ctx, "OffsetFetchResponseGroup")
+            return _response(
+                ctx,
+                groups=tuple(
+                    group_type(group_id=g.group_id, topics=(), error_code=code)
+                    for g in request.groups
+                ),
+            )
+        return _response(ctx, topics=(), error_code=code)
+
+    async def offset_delete(self, ctx: RequestContext, request: Any) -> Any:
+        topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+        code, errors = await self.coordinator.delete_offsets(request.group_id, topics)
+        if code != ErrorCode.none:
+            return self.offset_delete_error(ctx, request, code)
+        topic_type = _nested(ctx, "OffsetDeleteResponseTopic")
+        partition_type = _nested(ctx, "OffsetDeleteResponsePartition")
+        out = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                err = errors.get((t.name, p.partition_index), ErrorCode.none)
+                if err == ErrorCode.none and not self._partition_exists(t.name, p.partition_index):
+                    err = ErrorCode.unknown_topic_or_partition
+                parts.append(partition_type(partition_index=p.partition_index, error_code=err))
+            out.append(topic_type(name=t.name, partitions=tuple(parts)))
+        return _response(ctx, error_code=ErrorCode.none, topics=tuple(out))
+
+    def offset_delete_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return _response(ctx, error_code=code, topics=())
+
+    # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------
+
+    async def list_groups(self, ctx: RequestContext, request: Any) -> Any:
+        code, groups = self.coordinator.list_groups(
+            getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+        )
+        entry = _nested(ctx, "ListedGroup")
+        return _response(
+            ctx,
+            error_code=code,
+            groups=tuple(
+                _build(
+                    entry,
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type,
+                    group_state=g.state,
+                    group_type=g.group_type,
+                )
+                for g in groups
+            ),
+        )
+
+    def list_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return _response(ctx, error_code=code, groups=())
+
+    async def describe_groups(self, ctx: RequestContext, request: Any) -> Any:
+        group_type = _nested(ctx, "DescribedGroup")
+        member_type = _nested(ctx, "DescribedGroupMember")
+        operations = (
+            _GROUP_OPERATIONS
+            if getattr(request, "include_authorized_operations", False)
+            else _NO_AUTHORIZED_OPERATIONS
+        )
+        out = []
+        for group_id in request.groups:
+            d = self.coordinator.describe_group(group_id, not_found_error=ctx.api_version >= 6)
+            out.append(
+                _build(
+                    group_type,
+                    error_code=d.error,
+                    error_message=d.error_message,
+                    group_id=group_id,
+                    group_state=d.state,
+                    protocol_type=d.protocol_type,
+                    protocol_data=d.protocol_data,
+                    members=tuple(
+                        _build(
+                            member_type,
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in d.members
+                    ),
+                    authorized_operations=i32(operations),
+                )
+            )
+        return _response(ctx, groups=tuple(out))
+
+    def describe_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        group_type = _nested(ctx, "DescribedGroup")
+        return _response(
+            ctx,
+            groups=tuple(
+                _build(
+                    group_type,
+                    error_code=code,
+                    group_id=g,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=i32(_NO_AUTHORIZED_OPERATIONS),
+                )
+                for g in request.groups
+            ),
+        )
+
+    async def delete_groups(self, ctx: RequestContext, request: Any) -> Any:
+        results = await self.coordinator.delete_groups(list(request.groups_names))
+        entry = _nested(ctx, "DeletableGroupResult")
+        return _response(
+            ctx,
+            results=tuple(
+                entry(group_id=g, error_code=results[g])
+                for g in dict.fromkeys(request.groups_names)
+            ),
+        )
+
+    def delete_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        entry = _nested(ctx, "DeletableGroupResult")
+        return _response(
+            ctx,
+            results=tuple(
+                entry(group_id=g, error_code=code) for g in dict.fromkeys(request.groups_names)
+            ),
+        )
+
+
+def register(
+    registry: HandlerRegistry, broker: Any, coordinator: GroupCoordinator | None = None
+) -> GroupApi:
+    """Registers every group API; ``coordinator`` defaults to ``broker.group_coordinator``."""
+    api = GroupApi(broker, coordinator)
+    table: dict[ApiKey, tuple[Any, Any]] = {
+        ApiKey.FIND_COORDINATOR: (api.find_coordinator, api.find_coordinator_error),
+        ApiKey.JOIN_GROUP: (api.join_group, api.join_group_error),
+        ApiKey.SYNC_GROUP: (api.sync_group, api.sync_group_error),
+        ApiKey.HEARTBEAT: (api.heartbeat, api.simple_error),
+        ApiKey.LEAVE_GROUP: (api.leave_group, api.leave_group_error),
+        ApiKey.OFFSET_COMMIT: (api.offset_commit, api.offset_commit_error),
+        ApiKey.OFFSET_FETCH: (api.offset_fetch, api.offset_fetch_error),
+        ApiKey.DESCRIBE_GROUPS: (api.describe_groups, api.describe_groups_error),
+        ApiKey.LIST_GROUPS: (api.list_groups, api.list_groups_error),
+        ApiKey.DELETE_GROUPS: (api.delete_groups, api.delete_groups_error),
+        ApiKey.OFFSET_DELETE: (api.offset_delete, api.offset_delete_error),
+    }
+    for key, (handle, error_response) in table.items():
+        low, high = VERSIONS[key]
+        registry.register(key, low, high, handle, error_response=error_response)
+    return api

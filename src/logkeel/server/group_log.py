@@ -188,9 +188,8 @@ class BrokerOffsetsStore:
         return None if state is None else len(state.partitions)
 
     async def ensure_topic(self) -> int:
-        n = self.num_partitions()
-        if n is not None:
-            return n
+        # Always through the lock: the topic shows in the metadata before the replica manager
+        # has built its partitions, and a write must not slip into that gap.
         async with self._create_lock:
             n = self.num_partitions()
             if n is not None:

@@ -275,11 +275,16 @@ class ClassicGroup:
         self._protocol_votes.update(member.protocol_names())
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
-        if join_future is not None and not member.is_awaiting_join:
+        replaced = member.join_future
+        if join_future is not None and replaced is None:
             self.num_awaiting_join += 1
-        elif join_future is None and member.is_awaiting_join:
+        elif join_future is None and replaced is not None:
             self.num_awaiting_join -= 1
         member.join_future = join_future
+        if replaced is not None and replaced is not join_future:
+            # A retried JoinGroup (the client gave up on the first): the older one is answered
+            # so that nothing waits forever.
+            _complete(replaced, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
         """A static member rejoined without its member id: it gets a new one and keeps the rest.

@@ -8,14 +8,16 @@ and cost nothing between scrapes. Start-up figures come from the log manager's s
 Names (all prefixed ``logkeel_``):
 
 - ``requests_total{api,outcome}``: finished requests (``rate()`` gives the request rate);
-  ``outcome`` is ok, no_response, error_response or closed.
+  ``outcome`` is ok, no_response, error_response or closed; requests for APIs the broker
+  does not serve, and frames too broken to name one, count as ``api="unsupported"``.
 - ``request_duration_seconds{api}``: histogram, arrival to response written.
 - ``bytes_in_total{api}`` / ``bytes_out_total{api}``: request / response frame bytes; the
   Produce row of ``bytes_in`` and the Fetch row of ``bytes_out`` are Kafka's BytesIn/BytesOut.
 - ``connections``: open client connections.
 - ``partitions``: partitions in the metadata; ``offline_partitions``: partitions that cannot
   be served (offline log dir or failed load); ``topics``.
-- ``log_dir_online{log_dir}``: 1 online, 0 offline; ``offline_log_dirs``.
+- ``log_dir_online{log_dir}``: 1 online, 0 offline; ``offline_log_dirs``;
+  ``log_dir_failures_total{log_dir}``: times a dir was taken offline.
 - ``startup_duration_seconds``: from ``start()`` until the listener accepts;
   ``log_load_duration_seconds``: loading (and recovering) the logs;
   ``log_recovery_duration_seconds``: the same after an unclean shutdown, else 0;
@@ -25,7 +27,6 @@ Names (all prefixed ``logkeel_``):
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -78,16 +79,22 @@ class BrokerMetrics:
             ("api",),
             registry=self.registry,
         )
+        self.dir_failures = Counter(
+            "logkeel_log_dir_failures",
+            "Times a log dir was taken offline after an IO error.",
+            ("log_dir",),
+            registry=self.registry,
+        )
         self._startup: StartupReport | None = None
         self._startup_duration: float | None = None
-        self._failed_dirs: set[str] = set()
-        self._lock = threading.Lock()
         self.registry.register(_StateCollector(self))
 
     # -- recording ------------------------------------------------------------------------------
 
     def observe_request(self, record: RequestRecord) -> None:
-        api = record.api_name if record.api_key >= 0 else "unparsable"
+        # Only APIs the broker serves get their own label: a client sending random API keys
+        # must not be able to create unbounded numbers of time series.
+        api = record.api_name if record.api_key in self._broker.registry else "unsupported"
         self.requests.labels(api, record.outcome).inc()
         self.latency.labels(api).observe(record.duration)
         self.bytes_in.labels(api).inc(record.request_bytes)
@@ -101,8 +108,7 @@ class BrokerMetrics:
         self._startup_duration = seconds
 
     def log_dir_failed(self, log_dir: str) -> None:
-        with self._lock:
-            self._failed_dirs.add(log_dir)
+        self.dir_failures.labels(log_dir).inc()
 
     # -- exposition -----------------------------------------------------------------------------
 

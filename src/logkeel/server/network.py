@@ -23,9 +23,11 @@ import collections
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -503,6 +505,8 @@ class _Connection(asyncio.Protocol):
             )
             self._record(ctx, frame, 0, "closed", "handler returned the wrong response type")
             return False
+        if getattr(response, "frame_parts", None) is not None:
+            return await self._send_parts_response(ctx, frame, response, outcome, detail)
         try:
             data = encode_response(ctx.correlation_id, response)
         except Exception:
@@ -519,6 +523,113 @@ class _Connection(asyncio.Protocol):
         await self._drain()
         self._record(ctx, frame, len(data), outcome, detail)
         return True
+
+    # -- zero-copy responses ------------------------------------------------------------------
+
+    async def _send_parts_response(
+        self, ctx: RequestContext, frame: bytes, response: Any, outcome: str, detail: str
+    ) -> bool:
+        """Sends a response that encodes itself: besides ``__api_key__``/``__version__`` it has
+        ``frame_parts(correlation_id)`` returning the whole frame (size prefix included) as a
+        list of bytes and file regions (objects with ``fd``, ``position``, ``size``,
+        ``read_bytes()``), and optionally ``close()``, called once it is sent or dropped.
+        The regions go from the segment files to the socket with ``sendfile``, never through
+        Python (Fetch's zero-copy path)."""
+        try:
+            try:
+                parts = response.frame_parts(ctx.correlation_id)
+            except Exception:
+                log.exception(
+                    "closing connection %s: cannot encode the response to %s",
+                    ctx.connection_id,
+                    ctx,
+                )
+                self._record(ctx, frame, 0, "closed", "response encoding failed")
+                return False
+            if self._lost:
+                return False
+            try:
+                sent = await self._send_parts(parts)
+            except (OSError, EOFError) as exc:
+                # A client that went away mid-response is routine (a consumer closing during
+                # a long poll); anything else is worth a warning.
+                level = logging.INFO if isinstance(exc, ConnectionError) else logging.WARNING
+                log.log(
+                    level,
+                    "closing connection %s from %s: sending the response to %s failed: %s",
+                    ctx.connection_id,
+                    self.peer_text,
+                    ctx,
+                    exc,
+                )
+                self._record(ctx, frame, 0, "closed", f"send failed: {exc}")
+                return False
+        finally:
+            close = getattr(response, "close", None)
+            if close is not None:
+                close()
+        self._last_active = time.monotonic()
+        self._record(ctx, frame, sent, outcome, detail)
+        return True
+
+    async def _send_parts(self, parts: list[Any]) -> int:
+        """Writes ``parts`` (bytes, or regions with ``fd``/``position``/``size``) in order."""
+        assert self._transport is not None
+        transport = self._transport
+        total = sum(len(p) for p in parts)
+        if all(isinstance(p, bytes | bytearray | memoryview) for p in parts):
+            transport.write(b"".join(parts))
+            await self._drain()
+            return total
+        sock = transport.get_extra_info("socket")
+        if sock is None or not hasattr(os, "sendfile"):
+            # No socket to sendfile into (e.g. a TLS transport): one copy per region.
+            for part in parts:
+                if not isinstance(part, bytes | bytearray | memoryview):
+                    part = await asyncio.to_thread(part.read_bytes)
+                transport.write(part)
+                await self._drain()
+            return total
+        # Our bytes go around the transport, so whatever it still buffers must go first.
+        delay = 0.0005
+        while transport.get_write_buffer_size() > 0:
+            if self._lost:
+                raise ConnectionResetError("connection lost")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        # A duplicate descriptor: if the transport is aborted meanwhile, this one still names
+        # the same socket (never a newly opened file that reused the number).
+        fd = os.dup(sock.fileno())
+        try:
+            loop = asyncio.get_running_loop()
+            for part in parts:
+                if isinstance(part, bytes | bytearray | memoryview):
+                    view = memoryview(part)
+                    while view:
+                        try:
+                            n = os.write(fd, view)
+                        except BlockingIOError:
+                            await _wait_writable(loop, fd)
+                            continue
+                        view = view[n:]
+                    continue
+                offset, remaining = part.position, part.size
+                while remaining > 0:
+                    n = await loop.run_in_executor(
+                        _sendfile_executor(), _sendfile_some, fd, part.fd, offset, remaining
+                    )
+                    if n < 0:
+                        await _wait_writable(loop, fd)
+                    elif n == 0:
+                        raise EOFError(
+                            f"file region ended {remaining} bytes early (segment truncated?)"
+                        )
+                    else:
+                        offset += n
+                        remaining -= n
+        finally:
+            os.close(fd)
+        return total
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -628,6 +739,43 @@ class _Connection(asyncio.Protocol):
     def _wake_drain(self) -> None:
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
+
+
+_SENDFILE_THREADS = 4
+_sendfile_pool: ThreadPoolExecutor | None = None
+
+
+def _sendfile_executor() -> ThreadPoolExecutor:
+    """Threads for ``sendfile``: the socket never blocks them (it is non-blocking), but the
+    file side reads from disk when the data is not cached, which must not stall the loop."""
+    global _sendfile_pool
+    if _sendfile_pool is None:
+        _sendfile_pool = ThreadPoolExecutor(
+            _SENDFILE_THREADS, thread_name_prefix="logkeel-sendfile"
+        )
+    return _sendfile_pool
+
+
+def _sendfile_some(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    """Bytes sent (0: the file ended), or -1 when the socket buffer is full."""
+    try:
+        return os.sendfile(out_fd, in_fd, offset, count)
+    except BlockingIOError:
+        return -1
+
+
+async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_writer(fd)
 
 
 def preferred_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

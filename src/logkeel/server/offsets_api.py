@@ -1,11 +1,223 @@
-"""(work in progress)"""
+"""Offset lookups and log-start moves: ListOffsets, OffsetForLeaderEpoch, DeleteRecords.
+
+- ListOffsets (key 2) v1-11: earliest (-2), latest (-1), max timestamp (-3), earliest local
+  (-4, the same as earliest without tiered storage), latest tiered / earliest pending upload
+  (-5/-6: "no offset", as Kafka answers without tiered storage), or the first offset whose
+  timestamp is at least the one given. Consumers see offsets up to the high watermark
+  (READ_UNCOMMITTED) or the last stable offset (READ_COMMITTED); followers up to the log end.
+- OffsetForLeaderEpoch (key 23) v2-4: the end offset of a leader epoch from the partition's
+  leader-epoch cache (followers truncate with it; consumers detect truncation, KIP-320).
+- DeleteRecords (key 21) v0-2: moves the log start offset (-1: to the high watermark); the new
+  start is written to the log-start-offset checkpoint before the answer.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import importlib
+from datetime import timedelta
+from functools import cache
+from types import ModuleType
 from typing import Any
 
-from logkeel.server.handlers import HandlerRegistry
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.server.replica_manager import READ_UNCOMMITTED, ListOffsetResult
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["DeleteRecordsApi", "ListOffsetsApi", "OffsetForLeaderEpochApi", "register"]
+
+_ZERO = i32Timedelta.parse(timedelta(0))
+
+
+@cache
+def _module(api_key: int, version: int) -> ModuleType:
+    schema = response_schema(api_key, version)
+    assert schema is not None
+    return importlib.import_module(schema.__module__)
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _make(cls: type, **values: Any) -> Any:
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+class ListOffsetsApi:
+    MIN_VERSION = 1
+    MAX_VERSION = 11
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+        mod = _module(ApiKey.LIST_OFFSETS, ctx.api_version)
+        replica_id = int(request.replica_id)
+        # Followers (replica id >= 0) read to the log end: no isolation level applies.
+        isolation: int | None = (
+            None if replica_id >= 0 else int(getattr(request, "isolation_level", READ_UNCOMMITTED))
+        )
+        rm = self._broker.replica_manager
+
+        async def one(topic: str, part: Any) -> Any:
+            result = await rm.offset_for_timestamp(
+                TopicPartition(topic, int(part.partition_index)),
+                int(part.timestamp),
+                isolation_level=isolation,
+                current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                replica_id=replica_id,
+            )
+            return self._partition(mod, int(part.partition_index), result)
+
+        topics = []
+        for topic in request.topics:
+            name = str(topic.name)
+            partitions = await asyncio.gather(*(one(name, p) for p in topic.partitions))
+            topics.append(
+                mod.ListOffsetsTopicResponse(name=topic.name, partitions=tuple(partitions))
+            )
+        return _make(mod.ListOffsetsResponse, throttle_time=_ZERO, topics=tuple(topics))
+
+    @staticmethod
+    def _partition(mod: ModuleType, index: int, r: ListOffsetResult) -> Any:
+        return _make(
+            mod.ListOffsetsPartitionResponse,
+            partition_index=index,
+            error_code=r.error,
+            timestamp=r.timestamp,
+            offset=r.offset,
+            leader_epoch=r.leader_epoch,
+        )
+
+    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        mod = _module(ApiKey.LIST_OFFSETS, ctx.api_version)
+        topics = tuple(
+            mod.ListOffsetsTopicResponse(
+                name=t.name,
+                partitions=tuple(
+                    self._partition(mod, int(p.partition_index), ListOffsetResult(code))
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        return _make(mod.ListOffsetsResponse, throttle_time=_ZERO, topics=topics)
+
+
+class OffsetForLeaderEpochApi:
+    MIN_VERSION = 2
+    MAX_VERSION = 4
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+        mod = _module(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
+        replica_id = int(getattr(request, "replica_id", -1))
+        rm = self._broker.replica_manager
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                error, epoch, end = rm.end_offset_for_epoch(
+                    TopicPartition(str(topic.topic), int(p.partition)),
+                    int(p.current_leader_epoch),
+                    int(p.leader_epoch),
+                    replica_id,
+                )
+                partitions.append(
+                    mod.EpochEndOffset(
+                        error_code=error,
+                        partition=p.partition,
+                        leader_epoch=epoch,
+                        end_offset=end,
+                    )
+                )
+            topics.append(
+                mod.OffsetForLeaderTopicResult(topic=topic.topic, partitions=tuple(partitions))
+            )
+        return _make(mod.OffsetForLeaderEpochResponse, throttle_time=_ZERO, topics=tuple(topics))
+
+    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        mod = _module(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
+        topics = tuple(
+            mod.OffsetForLeaderTopicResult(
+                topic=t.topic,
+                partitions=tuple(
+                    mod.EpochEndOffset(
+                        error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        return _make(mod.OffsetForLeaderEpochResponse, throttle_time=_ZERO, topics=topics)
+
+
+class DeleteRecordsApi:
+    MIN_VERSION = 0
+    MAX_VERSION = 2
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+        mod = _module(ApiKey.DELETE_RECORDS, ctx.api_version)
+        timeout_ms = round(request.timeout.total_seconds() * 1000)
+        rm = self._broker.replica_manager
+
+        async def one(topic: str, p: Any) -> Any:
+            error, low = await rm.delete_records(
+                TopicPartition(topic, int(p.partition_index)), int(p.offset), timeout_ms
+            )
+            return mod.DeleteRecordsPartitionResult(
+                partition_index=p.partition_index, low_watermark=low, error_code=error
+            )
+
+        topics = []
+        for topic in request.topics:
+            partitions = await asyncio.gather(*(one(str(topic.name), p) for p in topic.partitions))
+            topics.append(
+                mod.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions))
+            )
+        return mod.DeleteRecordsResponse(throttle_time=_ZERO, topics=tuple(topics))
+
+    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        mod = _module(ApiKey.DELETE_RECORDS, ctx.api_version)
+        topics = tuple(
+            mod.DeleteRecordsTopicResult(
+                name=t.name,
+                partitions=tuple(
+                    mod.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=-1, error_code=code
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        return mod.DeleteRecordsResponse(throttle_time=_ZERO, topics=topics)
 
 
 def register(registry: HandlerRegistry, broker: Any) -> None:
-    pass
+    for api_key, api in (
+        (ApiKey.LIST_OFFSETS, ListOffsetsApi(broker)),
+        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(broker)),
+        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(broker)),
+    ):
+        registry.register(
+            api_key,
+            api.MIN_VERSION,
+            api.MAX_VERSION,
+            api.handle,
+            error_response=api.error_response,
+        )

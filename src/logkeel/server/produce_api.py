@@ -41,6 +41,9 @@ _TOPIC_IDS_FROM = 13
 _ADMIN_CLIENT_ID = "__admin_client"
 # baseOffset (8) + batchLength (4) + partitionLeaderEpoch (4): the magic byte follows.
 _MAGIC_OFFSET = 16
+# magic (1) + crc (4) follow; then the int16 attributes, whose bit 4 marks a transaction.
+_ATTRIBUTES_OFFSET = 21
+_TRANSACTIONAL_FLAG = 0x10
 
 
 @cache
@@ -102,6 +105,17 @@ class ProduceApi:
                 problem = _check_records(pdata.records)
                 if problem is not None:
                     slots.append((key, index, tp, ErrorCode.invalid_record, problem))
+                    continue
+                if _is_transactional(pdata.records):
+                    # No transaction coordinator: no transactional id is authorised, and
+                    # transactional records without one are invalid (Kafka's rules). Letting
+                    # them in would open transactions nobody can end, freezing the LSO.
+                    code = (
+                        ErrorCode.transactional_id_authorization_failed
+                        if request.transactional_id is not None
+                        else ErrorCode.invalid_record
+                    )
+                    slots.append((key, index, tp, code, "transactions are not supported"))
                     continue
                 entries[tp] = pdata.records
                 slots.append((key, index, tp, None, None))
@@ -235,6 +249,12 @@ def _check_records(records: bytes | None) -> str | None:
     except InvalidBatchError:
         return None  # malformed: the log reports CORRUPT_MESSAGE
     return None
+
+
+def _is_transactional(records: bytes) -> bool:
+    if len(records) < _ATTRIBUTES_OFFSET + 2:
+        return False
+    return bool(records[_ATTRIBUTES_OFFSET + 1] & _TRANSACTIONAL_FLAG)
 
 
 def register(registry: HandlerRegistry, broker: Any) -> ProduceApi:

@@ -1,11 +1,189 @@
-"""(work in progress)"""
+"""InitProducerId (API key 22), versions 0-6: producer ids for idempotent producers.
+
+Each idempotent producer gets a fresh producer id with epoch 0; the log's producer state then
+drops its retried batches (duplicates answer with their original offsets). Ids must never be
+handed out twice, even across a crash, or a new producer's first batches could be mistaken
+for an old producer's retries and dropped. So ids are reserved in blocks
+(``ProducerIdManager.BLOCK_SIZE``): the end of the current block is written durably
+(``atomic_write``) to a small file in every online log dir before any id of the block is
+given out; at start-up the largest reservation found, and every producer id already in the
+logs, bound the next block from below.
+
+Transactions are not implemented: a request with a transactional id is answered with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error that makes the client stop at once
+(``init_transactions`` fails) rather than retry for ever.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import importlib
+import json
+import logging
+from datetime import timedelta
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from logkeel.server.handlers import HandlerRegistry
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.storage.errors import KafkaStorageError, io_guard
+from logkeel.storage.fileio import atomic_write
+
+__all__ = ["PRODUCER_ID_FILE", "InitProducerIdApi", "ProducerIdManager", "register"]
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_FILE = "logkeel-producer-id-block.json"
+_ZERO = i32Timedelta.parse(timedelta(0))
+_INT64_MAX = (1 << 63) - 1
 
 
-def register(registry: HandlerRegistry, broker: Any) -> None:
-    pass
+@cache
+def _module(version: int) -> ModuleType:
+    schema = response_schema(ApiKey.INIT_PRODUCER_ID, version)
+    assert schema is not None
+    return importlib.import_module(schema.__module__)
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _make(cls: type, **values: Any) -> Any:
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+class ProducerIdManager:
+    """Hands out producer ids from durably reserved blocks (blocking; call from a thread)."""
+
+    BLOCK_SIZE = 1000
+
+    def __init__(self, log_manager: Any) -> None:
+        self._log_manager = log_manager
+        self._next = 0
+        self._block_end = 0  # exclusive; _next == _block_end: a new block is needed
+        self._loaded = False
+
+    def _dirs(self) -> list[Path]:
+        return [Path(d.path) for d in self._log_manager.online_dirs]
+
+    def _load(self) -> None:
+        floor = 0
+        for d in [Path(d.path) for d in self._log_manager.dirs]:
+            try:
+                doc = json.loads((d / PRODUCER_ID_FILE).read_text())
+                floor = max(floor, int(doc["next_block_start"]))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable producer id block file in %s: %s", d, exc)
+        # If the reservation file was lost (a wiped dir), ids already in the logs still bound
+        # the next block: reusing one could turn a new producer's batches into "duplicates".
+        for plog in list(self._log_manager.logs.values()):
+            try:
+                with plog.lock:
+                    pids = list(plog.producer_state.active_producers)
+            except Exception:  # noqa: BLE001 - a log being closed: the file bound still holds
+                continue
+            if pids:
+                floor = max(floor, max(pids) + 1)
+        self._next = self._block_end = floor
+        self._loaded = True
+
+    def _reserve_block(self) -> None:
+        start = self._block_end
+        end = min(start + self.BLOCK_SIZE, _INT64_MAX)
+        if start >= end:
+            raise RuntimeError("producer ids are exhausted")
+        data = json.dumps({"version": 1, "next_block_start": end}).encode()
+        written = 0
+        for d in self._dirs():
+            try:
+                with io_guard(d, "reserving a producer id block"):
+                    atomic_write(d / PRODUCER_ID_FILE, data)
+                written += 1
+            except KafkaStorageError as exc:
+                log.error("could not write the producer id block to %s: %s", d, exc)
+                self._log_manager.handle_dir_failure(exc)
+        if not written:
+            raise KafkaStorageError(
+                ",".join(str(d.path) for d in self._log_manager.dirs),
+                "no log dir could record the producer id block",
+            )
+        self._next, self._block_end = start, end
+        log.info("reserved producer ids [%d, %d)", start, end)
+
+    def next_producer_id(self) -> int:
+        if not self._loaded:
+            self._load()
+        if self._next >= self._block_end:
+            self._reserve_block()
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+class InitProducerIdApi:
+    MIN_VERSION = 0
+    MAX_VERSION = 6
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self.manager = ProducerIdManager(broker.log_manager)
+        self._lock = asyncio.Lock()
+
+    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+        if request.transactional_id is not None:
+            log.info(
+                "InitProducerId for transactional id %r from %s: transactions are not supported",
+                request.transactional_id,
+                ctx.client_id,
+            )
+            code = (
+                ErrorCode.invalid_request
+                if request.transactional_id == ""
+                else ErrorCode.transactional_id_authorization_failed
+            )
+            return self._response(ctx.api_version, code, -1, -1)
+        async with self._lock:
+            try:
+                pid = await asyncio.to_thread(self.manager.next_producer_id)
+            except KafkaStorageError as exc:
+                log.error("cannot allocate a producer id: %s", exc)
+                return self._response(ctx.api_version, ErrorCode.kafka_storage_error, -1, -1)
+        return self._response(ctx.api_version, ErrorCode.none, pid, 0)
+
+    @staticmethod
+    def _response(version: int, code: ErrorCode, pid: int, epoch: int) -> Any:
+        return _make(
+            _module(version).InitProducerIdResponse,
+            throttle_time=_ZERO,
+            error_code=code,
+            producer_id=pid,
+            producer_epoch=epoch,
+            ongoing_txn_producer_id=-1,
+            ongoing_txn_producer_epoch=-1,
+        )
+
+    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return self._response(ctx.api_version, code, -1, -1)
+
+
+def register(registry: HandlerRegistry, broker: Any) -> InitProducerIdApi:
+    api = InitProducerIdApi(broker)
+    registry.register(
+        ApiKey.INIT_PRODUCER_ID,
+        api.MIN_VERSION,
+        api.MAX_VERSION,
+        api.handle,
+        error_response=api.error_response,
+    )
+    return api

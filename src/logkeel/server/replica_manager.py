@@ -251,6 +251,25 @@ def close_records(results: Iterable[FetchPartitionResult]) -> None:
 # Partition
 
 
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """Topic configs read on every append (Kafka's names in the comments)."""
+
+    min_insync_replicas: int = 1  # min.insync.replicas
+    timestamp_before_max_ms: int | None = None  # message.timestamp.before.max.ms
+    timestamp_after_max_ms: int | None = None  # message.timestamp.after.max.ms
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
+
+    @classmethod
+    def from_topic_config(cls, config: Any) -> TopicSettings:
+        return cls(
+            min_insync_replicas=_int_config(config, "min.insync.replicas") or 1,
+            timestamp_before_max_ms=_int_config(config, "message.timestamp.before.max.ms"),
+            timestamp_after_max_ms=_int_config(config, "message.timestamp.after.max.ms"),
+            log_append_time=_str_config(config, "message.timestamp.type") == "LogAppendTime",
+        )
+
+
 class Partition:
     """One partition replica on this broker: leadership, ISR, high watermark, and its log.
 
@@ -275,6 +294,9 @@ class Partition:
         self.appended_bytes = 0
         # Cached under the log's lock after every change, for cheap reads on the event loop.
         self.last_stable_offset = 0
+        # The topic's settings the data path checks on every append, refreshed on each
+        # metadata change of the topic (configs only change through metadata).
+        self.settings = TopicSettings()
 
     def __repr__(self) -> str:
         return (
@@ -377,7 +399,7 @@ class DelayedProduce(DelayedOperation):
                 ErrorCode.not_leader_or_follower if partition is None else partition.state_error()
             )
             if error is None and partition is not None and partition.high_watermark >= required:
-                if len(partition.isr) < self._manager.min_insync_replicas(tp.topic):
+                if len(partition.isr) < partition.settings.min_insync_replicas:
                     error = ErrorCode.not_enough_replicas_after_append
                 else:
                     del self.waiting[tp]
@@ -461,7 +483,9 @@ class ReplicaManager:
         self._broker = broker
         self.node_id: int = broker.node_id
         self._partitions: dict[TopicPartition, Partition] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the partition map; never held across IO
+        # Serialises applying metadata changes (which create and delete logs).
+        self._metadata_lock = threading.RLock()
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = (
             DelayedOperationPurgatory("produce")
         )
@@ -494,6 +518,13 @@ class ReplicaManager:
         for p in offline:
             log.warning("partition %s is offline: %s", p.tp, p.offline_reason)
 
+    def prepare_shutdown(self) -> None:
+        """Answers every waiting produce and long-poll fetch now, and parks no new ones: call
+        it before stopping the network server, so in-flight requests finish at once instead
+        of at their deadlines."""
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
+
     async def stop(self) -> None:
         """Answers every waiting produce and fetch now, then stops the IO threads."""
         if self._stopped:
@@ -519,11 +550,12 @@ class ReplicaManager:
         with self._lock:
             return list(self._partitions.values())
 
-    def min_insync_replicas(self, topic: str) -> int:
+    def _topic_settings(self, topic: str) -> TopicSettings:
         try:
-            return int(self._broker.topic_config(topic).get("min.insync.replicas"))
-        except Exception:  # noqa: BLE001 - a config problem must not fail a produce
-            return 1
+            return TopicSettings.from_topic_config(self._broker.topic_config(topic))
+        except Exception:  # noqa: BLE001 - a config problem must not stop the partition
+            log.exception("reading the configs of topic %s failed; using defaults", topic)
+            return TopicSettings()
 
     def _sync_all(self) -> None:
         for name, state in self._broker.metadata.topics().items():
@@ -549,6 +581,10 @@ class ReplicaManager:
 
     def _apply_topic(self, name: str, state: TopicState | None) -> list[TopicPartition]:
         """Brings this topic's partitions in line with ``state`` (None: deleted)."""
+        with self._metadata_lock:
+            return self._apply_topic_locked(name, state)
+
+    def _apply_topic_locked(self, name: str, state: TopicState | None) -> list[TopicPartition]:
         lm = self._broker.log_manager
         changed: list[TopicPartition] = []
         with self._lock:
@@ -575,21 +611,32 @@ class ReplicaManager:
             return changed
 
         config = None
+        settings = self._topic_settings(name)
         for pstate in state.partitions.values():
             tp = pstate.tp
             with self._lock:
                 p = self._partitions.get(tp)
+                # New: created while we run. A partition known at start-up whose log is
+                # missing may have it in a dir that is offline: never replace it with an
+                # empty log then (Kafka refuses to as well).
+                is_new = self._started and p is None
                 if p is None or p.topic_id != state.topic_id:
                     p = Partition(tp, state.topic_id, self.node_id)
                     self._partitions[tp] = p
             moved = p.apply_state(pstate)
+            p.settings = settings
             if self.node_id not in pstate.replicas:
                 changed.append(tp)
                 continue
             if p.log is None and p.offline_reason is None:
                 reason = lm.offline_partitions.get(tp)
+                offline_dirs = [str(d.path) for d in lm.dirs if not d.online]
                 if reason is not None:
                     p.offline_reason = reason
+                elif not is_new and lm.get_log(tp) is None and offline_dirs:
+                    p.offline_reason = (
+                        f"no log found, and log dir(s) {', '.join(offline_dirs)} are offline"
+                    )
                 else:
                     if config is None:
                         config = self._broker.log_config(name)
@@ -723,7 +770,7 @@ class ReplicaManager:
         error = p.state_error()
         if error is not None:
             return PartitionAppendResult(error, leader_id=p.leader_id, leader_epoch=p.leader_epoch)
-        if acks == -1 and len(p.isr) < self.min_insync_replicas(tp.topic):
+        if acks == -1 and len(p.isr) < p.settings.min_insync_replicas:
             return PartitionAppendResult(
                 ErrorCode.not_enough_replicas,
                 error_message=f"the ISR of {tp} has {len(p.isr)} replica(s), fewer than "
@@ -788,10 +835,10 @@ class ReplicaManager:
         no control batches from clients, and CreateTime timestamps within the topic's bounds."""
         if not origin_is_client:
             return
-        config = self._broker.topic_config(p.tp.topic)
-        before = _int_config(config, "message.timestamp.before.max.ms")
-        after = _int_config(config, "message.timestamp.after.max.ms")
-        log_append_time = config.get("message.timestamp.type") == "LogAppendTime"
+        settings = p.settings
+        before = settings.timestamp_before_max_ms
+        after = settings.timestamp_after_max_ms
+        log_append_time = settings.log_append_time
         now = int(time.time() * 1000)
         try:
             for _, header in iter_headers(records):
@@ -900,6 +947,9 @@ class ReplicaManager:
         follower = replica_id >= 0
         leader_only = replica_id != DEBUGGING_CONSUMER_ID
         error = p.state_error(leader_only=leader_only) or p.epoch_error(r.current_leader_epoch)
+        if error is None and follower and replica_id not in p.replicas:
+            # Only assigned replicas read past the high watermark.
+            error = ErrorCode.not_leader_or_follower
         if error is not None:
             return FetchPartitionResult(
                 tp, error, leader_id=p.leader_id, leader_epoch=p.leader_epoch
@@ -1156,3 +1206,11 @@ def _int_config(config: Any, name: str) -> int | None:
     except KeyError:
         return None
     return None if value is None else int(value)
+
+
+def _str_config(config: Any, name: str) -> str | None:
+    try:
+        value = config.get(name)
+    except KeyError:
+        return None
+    return None if value is None else str(value)

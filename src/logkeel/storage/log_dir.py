@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import json
 import logging
 import os
 import time
@@ -24,6 +25,10 @@ from logkeel.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
+# logkeel: what a clean start-up needs to know of each partition dir, written at clean
+# shutdown (see LogDir.write_manifest). Kafka ignores it.
+STARTUP_MANIFEST = "logkeel-startup-manifest.json"
+_MANIFEST_VERSION = 1
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 
@@ -147,6 +152,39 @@ class LogDir:
     def clear_clean_marker(self) -> None:
         with io_guard(self.path, "removing clean shutdown marker"):
             (self.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+
+    # -- start-up manifest ----------------------------------------------------------------------
+    def write_manifest(self, partitions: dict[str, object]) -> None:
+        """Caches each partition dir's listing (keyed by dir name) for the next clean start.
+
+        Written just before the clean-shutdown marker; each entry carries its dir's mtime, so
+        a dir changed since (a file added, removed or renamed) is listed again.
+        """
+        data = json.dumps({"version": _MANIFEST_VERSION, "partitions": partitions}, separators=(",", ":"))
+        with io_guard(self.path, f"writing {STARTUP_MANIFEST}"):
+            atomic_write(self.path / STARTUP_MANIFEST, data.encode())
+
+    def read_manifest(self) -> dict[str, object]:
+        """The cached listings, or none if the manifest is missing or unreadable (a cache)."""
+        try:
+            with io_guard(self.path, f"reading {STARTUP_MANIFEST}"):
+                raw = (self.path / STARTUP_MANIFEST).read_bytes()
+        except KafkaStorageError as exc:
+            if isinstance(exc.cause, FileNotFoundError):
+                return {}
+            raise
+        try:
+            data = json.loads(raw)
+            if data.get("version") != _MANIFEST_VERSION or not isinstance(data.get("partitions"), dict):
+                raise ValueError("unknown manifest version")
+            return data["partitions"]
+        except (ValueError, AttributeError) as exc:
+            log.warning("%s: ignoring unreadable %s: %s", self.path, STARTUP_MANIFEST, exc)
+            return {}
+
+    def remove_manifest(self) -> None:
+        with io_guard(self.path, f"removing {STARTUP_MANIFEST}"):
+            (self.path / STARTUP_MANIFEST).unlink(missing_ok=True)
 
     # -- partitions ------------------------------------------------------------------------------
     def partition_dirs(self) -> list[Path]:

@@ -1,22 +1,43 @@
 """Opens a partition directory into a PartitionLog: the start-up and recovery path.
 
-After a clean shutdown only the active segment is opened (KIP-263). After a crash only the
-data after the recovery point is read and CRC-checked; index entries below it are kept and
-supplemented rather than rebuilt (AKIP-2). A corrupt tail is truncated and reported.
+- Clean start (KIP-263): only the active segment is opened and checked. The other segments
+  get a validator that runs on their first access or in the background (lazy), or are all
+  validated before the partition serves (``validation="eager"``).
+- Unclean start (AKIP-2): only data after the recovery point is read, CRC-checked batch by
+  batch. Index, time index and transaction index entries below it are kept and supplemented.
+  Producer state comes from the newest snapshot at or below the recovery point and is
+  replayed from there, re-adding the aborted transactions above the recovery point (the
+  transaction index's checkpoint: it is fsynced with the segment, so whatever it held below the
+  recovery point is on disk).
+- Damage: leftovers of interrupted operations are finished or removed, a bad index is rebuilt,
+  a bad batch ends the log there (what follows is cut and reported), a missing segment file is
+  reported and its orphaned indexes removed. Whatever cannot be loaded raises, and the log
+  manager takes that partition (only) offline.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logkeel.storage.errors import CorruptIndexError, io_guard
+from logkeel.records.batch import InvalidBatchError
+from logkeel.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    EpochEntry,
+    LeaderEpochCheckpointFile,
+)
+from logkeel.storage.errors import CorruptCheckpointError, CorruptIndexError, io_guard
 from logkeel.storage.fileio import fsync_dir
+from logkeel.storage.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.log_config import LogConfig
+from logkeel.storage.producer_snapshot import SNAPSHOT_SUFFIX, parse_snapshot_offset
 from logkeel.storage.producer_state import ProducerStateManager
+from logkeel.storage.replay import ProducerReplay, restore_scratch_state
 from logkeel.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -26,13 +47,20 @@ from logkeel.storage.segment import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
+    file_name,
     parse_base_offset,
 )
 from logkeel.storage.topic_partition import TopicPartition
+from logkeel.storage.txn_index import AbortedTxn
+from logkeel.storage.validation import PartitionValidation, SegmentValidator, validate_segment
 
 log = logging.getLogger(__name__)
 
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+LAZY = "lazy"
+EAGER = "eager"
+VALIDATION_MODES = (LAZY, EAGER)
+
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +77,254 @@ class LoadReport:
 
     tp: TopicPartition
     segments: int = 0
+    segments_opened: int = 0
     segments_recovered: int = 0
+    segments_validated: int = 0
     bytes_scanned: int = 0
+    replayed_batches: int = 0
+    snapshot_offset: int | None = None
     truncations: list[Truncation] = field(default_factory=list)
     removed_files: list[str] = field(default_factory=list)
     rebuilt_indexes: list[str] = field(default_factory=list)
+    missing_segments: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+class RecoveryProgress:
+    """Counts what unclean recovery has left to do, and logs it now and then (thread-safe)."""
+
+    def __init__(self, name: str, partitions: int, segments: int, nbytes: int, every_s: float = 1.0):
+        self.name = name
+        self.partitions = partitions
+        self.segments = segments
+        self.bytes = nbytes
+        self.partitions_done = 0
+        self.segments_done = 0
+        self.bytes_done = 0
+        self._every = every_s
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        self.lines: list[str] = []
+
+    def segment_done(self, nbytes: int) -> None:
+        with self._lock:
+            self.segments_done += 1
+            self.bytes_done += nbytes
+            self._maybe_log()
+
+    def partition_done(self) -> None:
+        with self._lock:
+            self.partitions_done += 1
+            self._maybe_log(force=self.partitions_done >= self.partitions)
+
+    def _maybe_log(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self._every:
+            return
+        self._last = now
+        pct = 100.0 * self.bytes_done / self.bytes if self.bytes else 100.0
+        line = (
+            f"{self.name}: recovery {pct:.0f}% done: {self.partitions - self.partitions_done} of "
+            f"{self.partitions} partitions, {max(0, self.segments - self.segments_done)} of "
+            f"{self.segments} segments and {max(0, self.bytes - self.bytes_done)} of "
+            f"{self.bytes} bytes remaining"
+        )
+        self.lines.append(line)
+        log.info("%s", line)
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PartitionListing:
+    bases: list[int]
+    missing_index: set[int]
+    missing_time_index: set[int]
+    snapshots: list[str]  # names of the `.snapshot` files
+    has_txn_index: set[int]
+
+
+class _ListedProducerState(ProducerStateManager):
+    """A producer-state manager that takes its snapshot files from the loader's listing.
+
+    The base class lists the directory (twice) to find them; at 2,000 partitions those
+    listings are a third of a clean start-up.
+    """
+
+    def __init__(self, directory: Path, snapshots: list[str], **kwargs) -> None:
+        self._listed = snapshots
+        super().__init__(directory, **kwargs)
+
+    def _scan_snapshots(self) -> None:
+        files: dict[int, Path] = {}
+        malformed: list[Path] = []
+        for name in self._listed:
+            offset = parse_snapshot_offset(name)
+            if offset is None:
+                malformed.append(self.partition_dir / name)
+            else:
+                files[offset] = self.partition_dir / name
+        self._snapshots = files
+        self.malformed_snapshot_files = sorted(malformed)
+        for path in malformed:
+            log.warning("ignoring producer snapshot with a malformed name: %s", path)
+
+
+@dataclass(slots=True)
+class _Names:
+    logs: set[str]
+    index_stems: set[str]
+    time_stems: set[str]
+    txn_stems: set[str]
+    leftovers: list[str]
+    snapshots: list[str]
+
+    def orphans(self) -> bool:
+        return any((stems - self.logs) for stems in (self.index_stems, self.time_stems, self.txn_stems))
+
+    def listing(self) -> PartitionListing:
+        logs = self.logs
+        return PartitionListing(
+            sorted(map(int, logs)),
+            {int(s) for s in logs - self.index_stems},
+            {int(s) for s in logs - self.time_stems},
+            self.snapshots,
+            {int(s) for s in self.txn_stems & logs},
+        )
+
+
+def _sort_names(names: list[str]) -> _Names:
+    logs: set[str] = set()
+    index_stems: set[str] = set()
+    time_stems: set[str] = set()
+    txn_stems: set[str] = set()
+    buckets = {LOG_SUFFIX: logs, INDEX_SUFFIX: index_stems, TIME_INDEX_SUFFIX: time_stems, TXN_INDEX_SUFFIX: txn_stems}
+    others: list[str] = []
+    for n in names:
+        bucket = buckets.get(n[20:])
+        if bucket is None:
+            others.append(n)
+        else:
+            bucket.add(n[:20])
+    for stems in (logs, index_stems, time_stems, txn_stems):
+        odd = [stem for stem in stems if not stem.isdigit()]
+        stems.difference_update(odd)
+    return _Names(
+        logs, index_stems, time_stems, txn_stems,
+        [n for n in others if n.endswith(_LEFTOVER_SUFFIXES)],
+        [n for n in others if n.endswith(SNAPSHOT_SUFFIX)],
+    )
+
+
+def cached_listing(directory: Path) -> dict[str, object] | None:
+    """The listing of a partition dir as the start-up manifest keeps it (read-only), or None
+    when the dir holds leftovers that the next start-up must deal with."""
+    names = _sort_names(os.listdir(directory))
+    if names.leftovers or names.orphans():
+        return None
+    listing = names.listing()
+    return {
+        "mtime_ns": os.stat(directory).st_mtime_ns,
+        "bases": listing.bases,
+        "missing_index": sorted(listing.missing_index),
+        "missing_time_index": sorted(listing.missing_time_index),
+        "snapshots": listing.snapshots,
+        "txn": sorted(listing.has_txn_index),
+    }
+
+
+def listing_from_cache(directory: Path, cached: object) -> PartitionListing | None:
+    """The cached listing if the dir is unchanged since (same mtime: no file added, removed or
+    renamed in it), else None."""
+    try:
+        assert isinstance(cached, dict)
+        if os.stat(directory).st_mtime_ns != cached["mtime_ns"]:
+            return None
+        return PartitionListing(
+            [int(b) for b in cached["bases"]],
+            {int(b) for b in cached["missing_index"]},
+            {int(b) for b in cached["missing_time_index"]},
+            [str(n) for n in cached["snapshots"]],
+            {int(b) for b in cached["txn"]},
+        )
+    except (AssertionError, KeyError, TypeError, ValueError, OSError):
+        return None
+
+
+def list_partition(directory: Path, report: LoadReport) -> PartitionListing:
+    """One directory listing: segment base offsets, which indexes exist, leftovers handled.
+
+    No per-segment stat or open: start-up cost per partition is this listing. Names are
+    sorted into buckets in one pass (a partition may hold thousands of files).
+    """
+    names = _sort_names(os.listdir(directory))
+    logs, index_stems, time_stems, txn_stems = names.logs, names.index_stems, names.time_stems, names.txn_stems
+    removed = False
+    swaps: list[str] = []
+    for name in names.leftovers:
+        if name.endswith(SWAP_SUFFIX):
+            swaps.append(name)
+        else:
+            (directory / name).unlink(missing_ok=True)
+            report.removed_files.append(name)
+            removed = True
+    for name in swaps:
+        # A .swap file is complete (it was renamed from .cleaned once fully written): finish
+        # the replacement. Its indexes are rebuilt, because their swap copies may not be.
+        real = name[: -len(SWAP_SUFFIX)]
+        base = parse_base_offset(real)
+        path = directory / name
+        removed = True
+        if base is None or not real.endswith(LOG_SUFFIX):
+            path.unlink(missing_ok=True)
+            report.removed_files.append(name)
+            continue
+        os.replace(path, directory / real)
+        stem = real[:20]
+        for suffix, present in ((INDEX_SUFFIX, index_stems), (TIME_INDEX_SUFFIX, time_stems)):
+            (directory / (stem + suffix)).unlink(missing_ok=True)
+            present.discard(stem)
+        logs.add(stem)
+        report.rebuilt_indexes.append(real)
+    for present, suffix in ((index_stems, INDEX_SUFFIX), (time_stems, TIME_INDEX_SUFFIX), (txn_stems, TXN_INDEX_SUFFIX)):
+        for stem in present - logs:
+            # The index of a segment whose log is gone: the data is lost, the index useless.
+            (directory / (stem + suffix)).unlink(missing_ok=True)
+            report.removed_files.append(stem + suffix)
+            removed = True
+            if int(stem) not in report.missing_segments:
+                report.missing_segments.append(int(stem))
+        present &= logs
+    if report.missing_segments:
+        report.missing_segments.sort()
+        report.problems.append(
+            "segment log file(s) missing, their data is lost: "
+            + ", ".join(file_name(b, LOG_SUFFIX) for b in report.missing_segments)
+        )
+    if removed:
+        fsync_dir(directory)
+    return names.listing()
+
+
+def recovery_plan(directory: Path, recovery_point: int | None) -> tuple[int, int]:
+    """(segments, bytes) an unclean load of ``directory`` will rescan; read-only, for progress."""
+    bases = sorted(
+        int(n[:20]) for n in os.listdir(directory) if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit()
+    )
+    rp = recovery_point or 0
+    first = max((i for i, b in enumerate(bases) if b <= rp), default=0)
+    todo = bases[first:]
+    nbytes = 0
+    for b in todo:
+        try:
+            nbytes += os.stat(directory / file_name(b, LOG_SUFFIX)).st_size
+        except FileNotFoundError:
+            pass
+    return len(todo), nbytes
+
+
+# -- loading ----------------------------------------------------------------------------------
 
 
 def load_partition(
@@ -65,145 +336,388 @@ def load_partition(
     log_start_offset: int | None,
     clean: bool,
     schedule_delete=None,
+    validation: str = LAZY,
+    validator: SegmentValidator | None = None,
+    progress: RecoveryProgress | None = None,
+    cached: object | None = None,
 ) -> tuple[PartitionLog, LoadReport]:
+    """Loads one partition dir (see the module doc). ``cached`` is its entry in the start-up
+    manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
+    the directory listing and the leader-epoch checkpoint read."""
+    if validation not in VALIDATION_MODES:
+        raise ValueError(f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}")
     tp = TopicPartition.parse_dir_name(directory.name)
     report = LoadReport(tp)
-    with io_guard(log_dir, f"listing {directory}"):
-        bases = _clean_directory(directory, report)
+    listing = listing_from_cache(directory, cached) if cached is not None and clean else None
+    if listing is None:
+        cached = None
+        with io_guard(log_dir, f"listing {directory}"):
+            listing = list_partition(directory, report)
     start = max(log_start_offset or 0, 0)
-    segments = [PartitionLog.new_segment(directory, b, config, log_dir, create=False) for b in bases]
+    interval, max_index = config.index_interval_bytes, config.segment_index_bytes
+    segments = [
+        LogSegment(directory, b, log_dir=log_dir, index_interval_bytes=interval, max_index_size=max_index)
+        for b in listing.bases
+    ]
     if not segments:
         segments = [PartitionLog.new_segment(directory, start, config, log_dir)]
+    for segment in segments:
+        base = segment.base_offset
+        if base in listing.missing_index or base in listing.missing_time_index:
+            missing = set()
+            if base in listing.missing_index:
+                missing.add(file_name(base, INDEX_SUFFIX))
+            if base in listing.missing_time_index:
+                missing.add(file_name(base, TIME_INDEX_SUFFIX))
+            segment.missing_files = frozenset(missing)
     report.segments = len(segments)
-    producer_state = ProducerStateManager(
-        directory, max_producer_id_expiration_ms=config.producer_id_expiration_ms, log_dir=log_dir
+    state = _ListedProducerState(
+        directory, listing.snapshots,
+        max_producer_id_expiration_ms=config.producer_id_expiration_ms, log_dir=log_dir,
     )
-    epochs = leader_epoch_cache(directory, log_dir)
+    epochs, epochs_lost = _leader_epochs(directory, log_dir, report, cached)
+    touched: set[int] = set()
+    bounds = {s.base_offset: n.base_offset for s, n in zip(segments, segments[1:], strict=False)}
+    bounds[segments[-1].base_offset] = None
 
-    if clean and recovery_point is not None:
-        log_end = _open_active_segment(segments[-1], report)
+    # Which segments must be rescanned: the active one's tail after a clean shutdown, every
+    # segment from the one holding the recovery point after a crash.
+    rp = recovery_point or 0
+    first_unsafe = len(segments) - 1 if clean else max(
+        (i for i, s in enumerate(segments) if s.base_offset <= rp), default=0
+    )
+    inactive = segments[:first_unsafe]
+    ctx: PartitionValidation | None = None
+    cut: int | None = None
+    if validation == EAGER:
+        cut = _validate_eagerly(tp, segments, first_unsafe, bounds, report, touched)
+    elif inactive:
+        ctx = PartitionValidation(
+            tp, directory, log_dir, validator, dict(bounds), txn_rebuilder=rebuild_txn_index_for
+        )
+        ctx.install(inactive)
+
+    if cut is not None:
+        log_end = cut
+        state.truncate_and_reload(start, log_end)
+        report.snapshot_offset = state.map_end_offset
+    elif clean:
+        log_end = _open_active_segment(
+            segments[-1], report, touched, segments[-1].base_offset in listing.has_txn_index
+        )
+        state.truncate_and_reload(start, log_end)
+        report.snapshot_offset = state.map_end_offset
     else:
-        log_end = _recover(tp, segments, recovery_point or 0, report)
+        log_end = _recover(tp, segments, first_unsafe, rp, start, state, report, touched, progress)
     start = min(max(start, segments[0].base_offset), log_end)
+
+    if state.map_end_offset < log_end:
+        # No snapshot reaches the log end: replay the log after the newest one.
+        replay = ProducerReplay(state, index_from=None)
+        from_offset = max(state.map_end_offset, start)
+        _replay_headers(replay, segments, from_offset, log_end, report, touched)
+        state.update_map_end_offset(log_end)
+    state.remove_stray_snapshots([s.base_offset for s in segments] + [log_end])
+    if not clean:
+        # Recovery ends with a snapshot at the log end, so a crash right after start-up
+        # replays nothing again.
+        state.take_snapshot(log_end)
+
+    if epochs_lost:
+        _rebuild_leader_epochs(epochs, segments, touched)
+    epochs.truncate_from_end(log_end)
+    epochs.truncate_from_start(start)
+
     for segment in segments[:-1]:
         if segment.opened:
             segment.on_becoming_inactive()
-    segments[-1].make_active()
-
-    plog = PartitionLog(
-        directory, tp, config, log_dir=log_dir, segments=segments, log_start_offset=start,
-        log_end_offset=log_end, recovery_point=log_end, producer_state=producer_state,
-        leader_epochs=epochs, schedule_delete=schedule_delete,
-    )
-    epochs.truncate_from_end(log_end)
-    epochs.truncate_from_start(start)
-    _load_producer_state(plog, segments)
+    active = segments[-1]
+    active.make_active()
+    active.resume_indexing()
     if not clean:
         # What recovery wrote (index entries, truncations) is made durable before the
         # recovery point claims it.
         for segment in segments:
             if segment.opened:
                 segment.flush()
+
+    plog = PartitionLog(
+        directory, tp, config, log_dir=log_dir, segments=segments, log_start_offset=start,
+        log_end_offset=log_end, recovery_point=log_end, producer_state=state,
+        leader_epochs=epochs, schedule_delete=schedule_delete,
+    )
+    touched.update(s.base_offset for s in segments if s.opened)
+    report.segments_opened = len(touched)
+    if ctx is not None:
+        ctx.plog = plog
+        if validator is not None:
+            validator.register(ctx)
     return plog, report
 
 
-def _clean_directory(directory: Path, report: LoadReport) -> list[int]:
-    """Removes leftovers of interrupted operations; returns the segment base offsets."""
-    logs: set[int] = set()
-    indexes: dict[int, list[Path]] = {}
-    swaps: list[Path] = []
-    for entry in os.scandir(directory):
-        name = entry.name
-        path = Path(entry.path)
-        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
-            path.unlink(missing_ok=True)
-            report.removed_files.append(name)
-            continue
-        if name.endswith(SWAP_SUFFIX):
-            swaps.append(path)
-            continue
-        base = parse_base_offset(name)
-        if base is None:
-            continue
-        if name.endswith(LOG_SUFFIX):
-            logs.add(base)
-        elif name.endswith(_INDEX_SUFFIXES):
-            indexes.setdefault(base, []).append(path)
-    for swap in swaps:
-        # A .swap file is complete (it was renamed from .cleaned once fully written): finish
-        # the replacement. Its indexes are rebuilt, because their swap copies may not be.
-        real = swap.with_name(swap.name[: -len(SWAP_SUFFIX)])
-        base = parse_base_offset(real.name)
-        if base is None or not real.name.endswith(LOG_SUFFIX):
-            swap.unlink(missing_ok=True)
-            report.removed_files.append(swap.name)
-            continue
-        os.replace(swap, real)
-        for idx in indexes.pop(base, []):
-            idx.unlink(missing_ok=True)
-        logs.add(base)
-        report.rebuilt_indexes.append(real.name)
-    for base, paths in indexes.items():
-        if base not in logs:
-            for p in paths:
-                p.unlink(missing_ok=True)
-                report.removed_files.append(p.name)
-    if report.removed_files:
-        fsync_dir(directory)
-    return sorted(logs)
-
-
-def _open_active_segment(segment: LogSegment, report: LoadReport) -> int:
-    """Clean start: the active segment's indexes are checked; a bad one is rebuilt."""
+def _leader_epochs(
+    directory: Path, log_dir: Path, report: LoadReport, cached: object | None = None
+) -> tuple[LeaderEpochFileCache, bool]:
+    if isinstance(cached, dict) and isinstance(cached.get("epochs"), list):
+        checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE, log_dir)
+        try:
+            entries = [EpochEntry(int(e), int(o)) for e, o in cached["epochs"]]
+            return LeaderEpochFileCache(checkpoint, entries=entries), False
+        except (TypeError, ValueError):
+            pass
     try:
+        return leader_epoch_cache(directory, log_dir), False
+    except CorruptCheckpointError as exc:
+        report.problems.append(f"{LEADER_EPOCH_CHECKPOINT_FILE}: {exc}; rebuilt from the log")
+        log.warning("%s: %s; rebuilding it from the log", directory.name, exc)
+        checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE, log_dir)
+        return LeaderEpochFileCache(checkpoint, entries=[]), True
+
+
+def _rebuild_leader_epochs(epochs: LeaderEpochFileCache, segments: list[LogSegment], touched: set[int]) -> None:
+    """Every batch carries its leader epoch: the first offset of each epoch is in the headers."""
+    found = []
+    latest = None
+    for segment in segments:
+        touched.add(segment.base_offset)
+        try:
+            for batch in segment.log.batches():
+                epoch = batch.header.partition_leader_epoch
+                if epoch >= 0 and (latest is None or epoch > latest):
+                    found.append((epoch, batch.header.base_offset))
+                    latest = epoch
+        except InvalidBatchError:
+            break
+    epochs.assign_all(EpochEntry(e, o) for e, o in found)
+    if not found:
+        epochs.clear()
+
+
+def _replay_headers(
+    replay: ProducerReplay, segments: list[LogSegment], from_offset: int, to_offset: int,
+    report: LoadReport, touched: set[int],
+) -> None:
+    ends = [s.base_offset for s in segments[1:]] + [to_offset]
+    for s, end in zip(segments, ends, strict=True):
+        if s.base_offset < to_offset and end > from_offset:
+            touched.add(s.base_offset)
+    before = replay.stats.batches
+    try:
+        replay.replay_headers(segments, from_offset, to_offset)
+    except InvalidBatchError as exc:
+        # Only in data not validated yet; its validation will cut the log there.
+        report.problems.append(f"producer state replay stopped early: {exc}")
+    report.replayed_batches += replay.stats.batches - before
+
+
+def _validate_eagerly(
+    tp: TopicPartition, segments: list[LogSegment], count: int, bounds: dict[int, int | None],
+    report: LoadReport, touched: set[int],
+) -> int | None:
+    """Validates the first ``count`` segments now; returns the cut offset if one was bad."""
+    for i in range(count):
+        segment = segments[i]
+        touched.add(segment.base_offset)
+        result = validate_segment(
+            segment, upper_bound=bounds[segment.base_offset], rebuild_txn_index=_eager_txn_rebuilder(segments),
+        )
+        report.segments_validated += 1
+        report.bytes_scanned += result.bytes_scanned
+        report.rebuilt_indexes += result.rebuilt
+        report.problems += result.problems
+        if result.truncated:
+            _cut_after(tp, segments, i, result.next_offset, result.truncated_bytes, report)
+            return result.next_offset
+        # Validated inactive segments need not stay mapped (10,000 segments, 20,000 maps).
+        segment.close()
+    return None
+
+
+def _eager_txn_rebuilder(segments: list[LogSegment]):
+    def rebuild(segment: LogSegment) -> list[AbortedTxn]:
+        return _rebuild_txn_index(segment, segments)
+
+    return rebuild
+
+
+def rebuild_txn_index_for(ctx: PartitionValidation, segment: LogSegment) -> list[AbortedTxn]:
+    segments = ctx.plog.segments if ctx.plog is not None else ctx.segments
+    return _rebuild_txn_index(segment, segments)
+
+
+def _rebuild_txn_index(segment: LogSegment, segments: list[LogSegment]) -> list[AbortedTxn]:
+    """The aborted transactions whose markers are in ``segment``, by replaying producer state
+    from the newest snapshot at or below its base offset (nothing on disk changes)."""
+    state, offset = restore_scratch_state(
+        segment.dir, segment.log_dir, segment.base_offset, segments[0].base_offset
+    )
+    replay = ProducerReplay(state, index_from=None)
+    collected: list[AbortedTxn] = []
+    for seg in segments:
+        if seg.base_offset > segment.base_offset:
+            break
+        position = seg.offset_index.lookup(offset).position if offset > seg.base_offset else 0
+        try:
+            for batch in seg.log.batches(position):
+                h = batch.header
+                if h.last_offset < offset:
+                    continue
+                if seg is not segment or not (h.is_control and h.has_producer_id):
+                    replay.feed(seg, batch)
+                    continue
+                completed = state.load_batch(h, batch=seg.log.read(batch.position, h.size))
+                if completed is not None:
+                    if completed.is_aborted:
+                        lso = state.last_stable_offset(completed)
+                        collected.append(
+                            AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+                        )
+                    state.complete_txn(completed)
+        except InvalidBatchError:
+            break
+    return collected
+
+
+def _cut_after(
+    tp: TopicPartition, segments: list[LogSegment], i: int, offset: int, truncated: int, report: LoadReport
+) -> None:
+    """Drops every segment after ``segments[i]`` (which was already cut) and reports the loss."""
+    later = segments[i + 1 :]
+    dropped = sum(s.size for s in later)
+    for s in later:
+        s.delete()
+    del segments[i + 1 :]
+    report.truncations.append(Truncation(tp.topic, tp.partition, offset, truncated + dropped))
+    log.warning(
+        "%s: truncated %d corrupt or partial bytes at offset %d (%d more bytes in %d later segments)",
+        tp, truncated, offset, dropped, len(later),
+    )
+
+
+class _BadTail(Exception):
+    pass
+
+
+def _open_active_segment(
+    segment: LogSegment, report: LoadReport, touched: set[int], has_txn_index: bool = True
+) -> int:
+    """Clean start: the active segment's indexes and tail are checked; a bad part is redone."""
+    touched.add(segment.base_offset)
+    start, start_offset = 0, None
+    try:
+        if segment.missing_files:
+            raise CorruptIndexError(f"missing {', '.join(sorted(segment.missing_files))}")
         segment.offset_index.sanity_check()
         segment.time_index.sanity_check()
-        segment.txn_index.sanity_check()
-        return segment.read_next_offset()
-    except CorruptIndexError as exc:
+        if has_txn_index:
+            segment.raw_txn_index.sanity_check()
+        entries = segment.offset_index.entries
+        last = segment.offset_index.last_entry
+        start = last.position if entries else 0
+        next_offset = segment.base_offset
+        end = start
+        previous = segment.base_offset - 1
+        for batch in segment.log.batches(start):
+            h = batch.header
+            if batch.position == start:
+                if entries and h.last_offset != last.offset:
+                    raise CorruptIndexError(
+                        f"{segment.offset_index.path.name}: last entry {last} names a batch ending at "
+                        f"{h.last_offset}"
+                    )
+                start_offset = h.base_offset
+            if h.base_offset <= previous:
+                raise _BadTail(f"batch at {batch.position} goes back to offset {h.base_offset}")
+            previous = h.last_offset
+            next_offset = h.next_offset
+            end = batch.end
+        if entries and start_offset is None:
+            raise CorruptIndexError(f"{segment.offset_index.path.name}: last entry {last} is past the data")
+        if end != segment.size:
+            raise _BadTail(f"{segment.size - end} bytes after the last complete batch")
+        if segment.time_index.last_entry.offset >= max(next_offset, segment.base_offset + 1):
+            raise CorruptIndexError(f"{segment.time_index.path.name}: entries past the log end")
+        return next_offset
+    except (CorruptIndexError, ValueError) as exc:
+        # InvalidBatchError (a ValueError) too: a malformed header; the index cannot be trusted
+        # to have been checked against it, so the whole segment is redone.
         log.warning("%s: %s; rebuilding its indexes", segment, exc)
+        report.problems.append(f"{segment.log.path.name}: {exc}")
         report.rebuilt_indexes.append(segment.log.path.name)
-        result = segment.rebuild_indexes_from(0)
-        report.segments_recovered += 1
-        report.bytes_scanned += result.valid_bytes
-        if result.truncated_bytes:
-            tp = report.tp
-            offset = result.batches[-1].next_offset if result.batches else segment.base_offset
-            report.truncations.append(Truncation(tp.topic, tp.partition, offset, result.truncated_bytes))
-        return result.batches[-1].next_offset if result.batches else segment.base_offset
+        start, start_offset = 0, None
+    except _BadTail as exc:
+        log.warning("%s: %s; rescanning its tail", segment, exc)
+        report.problems.append(f"{segment.log.path.name}: {exc}")
+    result = segment.rebuild_indexes_from(start, start_offset, keep_batches=False)
+    report.segments_recovered += 1
+    report.bytes_scanned += result.valid_bytes - start
+    if result.truncated_bytes:
+        tp = report.tp
+        report.truncations.append(Truncation(tp.topic, tp.partition, result.next_offset, result.truncated_bytes))
+        segment.raw_txn_index.truncate_to(result.next_offset)
+    return result.next_offset
 
 
-def _recover(tp: TopicPartition, segments: list[LogSegment], recovery_point: int, report: LoadReport) -> int:
-    """Unclean start: rescans everything from the recovery point, truncating a bad tail."""
-    first = max(0, max((i for i, s in enumerate(segments) if s.base_offset <= recovery_point), default=0))
+def _recover(
+    tp: TopicPartition,
+    segments: list[LogSegment],
+    first: int,
+    recovery_point: int,
+    log_start: int,
+    state: ProducerStateManager,
+    report: LoadReport,
+    touched: set[int],
+    progress: RecoveryProgress | None,
+) -> int:
+    """Unclean start: rescans from the recovery point, supplementing indexes and producer state.
+
+    Producer snapshots above the recovery point may describe data the crash lost: they are
+    deleted (as Kafka does), the newest one left is loaded and the log replayed from it.
+    """
+    state.truncate_and_reload(log_start, max(recovery_point, log_start))
+    report.snapshot_offset = state.map_end_offset
+    recovery_from = max(recovery_point, segments[first].base_offset)
+    replay = ProducerReplay(state, index_from=recovery_from)
+    snapshot_at = max(state.map_end_offset, log_start)
+    if snapshot_at < recovery_from:
+        _replay_headers(ProducerReplay(state, index_from=None), segments, snapshot_at, recovery_from, report, touched)
+    state.update_map_end_offset(max(state.map_end_offset, recovery_from))
+
     log_end = segments[first].base_offset
     for i in range(first, len(segments)):
         segment = segments[i]
+        touched.add(segment.base_offset)
         position, start_offset = 0, None
-        if i == first and recovery_point > segment.base_offset:
-            position, start_offset = _trusted_prefix(segment, recovery_point)
-        result = segment.rebuild_indexes_from(position, start_offset)
+        if i == first and recovery_from > segment.base_offset:
+            position, start_offset = _trusted_prefix(segment, recovery_from)
+        if start_offset is not None:
+            segment.raw_txn_index.truncate_to(start_offset)
+        else:
+            # Entries below the recovery point stay; the replay re-adds the ones above it.
+            segment.raw_txn_index.truncate_to(recovery_from if i == first else segment.base_offset)
+        upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
+
+        def on_batch(batch, segment=segment) -> None:
+            if batch.header.last_offset >= recovery_from:
+                replay.feed(segment, batch)
+
+        result = segment.rebuild_indexes_from(
+            position, start_offset, upper_bound=upper, min_offset=log_end if i > first else None,
+            on_batch=on_batch, keep_batches=False,
+        )
         report.segments_recovered += 1
         report.bytes_scanned += result.valid_bytes - position
-        if result.batches:
-            log_end = result.batches[-1].next_offset
-        elif position > 0 and start_offset is not None:
-            log_end = start_offset
-        else:
-            log_end = max(log_end, segment.base_offset)
+        if progress is not None:
+            progress.segment_done(result.valid_bytes - position + result.truncated_bytes)
+        log_end = result.next_offset
         if result.truncated_bytes:
-            dropped = sum(s.size for s in segments[i + 1 :])
-            report.truncations.append(
-                Truncation(tp.topic, tp.partition, log_end, result.truncated_bytes + dropped)
-            )
-            log.warning(
-                "%s: truncated %d corrupt or partial bytes at offset %d (%d more bytes in later segments)",
-                tp, result.truncated_bytes, log_end, dropped,
-            )
-            for later in segments[i + 1 :]:
-                later.delete()
-            del segments[i + 1 :]
+            if i + 1 < len(segments) and progress is not None:
+                for later in segments[i + 1 :]:
+                    progress.segment_done(later.size)
+            _cut_after(tp, segments, i, log_end, result.truncated_bytes, report)
             break
+    report.replayed_batches += replay.stats.batches
+    state.update_map_end_offset(log_end)
     return log_end
 
 
@@ -214,20 +728,16 @@ def _trusted_prefix(segment: LogSegment, recovery_point: int) -> tuple[int, int 
     kept as is. If the index is unusable the whole segment is rescanned.
     """
     try:
+        if segment.missing_files:
+            return 0, None
         segment.offset_index.sanity_check()
         segment.time_index.sanity_check()
-        batch = segment.find_position(recovery_point)
+        hint = segment.offset_index.lookup(recovery_point)
+        for batch in segment.log.batches(hint.position):
+            if batch.header.last_offset >= recovery_point:
+                if batch.header.base_offset > recovery_point:
+                    return 0, None  # the index points past the recovery point: not trusted
+                return batch.position, batch.header.base_offset
     except (CorruptIndexError, ValueError):
         return 0, None
-    if batch is None:
-        return 0, None
-    return batch.position, batch.header.base_offset
-
-
-def _load_producer_state(plog: PartitionLog, segments: list[LogSegment]) -> None:
-    """Restores producer state from the newest snapshot, then replays the log after it."""
-    state = plog.producer_state
-    state.remove_stray_snapshots([s.base_offset for s in segments] + [plog.log_end_offset])
-    state.truncate_and_reload(plog.log_start_offset, plog.log_end_offset)
-    if state.map_end_offset < plog.log_end_offset:
-        plog.replay_producer_state(max(state.map_end_offset, plog.log_start_offset))
+    return 0, None

@@ -17,13 +17,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logkeel.storage.errors import KafkaStorageError, StorageError, io_guard
+from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
 from logkeel.storage.log import PartitionLog
 from logkeel.storage.log_config import LogConfig
 from logkeel.storage.log_dir import LogDir, random_uuid
-from logkeel.storage.log_loader import LoadReport, Truncation, load_partition
+from logkeel.storage.log_loader import (
+    EAGER,
+    LAZY,
+    VALIDATION_MODES,
+    LoadReport,
+    RecoveryProgress,
+    Truncation,
+    cached_listing,
+    load_partition,
+    recovery_plan,
+)
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
+from logkeel.storage.validation import SegmentValidator
+
+# log.startup.validation.rate.bytes.per.sec
+DEFAULT_VALIDATION_RATE = 50 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +50,64 @@ class StartupReport:
     segments: int = 0
     segments_opened: int = 0
     segments_recovered: int = 0
+    segments_validated: int = 0
     bytes_scanned: int = 0
+    replayed_batches: int = 0
     truncations: list[Truncation] = field(default_factory=list)
     offline: list[tuple[TopicPartition, str]] = field(default_factory=list)
     offline_dirs: list[tuple[str, str]] = field(default_factory=list)
     clean: bool = True
     elapsed_ms: float = 0.0
+    validation: str = LAZY
+    removed_files: list[str] = field(default_factory=list)
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    missing_segments: list[tuple[TopicPartition, int]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    progress: list[str] = field(default_factory=list)
 
-    def add(self, r: LoadReport, opened: int) -> None:
+    def add(self, r: LoadReport, opened: int | None = None) -> None:
         self.partitions += 1
         self.segments += r.segments
-        self.segments_opened += opened
+        self.segments_opened += r.segments_opened if opened is None else opened
         self.segments_recovered += r.segments_recovered
+        self.segments_validated += r.segments_validated
         self.bytes_scanned += r.bytes_scanned
+        self.replayed_batches += r.replayed_batches
         self.truncations.extend(r.truncations)
+        self.removed_files.extend(f"{r.tp.dir_name}/{n}" for n in r.removed_files)
+        self.rebuilt_indexes.extend(f"{r.tp.dir_name}/{n}" for n in r.rebuilt_indexes)
+        self.missing_segments.extend((r.tp, b) for b in r.missing_segments)
+        self.problems.extend(f"{r.tp}: {p}" for p in r.problems)
+
+    def to_json(self) -> dict[str, object]:
+        """The `logkeel log load --json` object."""
+        return {
+            "partitions": self.partitions,
+            "segments": self.segments,
+            "segments_opened": self.segments_opened,
+            "segments_recovered": self.segments_recovered,
+            "segments_validated": self.segments_validated,
+            "bytes_scanned": self.bytes_scanned,
+            "replayed_batches": self.replayed_batches,
+            "truncations": [
+                {"topic": t.topic, "partition": t.partition, "offset": t.offset, "bytes": t.bytes}
+                for t in self.truncations
+            ],
+            "offline": [
+                {"topic": tp.topic, "partition": tp.partition, "reason": why} for tp, why in self.offline
+            ],
+            "offline_dirs": [{"dir": d, "reason": why} for d, why in self.offline_dirs],
+            "missing_segments": [
+                {"topic": tp.topic, "partition": tp.partition, "base_offset": b}
+                for tp, b in self.missing_segments
+            ],
+            "removed_files": self.removed_files,
+            "rebuilt_indexes": self.rebuilt_indexes,
+            "problems": self.problems,
+            "validation": self.validation,
+            "clean": self.clean,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +116,9 @@ class BackgroundIntervals:
     recovery_checkpoint_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
     start_offset_checkpoint_ms: int = 60_000  # log.flush.start.offset.checkpoint.interval.ms
     retention_check_ms: int = 300_000  # log.retention.check.interval.ms
+    # log.recovery.checkpoint.interval.ms (AKIP-2): every partition is flushed and the
+    # recovery points checkpointed this often, so a kill -9 leaves little to replay.
+    recovery_flush_ms: int = 30_000
 
 
 class LogManager:
@@ -71,7 +132,16 @@ class LogManager:
         config_for: ConfigFor | None = None,
         recovery_threads_per_dir: int = 1,
         intervals: BackgroundIntervals | None = None,
+        startup_validation: str = LAZY,
+        validation_rate_bytes_per_sec: int = DEFAULT_VALIDATION_RATE,
     ) -> None:
+        """``startup_validation`` is log.startup.validation (lazy|eager) and
+        ``validation_rate_bytes_per_sec`` log.startup.validation.rate.bytes.per.sec (0: no
+        background validation; segments are then validated on first access only)."""
+        if startup_validation not in VALIDATION_MODES:
+            raise ValueError(
+                f"log.startup.validation must be one of {VALIDATION_MODES}, not {startup_validation!r}"
+            )
         self.dirs = [LogDir(p) for p in log_dirs]
         if not self.dirs:
             raise ValueError("at least one log dir is needed (log.dirs)")
@@ -88,6 +158,12 @@ class LogManager:
         self.scheduler = Scheduler()
         self._dir_failure_listeners: list[Callable[[str, str], None]] = []
         self.startup_report: StartupReport | None = None
+        self.startup_validation = startup_validation
+        self.validator = SegmentValidator(
+            validation_rate_bytes_per_sec,
+            run_later=lambda fn: self.scheduler.schedule(fn),
+            on_dir_failure=self.handle_dir_failure,
+        )
 
     # -- configuration --------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
@@ -104,9 +180,14 @@ class LogManager:
         return self._dir_of.get(tp)
 
     # -- start-up -------------------------------------------------------------------------------
-    def startup(self, *, start_background: bool = True) -> StartupReport:
+    def startup(self, *, start_background: bool = True, force_recovery: bool = False) -> StartupReport:
+        """Opens every log dir and loads its partitions (see log_loader); one bad partition
+        goes offline alone, one failed dir goes offline alone.
+
+        ``force_recovery`` treats every dir as shut down uncleanly (``logkeel log recover``).
+        """
         started = time.monotonic()
-        report = StartupReport()
+        report = StartupReport(validation=self.startup_validation)
         self.cluster_id = self.cluster_id or self._find_cluster_id() or random_uuid()
         for d in self.dirs:
             try:
@@ -116,7 +197,7 @@ class LogManager:
                 report.offline_dirs.append((str(d.path), str(exc)))
         for d in self.online_dirs:
             try:
-                self._load_dir(d, report)
+                self._load_dir(d, report, force_recovery)
             except KafkaStorageError as exc:
                 self.handle_dir_failure(exc)
                 report.offline_dirs.append((str(d.path), str(exc)))
@@ -129,6 +210,8 @@ class LogManager:
             report.bytes_scanned, len(self.dirs), report.elapsed_ms,
             "" if report.clean else " after an unclean shutdown",
         )
+        for t in report.truncations:
+            log.warning("start-up truncated %s-%d at offset %d (%d bytes)", t.topic, t.partition, t.offset, t.bytes)
         if start_background:
             self.start_background()
         return report
@@ -143,17 +226,33 @@ class LogManager:
                 continue
         return None
 
-    def _load_dir(self, d: LogDir, report: StartupReport) -> None:
+    def _load_dir(self, d: LogDir, report: StartupReport, force_recovery: bool = False) -> None:
         partition_dirs = d.partition_dirs()
         # A dir with no partitions has nothing to recover, marker or not (e.g. a new dir).
-        clean = d.was_clean or not partition_dirs
+        clean = (d.was_clean and not force_recovery) or not partition_dirs
         report.clean = report.clean and clean
+        manifest = d.read_manifest() if clean else {}
+        d.remove_manifest()
         recovery_points = d.read_checkpoint(d.recovery_points)
         start_offsets = d.read_checkpoint(d.log_start_offsets)
         replication = d.read_checkpoint(d.replication_offsets)
         total = len(partition_dirs)
+        progress = None
         if not clean and total:
-            log.info("%s: unclean shutdown; recovering %d partitions", d.path, total)
+            segments = nbytes = 0
+            for path in partition_dirs:
+                try:
+                    tp = TopicPartition.parse_dir_name(path.name)
+                    n, b = recovery_plan(path, recovery_points.get(tp))
+                except (OSError, ValueError):
+                    continue
+                segments += n
+                nbytes += b
+            progress = RecoveryProgress(str(d.path), total, segments, nbytes)
+            log.info(
+                "%s: unclean shutdown; recovering %d partitions (%d segments, %d bytes after "
+                "their recovery points)", d.path, total, segments, nbytes,
+            )
 
         def load(path: Path) -> tuple[Path, PartitionLog | None, LoadReport | None, str | None]:
             tp = TopicPartition.parse_dir_name(path.name)
@@ -162,37 +261,49 @@ class LogManager:
                     path, self.config_for(tp.topic), log_dir=d.path,
                     recovery_point=recovery_points.get(tp), log_start_offset=start_offsets.get(tp),
                     clean=clean, schedule_delete=self._schedule_delete,
+                    validation=self.startup_validation, validator=self.validator, progress=progress,
+                    cached=manifest.get(path.name),
                 )
-            except KafkaStorageError:
-                raise
-            except (StorageError, ValueError, OSError) as exc:
-                # One partition never stops the broker: it goes offline with its reason.
+            except KafkaStorageError as exc:
+                if exc.cause is None or is_disk_errno(exc.cause):
+                    raise
+                # Not the disk (e.g. a permission or a vanished file): this partition only.
                 log.error("%s: cannot load partition %s: %s", d.path, tp, exc)
+                return path, None, None, str(exc)
+            except Exception as exc:  # noqa: BLE001 - one partition never stops the broker
+                log.exception("%s: cannot load partition %s", d.path, tp)
                 return path, None, None, f"{type(exc).__name__}: {exc}"
+            finally:
+                if progress is not None:
+                    progress.partition_done()
             hw = replication.get(tp)
             if hw is not None:
                 plog.high_watermark = max(plog.log_start_offset, min(hw, plog.log_end_offset))
+                # Transactions completed below it are stable, as before the restart.
+                plog.producer_state.on_high_watermark_updated(plog.high_watermark)
             return path, plog, r, None
 
-        done = 0
         with ThreadPoolExecutor(self.recovery_threads_per_dir, thread_name_prefix="log-recovery") as pool:
             for path, plog, r, error in pool.map(load, partition_dirs):
-                done += 1
                 tp = TopicPartition.parse_dir_name(path.name)
-                if plog is None:
+                if plog is None or r is None:
                     self.offline_partitions[tp] = error or "unknown"
                     report.offline.append((tp, error or "unknown"))
                 else:
                     with self._lock:
                         self.logs[tp] = plog
                         self._dir_of[tp] = d
-                    report.add(r, sum(1 for s in plog.segments if s.opened))
-                if not clean and (done == total or done % max(1, total // 10) == 0):
-                    log.info("%s: recovered %d/%d partitions (%.0f%%)", d.path, done, total, 100 * done / total)
+                    report.add(r)
+        if progress is not None:
+            report.progress.extend(progress.lines)
         d.clear_clean_marker()
         # The loaded state becomes the checkpointed state, so a crash right after start-up
         # recovers from here rather than from before the previous run.
         self._write_checkpoints(d)
+
+    def validate_all(self) -> None:
+        """Validates every segment still awaiting validation, now (tests, offline tools)."""
+        self.validator.validate_all()
 
     # -- partitions -----------------------------------------------------------------------------
     def get_log(self, tp: TopicPartition) -> PartitionLog | None:
@@ -214,6 +325,7 @@ class LogManager:
             plog, _ = load_partition(
                 path, config or self.config_for(tp.topic), log_dir=d.path, recovery_point=0,
                 log_start_offset=0, clean=True, schedule_delete=self._schedule_delete,
+                validator=self.validator,
             )
             self.logs[tp] = plog
             self._dir_of[tp] = d
@@ -238,6 +350,7 @@ class LogManager:
             plog = self.logs.pop(tp, None)
             d = self._dir_of.pop(tp, None)
             self.offline_partitions.pop(tp, None)
+        self.validator.forget(tp)
         if plog is None or d is None:
             return
         with plog.lock:
@@ -263,7 +376,11 @@ class LogManager:
         self.scheduler.schedule(
             self._guarded(self.run_retention), iv.retention_check_ms / 1000, iv.retention_check_ms / 1000
         )
+        self.scheduler.schedule(
+            self._guarded(self.flush_for_recovery), iv.recovery_flush_ms / 1000, iv.recovery_flush_ms / 1000
+        )
         self.scheduler.start()
+        self.validator.start()
 
     def _guarded(self, fn: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -294,6 +411,12 @@ class LogManager:
 
         self._each_log(tick)
 
+    def flush_for_recovery(self) -> None:
+        """Flushes every log to its end and checkpoints the recovery points (AKIP-2): after a
+        kill -9 only what was appended since is replayed."""
+        self._each_log(lambda plog: plog.flush())
+        self.checkpoint_all()
+
     def run_retention(self) -> int:
         deleted = 0
 
@@ -316,6 +439,20 @@ class LogManager:
         d.recovery_points.write({tp: p.recovery_point for tp, p in logs.items()})
         d.log_start_offsets.write({tp: p.log_start_offset for tp, p in logs.items()})
         d.replication_offsets.write({tp: p.high_watermark for tp, p in logs.items()})
+
+    def _write_manifest(self, d: LogDir) -> None:
+        entries: dict[str, object] = {}
+        for tp, plog in list(self.logs.items()):
+            if self._dir_of.get(tp) is not d:
+                continue
+            try:
+                cached = cached_listing(plog.dir)
+            except OSError:
+                continue
+            if cached is not None:
+                cached["epochs"] = [list(e) for e in plog.leader_epochs.entries]
+                entries[plog.dir.name] = cached
+        d.write_manifest(entries)
 
     # -- failures -------------------------------------------------------------------------------
     def handle_dir_failure(self, exc: KafkaStorageError) -> None:
@@ -347,6 +484,7 @@ class LogManager:
     # -- shutdown -------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Flushes everything, snapshots producer state, checkpoints and marks each dir clean."""
+        self.validator.stop()
         self.scheduler.shutdown(run_pending_once=True)
         for d in self.online_dirs:
             failed = False
@@ -363,6 +501,7 @@ class LogManager:
                 continue
             try:
                 self._write_checkpoints(d)
+                self._write_manifest(d)
                 d.mark_clean()
             except KafkaStorageError as exc:
                 self.handle_dir_failure(exc)

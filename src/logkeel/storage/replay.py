@@ -62,9 +62,13 @@ class ProducerReplay:
 
     def replay_headers(self, segments: Iterable[LogSegment], from_offset: int, to_offset: int) -> None:
         """Replays [from_offset, to_offset) from already-validated data, headers only."""
-        for segment in segments:
+        segments = list(segments)
+        nexts = [s.base_offset for s in segments[1:]] + [None]
+        for segment, next_base in zip(segments, nexts, strict=True):
             if segment.base_offset >= to_offset:
                 break
+            if next_base is not None and next_base <= from_offset:
+                continue
             position = 0
             if from_offset > segment.base_offset:
                 hint = segment.offset_index.lookup(from_offset)

@@ -410,6 +410,13 @@ class LogSegment:
             last_offset = header.last_offset
             valid_end = batch.end
         truncated = self.log.truncate_to(valid_end)
+        if valid_end > 0:
+            # As Kafka's recover(): the max timestamp so far goes in, so retention and
+            # timestamp lookups see it whether or not an interval entry did.
+            ts, ts_offset = self._max_timestamp or self._max_ts()
+            if ts > self._time_indexed:
+                self.time_index.maybe_append(ts, ts_offset, skip_full_check=True)
+                self._time_indexed = ts
         result = RecoveryResult(valid_end, truncated, batches)
         result.next_offset = last_offset + 1 if valid_end > 0 else self.base_offset
         return result

@@ -1,0 +1,126 @@
+"""Start-up time against the number of segments: lazy vs eager, clean vs unclean.
+
+    .venv/bin/python bench/startup.py            # 1k, 10k and 100k segments
+    .venv/bin/python bench/startup.py --quick    # 1k and 10k, one run each
+
+Each size is one log dir of P partitions x 50 segments (64 KiB segments of 16 KiB batches,
+written by bench/loggen.py). A run is ``LogManager.startup()`` on a fresh manager, timed by
+the manager itself; the dir is shut down cleanly between runs. Scenarios:
+
+- ``lazy`` / ``eager``: after a clean shutdown, log.startup.validation=lazy (only active
+  segments opened) or eager (every segment CRC-checked and its indexes verified);
+- ``unclean``: no clean-shutdown marker, every partition's recovery point 64 KiB behind its
+  log end (lazy validation of the rest).
+
+The page cache is warm (the files were just written, and inactive segments are hard links
+shared between partitions): the best case for eager. Goals (issue 3): 10k segments in
+200 partitions < 1 s and >= 20x faster than eager; 100k segments in 2,000 partitions < 2 s.
+The last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loggen import PartitionShape, write_checkpoints, write_log_dir  # noqa: E402
+
+from logkeel.storage.log_config import LogConfig  # noqa: E402
+from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE  # noqa: E402
+from logkeel.storage.log_manager import LogManager  # noqa: E402
+
+SEGMENTS_PER_PARTITION = 50
+
+
+def run_once(log_dir: Path, validation: str, threads: int) -> dict[str, object]:
+    m = LogManager(
+        [log_dir], default_config=LogConfig(), startup_validation=validation,
+        recovery_threads_per_dir=threads, validation_rate_bytes_per_sec=0,
+    )
+    t0 = time.perf_counter()
+    report = m.startup(start_background=False)
+    wall = (time.perf_counter() - t0) * 1000
+    result = {
+        "elapsed_ms": round(report.elapsed_ms, 1),
+        "wall_ms": round(wall, 1),
+        "partitions": report.partitions,
+        "segments": report.segments,
+        "segments_opened": report.segments_opened,
+        "segments_recovered": report.segments_recovered,
+        "bytes_scanned": report.bytes_scanned,
+        "clean": report.clean,
+        "offline": len(report.offline),
+    }
+    m.shutdown()
+    return result
+
+
+def make_unclean(log_dir: Path, written, lag_bytes: int) -> None:
+    (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+    points = {}
+    for tp, w in written.items():
+        lag_batches = max(1, lag_bytes // w.batch_size)
+        points[tp] = w.log_end - lag_batches * w.records_per_batch
+    write_checkpoints(log_dir, points)
+
+
+def bench_size(root: Path, segments: int, runs: int, threads: int, lag: int, eager: bool) -> dict[str, object]:
+    partitions = segments // SEGMENTS_PER_PARTITION
+    shape = PartitionShape(segments=SEGMENTS_PER_PARTITION, segment_bytes=64 * 1024)
+    log_dir = root / f"s{segments}"
+    t0 = time.perf_counter()
+    written = write_log_dir(log_dir, partitions, shape, link=True)
+    gen_s = time.perf_counter() - t0
+    out: dict[str, object] = {"segments": segments, "partitions": partitions, "generate_s": round(gen_s, 1)}
+    modes = ["lazy", "eager"] if eager else ["lazy"]
+    for mode in modes:
+        samples = [run_once(log_dir, mode, threads) for _ in range(runs)]
+        out[mode] = samples[-1] | {"median_ms": statistics.median(s["elapsed_ms"] for s in samples)}
+        print(json.dumps({"segments": segments, "mode": mode} | out[mode]), flush=True)
+    samples = []
+    for _ in range(runs):
+        make_unclean(log_dir, written, lag)
+        samples.append(run_once(log_dir, "lazy", threads))
+    out["unclean"] = samples[-1] | {
+        "median_ms": statistics.median(s["elapsed_ms"] for s in samples), "lag_bytes": lag,
+    }
+    print(json.dumps({"segments": segments, "mode": "unclean"} | out["unclean"]), flush=True)
+    if eager:
+        out["eager_over_lazy"] = round(out["eager"]["median_ms"] / max(out["lazy"]["median_ms"], 1e-3), 1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1k and 10k segments, one run each")
+    ap.add_argument("--sizes", default=None, help="comma-separated segment counts")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="num.recovery.threads.per.data.dir")
+    ap.add_argument("--lag-bytes", type=int, default=64 * 1024, help="unclean: recovery-point lag")
+    ap.add_argument("--eager-at-100k", action="store_true", help="also run eager at 100k segments")
+    ap.add_argument("--dir", default=None, help="where to write the log dirs (default: a temp dir)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
+        [1000, 10000] if args.quick else [1000, 10000, 100000]
+    )
+    runs = 1 if args.quick else args.runs
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        results = [
+            bench_size(Path(tmp), n, runs, args.threads, args.lag_bytes, eager=n < 100000 or args.eager_at_100k)
+            for n in sizes
+        ]
+    summary = {"bench": "startup", "runs": runs, "threads": args.threads, "results": results}
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""`logkeel audit DIR...`: compare the replicas several brokers hold, with a Spark job."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def _format_ranges(ranges: list[dict[str, Any]]) -> str:
+    if not ranges:
+        return "-"
+    parts = []
+    for r in ranges:
+        last = "end" if r["last_offset"] is None else r["last_offset"]
+        parts.append(
+            f"{r['first_offset']}..{last} ({r['segment']}@{r['position']}, {r['bytes']} B)"
+        )
+    return "\n".join(parts)
+
+
+def _print_table(reports: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Replica audit", show_lines=True)
+    for name in (
+        "partition",
+        "replica",
+        "log start",
+        "log end",
+        "leader epoch",
+        "corrupt/missing",
+        "best",
+    ):
+        table.add_column(name, overflow="fold")
+    for report in reports:
+        for i, r in enumerate(report["replicas"]):
+            table.add_row(
+                f"{report['topic']}-{report['partition']}" if i == 0 else "",
+                r["path"],
+                str(r["log_start_offset"]),
+                str(r["log_end_offset"]),
+                str(r["last_leader_epoch"]),
+                _format_ranges(r["corrupt_ranges"]),
+                "yes" if r["path"] == report["best_replica"] else "",
+            )
+    Console().print(table)
+    if not reports:
+        click.echo("no partition directories found", err=True)
+
+
+@click.command("audit")
+@click.argument(
+    "dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a table.")
+@click.option(
+    "--master",
+    default=None,
+    metavar="URL",
+    help="Spark master (default: local[*], Spark in this process). On a cluster the dirs must "
+    "be readable under the same paths on every executor.",
+)
+def audit_command(dirs: tuple[Path, ...], as_json: bool, master: str | None) -> None:
+    """Audit the replicas in the log dirs DIRS of several brokers (or partition dirs).
+
+    For each partition and replica: log start and end offsets, last leader epoch, and corrupt or
+    missing offset ranges; and which replica holds the most intact data, the one to recover
+    from (the longest run of valid batches without a hole, then the highest leader epoch).
+    Files are only read, so live brokers' dirs can be audited.
+    """
+    from pyspark.sql import SparkSession
+
+    from logkeel.spark.audit import audit, audit_json
+    from logkeel.spark.session import JavaMissingError, spark_session
+
+    # Called from a program that already runs Spark: use its session and leave it running.
+    embedded = SparkSession.getActiveSession() is not None
+    try:
+        spark = spark_session(
+            master, "logkeel audit", {"spark.ui.enabled": "false", "spark.log.level": "ERROR"}
+        )
+    except JavaMissingError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        reports = audit_json(audit(spark, [str(d) for d in dirs]))
+    finally:
+        if not embedded:
+            spark.stop()
+    if as_json:
+        json.dump(reports, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        _print_table(reports)

@@ -1,0 +1,130 @@
+"""confluent-kafka clients configured for the Spark source and sink, and the driver's view of
+topics, partitions and offsets.
+
+Nothing here holds Spark state: the driver asks ``KafkaMetadata`` where partitions begin and
+end, executors open their own consumer or producer per task (clients cannot be pickled).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from logkeel.spark.options import EARLIEST, LATEST, TopicSelection
+
+Partition = tuple[str, int]
+# Topics a Kafka consumer never matches by pattern (exclude.internal.topics=true).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+METADATA_TIMEOUT_S = 30.0
+
+
+class DataLossError(RuntimeError):
+    """Records the query should read are gone (deleted by retention, or truncated away).
+
+    Raised only with ``failOnDataLoss`` true (the default), as Spark's Kafka source does.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            f"{message}. Some data may have been lost because they are not available in Kafka "
+            "any more; either the data was aged out by Kafka or the topic may have been deleted "
+            "before all the data in the topic was processed. If you don't want your streaming "
+            'query to fail on such cases, set the source option "failOnDataLoss" to "false".'
+        )
+
+
+def consumer_config(
+    params: Mapping[str, str], group_prefix: str | None = None
+) -> dict[str, object]:
+    """Settings for a consumer that is assigned partitions and never joins a group."""
+    config: dict[str, object] = {
+        # Spark's Java consumer reads uncommitted; librdkafka's default is read_committed.
+        "isolation.level": "read_uncommitted",
+    }
+    config.update(params)
+    group = config.get("group.id") or f"{group_prefix or 'spark-kafka-source'}-{uuid.uuid4()}"
+    config.update(
+        {
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            # A start below the log start is data loss to report, not something to paper over.
+            "auto.offset.reset": "error",
+        }
+    )
+    return config
+
+
+def producer_config(params: Mapping[str, str]) -> dict[str, object]:
+    config: dict[str, object] = {
+        "enable.idempotence": True,
+        # The Java client's partitioner, so keyed records land where Spark's Kafka sink puts them.
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+    }
+    config.update(params)
+    return config
+
+
+class KafkaMetadata:
+    """Partitions and offsets as the cluster reports them now (driver side, lazily connected)."""
+
+    def __init__(self, params: Mapping[str, str]) -> None:
+        self._consumer = Consumer(consumer_config(params, "spark-kafka-metadata"))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def partitions(self, selection: TopicSelection) -> list[Partition]:
+        """The selected partitions that exist; ``assign``ed ones are taken as given."""
+        if selection.assigned:
+            return list(selection.assigned)
+        if selection.topics:
+            topics = {}
+            for topic in selection.topics:
+                md = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+                topics.update(md.topics)
+        else:
+            topics = self._consumer.list_topics(timeout=METADATA_TIMEOUT_S).topics
+        found = []
+        for name, meta in topics.items():
+            if meta.error is not None or not selection.matches(name):
+                continue
+            if selection.pattern is not None and name in INTERNAL_TOPICS:
+                continue
+            found.extend((name, p) for p in meta.partitions)
+        return sorted(found)
+
+    def _list_offsets(self, specs: Iterable[tuple[str, int, int]]) -> dict[Partition, int]:
+        """ListOffsets for (topic, partition, timestamp) where -2 is earliest, -1 latest.
+
+        One request per broker for all partitions, instead of one per partition.
+        """
+        request = [KafkaTP(t, p, ts) for t, p, ts in specs]
+        if not request:
+            return {}
+        result = self._consumer.offsets_for_times(request, timeout=METADATA_TIMEOUT_S)
+        out = {}
+        for tp in result:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            out[(tp.topic, tp.partition)] = tp.offset
+        return out
+
+    def earliest(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        return self._list_offsets((t, p, EARLIEST) for t, p in partitions)
+
+    def latest(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        return self._list_offsets((t, p, LATEST) for t, p in partitions)
+
+    def for_times(
+        self, timestamps: Mapping[Partition, int], latest: Mapping[Partition, int]
+    ) -> dict[Partition, int]:
+        """The first offset at or after each timestamp; the latest offset where none is (Spark's
+        default strategy for a timestamp past the end)."""
+        found = self._list_offsets((t, p, ts) for (t, p), ts in timestamps.items())
+        return {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}

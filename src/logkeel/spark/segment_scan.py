@@ -1,0 +1,484 @@
+"""Read-only scanning of segment files that goes *past* corruption instead of stopping at it.
+
+The broker's own scan (`FileRecords.scan_valid`) ends at the first bad batch, because recovery
+must truncate there. Offline readers and audits want more: every intact batch of a damaged file,
+and the exact byte and offset ranges that are damaged. After a bad batch this scanner resyncs on
+the next position that holds a complete batch whose structure and CRC-32C are valid and whose
+offsets do not go backwards.
+
+Files are opened read-only (`FileRecords(read_only=True)`) and read with `pread`, never mapped:
+a broker may truncate a segment while we read it, and a truncated mapping kills the process
+with SIGBUS where a short read is just a short read.
+Nothing here imports Spark, so the scanner can run (and be tested and measured) on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from logkeel.records.batch import (
+    HEADER_SIZE,
+    MAGIC_V2,
+    BatchHeader,
+    InvalidBatchError,
+    compute_crc,
+    validate_structure,
+)
+from logkeel.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    LeaderEpochCheckpointFile,
+    OffsetCheckpointFile,
+)
+from logkeel.storage.errors import StorageError, io_guard
+from logkeel.storage.file_records import FileRecords
+from logkeel.storage.leader_epoch import EpochEntry, LeaderEpochFileCache
+from logkeel.storage.segment import LOG_SUFFIX, file_name, parse_base_offset
+from logkeel.storage.topic_partition import TopicPartition
+
+CHUNK = 8 * 1024 * 1024
+_MAGIC_AT = 16  # position of the magic byte in a batch header
+_MAGIC = bytes([MAGIC_V2])
+_KNOWN_ATTRIBUTES = 0x7F  # compression, timestamp type, transactional, control, delete horizon
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """One `.log` file of one replica, and where the next segment of that replica begins.
+
+    ``next_base_offset`` lets a scan of this file alone notice offsets that are in no file at all
+    (a missing segment) without reading its neighbour.
+    """
+
+    log_dir: str
+    topic: str
+    partition: int
+    path: str
+    base_offset: int
+    next_base_offset: int | None
+    size: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class ValidBatch(NamedTuple):
+    position: int
+    header: BatchHeader
+    data: bytes | None  # the whole batch, when the scan was asked for data
+
+
+class CorruptRange(NamedTuple):
+    """Bytes of a segment that hold no valid batch, or offsets that are in no segment.
+
+    ``first_offset``..``last_offset`` (inclusive) are the offsets that may be lost: from the one
+    after the last valid batch to the one before the next valid batch; ``last_offset`` is None
+    when nothing valid follows. A missing segment is a range of ``size`` 0 at the end of the
+    segment before it. ``header`` is what the bad bytes claim to be, when they parse as a header;
+    ``crc_valid`` is False when a well-framed batch failed its CRC, None when it could not be
+    checked.
+    """
+
+    position: int
+    size: int
+    first_offset: int
+    last_offset: int | None
+    reason: str
+    header: BatchHeader | None
+    crc_valid: bool | None
+
+    @property
+    def loses_offsets(self) -> bool:
+        return self.last_offset is None or self.last_offset >= self.first_offset
+
+
+ScanItem = ValidBatch | CorruptRange
+
+
+class PartitionReplica(NamedTuple):
+    """A partition directory found under one log dir."""
+
+    log_dir: str
+    topic_partition: TopicPartition
+    path: str
+
+
+# -- finding files ------------------------------------------------------------------------------
+
+
+def find_partitions(roots: Iterable[str | os.PathLike[str]]) -> list[PartitionReplica]:
+    """Partition directories under each root, which is a log dir or a partition dir itself.
+
+    Dirs being deleted or replaced (``-delete``, ``-future``, ``-stray``) are skipped: they are
+    not the replica's data.
+    """
+    found: list[PartitionReplica] = []
+    for root in roots:
+        path = Path(root).absolute()
+        if _is_partition_dir(path):
+            found.append(
+                PartitionReplica(
+                    str(path.parent), TopicPartition.parse_dir_name(path.name), str(path)
+                )
+            )
+            continue
+        with io_guard(path, "listing log dir"):
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        for entry in entries:
+            child = Path(entry.path)
+            if entry.is_dir() and _is_partition_dir(child):
+                found.append(
+                    PartitionReplica(
+                        str(path), TopicPartition.parse_dir_name(entry.name), str(child)
+                    )
+                )
+    return found
+
+
+def _is_partition_dir(path: Path) -> bool:
+    if path.name.endswith(("-delete", "-future", "-stray")):
+        return False
+    try:
+        TopicPartition.parse_dir_name(path.name)
+    except ValueError:
+        return False
+    return path.is_dir()
+
+
+def list_segments(replica: PartitionReplica) -> list[SegmentFile]:
+    """The replica's `.log` files in offset order."""
+    tp = replica.topic_partition
+    entries: list[tuple[int, str, int]] = []
+    with io_guard(replica.log_dir, f"listing {replica.path}"):
+        for e in os.scandir(replica.path):
+            base = parse_base_offset(e.name)
+            # Only `<20 digits>.log`: `.log.deleted`, `.log.swap` and the like are not data.
+            if base is None or e.name != file_name(base, LOG_SUFFIX) or not e.is_file():
+                continue
+            entries.append((base, e.path, e.stat().st_size))
+    entries.sort()
+    return [
+        SegmentFile(
+            replica.log_dir,
+            tp.topic,
+            tp.partition,
+            path,
+            base,
+            entries[i + 1][0] if i + 1 < len(entries) else None,
+            size,
+        )
+        for i, (base, path, size) in enumerate(entries)
+    ]
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+
+def checkpointed_log_start(log_dir: str, tp: TopicPartition) -> int | None:
+    """The log start offset of ``log-start-offset-checkpoint``; None when absent or unreadable."""
+    path = Path(log_dir) / LOG_START_OFFSET_CHECKPOINT_FILE
+    try:
+        return OffsetCheckpointFile(path, log_dir).read().get(tp)
+    except (StorageError, FileNotFoundError):
+        return None
+
+
+def checkpointed_epochs(partition_dir: str) -> list[EpochEntry]:
+    """``leader-epoch-checkpoint`` entries; empty when absent or unreadable."""
+    path = Path(partition_dir) / LEADER_EPOCH_CHECKPOINT_FILE
+    try:
+        return LeaderEpochCheckpointFile(path, Path(partition_dir).parent).read()
+    except (StorageError, FileNotFoundError):
+        return []
+
+
+def last_leader_epoch(
+    entries: list[EpochEntry], log_end_offset: int, last_batch_epoch: int | None
+) -> int:
+    """The leader epoch at the end of the log the replica really holds.
+
+    The checkpoint may name epochs that start beyond the data left (a truncated replica), and
+    may lag behind the batches (written after the append), so both are consulted; -1 if neither
+    knows.
+    """
+    cache = LeaderEpochFileCache(None, entries)
+    cache.truncate_from_end(log_end_offset)
+    epochs = [e for e in (cache.latest_epoch, last_batch_epoch) if e is not None and e >= 0]
+    return max(epochs, default=-1)
+
+
+# -- scanning -----------------------------------------------------------------------------------
+
+
+class _Window:
+    """A read-only segment file seen through one cached chunk."""
+
+    def __init__(self, records: FileRecords) -> None:
+        self.records = records
+        self.size = records.size
+        self.start = 0
+        self.buf = b""
+
+    def get(self, pos: int, n: int) -> tuple[bytes, int]:
+        """A buffer and the index in it of file position ``pos``, with ``n`` bytes after it
+        unless the file ends first."""
+        rel = pos - self.start
+        if rel >= 0 and rel + n <= len(self.buf):
+            return self.buf, rel
+        want = min(max(CHUNK, n), self.size - pos)
+        self.buf = self.records.read(pos, want)
+        self.start = pos
+        if len(self.buf) < want:
+            # Cut short under us (a broker truncating a live segment): the file ends here now.
+            self.size = pos + len(self.buf)
+        return self.buf, 0
+
+
+def scan_segment(segment: SegmentFile, *, with_data: bool = False) -> Iterator[ScanItem]:
+    """Every valid batch of ``segment`` and every corrupt range between them, in file order.
+
+    A final zero-size range reports offsets that the next segment skips (a missing segment
+    file), unless a corrupt tail already covers them.
+    """
+    records = FileRecords(Path(segment.path), Path(segment.log_dir), read_only=True)
+    try:
+        records.create()  # opens it: the size is fixed from here on, even if a broker appends
+        yield from _scan(_Window(records), segment, with_data)
+    finally:
+        records.close()
+
+
+def _scan(win: _Window, segment: SegmentFile, with_data: bool) -> Iterator[ScanItem]:
+    size = win.size
+    pos = 0
+    expected = segment.base_offset  # the next offset this segment should hold
+    tail_open = False  # the scan ended in a corrupt range that runs to the end of the file
+    while pos < size:
+        problem, header, crc_valid = _check_at(win, pos, expected, segment.next_base_offset)
+        if problem is None:
+            assert header is not None
+            data = None
+            if with_data:
+                buf, rel = win.get(pos, header.size)
+                data = buf[rel : rel + header.size]
+            yield ValidBatch(pos, header, data)
+            expected = header.next_offset
+            pos += header.size
+            continue
+        found = _resync(win, pos + 1, expected, segment.next_base_offset)
+        if found is None:
+            last = segment.next_base_offset - 1 if segment.next_base_offset is not None else None
+            yield CorruptRange(pos, size - pos, expected, last, problem, header, crc_valid)
+            tail_open = True
+            break
+        next_pos, next_header = found
+        yield CorruptRange(
+            pos, next_pos - pos, expected, next_header.base_offset - 1, problem, header, crc_valid
+        )
+        pos = next_pos
+    if (
+        not tail_open
+        and segment.next_base_offset is not None
+        and segment.next_base_offset > expected
+    ):
+        yield CorruptRange(
+            size,
+            0,
+            expected,
+            segment.next_base_offset - 1,
+            f"offsets {expected}..{segment.next_base_offset - 1} are in no segment file "
+            f"(the next segment starts at {segment.next_base_offset})",
+            None,
+            None,
+        )
+
+
+def _check_at(
+    win: _Window, pos: int, expected: int, next_segment_base: int | None
+) -> tuple[str | None, BatchHeader | None, bool | None]:
+    """(problem, header, crc_valid) for the batch at ``pos``; problem None when it is valid."""
+    remaining = win.size - pos
+    if remaining < HEADER_SIZE:
+        return (
+            f"{remaining} bytes at the end of the file are too few for a batch header",
+            None,
+            None,
+        )
+    buf, rel = win.get(pos, HEADER_SIZE)
+    try:
+        header = BatchHeader.parse(buf, rel)
+    except InvalidBatchError as exc:  # the file shrank while being read
+        return str(exc), None, None
+    try:
+        validate_structure(header, available=win.size - pos)
+    except InvalidBatchError as exc:
+        return f"invalid batch header: {exc}", header, None
+    buf, rel = win.get(pos, header.size)
+    if compute_crc(buf, rel, header.size) != header.crc:
+        return (
+            f"CRC mismatch in batch at offset {header.base_offset} "
+            f"(stored {header.crc:#010x}, computed {compute_crc(buf, rel, header.size):#010x})",
+            header,
+            False,
+        )
+    # baseOffset lies outside the CRC: a scribbled one shows only against its neighbours.
+    if header.base_offset < expected:
+        return (
+            f"batch base offset {header.base_offset} is below the expected offset {expected}",
+            header,
+            True,
+        )
+    if _jumps_wrongly(win, pos, header, expected, next_segment_base):
+        return (
+            f"batch base offset {header.base_offset} jumps ahead of {expected}, but the offsets "
+            "after it go back: its base offset was overwritten",
+            header,
+            True,
+        )
+    return None, header, True
+
+
+def _jumps_wrongly(
+    win: _Window, pos: int, header: BatchHeader, expected: int, next_segment_base: int | None
+) -> bool:
+    """Whether a batch that skips offsets is contradicted by what follows it.
+
+    A real skip (compaction) is followed by offsets beyond the batch; when what follows starts
+    below this batch's base offset (yet not below the expected offset), the base offset is what
+    was overwritten.
+    """
+    if header.base_offset <= expected:
+        return False
+    following = _next_base_offset(win, pos + header.size)
+    if following is None and pos + header.size >= win.size:
+        following = next_segment_base
+    return following is not None and expected <= following < header.base_offset
+
+
+def _next_base_offset(win: _Window, pos: int) -> int | None:
+    if win.size - pos < HEADER_SIZE:
+        return None
+    buf, rel = win.get(pos, HEADER_SIZE)
+    if len(buf) - rel < HEADER_SIZE:
+        return None
+    header = BatchHeader.parse(buf, rel)
+    return header.base_offset if header.magic == MAGIC_V2 else None
+
+
+def _plausible(header: BatchHeader, remaining: int, expected: int) -> bool:
+    """Cheap filters that reject almost every random position before a CRC is computed."""
+    return (
+        header.base_offset >= expected
+        and header.attributes & ~_KNOWN_ATTRIBUTES == 0
+        and header.partition_leader_epoch >= -1
+        and header.producer_epoch >= -1
+        and header.base_sequence >= -1
+        and 0 <= header.records_count <= header.last_offset_delta + 1
+        and header.records_count * 7 <= header.batch_length
+        and HEADER_SIZE <= header.size <= remaining
+    )
+
+
+def _resync(
+    win: _Window, pos: int, expected: int, next_segment_base: int | None
+) -> tuple[int, BatchHeader] | None:
+    """The first position at or after ``pos`` where a valid batch starts, with its header."""
+    while win.size - pos >= HEADER_SIZE:
+        buf, rel = win.get(pos, HEADER_SIZE)
+        i = buf.find(_MAGIC, rel + _MAGIC_AT)
+        if i < 0:
+            # No magic byte in this chunk: continue where a header could still start.
+            pos = max(pos + 1, win.start + len(buf) - _MAGIC_AT)
+            continue
+        candidate = win.start + i - _MAGIC_AT
+        size = win.size
+        if size - candidate < HEADER_SIZE:
+            return None
+        buf, rel = win.get(candidate, HEADER_SIZE)
+        if len(buf) - rel < HEADER_SIZE:
+            return None
+        header = BatchHeader.parse(buf, rel)
+        if _plausible(header, size - candidate, expected):
+            try:
+                validate_structure(header, available=size - candidate)
+            except InvalidBatchError:
+                pass
+            else:
+                buf, rel = win.get(candidate, header.size)
+                if compute_crc(buf, rel, header.size) == header.crc and not _jumps_wrongly(
+                    win, candidate, header, expected, next_segment_base
+                ):
+                    return candidate, header
+        pos = candidate + 1
+    return None
+
+
+# -- summaries for audits -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SegmentSummary:
+    """What an audit needs to know about one segment file, without decoding any record."""
+
+    log_dir: str
+    partition_dir: str
+    topic: str
+    partition: int
+    segment: str
+    base_offset: int
+    end_offset: int  # the offset after the last valid batch (the base offset if none)
+    first_batch_offset: int | None
+    last_batch_epoch: int | None
+    valid_batches: int
+    valid_bytes: int
+    corrupt: list[dict[str, object]]
+
+
+def corrupt_range_dict(segment: SegmentFile, item: CorruptRange) -> dict[str, object]:
+    return {
+        "segment": os.path.basename(segment.path),
+        "position": item.position,
+        "bytes": item.size,
+        "first_offset": item.first_offset,
+        "last_offset": item.last_offset,
+        "reason": item.reason,
+    }
+
+
+def summarize_segment(segment: SegmentFile) -> SegmentSummary:
+    end = segment.base_offset
+    first = None
+    epoch = None
+    batches = 0
+    valid_bytes = 0
+    corrupt: list[dict[str, object]] = []
+    for item in scan_segment(segment):
+        if isinstance(item, ValidBatch):
+            h = item.header
+            if first is None:
+                first = h.base_offset
+            end = h.next_offset
+            epoch = h.partition_leader_epoch
+            batches += 1
+            valid_bytes += h.size
+        else:
+            corrupt.append(corrupt_range_dict(segment, item))
+    return SegmentSummary(
+        segment.log_dir,
+        os.path.dirname(segment.path),
+        segment.topic,
+        segment.partition,
+        segment.path,
+        segment.base_offset,
+        end,
+        first,
+        epoch,
+        batches,
+        valid_bytes,
+        corrupt,
+    )

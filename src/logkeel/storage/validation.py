@@ -1,0 +1,618 @@
+"""Validation of a segment against its own data, and when it happens (KIP-263).
+
+A segment is valid when every batch passes its CRC and structure checks, offsets rise strictly
+and stay below the next segment's base offset, and its indexes agree with the batches:
+
+- every offset-index entry names a batch start and that batch's last offset, and the index
+  reaches as far as a rebuild's would;
+- every time-index entry is the running max timestamp at the batch that set it, and an
+  inactive segment's last entry holds the segment's max timestamp (retention reads it);
+- every transaction-index entry ends at a control batch of its producer in this segment.
+
+``validate_segment`` checks and repairs one segment: a bad index is rebuilt, a bad batch ends
+the segment there (the caller drops what follows). After a clean shutdown the loader validates
+only the active segment; the others get a ``PartitionValidation`` as their validator, which
+runs on their first access or in the ``SegmentValidator``'s low-priority, rate-limited
+background thread, whichever comes first. ``log.startup.validation=eager`` runs the same
+function on every segment at start-up, so both modes end in the same state.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from logkeel.records.batch import (
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    InvalidBatchError,
+    compute_crc,
+    validate_structure,
+)
+from logkeel.storage.errors import (
+    CorruptIndexError,
+    KafkaStorageError,
+    StorageError,
+    io_guard,
+)
+from logkeel.storage.offset_index import OffsetPosition
+from logkeel.storage.segment import (
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    file_name,
+)
+from logkeel.storage.time_index import TimestampOffset
+from logkeel.storage.topic_partition import TopicPartition
+from logkeel.storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 8 * 1024 * 1024
+_INT32_MAX = (1 << 31) - 1
+
+Throttle = Callable[[int], None]
+
+
+# -- scanning -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """What one CRC-checking pass over a segment file learnt."""
+
+    size: int
+    valid_end: int = 0
+    next_offset: int = 0
+    batches: int = 0
+    stop_reason: str | None = None  # why the valid data ends before the file does
+    stop_offset: int | None = None  # base offset of the first invalid batch, if readable
+    positions: array = field(default_factory=lambda: array("q"))
+    last_offsets: array = field(default_factory=lambda: array("q"))
+    max_timestamps: array = field(default_factory=lambda: array("q"))
+    running_max: array = field(default_factory=lambda: array("q"))
+    controls: dict[int, int] = field(default_factory=dict)  # base offset -> producer id
+    canonical_offsets: list[tuple[int, int]] = field(default_factory=list)
+    max_timestamp: int = NO_TIMESTAMP
+
+    @property
+    def truncated(self) -> bool:
+        return self.valid_end < self.size
+
+
+def scan_segment(
+    fd: int,
+    size: int,
+    base_offset: int,
+    *,
+    index_interval_bytes: int,
+    upper_bound: int | None = None,
+    min_offset: int | None = None,
+    throttle: Throttle | None = None,
+    where: tuple[Path, str] | None = None,
+) -> SegmentScan:
+    """Reads the segment once, in large chunks, checking every batch (see module doc).
+
+    The stop rules are the same as ``LogSegment.rebuild_indexes_from``'s, so a scan and a
+    rebuild agree on where the valid data ends. ``where`` is (log dir, file) for IO errors.
+    """
+    log_dir, path = where if where else (Path("."), "segment")
+    scan = SegmentScan(size)
+    pos = 0
+    buf = memoryview(b"")
+    buf_start = 0
+    last_offset = max(base_offset, min_offset if min_offset is not None else base_offset) - 1
+    counter = 0
+    running = NO_TIMESTAMP
+    append_pos, append_last = scan.positions.append, scan.last_offsets.append
+    append_max, append_run = scan.max_timestamps.append, scan.running_max.append
+
+    def refill(at: int, want: int) -> memoryview:
+        n = min(max(want, _CHUNK), size - at)
+        with io_guard(log_dir, f"read {path}"):
+            data = os.pread(fd, n, at)
+        if throttle is not None:
+            throttle(len(data))
+        return memoryview(data)
+
+    while True:
+        if size - pos < HEADER_SIZE:
+            if size > pos:
+                scan.stop_reason = f"{size - pos} trailing bytes hold no complete batch header"
+            break
+        rel = pos - buf_start
+        if len(buf) - rel < HEADER_SIZE:
+            buf, buf_start, rel = refill(pos, HEADER_SIZE), pos, 0
+        try:
+            header = BatchHeader.parse(buf, rel)
+            validate_structure(header, available=size - pos)
+        except InvalidBatchError as exc:
+            scan.stop_reason = f"invalid batch header: {exc}"
+            break
+        if len(buf) - rel < header.size:
+            buf, buf_start, rel = refill(pos, header.size), pos, 0
+            if len(buf) < header.size:
+                scan.stop_reason = "batch runs past the end of the file"
+                break
+        if compute_crc(buf, rel, header.size) != header.crc:
+            scan.stop_reason = "CRC-32C mismatch"
+            scan.stop_offset = header.base_offset
+            break
+        last = header.last_offset
+        if header.base_offset <= last_offset:
+            scan.stop_reason = (
+                f"batch offsets [{header.base_offset}, {last}] do not follow offset {last_offset}"
+            )
+            scan.stop_offset = header.base_offset
+            break
+        if not 0 <= last - base_offset <= _INT32_MAX:
+            scan.stop_reason = f"offset {last} does not fit a segment based at {base_offset}"
+            scan.stop_offset = header.base_offset
+            break
+        if upper_bound is not None and last >= upper_bound:
+            scan.stop_reason = f"offset {last} reaches the next segment's base offset {upper_bound}"
+            scan.stop_offset = header.base_offset
+            break
+        if header.max_timestamp > running:
+            running = header.max_timestamp
+        if counter > index_interval_bytes:
+            scan.canonical_offsets.append((last, pos))
+            counter = 0
+        counter += header.size
+        append_pos(pos)
+        append_last(last)
+        append_max(header.max_timestamp)
+        append_run(running)
+        if header.is_control:
+            scan.controls[header.base_offset] = header.producer_id
+        scan.batches += 1
+        last_offset = last
+        pos += header.size
+    scan.valid_end = pos
+    scan.next_offset = last_offset + 1 if scan.batches else base_offset
+    scan.max_timestamp = running
+    return scan
+
+
+# -- judging indexes ------------------------------------------------------------------------
+
+
+def offset_index_problem(scan: SegmentScan, entries: list[OffsetPosition]) -> str | None:
+    positions, lasts = scan.positions, scan.last_offsets
+    for n, (offset, position) in enumerate(entries):
+        i = bisect.bisect_left(positions, position)
+        if i >= len(positions) or positions[i] != position:
+            return f"entry {n} ({offset}, {position}) does not point at a batch"
+        if lasts[i] != offset:
+            return f"entry {n} ({offset}, {position}): the batch there ends at offset {lasts[i]}"
+    if scan.canonical_offsets:
+        want = scan.canonical_offsets[-1][0]
+        have = entries[-1].offset if entries else None
+        if have is None or have < want:
+            return f"index stops at offset {have}; the log is indexed up to {want}"
+    return None
+
+
+def time_index_problem(
+    scan: SegmentScan, entries: list[TimestampOffset], *, inactive: bool
+) -> str | None:
+    lasts = scan.last_offsets
+    for n, (timestamp, offset) in enumerate(entries):
+        i = bisect.bisect_left(lasts, offset)
+        if i >= len(lasts) or lasts[i] != offset:
+            return f"entry {n} ({timestamp}, {offset}) does not name a batch's last offset"
+        if scan.max_timestamps[i] != timestamp or scan.running_max[i] != timestamp:
+            return (
+                f"entry {n} ({timestamp}, {offset}) is not the max timestamp at that batch "
+                f"({scan.running_max[i]})"
+            )
+    if inactive and scan.max_timestamp > NO_TIMESTAMP:
+        have = entries[-1].timestamp if entries else None
+        if have != scan.max_timestamp:
+            return f"last entry holds {have}, not the segment's max timestamp {scan.max_timestamp}"
+    return None
+
+
+def txn_index_problem(scan: SegmentScan, entries: list[AbortedTxn]) -> str | None:
+    for n, txn in enumerate(entries):
+        if scan.controls.get(txn.last_offset) != txn.producer_id:
+            return f"entry {n} {txn} does not end at a marker of producer {txn.producer_id}"
+    return None
+
+
+# -- validating (and repairing) one segment -------------------------------------------------
+
+
+@dataclass(slots=True)
+class SegmentValidation:
+    base_offset: int
+    size: int
+    bytes_scanned: int
+    next_offset: int
+    truncated_bytes: int = 0
+    stop_reason: str | None = None
+    rebuilt: list[str] = field(default_factory=list)  # file names
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.truncated_bytes > 0
+
+
+TxnRebuilder = Callable[[LogSegment], list[AbortedTxn]]
+
+
+def validate_segment(
+    segment: LogSegment,
+    *,
+    upper_bound: int | None,
+    inactive: bool = True,
+    throttle: Throttle | None = None,
+    rebuild_txn_index: TxnRebuilder | None = None,
+) -> SegmentValidation:
+    """Checks one segment fully and repairs it: bad indexes rebuilt, a bad tail cut off.
+
+    The caller must make sure no one else uses the segment meanwhile. A cut leaves the offsets
+    from ``next_offset`` on to be dropped from the partition by the caller.
+    """
+    records = segment.log
+    size = records.size
+    scan = scan_segment(
+        records.fd, size, segment.base_offset,
+        index_interval_bytes=segment.index_interval_bytes, upper_bound=upper_bound,
+        throttle=throttle, where=(segment.log_dir, str(records.path)),
+    )
+    result = SegmentValidation(segment.base_offset, size, scan.valid_end, scan.next_offset)
+    names = {
+        "offset": file_name(segment.base_offset, INDEX_SUFFIX),
+        "time": file_name(segment.base_offset, TIME_INDEX_SUFFIX),
+        "txn": file_name(segment.base_offset, TXN_INDEX_SUFFIX),
+    }
+    bad: dict[str, str] = {}
+    if scan.truncated:
+        result.stop_reason = scan.stop_reason
+        result.problems.append(
+            f"{records.path.name}: valid data ends at position {scan.valid_end} (offset "
+            f"{scan.next_offset}) of {size}: {scan.stop_reason}"
+        )
+    if names["offset"] in segment.missing_files:
+        bad["offset"] = "file is missing"
+    if names["time"] in segment.missing_files:
+        bad["time"] = "file is missing"
+    try:
+        segment.offset_index.sanity_check()
+        problem = offset_index_problem(scan, list(segment.offset_index.iter_entries()))
+    except (CorruptIndexError, ValueError) as exc:
+        problem = str(exc)
+    if problem and "offset" not in bad:
+        bad["offset"] = problem
+    try:
+        segment.time_index.sanity_check()
+        problem = time_index_problem(scan, list(segment.time_index.iter_entries()), inactive=inactive)
+    except (CorruptIndexError, ValueError) as exc:
+        problem = str(exc)
+    if problem and "time" not in bad:
+        bad["time"] = problem
+    txn = segment.raw_txn_index
+    try:
+        txn.sanity_check()
+        problem = txn_index_problem(scan, txn.all_aborted_txns())
+    except (CorruptIndexError, ValueError) as exc:
+        problem = str(exc)
+    if problem:
+        bad["txn"] = problem
+    for kind, why in bad.items():
+        result.problems.append(f"{names[kind]}: {why}")
+
+    if scan.truncated or "offset" in bad or "time" in bad:
+        rebuilt = segment.rebuild_indexes_from(0, upper_bound=upper_bound, keep_batches=False)
+        result.truncated_bytes = rebuilt.truncated_bytes
+        result.next_offset = rebuilt.next_offset
+        if inactive:
+            segment.on_becoming_inactive()
+        result.rebuilt += [names["offset"], names["time"]]
+    if "txn" in bad or scan.truncated:
+        if "txn" in bad:
+            txn.reset()
+            if rebuild_txn_index is not None:
+                for entry in rebuild_txn_index(segment):
+                    segment.append_aborted_txn(entry)
+            result.rebuilt.append(names["txn"])
+        else:
+            txn.truncate_to(result.next_offset)
+    segment.missing_files = frozenset()
+    for problem in result.problems:
+        log.warning("%s: %s", segment.dir.name, problem)
+    return result
+
+
+# -- when validation runs -------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    """The background validator is shutting down in the middle of a segment."""
+
+
+class RateLimiter:
+    """Bytes per second, smoothed over about a second; 0 means unlimited."""
+
+    def __init__(self, rate: int, stop: threading.Event | None = None) -> None:
+        self.rate = rate
+        self._stop = stop
+        self._next = time.monotonic()
+
+    def __call__(self, nbytes: int) -> None:
+        if self._stop is not None and self._stop.is_set():
+            raise _Stopped
+        if self.rate <= 0:
+            return
+        now = time.monotonic()
+        self._next = max(self._next, now - 1.0) + nbytes / self.rate
+        delay = self._next - now
+        if delay > 0:
+            if self._stop is not None:
+                if self._stop.wait(delay):
+                    raise _Stopped
+            else:
+                time.sleep(delay)
+
+
+@dataclass(slots=True)
+class Repair:
+    """A cut found after start-up: the partition is truncated at ``offset``."""
+
+    tp: TopicPartition
+    offset: int
+    bytes: int
+    reason: str
+
+
+class PartitionValidation:
+    """The validator of one partition's inactive segments; installed as ``segment.validator``.
+
+    Calling it validates that segment (first access); the background validator calls
+    ``validate`` with a throttle. One lock per partition serialises the two.
+    """
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        directory: Path,
+        log_dir: Path,
+        service: SegmentValidator | None,
+        upper_bounds: dict[int, int | None],
+        txn_rebuilder: Callable[[PartitionValidation, LogSegment], list[AbortedTxn]] | None = None,
+    ) -> None:
+        self.tp = tp
+        self.dir = directory
+        self.log_dir = log_dir
+        self.service = service
+        self.upper_bounds = upper_bounds
+        self.lock = threading.RLock()
+        self.plog = None  # the PartitionLog, once built
+        self.segments: list[LogSegment] = []
+        self._txn_rebuilder = txn_rebuilder
+
+    def install(self, segments: list[LogSegment]) -> None:
+        self.segments = segments
+        for s in segments:
+            s.validator = self
+
+    def __call__(self, segment: LogSegment) -> None:
+        self.validate(segment)
+
+    def check_time_index(self, segment: LogSegment) -> None:
+        """Enough for retention and timestamp lookups: the time index is sane and in range."""
+        with self.lock:
+            if segment.validator is not self:
+                return
+            name = file_name(segment.base_offset, TIME_INDEX_SUFFIX)
+            try:
+                if name in segment.missing_files:
+                    raise CorruptIndexError(f"{name} is missing")
+                segment.time_index.sanity_check()
+                last = segment.time_index.last_entry
+                upper = self.upper_bounds.get(segment.base_offset)
+                if upper is not None and last.offset >= upper:
+                    raise CorruptIndexError(f"{name}: last offset {last.offset} is past {upper}")
+                return
+            except CorruptIndexError:
+                pass
+        self.validate(segment)
+
+    def pending(self) -> list[LogSegment]:
+        segments = self.plog.segments if self.plog is not None else self.segments
+        return [s for s in segments if s.validator is self]
+
+    def validate(self, segment: LogSegment, throttle: Throttle | None = None) -> SegmentValidation | None:
+        with self.lock:
+            if segment.validator is not self:
+                return None
+            segment.validator = None
+            try:
+                result = validate_segment(
+                    segment, upper_bound=self.upper_bounds.get(segment.base_offset),
+                    throttle=throttle, rebuild_txn_index=self._rebuild_txn,
+                )
+            except _Stopped:
+                segment.validator = self
+                raise
+            except KafkaStorageError:
+                raise
+            except (StorageError, ValueError) as exc:
+                log.error("%s: cannot validate %s: %s", self.tp, segment, exc)
+                if self.service is not None:
+                    self.service.failed(self, segment, exc)
+                return None
+            # Index pages read by the check need not stay mapped: the segment is inactive.
+            if segment.offset_index.is_loaded and throttle is not None:
+                segment.offset_index.close()
+                segment.time_index.close()
+        if self.service is not None:
+            self.service.validated(self, segment, result)
+        elif result.truncated:
+            apply_cut(self, result.next_offset, result.truncated_bytes, result.stop_reason or "")
+        return result
+
+    def _rebuild_txn(self, segment: LogSegment) -> list[AbortedTxn]:
+        if self._txn_rebuilder is None:
+            return []
+        return self._txn_rebuilder(self, segment)
+
+
+def apply_cut(ctx: PartitionValidation, offset: int, nbytes: int, reason: str) -> Repair | None:
+    """Truncates the partition at ``offset`` after validation cut one of its segments there."""
+    plog = ctx.plog
+    if plog is None:
+        return None
+    with plog.lock:
+        dropped = sum(s.size for s in plog.segments if s.base_offset >= offset)
+        if offset < plog.log_end_offset:
+            plog.truncate_to(offset)
+    repair = Repair(ctx.tp, offset, nbytes + dropped, reason)
+    log.warning(
+        "%s: corrupt data found by validation (%s); truncated at offset %d (%d bytes)",
+        ctx.tp, reason, offset, repair.bytes,
+    )
+    return repair
+
+
+class SegmentValidator:
+    """Validates the inactive segments of loaded partitions in the background.
+
+    One low-priority thread, reading at most ``rate_bytes_per_sec`` (0: the thread is not
+    started and segments are validated only on first access). A cut is applied to the
+    partition through ``apply_cut`` (by default ``PartitionLog.truncate_to``), run by
+    ``run_later`` (the log manager's scheduler) so that it never runs inside a reader's stack.
+    """
+
+    def __init__(
+        self,
+        rate_bytes_per_sec: int,
+        *,
+        run_later: Callable[[Callable[[], None]], None] | None = None,
+        on_dir_failure: Callable[[KafkaStorageError], None] | None = None,
+    ) -> None:
+        self.rate = rate_bytes_per_sec
+        self._run_later = run_later
+        self._on_dir_failure = on_dir_failure
+        self._partitions: list[PartitionValidation] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.segments_validated = 0
+        self.bytes_scanned = 0
+        self.repairs: list[Repair] = []
+        self.problems: list[str] = []
+        self.finished = threading.Event()
+
+    def register(self, ctx: PartitionValidation) -> None:
+        with self._lock:
+            self._partitions.append(ctx)
+            self.finished.clear()
+
+    def forget(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._partitions = [p for p in self._partitions if p.tp != tp]
+
+    @property
+    def pending_segments(self) -> int:
+        with self._lock:
+            parts = list(self._partitions)
+        return sum(len(p.pending()) for p in parts)
+
+    # -- callbacks from PartitionValidation ----------------------------------------------
+    def validated(self, ctx: PartitionValidation, segment: LogSegment, result: SegmentValidation) -> None:
+        with self._lock:
+            self.segments_validated += 1
+            self.bytes_scanned += result.bytes_scanned
+            self.problems.extend(f"{ctx.tp}: {p}" for p in result.problems)
+        if result.truncated:
+            self._cut(ctx, result.next_offset, result.truncated_bytes, result.stop_reason or "")
+
+    def failed(self, ctx: PartitionValidation, segment: LogSegment, exc: Exception) -> None:
+        with self._lock:
+            self.problems.append(f"{ctx.tp}: {segment}: {exc}")
+
+    def _cut(self, ctx: PartitionValidation, offset: int, nbytes: int, reason: str) -> None:
+        def apply() -> None:
+            repair = apply_cut(ctx, offset, nbytes, reason)
+            if repair is not None:
+                with self._lock:
+                    self.repairs.append(repair)
+
+        if self._run_later is None:
+            apply()
+        else:
+            self._run_later(self._guard(apply))
+
+    def _guard(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except KafkaStorageError as exc:
+                if self._on_dir_failure is None:
+                    raise
+                self._on_dir_failure(exc)
+
+        return run
+
+    # -- running ----------------------------------------------------------------------------
+    def validate_all(self) -> None:
+        """Validates every pending segment now, unthrottled, applying cuts at once."""
+        saved, self._run_later = self._run_later, None
+        try:
+            for ctx, segment in self._work():
+                ctx.validate(segment)
+        finally:
+            self._run_later = saved
+
+    def _work(self) -> Iterator[tuple[PartitionValidation, LogSegment]]:
+        with self._lock:
+            parts = list(self._partitions)
+        for ctx in parts:
+            for segment in ctx.pending():
+                yield ctx, segment
+
+    def start(self) -> None:
+        if self.rate <= 0 or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="segment-validator", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            # Background work yields the CPU to request handling (per-thread nice on Linux).
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        throttle = RateLimiter(self.rate, self._stop)
+        try:
+            for ctx, segment in self._work():
+                if self._stop.is_set():
+                    return
+                try:
+                    ctx.validate(segment, throttle)
+                except KafkaStorageError as exc:
+                    if self._on_dir_failure is not None:
+                        self._on_dir_failure(exc)
+        except _Stopped:
+            return
+        except Exception:
+            log.exception("background segment validation failed")
+        self.finished.set()

@@ -1,0 +1,352 @@
+"""The data path in-process: the zero-copy Fetch encoding, the purgatory, READ_COMMITTED with
+aborted transactions, and a log dir failing under a running broker."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from logkeel.config import BrokerConfig
+from logkeel.records.builder import build_batch, build_control_batch
+from logkeel.records.control import ControlRecordType
+from logkeel.server.broker import Broker
+from logkeel.server.fetch_api import FetchResponseFrame
+from logkeel.server.protocol import ApiKey, encode_response, response_schema
+from logkeel.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from logkeel.server.replica_manager import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchPartitionRequest,
+    RegionRecords,
+    close_records,
+)
+from logkeel.storage.topic_partition import TopicPartition
+
+T = TypeVar("T")
+
+
+def run_broker(
+    tmp_path: Path, fn: Callable[[Broker], Awaitable[T]], *, dirs: int = 1, **overrides: str
+) -> T:
+    async def main() -> T:
+        log_dirs = [tmp_path / f"dir{i}" for i in range(dirs)]
+        props = {
+            "log.dirs": ",".join(str(d) for d in log_dirs),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            **overrides,
+        }
+        broker = Broker(BrokerConfig.from_properties(None, props))
+        await broker.start()
+        try:
+            return await fn(broker)
+        finally:
+            await broker.stop()
+
+    return asyncio.run(main())
+
+
+def records(*values: bytes, **opts: Any) -> bytes:
+    now = int(time.time() * 1000)
+    return build_batch([(now, None, v, ()) for v in values], **opts)
+
+
+# -- zero-copy encoding --------------------------------------------------------------------------
+
+
+def _response_with(version: int, topics: list[list[bytes | None]], region_for: Any) -> Any:
+    mod = importlib.import_module(response_schema(ApiKey.FETCH, version).__module__)
+    import dataclasses
+    import uuid
+
+    def make(cls: type, **values: Any) -> Any:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    out_topics = []
+    for t, parts in enumerate(topics):
+        partitions = tuple(
+            make(
+                mod.PartitionData,
+                partition_index=i,
+                error_code=ErrorCode.none,
+                high_watermark=100 + i,
+                last_stable_offset=90 + i,
+                log_start_offset=i,
+                aborted_transactions=(mod.AbortedTransaction(producer_id=7, first_offset=3),)
+                if i % 2
+                else None,
+                preferred_read_replica=-1,
+                records=region_for(data),
+            )
+            for i, data in enumerate(parts)
+        )
+        out_topics.append(
+            make(
+                mod.FetchableTopicResponse,
+                topic=f"t{t}",
+                topic_id=uuid.UUID(int=t + 1),
+                partitions=partitions,
+            )
+        )
+    from datetime import timedelta
+
+    from kio.static.primitive import i32Timedelta
+
+    return make(
+        mod.FetchResponse,
+        throttle_time=i32Timedelta.parse(timedelta(0)),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(out_topics),
+    )
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    version=st.integers(4, 18),
+    topics=st.lists(
+        st.lists(st.one_of(st.none(), st.binary(max_size=300)), min_size=1, max_size=4),
+        min_size=1,
+        max_size=3,
+    ),
+    corr=st.integers(0, 2**31 - 1),
+)
+def test_zero_copy_frame_is_byte_identical_to_kio(
+    tmp_path: Path, version: int, topics: list[list[bytes | None]], corr: int
+) -> None:
+    """Records kept as file regions encode to exactly the frame kio writes with the bytes."""
+    path = tmp_path / "segment"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    regions: list[RegionRecords] = []
+    try:
+
+        def region_for(data: bytes | None) -> Any:
+            if not data:
+                return data
+            position = os.lseek(fd, 0, os.SEEK_END)
+            os.write(fd, b"junk" + data + b"junk")
+            region = RegionRecords(os.dup(fd), position + 4, len(data))
+            regions.append(region)
+            return region
+
+        frame = FetchResponseFrame(_response_with(version, topics, region_for), regions)
+        expected = encode_response(corr, _response_with(version, topics, lambda d: d))
+        parts = frame.frame_parts(corr)
+        assert sum(isinstance(p, RegionRecords) for p in parts) == len(regions)
+        assert frame.encode(corr) == expected
+        frame.close()
+        assert all(r.closed for r in regions)
+    finally:
+        os.close(fd)
+
+
+# -- purgatory -----------------------------------------------------------------------------------
+
+
+class Flag(DelayedOperation):
+    def __init__(self, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.ready = False
+
+    def try_complete(self) -> bool:
+        return self.force_complete() if self.ready else False
+
+
+def test_purgatory_completes_on_check_expires_and_forgets_cancelled_waits() -> None:
+    async def main() -> None:
+        purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory("test")
+        op = Flag(10_000)
+        waiter = asyncio.create_task(purgatory.wait(op, ["a", "b"]))
+        await asyncio.sleep(0.01)
+        assert purgatory.pending == 1 and purgatory.check_and_complete("a") == 0
+        op.ready = True
+        assert purgatory.check_and_complete("b") == 1
+        await waiter
+        assert op.completed and not op.expired and purgatory.watched_keys() == 0
+
+        slow = Flag(50)
+        await purgatory.wait(slow, ["a"])
+        assert slow.expired and purgatory.pending == 0
+
+        cancelled = Flag(10_000)
+        task = asyncio.create_task(purgatory.wait(cancelled, ["c"]))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert purgatory.pending == 0 and purgatory.watched_keys() == 0
+
+        ready = Flag(10_000)
+        ready.ready = True
+        await purgatory.wait(ready, ["d"])  # complete at once: never parked
+        assert ready.completed and purgatory.watched_keys() == 0
+
+        parked = Flag(10_000)
+        task = asyncio.create_task(purgatory.wait(parked, ["e"]))
+        await asyncio.sleep(0.01)
+        purgatory.shutdown()
+        await task
+        assert parked.expired
+
+    asyncio.run(main())
+
+
+# -- transactions and isolation ------------------------------------------------------------------
+
+
+def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        broker.metadata.create_topic("txn", 1, 1, {})
+        rm = broker.replica_manager
+        tp = TopicPartition("txn", 0)
+        txn = records(
+            b"t1", b"t2", producer_id=4000, producer_epoch=0, base_sequence=0, is_transactional=True
+        )
+        assert (await rm.append_records(tp, txn, acks=-1)).base_offset == 0
+        plain = records(b"p1")
+        assert (await rm.append_records(tp, plain, acks=1)).base_offset == 2
+
+        async def fetch(isolation: int) -> Any:
+            (r,) = await rm.fetch(
+                [FetchPartitionRequest(tp, 0, 1 << 20)], isolation_level=isolation
+            )
+            return r
+
+        committed = await fetch(READ_COMMITTED)
+        assert committed.last_stable_offset == 0 and committed.records is None
+        assert committed.high_watermark == 3
+        uncommitted = await fetch(READ_UNCOMMITTED)
+        assert uncommitted.size > 0 and uncommitted.aborted_transactions is None
+        close_records([uncommitted])
+
+        # A client may not write the marker; the broker itself (the coordinator's path) may.
+        marker = build_control_batch(
+            ControlRecordType.ABORT,
+            producer_id=4000,
+            producer_epoch=0,
+            coordinator_epoch=0,
+            timestamp=int(time.time() * 1000),
+        )
+        refused = await rm.append_records(tp, marker, acks=1)
+        assert refused.error == ErrorCode.invalid_record
+        done = await rm.append_records(tp, marker, acks=-1, origin_is_client=False)
+        assert done.error == ErrorCode.none and done.base_offset == 3
+
+        committed = await fetch(READ_COMMITTED)
+        assert committed.last_stable_offset == 4 and committed.high_watermark == 4
+        assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
+            (4000, 0)
+        ]
+        assert committed.size > 0
+        close_records([committed])
+
+    run_broker(tmp_path, scenario)
+
+
+# -- log dir failure ------------------------------------------------------------------------------
+
+
+def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        broker.metadata.create_topic("jbod", 2, 1, {})
+        rm = broker.replica_manager
+        tps = [TopicPartition("jbod", 0), TopicPartition("jbod", 1)]
+        for tp in tps:
+            assert (await rm.append_records(tp, records(b"before"), acks=-1)).error == 0
+        logs = {tp: rm.partition(tp).log for tp in tps}
+        assert logs[tps[0]].log_dir != logs[tps[1]].log_dir  # one partition per dir
+        doomed, survivor = tps
+
+        # A long poll on the doomed partition, waiting for data past the end.
+        waiting = asyncio.create_task(
+            rm.fetch([FetchPartitionRequest(doomed, 1, 1 << 20)], max_wait_ms=30_000)
+        )
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+
+        # Make the disk fail: the active segment's descriptor now refuses writes (EBADF).
+        segment_fd = logs[doomed].active_segment.log.fd
+        read_only = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(read_only, segment_fd)
+        os.close(read_only)
+
+        failed = await rm.append_records(doomed, records(b"lost"), acks=-1)
+        assert failed.error == ErrorCode.kafka_storage_error
+        (result,) = await asyncio.wait_for(waiting, 5)
+        assert result.error == ErrorCode.kafka_storage_error
+        await asyncio.sleep(0.05)  # the failure listener runs on the loop
+        again = await rm.append_records(doomed, records(b"again"), acks=1)
+        assert again.error == ErrorCode.kafka_storage_error
+        (fetched,) = await rm.fetch([FetchPartitionRequest(doomed, 0, 1 << 20)])
+        assert fetched.error == ErrorCode.kafka_storage_error
+        assert doomed in broker.log_manager.offline_partitions
+
+        # The other dir is untouched.
+        ok = await rm.append_records(survivor, records(b"after"), acks=-1)
+        assert ok.error == ErrorCode.none and ok.base_offset == 1
+        (fetched,) = await rm.fetch([FetchPartitionRequest(survivor, 0, 1 << 20)])
+        assert fetched.error == ErrorCode.none and fetched.high_watermark == 2
+        close_records([fetched])
+
+    run_broker(tmp_path, scenario, dirs=2)
+
+
+def test_metadata_changes_create_reconfigure_and_delete_logs(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        rm = broker.replica_manager
+        broker.metadata.create_topic("life", 2, 1, {"max.message.bytes": "1000"})
+        tp = TopicPartition("life", 1)
+        p = rm.partition(tp)
+        assert p is not None and p.is_leader and p.log is not None
+        too_big = await rm.append_records(tp, records(b"x" * 2000), acks=1)
+        assert too_big.error == ErrorCode.message_too_large
+        await asyncio.to_thread(
+            broker.metadata.set_topic_configs, "life", {"max.message.bytes": "100000"}
+        )
+        assert (await rm.append_records(tp, records(b"x" * 2000), acks=1)).error == 0
+        await asyncio.to_thread(broker.metadata.create_partitions, "life", 3)
+        assert rm.partition(TopicPartition("life", 2)) is not None
+        directory = p.log.dir
+        await asyncio.to_thread(broker.metadata.delete_topic, "life")
+        assert rm.partition(tp) is None
+        assert not directory.exists()
+        gone = await rm.append_records(tp, records(b"y"), acks=1)
+        assert gone.error == ErrorCode.unknown_topic_or_partition
+
+    run_broker(tmp_path, scenario)
+
+
+def test_log_append_time_and_min_insync_replicas(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        rm = broker.replica_manager
+        broker.metadata.create_topic("stamped", 1, 1, {"message.timestamp.type": "LogAppendTime"})
+        before = int(time.time() * 1000)
+        r = await rm.append_records(TopicPartition("stamped", 0), records(b"a"), acks=1)
+        assert r.error == ErrorCode.none and before <= r.log_append_time <= before + 60_000
+        (f,) = await rm.fetch([FetchPartitionRequest(TopicPartition("stamped", 0), 0, 1 << 20)])
+        from logkeel.records.batch import BatchHeader, TimestampType
+
+        header = BatchHeader.parse(await rm.run_in_io(f.records.read_bytes))
+        assert header.timestamp_type == TimestampType.LOG_APPEND_TIME
+        assert header.max_timestamp == r.log_append_time
+        close_records([f])
+
+        broker.metadata.create_topic("strict", 1, 1, {"min.insync.replicas": "2"})
+        tp = TopicPartition("strict", 0)
+        refused = await rm.append_records(tp, records(b"b"), acks=-1)
+        assert refused.error == ErrorCode.not_enough_replicas
+        assert (await rm.append_records(tp, records(b"b"), acks=1)).error == ErrorCode.none
+
+    run_broker(tmp_path, scenario)
