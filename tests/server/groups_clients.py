@@ -20,6 +20,7 @@ import aiokafka
 import confluent_kafka
 import kafka
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 
 Rec = tuple[int, int, bytes]
 
@@ -205,8 +206,8 @@ def produce(bootstrap: str, topic: str, per_partition: int, partitions: int, tag
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([confluent_kafka.admin.NewTopic(topic, partitions, 1)]).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         f.result(30)
 
 

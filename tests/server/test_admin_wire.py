@@ -13,6 +13,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -730,16 +731,28 @@ def test_append_then_subtract(start: list[str], added: str) -> None:
     assert apply_incremental({}, [("retention.ms", OP_SET, "7")], topic) == {"retention.ms": "7"}
 
 
-def test_topic_deletion_disabled(tmp_path) -> None:  # noqa: ANN001
-    with BrokerProcess(tmp_path, overrides={"delete.topic.enable": "false"}) as b:
-        w = Wire(b.port)
-        try:
-            w.create_topics([{"name": "keep", "partitions": 1}])
-            [result] = w.delete_topics(["keep"])
-            assert result.error_code == ErrorCode.topic_deletion_disabled
-            [old] = w.delete_topics(["keep"], version=2)  # before v3 Kafka says INVALID_REQUEST
-            assert old.error_code == ErrorCode.invalid_request
-            [still] = w.metadata(["keep"], auto_create=False).topics
-            assert still.error_code == ErrorCode.none
-        finally:
-            w.close()
+def test_topic_deletion_disabled(tmp_path: Path) -> None:
+    from tests.server.test_metadata_offline import InProcessBroker  # it imports this module
+
+    proc = InProcessBroker(
+        BrokerConfig(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                "log.dirs": str(tmp_path),
+                "delete.topic.enable": "false",
+            }
+        )
+    )
+    broker = proc.start()
+    w = Wire(broker.port)
+    try:
+        w.create_topics([{"name": "keep", "partitions": 1}])
+        [result] = w.delete_topics(["keep"])
+        assert result.error_code == ErrorCode.topic_deletion_disabled
+        [old] = w.delete_topics(["keep"], version=2)  # before v3 Kafka says INVALID_REQUEST
+        assert old.error_code == ErrorCode.invalid_request
+        [still] = w.metadata(["keep"], auto_create=False).topics
+        assert still.error_code == ErrorCode.none
+    finally:
+        w.close()
+        proc.stop()

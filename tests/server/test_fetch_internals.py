@@ -349,4 +349,49 @@ def test_log_append_time_and_min_insync_replicas(tmp_path: Path) -> None:
         assert refused.error == ErrorCode.not_enough_replicas
         assert (await rm.append_records(tp, records(b"b"), acks=1)).error == ErrorCode.none
 
+        # The convenience read for internal readers (the group coordinator).
+        error, data, hw = await rm.read_records(tp, 0, 1 << 20)
+        assert (error, hw) == (ErrorCode.none, 1)
+        from logkeel.records.record import decode_records
+
+        assert [r.value for r in decode_records(data)[1]] == [b"b"]
+
+    run_broker(tmp_path, scenario)
+
+
+def test_fetched_records_go_to_the_socket_with_sendfile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record bytes of a Fetch response travel by sendfile, not through Python."""
+    from logkeel.server import network
+    from tests.server.test_produce_api import RawClient, fetch_request
+
+    sent_by_sendfile: list[int] = []
+    real = network._sendfile_some
+
+    def counting(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        n = real(out_fd, in_fd, offset, count)
+        if n > 0:
+            sent_by_sendfile.append(n)
+        return n
+
+    monkeypatch.setattr(network, "_sendfile_some", counting)
+    payload = os.urandom(3 * 1024 * 1024)
+
+    async def scenario(broker: Broker) -> None:
+        broker.metadata.create_topic("zero-copy", 1, 1, {"max.message.bytes": "10000000"})
+        tp = TopicPartition("zero-copy", 0)
+        assert (await broker.replica_manager.append_records(tp, records(payload))).error == 0
+
+        def fetch() -> Any:
+            with RawClient(broker.port) as c:
+                return c.call(fetch_request(12, "zero-copy", {0: 0}))
+
+        response = await asyncio.to_thread(fetch)
+        data = response.responses[0].partitions[0].records
+        from logkeel.records.record import decode_records
+
+        assert decode_records(data)[1][0].value == payload
+        assert sum(sent_by_sendfile) == len(data)
+
     run_broker(tmp_path, scenario)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from logkeel.config import BrokerConfig
 from logkeel.server.metadata_api import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from logkeel.server.protocol import ApiKey
 from tests.brokerproc import BrokerProcess
 from tests.server.test_admin_wire import ZERO, Wire, make, request_types
+from tests.server.test_metadata_offline import InProcessBroker
 
 
 @pytest.fixture(scope="module")
@@ -185,16 +188,26 @@ def test_describe_cluster(wire: Wire, server: BrokerProcess, version: int) -> No
         assert unknown.brokers == ()
 
 
-def test_auto_create_disabled_on_the_broker(tmp_path) -> None:  # noqa: ANN001
-    with BrokerProcess(tmp_path, overrides={"auto.create.topics.enable": "false"}) as b:
-        w = Wire(b.port)
-        try:
-            [topic] = w.metadata(["md-no-auto"], auto_create=True).topics
-            assert topic.error_code == ErrorCode.unknown_topic_or_partition
-            [created] = w.create_topics([{"name": "md-explicit", "partitions": 1}])
-            assert created.error_code == ErrorCode.none
-            [topic] = w.metadata(["md-explicit"]).topics
-            assert topic.error_code == ErrorCode.none
-            assert topic.topic_id not in (None, ZERO)
-        finally:
-            w.close()
+def test_auto_create_disabled_on_the_broker(tmp_path: Path) -> None:
+    proc = InProcessBroker(
+        BrokerConfig(
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                "log.dirs": str(tmp_path),
+                "auto.create.topics.enable": "false",
+            }
+        )
+    )
+    broker = proc.start()
+    w = Wire(broker.port)
+    try:
+        [topic] = w.metadata(["md-no-auto"], auto_create=True).topics
+        assert topic.error_code == ErrorCode.unknown_topic_or_partition
+        [created] = w.create_topics([{"name": "md-explicit", "partitions": 1}])
+        assert created.error_code == ErrorCode.none
+        [topic] = w.metadata(["md-explicit"]).topics
+        assert topic.error_code == ErrorCode.none
+        assert topic.topic_id not in (None, ZERO)
+    finally:
+        w.close()
+        proc.stop()

@@ -29,6 +29,25 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
 
 
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports process ``pid`` listens on (Linux: its socket inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def test_metrics_endpoint_serves_the_named_metrics(tmp_path: Path) -> None:
     metrics_port = free_port()
     with BrokerProcess(tmp_path, extra_args=["--metrics-port", str(metrics_port)]) as b:
@@ -36,6 +55,8 @@ def test_metrics_endpoint_serves_the_named_metrics(tmp_path: Path) -> None:
         admin.create_topics([NewTopic("mx-a", 3, 1), NewTopic("mx-b", 2, 1)])["mx-b"].result(15)
         admin.list_topics(timeout=10)
 
+        assert b.proc is not None
+        assert listening_ports(b.proc.pid) == {b.port, metrics_port}
         samples = scrape(metrics_port)
         assert value(samples, "logkeel_requests_total", api="Metadata", outcome="ok") >= 1
         assert value(samples, "logkeel_requests_total", api="CreateTopics", outcome="ok") == 1
@@ -86,32 +107,3 @@ def test_metrics_endpoint_serves_the_named_metrics(tmp_path: Path) -> None:
             samples, "logkeel_log_load_duration_seconds"
         )
         assert value(samples, "logkeel_partitions") == 5
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports process ``pid`` listens on (Linux: its socket inodes in /proc/net/tcp*)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = str(fd.readlink())
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def test_metrics_are_off_unless_asked_for(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path) as b:
-        assert b.proc is not None
-        assert listening_ports(b.proc.pid) == {b.port}
-    metrics_port = free_port()
-    with BrokerProcess(tmp_path, extra_args=["--metrics-port", str(metrics_port)]) as b:
-        assert b.proc is not None
-        assert listening_ports(b.proc.pid) == {b.port, metrics_port}

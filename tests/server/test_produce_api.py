@@ -292,6 +292,10 @@ def test_unknown_partition_invalid_topic_and_internal_topic(client: RawClient) -
     assert produce_one(client, 9, "x" * 250, 0, batch([b"x"])).error_code == (
         ErrorCode.invalid_topic_exception
     )
+    for internal in ("__consumer_offsets", "__transaction_state"):
+        assert produce_one(client, 9, internal, 0, batch([b"x"])).error_code == (
+            ErrorCode.invalid_topic_exception
+        )
 
 
 def test_unknown_topic_id_in_v13(client: RawClient) -> None:

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.brokerproc import BrokerProcess, free_port
 from tests.server.test_admin_wire import Wire
+from tests.server.test_metrics_endpoint import listening_ports
 
 MARKER = ".kafka_cleanshutdown"
 
@@ -134,6 +135,7 @@ def test_signal_shuts_down_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     port = free_port()
     proc = serve("--listen", f"127.0.0.1:{port}", "--log-dirs", ",".join(map(str, dirs)))
     wait_listening(proc, port)
+    assert listening_ports(proc.pid) == {port}  # no metrics endpoint unless asked for
     for d in dirs:
         assert not (d / MARKER).exists()  # removed at start-up: a crash now would be unclean
     code, out = stop(proc, sig)

@@ -43,3 +43,17 @@ def spark():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """One real `logkeel serve` for the Spark tests; every test uses its own topics."""
+    from tests.brokerproc import BrokerProcess
+
+    b = BrokerProcess(tmp_path_factory.mktemp("spark-broker"))
+    b.start()
+    yield b
+    try:
+        b.stop(timeout=15)
+    except RuntimeError:
+        b.kill()

@@ -34,7 +34,9 @@ def written(tmp_path_factory):
     m = LogManager([path], default_config=CFG)
     m.startup(start_background=False)
     for p in range(3):
-        append_workload(m.get_or_create_log(TopicPartition("t", p)), 40)
+        plog = m.get_or_create_log(TopicPartition("t", p))
+        append_workload(plog, 40)
+        plog.high_watermark = plog.log_end_offset
     m.shutdown()
     return path
 

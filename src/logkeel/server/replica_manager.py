@@ -17,14 +17,23 @@ Public API (all ``async`` methods run on the event loop; disk work goes to the I
   max_bytes=..., isolation_level=0) -> list[FetchPartitionResult]``; the records of a result
   are a ``RegionRecords`` (a file region for sendfile; ``read_bytes()`` gives the bytes) or
   None. Call ``close_records(results)`` if the results are not sent.
-- ``async read_records(tp, offset, max_bytes, ...) -> bytes`` (a convenience for internal
-  readers such as the group coordinator: leader-only, up to the high watermark)
+- ``async read_records(tp, offset, max_bytes, read_committed=False)
+  -> (error, bytes, high_watermark)`` (a convenience for internal readers such as the group
+  coordinator: leader-only, whole batches up to the high watermark)
 - ``async offset_for_timestamp(tp, timestamp, ...) -> ListOffsetResult``
 - ``async delete_records(tp, offset, timeout_ms) -> (error, low_watermark)``
 - ``end_offset_for_epoch(tp, current_leader_epoch, leader_epoch, replica_id)
   -> (error, epoch, end_offset)``
 - ``async run_in_io(fn, *args)``: runs blocking storage work on the IO threads
   (``num.io.threads``).
+- ``on_log_dir_failure(log_dir, reason)`` (the broker calls it on the event loop when the log
+  manager takes a dir offline), ``start()``, ``prepare_shutdown()`` (answer every parked
+  request now; call before stopping the listener), ``stop()``.
+
+Offline partitions answer KAFKA_STORAGE_ERROR: those the log manager could not load, those
+of a dir that failed (at start-up or later), and, at start-up, a partition whose log is
+missing while some log dir is offline (its log may be there; it is never replaced by an
+empty one, as Kafka refuses to as well).
 
 High watermark: ``Partition.maybe_increment_high_watermark`` sets it to the smallest log end
 offset over the ISR (the leader's own, and what followers reported in their fetches). With a
@@ -58,6 +67,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import PartitionState, TopicState
 from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError, iter_headers
+from logkeel.server.errors import error_code_for
 from logkeel.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from logkeel.storage import errors as storage_errors
 from logkeel.storage.errors import KafkaStorageError
@@ -85,6 +95,8 @@ __all__ = [
     "READ_UNCOMMITTED",
     "RegionRecords",
     "ReplicaManager",
+    "TopicSettings",
+    "close_records",
     "topic_id_text",
     "topic_uuid",
 ]
@@ -124,8 +136,6 @@ def topic_id_text(value: uuid.UUID) -> str:
 
 def storage_error_code(exc: BaseException) -> ErrorCode:
     """Kafka's error code for an exception raised by a log operation."""
-    from logkeel.server.errors import error_code_for
-
     for cls in type(exc).__mro__:
         code = _EXTRA_ERROR_CODES.get(cls)
         if code is not None:

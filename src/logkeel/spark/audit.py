@@ -88,10 +88,8 @@ class PartitionReport:
     def best_replica(self) -> ReplicaReport | None:
         if not self.replicas:
             return None
-        # Highest rank; the first path in sort order among equals, so the answer is stable.
-        return max(
-            sorted(self.replicas, key=lambda r: r.path, reverse=True), key=ReplicaReport.rank
-        )
+        # Highest rank; among equals the first path in sort order (max keeps the first it saw).
+        return max(sorted(self.replicas, key=lambda r: r.path), key=ReplicaReport.rank)
 
     def to_json(self) -> Json:
         best = self.best_replica

@@ -403,7 +403,7 @@ def load_partition(
         report.snapshot_offset = state.map_end_offset
     elif clean:
         log_end = _open_active_segment(
-            segments[-1], report, touched, segments[-1].base_offset in listing.has_txn_index
+            segments[-1], report, touched, segments[-1].base_offset in listing.has_txn_index, segments
         )
         state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
@@ -598,8 +598,24 @@ class _BadTail(Exception):
     pass
 
 
+def _repair_txn_index(segment: LogSegment, segments: list[LogSegment], report: LoadReport, below: int | None = None) -> None:
+    """Rebuilds a transaction index that fails its sanity check (entries up to ``below`` only:
+    recovery re-adds the rest as it replays)."""
+    try:
+        segment.raw_txn_index.sanity_check()
+        return
+    except CorruptIndexError as exc:
+        report.problems.append(f"{segment.raw_txn_index.path.name}: {exc}")
+        report.rebuilt_indexes.append(segment.raw_txn_index.path.name)
+    segment.raw_txn_index.reset()
+    for txn in _rebuild_txn_index(segment, segments):
+        if below is None or txn.last_offset < below:
+            segment.append_aborted_txn(txn)
+
+
 def _open_active_segment(
-    segment: LogSegment, report: LoadReport, touched: set[int], has_txn_index: bool = True
+    segment: LogSegment, report: LoadReport, touched: set[int], has_txn_index: bool = True,
+    segments: list[LogSegment] | None = None,
 ) -> int:
     """Clean start: the active segment's indexes and tail are checked; a bad part is redone."""
     touched.add(segment.base_offset)
@@ -654,7 +670,9 @@ def _open_active_segment(
     if result.truncated_bytes:
         tp = report.tp
         report.truncations.append(Truncation(tp.topic, tp.partition, result.next_offset, result.truncated_bytes))
-        segment.raw_txn_index.truncate_to(result.next_offset)
+    if segments is not None:
+        _repair_txn_index(segment, segments, report)
+    segment.raw_txn_index.truncate_to(result.next_offset)
     return result.next_offset
 
 
@@ -690,6 +708,8 @@ def _recover(
         position, start_offset = 0, None
         if i == first and recovery_from > segment.base_offset:
             position, start_offset = _trusted_prefix(segment, recovery_from)
+        if i == first and recovery_from > segment.base_offset:
+            _repair_txn_index(segment, segments, report, below=recovery_from)
         if start_offset is not None:
             segment.raw_txn_index.truncate_to(start_offset)
         else:
@@ -733,11 +753,15 @@ def _trusted_prefix(segment: LogSegment, recovery_point: int) -> tuple[int, int 
         segment.offset_index.sanity_check()
         segment.time_index.sanity_check()
         hint = segment.offset_index.lookup(recovery_point)
+        last = None
         for batch in segment.log.batches(hint.position):
             if batch.header.last_offset >= recovery_point:
                 if batch.header.base_offset > recovery_point:
                     return 0, None  # the index points past the recovery point: not trusted
                 return batch.position, batch.header.base_offset
+            last = batch
+        if last is not None and last.header.next_offset == recovery_point:
+            return last.end, recovery_point  # flushed to the end: nothing after it to rescan
     except (CorruptIndexError, ValueError):
         return 0, None
     return 0, None

@@ -222,7 +222,7 @@ class LogManager:
         for d in self.dirs:
             try:
                 return MetaProperties.parse((d.path / META_PROPERTIES).read_text()).cluster_id
-            except (OSError, MetaPropertiesError):
+            except (OSError, MetaPropertiesError, UnicodeDecodeError):
                 continue
         return None
 

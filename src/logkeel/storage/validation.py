@@ -479,6 +479,8 @@ def apply_cut(ctx: PartitionValidation, offset: int, nbytes: int, reason: str) -
         dropped = sum(s.size for s in plog.segments if s.base_offset >= offset)
         if offset < plog.log_end_offset:
             plog.truncate_to(offset)
+            # Transactions completed below the (lowered) high watermark stay stable.
+            plog.producer_state.on_high_watermark_updated(plog.high_watermark)
     repair = Repair(ctx.tp, offset, nbytes + dropped, reason)
     log.warning(
         "%s: corrupt data found by validation (%s); truncated at offset %d (%d bytes)",
