@@ -311,6 +311,8 @@ class Broker:
         self._stopped = True
         log.info("shutting down broker %d", self.node_id)
         if self._started:
+            # Parked long polls are answered now, or they would hold the stop until their deadline.
+            self.replica_manager.prepare_shutdown()
             await self.server.stop(timeout)
         if self._metrics_server is not None:
             await asyncio.to_thread(_close_metrics_server, self._metrics_server)
@@ -336,9 +338,7 @@ class Broker:
         offline; the replica manager makes its partitions answer KAFKA_STORAGE_ERROR. Its
         ``on_log_dir_failure(log_dir, reason)`` runs on the event loop thread."""
         self.metrics.log_dir_failed(log_dir)
-        handler = getattr(self.replica_manager, "on_log_dir_failure", None)
-        if handler is None:
-            return
+        handler = self.replica_manager.on_log_dir_failure
         loop = self._loop
         if loop is None or loop.is_closed():
             handler(log_dir, reason)

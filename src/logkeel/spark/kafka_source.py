@@ -80,25 +80,34 @@ class KafkaInputPartition(InputPartition):
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Non-empty ranges, split so that there are about ``min_partitions`` of them.
+    """Non-empty ranges, large ones cut so that there are about ``min_partitions`` in all.
 
-    Like Spark's KafkaOffsetRangeCalculator: each range gets a share of ``min_partitions``
-    proportional to its size (at least one), and is cut into that many even pieces.
+    Spark's KafkaOffsetRangeCalculator rule: a range whose share of ``min_partitions`` rounds
+    to one stays whole; the rest share what is left of ``min_partitions`` in proportion to
+    their sizes, and each is cut into that many even pieces.
     """
     ranges = [r for r in ranges if r.size > 0]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
+
+    def parts(size: int, total: int, wanted: int) -> int:
+        return max(math.floor(size / total * wanted + 0.5), 1)  # Scala's round: half up
+
     total = sum(r.size for r in ranges)
+    whole = [r for r in ranges if parts(r.size, total, min_partitions) == 1]
+    split_total = total - sum(r.size for r in whole)
+    split_wanted = max(min_partitions - len(whole), 1)
     out = []
     for r in ranges:
-        parts = max(math.floor(r.size / total * min_partitions + 0.5), 1)
+        n = 1 if r in whole else parts(r.size, split_total, split_wanted)
         remaining = r.size
         start = r.from_offset
-        for part in range(parts):
-            this = remaining // (parts - part)
+        for piece in range(n):
+            this = remaining // (n - piece)
             remaining -= this
             end = min(start + this, r.until_offset)
-            out.append(OffsetRange(r.topic, r.partition, start, end))
+            if end > start:
+                out.append(OffsetRange(r.topic, r.partition, start, end))
             start = end
     return out
 

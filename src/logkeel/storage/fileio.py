@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -20,7 +21,8 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     temp file, fsync, rename over the target, fsync the directory.
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    # A unique temp name: two threads checkpointing the same file must not share one.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

@@ -386,16 +386,20 @@ def load_partition(
     first_unsafe = len(segments) - 1 if clean else max(
         (i for i, s in enumerate(segments) if s.base_offset <= rp), default=0
     )
-    inactive = segments[:first_unsafe]
+    # Every segment is validated in full once (CRC of every batch, indexes against them):
+    # eagerly here, or lazily on first access / in the background. That includes the active
+    # segment (clean start) and the data below the recovery point (unclean start), which the
+    # checks above trust without reading.
     ctx: PartitionValidation | None = None
     cut: int | None = None
     if validation == EAGER:
-        cut = _validate_eagerly(tp, segments, first_unsafe, bounds, report, touched)
-    elif inactive:
+        count = len(segments) if clean else first_unsafe
+        cut = _validate_eagerly(tp, segments, count, bounds, report, touched)
+    else:
         ctx = PartitionValidation(
             tp, directory, log_dir, validator, dict(bounds), txn_rebuilder=rebuild_txn_index_for
         )
-        ctx.install(inactive)
+        ctx.install(segments[:first_unsafe])
 
     if cut is not None:
         log_end = cut
@@ -409,6 +413,18 @@ def load_partition(
         report.snapshot_offset = state.map_end_offset
     else:
         log_end = _recover(tp, segments, first_unsafe, rp, start, state, report, touched, progress)
+        if first_unsafe < len(segments) and rp > segments[first_unsafe].base_offset:
+            if ctx is not None:
+                ctx.install([segments[first_unsafe]])
+            else:
+                cut = _validate_eagerly(
+                    tp, segments, first_unsafe + 1, bounds, report, touched, first=first_unsafe
+                )
+                if cut is not None:
+                    log_end = cut
+                    state.truncate_and_reload(start, log_end)
+    if clean and ctx is not None and cut is None:
+        ctx.install([segments[-1]])
     start = min(max(start, segments[0].base_offset), log_end)
 
     if state.map_end_offset < log_end:
@@ -424,7 +440,7 @@ def load_partition(
         state.take_snapshot(log_end)
 
     if epochs_lost:
-        _rebuild_leader_epochs(epochs, segments, touched)
+        _rebuild_leader_epochs(epochs, segments, touched, log_end)
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(start)
 
@@ -467,24 +483,31 @@ def _leader_epochs(
             pass
     try:
         return leader_epoch_cache(directory, log_dir), False
-    except CorruptCheckpointError as exc:
+    except (CorruptCheckpointError, ValueError) as exc:
         report.problems.append(f"{LEADER_EPOCH_CHECKPOINT_FILE}: {exc}; rebuilt from the log")
         log.warning("%s: %s; rebuilding it from the log", directory.name, exc)
         checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE, log_dir)
         return LeaderEpochFileCache(checkpoint, entries=[]), True
 
 
-def _rebuild_leader_epochs(epochs: LeaderEpochFileCache, segments: list[LogSegment], touched: set[int]) -> None:
+def _rebuild_leader_epochs(
+    epochs: LeaderEpochFileCache, segments: list[LogSegment], touched: set[int], log_end: int
+) -> None:
     """Every batch carries its leader epoch: the first offset of each epoch is in the headers."""
     found = []
     latest = None
+    previous = -1
     for segment in segments:
         touched.add(segment.base_offset)
         try:
             for batch in segment.log.batches():
-                epoch = batch.header.partition_leader_epoch
+                h = batch.header
+                if h.base_offset <= previous or h.base_offset >= log_end:
+                    break  # past what recovery kept (or not validated yet): not evidence
+                previous = h.last_offset
+                epoch = h.partition_leader_epoch
                 if epoch >= 0 and (latest is None or epoch > latest):
-                    found.append((epoch, batch.header.base_offset))
+                    found.append((epoch, h.base_offset))
                     latest = epoch
         except InvalidBatchError:
             break
@@ -512,14 +535,15 @@ def _replay_headers(
 
 def _validate_eagerly(
     tp: TopicPartition, segments: list[LogSegment], count: int, bounds: dict[int, int | None],
-    report: LoadReport, touched: set[int],
+    report: LoadReport, touched: set[int], first: int = 0,
 ) -> int | None:
-    """Validates the first ``count`` segments now; returns the cut offset if one was bad."""
-    for i in range(count):
+    """Validates segments ``first`` to ``count - 1`` now; returns the cut offset if one was bad."""
+    for i in range(first, count):
         segment = segments[i]
         touched.add(segment.base_offset)
         result = validate_segment(
-            segment, upper_bound=bounds[segment.base_offset], rebuild_txn_index=_eager_txn_rebuilder(segments),
+            segment, upper_bound=bounds[segment.base_offset], inactive=i < len(segments) - 1,
+            rebuild_txn_index=_eager_txn_rebuilder(segments),
         )
         report.segments_validated += 1
         report.bytes_scanned += result.bytes_scanned
@@ -529,7 +553,8 @@ def _validate_eagerly(
             _cut_after(tp, segments, i, result.next_offset, result.truncated_bytes, report)
             return result.next_offset
         # Validated inactive segments need not stay mapped (10,000 segments, 20,000 maps).
-        segment.close()
+        if i < len(segments) - 1:
+            segment.close()
     return None
 
 
@@ -582,11 +607,13 @@ def _cut_after(
     tp: TopicPartition, segments: list[LogSegment], i: int, offset: int, truncated: int, report: LoadReport
 ) -> None:
     """Drops every segment after ``segments[i]`` (which was already cut) and reports the loss."""
-    later = segments[i + 1 :]
+    # Like PartitionLog.truncate_to: a segment left empty by the cut goes too (not the first).
+    keep = i + 1 if i == 0 or segments[i].base_offset < offset else i
+    later = segments[keep:]
     dropped = sum(s.size for s in later)
     for s in later:
         s.delete()
-    del segments[i + 1 :]
+    del segments[keep:]
     report.truncations.append(Truncation(tp.topic, tp.partition, offset, truncated + dropped))
     log.warning(
         "%s: truncated %d corrupt or partial bytes at offset %d (%d more bytes in %d later segments)",
@@ -598,15 +625,19 @@ class _BadTail(Exception):
     pass
 
 
-def _repair_txn_index(segment: LogSegment, segments: list[LogSegment], report: LoadReport, below: int | None = None) -> None:
-    """Rebuilds a transaction index that fails its sanity check (entries up to ``below`` only:
-    recovery re-adds the rest as it replays)."""
+def _repair_txn_index(
+    segment: LogSegment, segments: list[LogSegment], report: LoadReport, below: int | None = None,
+    *, force: bool = False,
+) -> None:
+    """Rebuilds a transaction index that fails its sanity check, or any with ``force`` (entries
+    up to ``below`` only: recovery re-adds the rest as it replays)."""
     try:
         segment.raw_txn_index.sanity_check()
-        return
+        if not force:
+            return
     except CorruptIndexError as exc:
         report.problems.append(f"{segment.raw_txn_index.path.name}: {exc}")
-        report.rebuilt_indexes.append(segment.raw_txn_index.path.name)
+    report.rebuilt_indexes.append(segment.raw_txn_index.path.name)
     segment.raw_txn_index.reset()
     for txn in _rebuild_txn_index(segment, segments):
         if below is None or txn.last_offset < below:
@@ -653,6 +684,9 @@ def _open_active_segment(
             raise _BadTail(f"{segment.size - end} bytes after the last complete batch")
         if segment.time_index.last_entry.offset >= max(next_offset, segment.base_offset + 1):
             raise CorruptIndexError(f"{segment.time_index.path.name}: entries past the log end")
+        txn_last = segment.raw_txn_index.last_offset if has_txn_index else None
+        if txn_last is not None and txn_last >= next_offset:
+            raise CorruptIndexError(f"{segment.raw_txn_index.path.name}: entries past the log end")
         return next_offset
     except (CorruptIndexError, ValueError) as exc:
         # InvalidBatchError (a ValueError) too: a malformed header; the index cannot be trusted
@@ -671,7 +705,7 @@ def _open_active_segment(
         tp = report.tp
         report.truncations.append(Truncation(tp.topic, tp.partition, result.next_offset, result.truncated_bytes))
     if segments is not None:
-        _repair_txn_index(segment, segments, report)
+        _repair_txn_index(segment, segments, report, force=has_txn_index)
     segment.raw_txn_index.truncate_to(result.next_offset)
     return result.next_offset
 
@@ -710,11 +744,10 @@ def _recover(
             position, start_offset = _trusted_prefix(segment, recovery_from)
         if i == first and recovery_from > segment.base_offset:
             _repair_txn_index(segment, segments, report, below=recovery_from)
-        if start_offset is not None:
-            segment.raw_txn_index.truncate_to(start_offset)
-        else:
-            # Entries below the recovery point stay; the replay re-adds the ones above it.
-            segment.raw_txn_index.truncate_to(recovery_from if i == first else segment.base_offset)
+        # Entries below the recovery point stay; the replay re-adds the ones above it.
+        _truncate_txn_index(segment, start_offset if start_offset is not None else (
+            recovery_from if i == first else segment.base_offset
+        ))
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
 
         def on_batch(batch, segment=segment) -> None:
@@ -739,6 +772,15 @@ def _recover(
     report.replayed_batches += replay.stats.batches
     state.update_map_end_offset(log_end)
     return log_end
+
+
+def _truncate_txn_index(segment: LogSegment, offset: int) -> None:
+    try:
+        segment.raw_txn_index.truncate_to(offset)
+    except CorruptIndexError:
+        # Unreadable from some entry on: only ever called where everything from ``offset`` on
+        # is re-added by the replay, and what is below was repaired before.
+        segment.raw_txn_index.reset()
 
 
 def _trusted_prefix(segment: LogSegment, recovery_point: int) -> tuple[int, int | None]:

@@ -741,7 +741,7 @@ class ProducerStateManager:
             listing = list_snapshot_files(self.partition_dir)
             # Left by a crash inside atomic_write; the rename never happened so it holds nothing.
             if self.partition_dir.is_dir():
-                for tmp in self.partition_dir.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
+                for tmp in self.partition_dir.glob(f"*{SNAPSHOT_SUFFIX}*.tmp"):
                     tmp.unlink(missing_ok=True)
         self._snapshots = {f.offset: f.path for f in listing.files}
         self.malformed_snapshot_files = listing.malformed

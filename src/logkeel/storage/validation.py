@@ -187,7 +187,9 @@ def scan_segment(
 # -- judging indexes ------------------------------------------------------------------------
 
 
-def offset_index_problem(scan: SegmentScan, entries: list[OffsetPosition]) -> str | None:
+def offset_index_problem(
+    scan: SegmentScan, entries: list[OffsetPosition], *, complete: bool = True
+) -> str | None:
     positions, lasts = scan.positions, scan.last_offsets
     for n, (offset, position) in enumerate(entries):
         i = bisect.bisect_left(positions, position)
@@ -195,7 +197,7 @@ def offset_index_problem(scan: SegmentScan, entries: list[OffsetPosition]) -> st
             return f"entry {n} ({offset}, {position}) does not point at a batch"
         if lasts[i] != offset:
             return f"entry {n} ({offset}, {position}): the batch there ends at offset {lasts[i]}"
-    if scan.canonical_offsets:
+    if complete and scan.canonical_offsets:
         want = scan.canonical_offsets[-1][0]
         have = entries[-1].offset if entries else None
         if have is None or have < want:
@@ -243,6 +245,7 @@ class SegmentValidation:
     stop_reason: str | None = None
     rebuilt: list[str] = field(default_factory=list)  # file names
     problems: list[str] = field(default_factory=list)
+    cut_applied: bool = False  # the partition was already truncated at next_offset
 
     @property
     def truncated(self) -> bool:
@@ -336,6 +339,42 @@ def validate_segment(
     return result
 
 
+def active_prefix_scan(segment: LogSegment, throttle: Throttle | None = None) -> SegmentValidation | None:
+    """Checks the active segment up to its current size without changing anything; returns
+    the result if all is well there, None if it needs repair (see validate_segment).
+
+    The index entries are read before the size: an entry is only ever added after the batch
+    it names was written, so every entry read must name a batch within the scanned size.
+    """
+    if segment.missing_files:
+        return None
+    try:
+        segment.offset_index.sanity_check()
+        segment.time_index.sanity_check()
+        segment.raw_txn_index.sanity_check()
+        offsets = list(segment.offset_index.iter_entries())
+        times = list(segment.time_index.iter_entries())
+        txns = segment.raw_txn_index.all_aborted_txns()
+    except (CorruptIndexError, ValueError):
+        return None
+    records = segment.log
+    size = records.size
+    scan = scan_segment(
+        records.fd, size, segment.base_offset,
+        index_interval_bytes=segment.index_interval_bytes, throttle=throttle,
+        where=(segment.log_dir, str(records.path)),
+    )
+    if scan.truncated:
+        return None
+    if (
+        offset_index_problem(scan, offsets, complete=False)
+        or time_index_problem(scan, times, inactive=False)
+        or txn_index_problem(scan, txns)
+    ):
+        return None
+    return SegmentValidation(segment.base_offset, size, scan.valid_end, scan.next_offset)
+
+
 # -- when validation runs -------------------------------------------------------------------
 
 
@@ -404,7 +443,7 @@ class PartitionValidation:
         self._txn_rebuilder = txn_rebuilder
 
     def install(self, segments: list[LogSegment]) -> None:
-        self.segments = segments
+        self.segments = sorted({*self.segments, *segments}, key=lambda s: s.base_offset)
         for s in segments:
             s.validator = self
 
@@ -435,39 +474,80 @@ class PartitionValidation:
         return [s for s in segments if s.validator is self]
 
     def validate(self, segment: LogSegment, throttle: Throttle | None = None) -> SegmentValidation | None:
+        plog = self.plog
+        if plog is not None and plog.active_segment is segment:
+            return self._validate_active(plog, segment, throttle)
         with self.lock:
             if segment.validator is not self:
                 return None
-            segment.validator = None
-            try:
-                result = validate_segment(
-                    segment, upper_bound=self.upper_bounds.get(segment.base_offset),
-                    throttle=throttle, rebuild_txn_index=self._rebuild_txn,
-                )
-            except _Stopped:
-                segment.validator = self
-                raise
-            except KafkaStorageError:
-                raise
-            except (StorageError, ValueError) as exc:
-                log.error("%s: cannot validate %s: %s", self.tp, segment, exc)
-                if self.service is not None:
-                    self.service.failed(self, segment, exc)
-                return None
+            result = self._run(segment, throttle, inactive=True)
             # Index pages read by the check need not stay mapped: the segment is inactive.
-            if segment.offset_index.is_loaded and throttle is not None:
-                segment.offset_index.close()
-                segment.time_index.close()
+            if result is not None and throttle is not None:
+                segment.close()
+        self._done(segment, result)
+        return result
+
+    def _validate_active(self, plog, segment: LogSegment, throttle: Throttle | None) -> SegmentValidation | None:
+        """The active segment takes appends meanwhile: its prefix is checked without blocking
+        them; only a repair (rare) holds the log's lock, so nothing is appended to a segment
+        whose indexes are being rebuilt or whose tail is being cut."""
+        with self.lock:
+            if segment.validator is not self:
+                return None
+            scanned = active_prefix_scan(segment, throttle)
+            if scanned is not None:
+                segment.validator = None
+        if scanned is not None:
+            self._done(segment, scanned)
+            return scanned
+        with plog.lock, self.lock:
+            if segment.validator is not self:
+                return None
+            result = self._run(segment, None, inactive=plog.active_segment is not segment)
+            if result is not None and result.truncated:
+                # At once, under the same lock: an append must not land after the cut.
+                repair = apply_cut(self, result.next_offset, result.truncated_bytes, result.stop_reason or "")
+                if repair is not None and self.service is not None:
+                    self.service.note_repair(repair)
+                result.cut_applied = True
+        self._done(segment, result)
+        return result
+
+    def _run(self, segment: LogSegment, throttle: Throttle | None, *, inactive: bool) -> SegmentValidation | None:
+        segment.validator = None
+        try:
+            return validate_segment(
+                segment, upper_bound=self.upper_bounds.get(segment.base_offset),
+                inactive=inactive, throttle=throttle, rebuild_txn_index=self._rebuild_txn,
+            )
+        except _Stopped:
+            segment.validator = self
+            raise
+        except KafkaStorageError:
+            raise
+        except (StorageError, ValueError) as exc:
+            log.error("%s: cannot validate %s: %s", self.tp, segment, exc)
+            if self.service is not None:
+                self.service.failed(self, segment, exc)
+            return None
+
+    def _done(self, segment: LogSegment, result: SegmentValidation | None) -> None:
+        if result is None:
+            return
         if self.service is not None:
             self.service.validated(self, segment, result)
-        elif result.truncated:
+        elif result.truncated and not result.cut_applied:
             apply_cut(self, result.next_offset, result.truncated_bytes, result.stop_reason or "")
-        return result
 
     def _rebuild_txn(self, segment: LogSegment) -> list[AbortedTxn]:
         if self._txn_rebuilder is None:
             return []
         return self._txn_rebuilder(self, segment)
+
+
+def _owns(lock) -> bool:
+    owned = getattr(lock, "_is_owned", None)
+    return bool(owned()) if owned is not None else False
 
 
 def apply_cut(ctx: PartitionValidation, offset: int, nbytes: int, reason: str) -> Repair | None:
@@ -539,8 +619,12 @@ class SegmentValidator:
             self.segments_validated += 1
             self.bytes_scanned += result.bytes_scanned
             self.problems.extend(f"{ctx.tp}: {p}" for p in result.problems)
-        if result.truncated:
+        if result.truncated and not result.cut_applied:
             self._cut(ctx, result.next_offset, result.truncated_bytes, result.stop_reason or "")
+
+    def note_repair(self, repair: Repair) -> None:
+        with self._lock:
+            self.repairs.append(repair)
 
     def failed(self, ctx: PartitionValidation, segment: LogSegment, exc: Exception) -> None:
         with self._lock:
@@ -550,10 +634,13 @@ class SegmentValidator:
         def apply() -> None:
             repair = apply_cut(ctx, offset, nbytes, reason)
             if repair is not None:
-                with self._lock:
-                    self.repairs.append(repair)
+                self.note_repair(repair)
 
-        if self._run_later is None:
+        plog = ctx.plog
+        # At once, so nothing is appended (and acknowledged) past a cut that would later
+        # remove it; deferred only if this thread is inside the log already (e.g. replaying
+        # producer state under its lock), where truncating would pull segments from under it.
+        if self._run_later is None or plog is None or not _owns(plog.lock):
             apply()
         else:
             self._run_later(self._guard(apply))
