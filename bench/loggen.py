@@ -46,11 +46,16 @@ class WrittenPartition:
 
 def template_batch(shape: PartitionShape) -> bytes:
     value = max(1, shape.batch_bytes // shape.records_per_batch - 20)
-    records = [(TIMESTAMP + i, b"key-%d" % i, os.urandom(value), ()) for i in range(shape.records_per_batch)]
+    records = [
+        (TIMESTAMP + i, b"key-%d" % i, os.urandom(value), ())
+        for i in range(shape.records_per_batch)
+    ]
     return build_batch(records)
 
 
-def write_segment(path_dir: Path, base: int, count: int, template: bytes, records: int, interval: int) -> int:
+def write_segment(
+    path_dir: Path, base: int, count: int, template: bytes, records: int, interval: int
+) -> int:
     """Writes ``count`` batches from offset ``base`` and the segment's indexes; returns bytes."""
     size = len(template)
     buf = bytearray(template * count)
@@ -66,11 +71,15 @@ def write_segment(path_dir: Path, base: int, count: int, template: bytes, record
     (path_dir / file_name(base, INDEX_SUFFIX)).write_bytes(offsets)
     # Every batch has the same max timestamp: one time-index entry, at the first batch.
     last_ts = TIMESTAMP + records - 1
-    (path_dir / file_name(base, TIME_INDEX_SUFFIX)).write_bytes(struct.pack(">qi", last_ts, records - 1))
+    (path_dir / file_name(base, TIME_INDEX_SUFFIX)).write_bytes(
+        struct.pack(">qi", last_ts, records - 1)
+    )
     return len(buf)
 
 
-def write_partition(directory: Path, shape: PartitionShape, *, link_from: Path | None = None) -> WrittenPartition:
+def write_partition(
+    directory: Path, shape: PartitionShape, *, link_from: Path | None = None
+) -> WrittenPartition:
     """A partition dir of ``shape.segments`` full segments; the last one is the active one."""
     directory.mkdir(parents=True, exist_ok=True)
     template = template_batch(shape)
@@ -85,7 +94,9 @@ def write_partition(directory: Path, shape: PartitionShape, *, link_from: Path |
                 os.link(link_from / file_name(base, suffix), directory / file_name(base, suffix))
             total += per_segment * len(template)
         else:
-            total += write_segment(directory, base, per_segment, template, records, shape.index_interval)
+            total += write_segment(
+                directory, base, per_segment, template, records, shape.index_interval
+            )
     log_end = bases[-1] + per_segment * records
     write_snapshot(snapshot_path(directory, log_end), [])
     (directory / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
@@ -93,7 +104,12 @@ def write_partition(directory: Path, shape: PartitionShape, *, link_from: Path |
 
 
 def write_log_dir(
-    log_dir: Path, partitions: int, shape: PartitionShape, *, topic: str = "bench", link: bool = True,
+    log_dir: Path,
+    partitions: int,
+    shape: PartitionShape,
+    *,
+    topic: str = "bench",
+    link: bool = True,
     clean: bool = True,
 ) -> dict[TopicPartition, WrittenPartition]:
     """A whole log dir as after a clean shutdown (marker, checkpoints, meta.properties)."""
@@ -115,14 +131,18 @@ def write_log_dir(
     return written
 
 
-def write_checkpoints(log_dir: Path, recovery_points: dict[TopicPartition, int], *, log_start: int = 0) -> None:
+def write_checkpoints(
+    log_dir: Path, recovery_points: dict[TopicPartition, int], *, log_start: int = 0
+) -> None:
     def text(values: dict[TopicPartition, int]) -> str:
         lines = [f"{tp.topic} {tp.partition} {v}" for tp, v in values.items()]
         return f"0\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
 
     (log_dir / "recovery-point-offset-checkpoint").write_text(text(recovery_points))
     (log_dir / "replication-offset-checkpoint").write_text(text(recovery_points))
-    (log_dir / "log-start-offset-checkpoint").write_text(text({tp: log_start for tp in recovery_points}))
+    (log_dir / "log-start-offset-checkpoint").write_text(
+        text({tp: log_start for tp in recovery_points})
+    )
 
 
 def drop_page_cache() -> bool:

@@ -32,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loggen import PartitionShape, write_checkpoints, write_log_dir  # noqa: E402
-
 from logkeel.storage.log_config import LogConfig  # noqa: E402
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE  # noqa: E402
 from logkeel.storage.log_manager import LogManager  # noqa: E402
@@ -42,8 +41,11 @@ SEGMENTS_PER_PARTITION = 50
 
 def run_once(log_dir: Path, validation: str, threads: int) -> dict[str, object]:
     m = LogManager(
-        [log_dir], default_config=LogConfig(), startup_validation=validation,
-        recovery_threads_per_dir=threads, validation_rate_bytes_per_sec=0,
+        [log_dir],
+        default_config=LogConfig(),
+        startup_validation=validation,
+        recovery_threads_per_dir=threads,
+        validation_rate_bytes_per_sec=0,
     )
     t0 = time.perf_counter()
     report = m.startup(start_background=False)
@@ -72,14 +74,20 @@ def make_unclean(log_dir: Path, written, lag_bytes: int) -> None:
     write_checkpoints(log_dir, points)
 
 
-def bench_size(root: Path, segments: int, runs: int, threads: int, lag: int, eager: bool) -> dict[str, object]:
+def bench_size(
+    root: Path, segments: int, runs: int, threads: int, lag: int, eager: bool
+) -> dict[str, object]:
     partitions = segments // SEGMENTS_PER_PARTITION
     shape = PartitionShape(segments=SEGMENTS_PER_PARTITION, segment_bytes=64 * 1024)
     log_dir = root / f"s{segments}"
     t0 = time.perf_counter()
     written = write_log_dir(log_dir, partitions, shape, link=True)
     gen_s = time.perf_counter() - t0
-    out: dict[str, object] = {"segments": segments, "partitions": partitions, "generate_s": round(gen_s, 1)}
+    out: dict[str, object] = {
+        "segments": segments,
+        "partitions": partitions,
+        "generate_s": round(gen_s, 1),
+    }
     modes = ["lazy", "eager"] if eager else ["lazy"]
     for mode in modes:
         samples = [run_once(log_dir, mode, threads) for _ in range(runs)]
@@ -90,16 +98,21 @@ def bench_size(root: Path, segments: int, runs: int, threads: int, lag: int, eag
         make_unclean(log_dir, written, lag)
         samples.append(run_once(log_dir, "lazy", threads))
     out["unclean"] = samples[-1] | {
-        "median_ms": statistics.median(s["elapsed_ms"] for s in samples), "lag_bytes": lag,
+        "median_ms": statistics.median(s["elapsed_ms"] for s in samples),
+        "lag_bytes": lag,
     }
     print(json.dumps({"segments": segments, "mode": "unclean"} | out["unclean"]), flush=True)
     if eager:
-        out["eager_over_lazy"] = round(out["eager"]["median_ms"] / max(out["lazy"]["median_ms"], 1e-3), 1)
+        out["eager_over_lazy"] = round(
+            out["eager"]["median_ms"] / max(out["lazy"]["median_ms"], 1e-3), 1
+        )
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="1k and 10k segments, one run each")
     ap.add_argument("--sizes", default=None, help="comma-separated segment counts")
     ap.add_argument("--runs", type=int, default=3)
@@ -109,13 +122,22 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to write the log dirs (default: a temp dir)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
-        [1000, 10000] if args.quick else [1000, 10000, 100000]
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([1000, 10000] if args.quick else [1000, 10000, 100000])
     )
     runs = 1 if args.quick else args.runs
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         results = [
-            bench_size(Path(tmp), n, runs, args.threads, args.lag_bytes, eager=n < 100000 or args.eager_at_100k)
+            bench_size(
+                Path(tmp),
+                n,
+                runs,
+                args.threads,
+                args.lag_bytes,
+                eager=n < 100000 or args.eager_at_100k,
+            )
             for n in sizes
         ]
     summary = {"bench": "startup", "runs": runs, "threads": args.threads, "results": results}

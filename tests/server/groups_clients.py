@@ -107,6 +107,14 @@ class KafkaPythonMember:
             metadata_max_age_ms=1000,
             **extra,
         )
+        # kafka-python 3.0.12 can wedge a leader whose topic metadata arrives while its first
+        # JoinGroup is in flight: the rejoin that follows finishes while poll() has timed out,
+        # need_rejoin() flips to False, and the SyncGroup result is never applied (no
+        # assignment, heartbeats stay disabled). Knowing the partitions before joining avoids
+        # that client-side race.
+        deadline = time.monotonic() + 10
+        while not self.c.partitions_for_topic(topic) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.c.subscribe([topic])
 
     def poll(self, timeout: float = 0.2) -> list[Rec]:

@@ -15,7 +15,9 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None) -> str:
+def create_topic(
+    bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None
+) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
     for f in futures.values():
@@ -24,8 +26,11 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, s
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         md = admin.list_topics(name, timeout=10).topics.get(name)
-        if md and md.error is None and len(md.partitions) == partitions and all(
-            p.leader >= 0 for p in md.partitions.values()
+        if (
+            md
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
         ):
             return name
         time.sleep(0.1)
@@ -42,7 +47,9 @@ def message(i: int) -> dict:
     }
 
 
-def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int) -> dict[tuple[int, int], int]:
+def produce(
+    bootstrap: str, topic: str, start: int, count: int, partitions: int
+) -> dict[tuple[int, int], int]:
     """Produces messages start..start+count-1, message i to partition i % partitions; returns
     {(partition, offset): i} from the delivery reports."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
@@ -59,8 +66,13 @@ def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int)
         m = message(i)
         kwargs = {"headers": m["headers"]} if m["headers"] else {}
         p.produce(
-            topic, m["value"], m["key"], i % partitions, lambda e, msg, i=i: report(e, msg, i),
-            timestamp=m["timestamp"], **kwargs,
+            topic,
+            m["value"],
+            m["key"],
+            i % partitions,
+            lambda e, msg, i=i: report(e, msg, i),
+            timestamp=m["timestamp"],
+            **kwargs,
         )
         if i % 1000 == 0:
             p.poll(0)
@@ -71,10 +83,14 @@ def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int)
 
 def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list:
     """Every message of ``topic`` by a plain consumer, in (partition, offset) order."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": unique("check"), "enable.partition.eof": True,
-        "enable.auto.commit": False,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("check"),
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, eof, deadline = [], set(), time.monotonic() + timeout
     while len(eof) < partitions and time.monotonic() < deadline:

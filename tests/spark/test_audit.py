@@ -74,7 +74,11 @@ def test_audit_reports_each_replica_and_picks_the_one_with_most_intact_data(spar
         assert set(r) == {"topic", "partition", "replicas", "best_replica"}
         for rep in r["replicas"]:
             assert set(rep) == {
-                "path", "log_start_offset", "log_end_offset", "last_leader_epoch", "corrupt_ranges",
+                "path",
+                "log_start_offset",
+                "log_end_offset",
+                "last_leader_epoch",
+                "corrupt_ranges",
             }
 
     t0 = {os.path.basename(os.path.dirname(rep["path"])): rep for rep in reports[0]["replicas"]}
@@ -152,7 +156,10 @@ def test_cli_runs_its_own_spark_with_master(replicas, spark):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     proc = subprocess.run(
         [sys.executable, "-c", code, "--master", "local[1]", "--json", *args],
-        capture_output=True, text=True, timeout=240, env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == audit_json(audit(spark, args))

@@ -47,7 +47,11 @@ def test_every_column_matches_what_was_produced(spark, broker, topic):
         assert r["timestamp"] == dt.datetime.fromtimestamp(m["timestamp"] / 1000)
         assert r["timestampType"] == 0  # CreateTime
         expected = [(k, v) for k, v in m["headers"]] if m["headers"] else None
-        got = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]] if r["headers"] else None
+        got = (
+            [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]]
+            if r["headers"]
+            else None
+        )
         assert got == expected
 
 
@@ -55,11 +59,19 @@ def test_schema_is_the_kafka_connectors(spark, broker, topic):
     name, _ = topic
     df = reader(spark, broker, subscribe=name)
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
-        ("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
-        ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int"),
+        ("key", "binary"),
+        ("value", "binary"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("timestamp", "timestamp"),
+        ("timestampType", "int"),
     ]
     with_headers = reader(spark, broker, subscribe=name, includeHeaders="true")
-    assert with_headers.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    assert (
+        with_headers.schema["headers"].dataType.simpleString()
+        == "array<struct<key:string,value:binary>>"
+    )
 
 
 def test_subscribe_pattern_and_assign(spark, broker, topic):
@@ -73,8 +85,13 @@ def test_subscribe_pattern_and_assign(spark, broker, topic):
     exact = reader(spark, broker, subscribePattern=name)  # matched against the whole name
     assert exact.count() == N
     assigned = reader(spark, broker, assign=json.dumps({name: [0, 2], other: [0]}))
-    assert {(r["topic"], r["partition"]) for r in assigned.select("topic", "partition").distinct().collect()} == {
-        (name, 0), (name, 2), (other, 0),
+    assert {
+        (r["topic"], r["partition"])
+        for r in assigned.select("topic", "partition").distinct().collect()
+    } == {
+        (name, 0),
+        (name, 2),
+        (other, 0),
     }
     assert assigned.count() == 2 * N // PARTITIONS + 10
 
@@ -83,24 +100,40 @@ def test_starting_and_ending_offsets(spark, broker, topic):
     name, where = topic
     per = N // PARTITIONS
     df = reader(
-        spark, broker, subscribe=name,
+        spark,
+        broker,
+        subscribe=name,
         startingOffsets=json.dumps({name: {"0": 50, "1": -2}}),  # partition 2 left out: earliest
         endingOffsets=json.dumps({name: {"0": 60, "1": -1, "2": 7}}),
     )
     got = sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
-    assert got == [(0, o) for o in range(50, 60)] + [(1, o) for o in range(per)] + [(2, o) for o in range(7)]
-    explicit = reader(spark, broker, subscribe=name, startingOffsets="earliest", endingOffsets="latest")
+    assert got == [(0, o) for o in range(50, 60)] + [(1, o) for o in range(per)] + [
+        (2, o) for o in range(7)
+    ]
+    explicit = reader(
+        spark, broker, subscribe=name, startingOffsets="earliest", endingOffsets="latest"
+    )
     assert explicit.count() == N
 
 
 def test_timestamps_select_offsets(spark, broker, topic):
     name, where = topic
     # Record i has timestamp BASE_TS + i; partition 0 holds i = 0, 3, 6, ...
-    df = reader(spark, broker, subscribe=name, startingTimestamp=str(BASE_TS + 300), endingTimestamp=str(BASE_TS + 330))
+    df = reader(
+        spark,
+        broker,
+        subscribe=name,
+        startingTimestamp=str(BASE_TS + 300),
+        endingTimestamp=str(BASE_TS + 330),
+    )
     assert ids(df.collect()) == list(range(300, 330))
     by_partition = reader(
-        spark, broker, subscribe=name,
-        startingOffsetsByTimestamp=json.dumps({name: {"0": BASE_TS + 597, "1": BASE_TS, "2": BASE_TS + 10**9}}),
+        spark,
+        broker,
+        subscribe=name,
+        startingOffsetsByTimestamp=json.dumps(
+            {name: {"0": BASE_TS + 597, "1": BASE_TS, "2": BASE_TS + 10**9}}
+        ),
     )
     got = ids(by_partition.collect())
     assert got == sorted([597, *range(1, N, 3)])  # partition 2: none at or after: latest
@@ -145,7 +178,9 @@ def test_fail_on_data_loss(spark, broker):
 
 
 def test_log_append_time_topic(spark, broker):
-    name = create_topic(broker.bootstrap, unique("lat"), 1, {"message.timestamp.type": "LogAppendTime"})
+    name = create_topic(
+        broker.bootstrap, unique("lat"), 1, {"message.timestamp.type": "LogAppendTime"}
+    )
     produce(broker.bootstrap, name, 0, 5, 1)
     rows = reader(spark, broker, subscribe=name).collect()
     assert [r["timestampType"] for r in rows] == [1] * 5
@@ -179,11 +214,14 @@ def test_segment_files_the_broker_wrote_hold_the_same_records(spark, broker, top
     name, where = topic
     via_kafka = reader(spark, broker, subscribe=name).select("partition", "offset", "key", "value")
     via_files = (
-        spark.read.format("logkeel-segments").option("subscribe", name)
+        spark.read.format("logkeel-segments")
+        .option("subscribe", name)
         .load(str(broker.log_dirs[0]))
     )
     assert via_files.where("corrupt").count() == 0
-    assert sorted(via_files.select("partition", "offset", "key", "value").collect()) == sorted(via_kafka.collect())
+    assert sorted(via_files.select("partition", "offset", "key", "value").collect()) == sorted(
+        via_kafka.collect()
+    )
     # The test producer is idempotent: its batches carry a producer id and sequences.
     meta = via_files.select("producerId", "baseSequence").distinct().collect()
     assert all(r["producerId"] >= 0 and r["baseSequence"] >= 0 for r in meta)

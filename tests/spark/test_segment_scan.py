@@ -215,7 +215,9 @@ def test_random_damage(start, data, cut):
     file_end = len(damaged)
     yielded = {it.position: it.header.base_offset for it in items if isinstance(it, ValidBatch)}
     for p, batch, base in zip(POSITIONS, ORIGINAL_BATCHES, BASES, strict=True):
-        untouched = p + len(batch) <= min(start, file_end) or (p >= end and p + len(batch) <= file_end)
+        untouched = p + len(batch) <= min(start, file_end) or (
+            p >= end and p + len(batch) <= file_end
+        )
         if untouched:
             assert yielded.get(p) == base
 
@@ -231,7 +233,9 @@ def test_random_damage(start, data, cut):
 def test_batch_positions_helper_agrees_with_the_scan(tmp_path):
     w = write_partition(tmp_path, "t", 0, 10)
     for segment in w.segments():
-        seg = next(s for s in list_segments(find_partitions([tmp_path])[0]) if s.path == str(segment))
+        seg = next(
+            s for s in list_segments(find_partitions([tmp_path])[0]) if s.path == str(segment)
+        )
         assert [(b.position, b.header.size, b.header.base_offset) for b in scan_segment(seg)] == (
             batch_positions(segment)
         )

@@ -60,7 +60,10 @@ def test_reads_every_record_of_several_log_dirs(spark, two_brokers):
             assert r["logDir"] == str(w.log_dir)
             assert r["segment"].startswith(str(w.partition_dir) + "/")
             assert (r["crcValid"], r["corrupt"], r["corruptBytes"], r["corruptReason"]) == (
-                True, False, None, None,
+                True,
+                False,
+                None,
+                None,
             )
             assert (r["producerId"], r["isTransactional"], r["isControl"]) == (-1, False, False)
             assert r["compression"] == "none"
@@ -70,10 +73,18 @@ def test_schema_has_kafka_columns_first_and_headers_on_request(spark, two_broker
     a, _, _ = two_brokers
     plain = spark.read.format("logkeel-segments").load(str(a))
     assert plain.columns[:7] == [
-        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
     ]
     assert "headers" not in plain.columns
-    with_headers = spark.read.format("logkeel-segments").option("includeHeaders", "true").load(str(a))
+    with_headers = (
+        spark.read.format("logkeel-segments").option("includeHeaders", "true").load(str(a))
+    )
     assert with_headers.columns[7] == "headers"
     row = with_headers.where("topic = 'orders' and partition = 1 and offset = 17").first()
     assert [(h["key"], bytes(h["value"])) for h in row["headers"]] == [("n", b"17")]
@@ -90,13 +101,19 @@ def test_schema_has_kafka_columns_first_and_headers_on_request(spark, two_broker
 def test_topic_selection_options(spark, two_brokers, option, value, expected):
     a, b, _ = two_brokers
     df = spark.read.format("logkeel-segments").option(option, value).load([str(a), str(b)])
-    assert {(r["topic"], r["partition"]) for r in df.select("topic", "partition").distinct().collect()} == expected
+    assert {
+        (r["topic"], r["partition"]) for r in df.select("topic", "partition").distinct().collect()
+    } == expected
 
 
 def test_max_partition_bytes_splits_the_work_without_changing_the_rows(spark, two_brokers):
     a, b, _ = two_brokers
     whole = spark.read.format("logkeel-segments").load([str(a), str(b)])
-    split = spark.read.format("logkeel-segments").option("maxPartitionBytes", "3000").load([str(a), str(b)])
+    split = (
+        spark.read.format("logkeel-segments")
+        .option("maxPartitionBytes", "3000")
+        .load([str(a), str(b)])
+    )
     assert split.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
     cols = ["topic", "partition", "offset", "key", "value"]
     assert sorted(split.select(cols).collect()) == sorted(whole.select(cols).collect())
@@ -135,9 +152,13 @@ def test_permissive_reports_corrupt_ranges_as_rows_and_keeps_going(spark, damage
 def test_permissive_is_the_default_and_dropmalformed_drops_the_ranges(spark, damaged):
     log_dir, w, _, (gone_first, gone_next) = damaged
     default = spark.read.format("logkeel-segments").load(str(log_dir))
-    permissive = spark.read.format("logkeel-segments").option("mode", "permissive").load(str(log_dir))
+    permissive = (
+        spark.read.format("logkeel-segments").option("mode", "permissive").load(str(log_dir))
+    )
     assert default.count() == permissive.count()
-    dropped = spark.read.format("logkeel-segments").option("mode", "DROPMALFORMED").load(str(log_dir))
+    dropped = (
+        spark.read.format("logkeel-segments").option("mode", "DROPMALFORMED").load(str(log_dir))
+    )
     assert dropped.where("corrupt").count() == 0
     assert dropped.count() == w.end_offset - 3 - (gone_next - gone_first)
 

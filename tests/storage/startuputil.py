@@ -30,20 +30,35 @@ def append_workload(plog: PartitionLog, rounds: int, *, start: int = 0) -> None:
     for i in range(start, start + rounds):
         ts = BASE_TS + i * 10
         plog.append_as_leader(
-            build_batch([(ts, b"k%d" % i, b"idem-%d" % i, ())] * 2, producer_id=1, producer_epoch=0,
-                        base_sequence=2 * i), 0,
+            build_batch(
+                [(ts, b"k%d" % i, b"idem-%d" % i, ())] * 2,
+                producer_id=1,
+                producer_epoch=0,
+                base_sequence=2 * i,
+            ),
+            0,
         )
         plog.append_as_leader(build_batch([(ts + 1, b"p%d" % i, b"plain-%d" % i * 3, ())]), 0)
         plog.append_as_leader(
-            build_batch([(ts + 2, b"x%d" % i, b"txn-%d" % i, ())], producer_id=2, producer_epoch=0,
-                        base_sequence=i, is_transactional=True), 0,
+            build_batch(
+                [(ts + 2, b"x%d" % i, b"txn-%d" % i, ())],
+                producer_id=2,
+                producer_epoch=0,
+                base_sequence=i,
+                is_transactional=True,
+            ),
+            0,
         )
         kind = ControlRecordType.ABORT if i % 3 == 0 else ControlRecordType.COMMIT
-        marker = build_control_batch(kind, producer_id=2, producer_epoch=0, coordinator_epoch=0, timestamp=ts + 3)
+        marker = build_control_batch(
+            kind, producer_id=2, producer_epoch=0, coordinator_epoch=0, timestamp=ts + 3
+        )
         plog.append_as_leader(marker, 0, origin_is_client=False)
 
 
-def write_dir(path: Path, rounds: int = 40, *, cfg: LogConfig = CFG, shutdown: bool = True) -> LogManager:
+def write_dir(
+    path: Path, rounds: int = 40, *, cfg: LogConfig = CFG, shutdown: bool = True
+) -> LogManager:
     m = LogManager([path], default_config=cfg)
     m.startup(start_background=False)
     plog = m.get_or_create_log(TP)
@@ -62,8 +77,12 @@ def crash(m: LogManager) -> None:
         d.close()
 
 
-def load(path: Path, *, validation: str = "lazy", cfg: LogConfig = CFG, force_recovery: bool = False) -> LogManager:
-    m = LogManager([path], default_config=cfg, startup_validation=validation, validation_rate_bytes_per_sec=0)
+def load(
+    path: Path, *, validation: str = "lazy", cfg: LogConfig = CFG, force_recovery: bool = False
+) -> LogManager:
+    m = LogManager(
+        [path], default_config=cfg, startup_validation=validation, validation_rate_bytes_per_sec=0
+    )
     m.startup(start_background=False, force_recovery=force_recovery)
     return m
 
@@ -89,7 +108,13 @@ def fingerprint(plog: PartitionLog, *, indexes: bool = True) -> dict[str, object
     """Everything that must agree between two loads of the same data."""
     state = plog.producer_state
     producers = {
-        pid: (e.producer_epoch, e.last_seq, e.last_data_offset, e.current_txn_first_offset, e.coordinator_epoch)
+        pid: (
+            e.producer_epoch,
+            e.last_seq,
+            e.last_data_offset,
+            e.current_txn_first_offset,
+            e.coordinator_epoch,
+        )
         for pid, e in state.active_producers.items()
     }
     out: dict[str, object] = {
@@ -100,12 +125,19 @@ def fingerprint(plog: PartitionLog, *, indexes: bool = True) -> dict[str, object
         "first_unstable": state.first_unstable_offset(),
         "epochs": plog.leader_epochs.entries,
         "bases": [s.base_offset for s in plog.segments],
-        "aborted": [tuple(t) for t in plog.collect_aborted_txns(plog.log_start_offset, plog.log_end_offset)],
+        "aborted": [
+            tuple(t) for t in plog.collect_aborted_txns(plog.log_start_offset, plog.log_end_offset)
+        ],
     }
     if indexes:
         out["indexes"] = [
-            (s.base_offset, s.size, list(s.offset_index.iter_entries()), list(s.time_index.iter_entries()),
-             s.txn_index.all_aborted_txns())
+            (
+                s.base_offset,
+                s.size,
+                list(s.offset_index.iter_entries()),
+                list(s.time_index.iter_entries()),
+                s.txn_index.all_aborted_txns(),
+            )
             for s in plog.segments
         ]
     return out

@@ -86,7 +86,11 @@ def test_bad_index_is_rebuilt(written, tmp_path, suffix, how):
         elif how == "zeros":
             scribble(f, 0, bytes(f.stat().st_size))
         else:
-            entry = struct.pack(">ii", 50, 1 << 20) if suffix == ".index" else struct.pack(">qi", 1 << 50, 50)
+            entry = (
+                struct.pack(">ii", 50, 1 << 20)
+                if suffix == ".index"
+                else struct.pack(">qi", 1 << 50, 50)
+            )
             scribble(f, f.stat().st_size, entry)
 
     managers = three_ways(written, tmp_path, damage)
@@ -179,7 +183,9 @@ def test_non_monotonic_batches_the_incident(written, tmp_path):
     eager = managers[1]
     base = int(inactive(written, ".log", 2).name[:20])
     assert eager.get_log(TP).log_end_offset > base
-    assert [t.offset for t in eager.startup_report.truncations] == [eager.get_log(TP).log_end_offset]
+    assert [t.offset for t in eager.startup_report.truncations] == [
+        eager.get_log(TP).log_end_offset
+    ]
     close(managers)
 
 
@@ -201,7 +207,12 @@ def test_overlapping_segments(written, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "replication-offset-checkpoint"]
+    "name",
+    [
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "replication-offset-checkpoint",
+    ],
 )
 def test_corrupt_dir_checkpoint(written, tmp_path, name):
     path = copy(written, tmp_path / "d")
@@ -244,7 +255,12 @@ def test_leftovers_of_interrupted_operations(written, tmp_path):
     m = load(path, validation="eager")
     report = m.startup_report
     assert sorted(report.removed_files) == sorted(
-        f"t-0/{n}" for n in (logs[2].name + ".cleaned", logs[3].name + ".deleted", "00000000000000999999.index.deleted")
+        f"t-0/{n}"
+        for n in (
+            logs[2].name + ".cleaned",
+            logs[3].name + ".deleted",
+            "00000000000000999999.index.deleted",
+        )
     )
     assert not any(p.name.endswith((".swap", ".cleaned", ".deleted")) for p in part.iterdir())
     assert [r.offset for r in all_records(m.get_log(TP))] == list(range(200))

@@ -37,7 +37,9 @@ def served_batches(m):
         pos = 0
         while pos < len(data):
             header = BatchHeader.parse(data, pos)
-            assert crc_valid(data, pos), f"served a batch at offset {header.base_offset} that fails its CRC"
+            assert crc_valid(data, pos), (
+                f"served a batch at offset {header.base_offset} that fails its CRC"
+            )
             assert header.base_offset >= offset or not out
             out.append(header.base_offset)
             offset = header.next_offset
@@ -46,14 +48,25 @@ def served_batches(m):
 
 
 damage = st.lists(
-    st.tuples(st.integers(0, 10_000), st.floats(0, 1, exclude_max=True), st.binary(min_size=1, max_size=16)),
-    min_size=1, max_size=4,
+    st.tuples(
+        st.integers(0, 10_000),
+        st.floats(0, 1, exclude_max=True),
+        st.binary(min_size=1, max_size=16),
+    ),
+    min_size=1,
+    max_size=4,
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("LOGKEEL_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(which=st.sampled_from(["clean", "crashed"]), hits=damage)
-def test_random_damage_never_raises_nor_serves_corrupt_data(templates, tmp_path_factory, which, hits):
+def test_random_damage_never_raises_nor_serves_corrupt_data(
+    templates, tmp_path_factory, which, hits
+):
     work = tmp_path_factory.mktemp("work")
     files = sorted(p for p in (templates / which).rglob("*") if p.is_file() and p.name != ".lock")
     copies = {}
@@ -71,7 +84,10 @@ def test_random_damage_never_raises_nor_serves_corrupt_data(templates, tmp_path_
         assert (TP in lazy.logs) == (TP in eager.logs)
         served = served_batches(lazy)
         assert served == served_batches(eager)
-        a, b = fingerprint(lazy.get_log(TP), indexes=False), fingerprint(eager.get_log(TP), indexes=False)
+        a, b = (
+            fingerprint(lazy.get_log(TP), indexes=False),
+            fingerprint(eager.get_log(TP), indexes=False),
+        )
         assert a == b
     for m in (lazy, eager):
         m.shutdown()

@@ -66,7 +66,9 @@ def test_index_entries_below_the_recovery_point_are_kept(tmp_path):
     rp, end, _ = crashed_dir(path, flushed_rounds=30, unflushed_rounds=8)
     reference = rebuild_from_scratch(copy(path, tmp_path / "ref"))
     m0 = load(copy(path, tmp_path / "probe"))
-    seg = max((s for s in m0.get_log(TP).segments if s.base_offset <= rp), key=lambda s: s.base_offset)
+    seg = max(
+        (s for s in m0.get_log(TP).segments if s.base_offset <= rp), key=lambda s: s.base_offset
+    )
     base = seg.base_offset
     m0.shutdown()
     index = path / TP.dir_name / file_name(base, ".index")
@@ -78,7 +80,9 @@ def test_index_entries_below_the_recovery_point_are_kept(tmp_path):
     assert index.stat().st_ino == inode  # the same file, supplemented, not recreated
     assert after[: len(before)] == before
     ref_seg = next(s for s in reference.get_log(TP).segments if s.base_offset == base)
-    assert [tuple(e) for e in ref_seg.offset_index.iter_entries()] == [(o + base, p) for o, p in after]
+    assert [tuple(e) for e in ref_seg.offset_index.iter_entries()] == [
+        (o + base, p) for o, p in after
+    ]
     m.shutdown()
     reference.shutdown()
 
@@ -125,7 +129,11 @@ def test_aborted_transactions_after_the_recovery_point_are_indexed(tmp_path):
     aborted = m.get_log(TP).collect_aborted_txns(rp, end)
     # a round is 5 offsets (2 idempotent, 1 plain, 1 transactional, the marker); rounds 30,
     # 33 and 36 abort, and their markers are above the recovery point
-    assert [t.first_offset for t in aborted if t.last_offset >= rp] == [5 * 30 + 3, 5 * 33 + 3, 5 * 36 + 3]
+    assert [t.first_offset for t in aborted if t.last_offset >= rp] == [
+        5 * 30 + 3,
+        5 * 33 + 3,
+        5 * 36 + 3,
+    ]
     m.shutdown()
 
 
@@ -173,12 +181,16 @@ def test_partitions_recover_in_parallel_with_progress(tmp_path, caplog):
 
 
 def test_background_flush_keeps_the_recovery_point_at_the_log_end(tmp_path):
-    m = LogManager([tmp_path], default_config=CFG, intervals=BackgroundIntervals(recovery_flush_ms=50))
+    m = LogManager(
+        [tmp_path], default_config=CFG, intervals=BackgroundIntervals(recovery_flush_ms=50)
+    )
     m.startup()
     plog = m.get_or_create_log(TP)
     append_workload(plog, 10)
     end = plog.log_end_offset
-    assert wait_for(lambda: f"t 0 {end}" in (tmp_path / "recovery-point-offset-checkpoint").read_text())
+    assert wait_for(
+        lambda: f"t 0 {end}" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    )
     assert plog.recovery_point == end
     crash_state = (tmp_path / "recovery-point-offset-checkpoint").read_text()
     m.scheduler.shutdown()

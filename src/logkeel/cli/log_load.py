@@ -40,7 +40,10 @@ def _node_id(dirs: tuple[Path, ...]) -> int:
 
 def _run_startup(dirs: tuple[Path, ...], validation: str, *, force_recovery: bool) -> StartupReport:
     manager = LogManager(
-        dirs, node_id=_node_id(dirs), startup_validation=validation, recovery_threads_per_dir=2,
+        dirs,
+        node_id=_node_id(dirs),
+        startup_validation=validation,
+        recovery_threads_per_dir=2,
         validation_rate_bytes_per_sec=0,
     )
     try:
@@ -86,12 +89,19 @@ def _exit_code(report: StartupReport) -> int:
 @click.command("load")
 @_DIRS
 @click.option(
-    "--validation", type=click.Choice([LAZY, EAGER]), default=LAZY, show_default=True,
+    "--validation",
+    type=click.Choice([LAZY, EAGER]),
+    default=LAZY,
+    show_default=True,
     help="log.startup.validation: lazy opens only active segments; eager validates every one.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line)."
+)
 @click.pass_context
-def load_command(ctx: click.Context, dirs: tuple[Path, ...], validation: str, as_json: bool) -> None:
+def load_command(
+    ctx: click.Context, dirs: tuple[Path, ...], validation: str, as_json: bool
+) -> None:
     """Load log dirs exactly as the broker does at start-up, then shut down cleanly.
 
     A dir that was not shut down cleanly comes out recovered. Exit status 1 when a partition
@@ -104,7 +114,9 @@ def load_command(ctx: click.Context, dirs: tuple[Path, ...], validation: str, as
 
 @click.command("recover")
 @_DIRS
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line)."
+)
 @click.pass_context
 def recover_command(ctx: click.Context, dirs: tuple[Path, ...], as_json: bool) -> None:
     """Repair log dirs offline: what an unclean start-up does, forced, with every segment
@@ -119,13 +131,19 @@ def recover_command(ctx: click.Context, dirs: tuple[Path, ...], as_json: bool) -
 
 @click.command("check")
 @_DIRS
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line).")
 @click.option(
-    "--index-interval-bytes", type=int, default=None,
+    "--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line)."
+)
+@click.option(
+    "--index-interval-bytes",
+    type=int,
+    default=None,
     help="index.interval.bytes the logs were written with: also checks that indexes are complete.",
 )
 @click.pass_context
-def check_command(ctx: click.Context, dirs: tuple[Path, ...], as_json: bool, index_interval_bytes: int | None) -> None:
+def check_command(
+    ctx: click.Context, dirs: tuple[Path, ...], as_json: bool, index_interval_bytes: int | None
+) -> None:
     """Check log dirs read-only (fsck): every batch CRC, index, time index, transaction index,
     producer snapshot and checkpoint. Nothing is modified.
 
@@ -139,7 +157,9 @@ def check_command(ctx: click.Context, dirs: tuple[Path, ...], as_json: bool, ind
     else:
         for p in report.problems:
             where = "".join(
-                f" {k} {v}" for k, v in (("offset", p.offset), ("position", p.position)) if v is not None
+                f" {k} {v}"
+                for k, v in (("offset", p.offset), ("position", p.position))
+                if v is not None
             )
             click.echo(f"{p.severity}: {p.file}{where}: {p.what}")
         click.echo(
@@ -157,12 +177,17 @@ def _check_with_progress(dirs: tuple[Path, ...], index_interval_bytes: int | Non
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     with Progress(
-        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
     ) as bar:
         task = bar.add_task("checking", total=log_bytes(dirs))
         return check_dirs(
-            dirs, index_interval_bytes=index_interval_bytes,
+            dirs,
+            index_interval_bytes=index_interval_bytes,
             progress=lambda n: bar.advance(task, n),
         )
 

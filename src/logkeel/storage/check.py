@@ -30,7 +30,12 @@ from logkeel.storage.checkpoints import (
     OffsetCheckpointFile,
 )
 from logkeel.storage.errors import CorruptCheckpointError, CorruptIndexError, CorruptSnapshotError
-from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, META_PROPERTIES, MetaProperties, MetaPropertiesError
+from logkeel.storage.log_dir import (
+    CLEAN_SHUTDOWN_FILE,
+    META_PROPERTIES,
+    MetaProperties,
+    MetaPropertiesError,
+)
 from logkeel.storage.offset_index import OffsetIndex
 from logkeel.storage.producer_snapshot import parse_snapshot_offset, read_snapshot
 from logkeel.storage.segment import (
@@ -115,7 +120,10 @@ def log_bytes(dirs: Iterable[Path]) -> int:
 
 
 def check_dirs(
-    dirs: Iterable[Path], *, index_interval_bytes: int | None = None, progress: Progress | None = None
+    dirs: Iterable[Path],
+    *,
+    index_interval_bytes: int | None = None,
+    progress: Progress | None = None,
 ) -> CheckReport:
     started = time.monotonic()
     report = CheckReport()
@@ -154,11 +162,19 @@ def _check_log_dir(d: Path, report: CheckReport, interval: int, progress: Progre
     if not (d / CLEAN_SHUTDOWN_FILE).exists():
         report.clean = False
         report.problems.append(
-            Problem(str(d), "no clean-shutdown marker: data after the recovery points has not "
-                    "been recovered yet", severity="warning")
+            Problem(
+                str(d),
+                "no clean-shutdown marker: data after the recovery points has not "
+                "been recovered yet",
+                severity="warning",
+            )
         )
     recovery_points: dict[TopicPartition, int] = {}
-    for name in (RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE):
+    for name in (
+        RECOVERY_POINT_CHECKPOINT_FILE,
+        LOG_START_OFFSET_CHECKPOINT_FILE,
+        REPLICATION_OFFSET_CHECKPOINT_FILE,
+    ):
         path = d / name
         if not path.exists():
             continue
@@ -178,23 +194,35 @@ def _check_log_dir(d: Path, report: CheckReport, interval: int, progress: Progre
         end = ends.get(tp)
         if end is not None and point > end:
             report.problems.append(
-                Problem(str(d / RECOVERY_POINT_CHECKPOINT_FILE),
-                        f"recovery point {point} of {tp} is past its log end {end}", offset=point)
+                Problem(
+                    str(d / RECOVERY_POINT_CHECKPOINT_FILE),
+                    f"recovery point {point} of {tp} is past its log end {end}",
+                    offset=point,
+                )
             )
 
 
-def _check_partition(part: Path, report: CheckReport, interval: int, progress: Progress | None) -> int:
+def _check_partition(
+    part: Path, report: CheckReport, interval: int, progress: Progress | None
+) -> int:
     names = sorted(os.listdir(part))
-    bases = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit())
+    bases = sorted(
+        int(n[:20]) for n in names if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()
+    )
     present = set(names)
     for n in names:
         if n.endswith((SWAP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)) or n.endswith(".tmp"):
             report.problems.append(
                 Problem(str(part / n), "leftover of an interrupted operation", severity="warning")
             )
-        elif n[:20].isdigit() and n.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
-            if int(n[:20]) not in bases:
-                report.problems.append(Problem(str(part / n), "index of a segment whose log file is missing"))
+        elif (
+            n[:20].isdigit()
+            and n.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
+            and int(n[:20]) not in bases
+        ):
+            report.problems.append(
+                Problem(str(part / n), "index of a segment whose log file is missing")
+            )
     log_end = bases[0] if bases else 0
     for i, base in enumerate(bases):
         upper = bases[i + 1] if i + 1 < len(bases) else None
@@ -214,8 +242,12 @@ def _check_partition(part: Path, report: CheckReport, interval: int, progress: P
                 continue
             if offset > log_end:
                 report.problems.append(
-                    Problem(str(part / n), f"snapshot is past the log end {log_end}", offset=offset,
-                            severity="warning")
+                    Problem(
+                        str(part / n),
+                        f"snapshot is past the log end {log_end}",
+                        offset=offset,
+                        severity="warning",
+                    )
                 )
     epochs = part / LEADER_EPOCH_CHECKPOINT_FILE
     if epochs.exists():
@@ -231,16 +263,27 @@ def _check_partition(part: Path, report: CheckReport, interval: int, progress: P
 
 
 def _check_segment(
-    part: Path, base: int, upper: int | None, active: bool, present: set[str], report: CheckReport,
-    interval: int, progress: Progress | None,
+    part: Path,
+    base: int,
+    upper: int | None,
+    active: bool,
+    present: set[str],
+    report: CheckReport,
+    interval: int,
+    progress: Progress | None,
 ) -> int:
     path = part / file_name(base, LOG_SUFFIX)
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         scan = scan_segment(
-            fd, size, base, index_interval_bytes=interval, upper_bound=upper,
-            throttle=progress, where=(part.parent, str(path)),
+            fd,
+            size,
+            base,
+            index_interval_bytes=interval,
+            upper_bound=upper,
+            throttle=progress,
+            where=(part.parent, str(path)),
         )
     finally:
         os.close(fd)
@@ -248,16 +291,26 @@ def _check_segment(
     report.bytes_scanned += scan.valid_end
     if scan.truncated:
         report.problems.append(
-            Problem(str(path), scan.stop_reason or "invalid data", offset=scan.stop_offset
-                    if scan.stop_offset is not None else scan.next_offset, position=scan.valid_end)
+            Problem(
+                str(path),
+                scan.stop_reason or "invalid data",
+                offset=scan.stop_offset if scan.stop_offset is not None else scan.next_offset,
+                position=scan.valid_end,
+            )
         )
     for suffix, kind in ((INDEX_SUFFIX, "offset"), (TIME_INDEX_SUFFIX, "time")):
         name = file_name(base, suffix)
         if name not in present:
             if scan.batches:
-                report.problems.append(Problem(str(part / name), "missing (the loader rebuilds it)", severity="warning"))
+                report.problems.append(
+                    Problem(
+                        str(part / name), "missing (the loader rebuilds it)", severity="warning"
+                    )
+                )
             continue
-        index = (OffsetIndex if kind == "offset" else TimeIndex)(part / name, base, writable=False, log_dir=part.parent)
+        index = (OffsetIndex if kind == "offset" else TimeIndex)(
+            part / name, base, writable=False, log_dir=part.parent
+        )
         try:
             index.sanity_check()
             entries = list(index.iter_entries())

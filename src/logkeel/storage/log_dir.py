@@ -76,7 +76,9 @@ class MetaProperties:
             node = props.get("node.id", props.get("broker.id"))
             if node is None or "cluster.id" not in props:
                 raise MetaPropertiesError("cluster.id or node.id missing")
-            return cls(props["cluster.id"], int(node), props.get("directory.id") or random_uuid(), version)
+            return cls(
+                props["cluster.id"], int(node), props.get("directory.id") or random_uuid(), version
+            )
         except ValueError as exc:
             raise MetaPropertiesError(str(exc)) from exc
 
@@ -89,9 +91,15 @@ class LogDir:
         self.meta: MetaProperties | None = None
         self.offline_reason: str | None = None
         self._lock_fd: int | None = None
-        self.recovery_points = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT_FILE, self.path)
-        self.log_start_offsets = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT_FILE, self.path)
-        self.replication_offsets = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT_FILE, self.path)
+        self.recovery_points = OffsetCheckpointFile(
+            self.path / RECOVERY_POINT_CHECKPOINT_FILE, self.path
+        )
+        self.log_start_offsets = OffsetCheckpointFile(
+            self.path / LOG_START_OFFSET_CHECKPOINT_FILE, self.path
+        )
+        self.replication_offsets = OffsetCheckpointFile(
+            self.path / REPLICATION_OFFSET_CHECKPOINT_FILE, self.path
+        )
 
     def __repr__(self) -> str:
         return f"LogDir({self.path})"
@@ -111,7 +119,12 @@ class LogDir:
                 try:
                     meta = MetaProperties.parse(meta_path.read_text(errors="replace"))
                 except MetaPropertiesError as exc:
-                    log.warning("%s: %s is unreadable (%s); writing a new one", self.path, META_PROPERTIES, exc)
+                    log.warning(
+                        "%s: %s is unreadable (%s); writing a new one",
+                        self.path,
+                        META_PROPERTIES,
+                        exc,
+                    )
             if meta is not None and meta.cluster_id != cluster_id:
                 raise KafkaStorageError(
                     self.path,
@@ -122,7 +135,9 @@ class LogDir:
                     self.path, f"{META_PROPERTIES} belongs to node {meta.node_id}, not {node_id}"
                 )
             if meta is None or meta.version != 1:
-                meta = MetaProperties(cluster_id, node_id, meta.directory_id if meta else random_uuid())
+                meta = MetaProperties(
+                    cluster_id, node_id, meta.directory_id if meta else random_uuid()
+                )
                 atomic_write(meta_path, meta.render())
             self.meta = meta
 
@@ -132,7 +147,9 @@ class LogDir:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise KafkaStorageError(self.path, "locked by another process (is a broker running?)") from None
+            raise KafkaStorageError(
+                self.path, "locked by another process (is a broker running?)"
+            ) from None
         self._lock_fd = fd
 
     def close(self) -> None:
@@ -160,7 +177,9 @@ class LogDir:
         Written just before the clean-shutdown marker; each entry carries its dir's mtime, so
         a dir changed since (a file added, removed or renamed) is listed again.
         """
-        data = json.dumps({"version": _MANIFEST_VERSION, "partitions": partitions}, separators=(",", ":"))
+        data = json.dumps(
+            {"version": _MANIFEST_VERSION, "partitions": partitions}, separators=(",", ":")
+        )
         with io_guard(self.path, f"writing {STARTUP_MANIFEST}"):
             atomic_write(self.path / STARTUP_MANIFEST, data.encode())
 
@@ -175,7 +194,9 @@ class LogDir:
             raise
         try:
             data = json.loads(raw)
-            if data.get("version") != _MANIFEST_VERSION or not isinstance(data.get("partitions"), dict):
+            if data.get("version") != _MANIFEST_VERSION or not isinstance(
+                data.get("partitions"), dict
+            ):
                 raise ValueError("unknown manifest version")
             return data["partitions"]
         except (ValueError, AttributeError) as exc:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -37,7 +38,7 @@ from logkeel.storage.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.log_config import LogConfig
 from logkeel.storage.producer_snapshot import SNAPSHOT_SUFFIX, parse_snapshot_offset
 from logkeel.storage.producer_state import ProducerStateManager
-from logkeel.storage.replay import ProducerReplay, restore_scratch_state
+from logkeel.storage.replay import ProducerReplay, index_hint, restore_scratch_state
 from logkeel.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -93,7 +94,9 @@ class LoadReport:
 class RecoveryProgress:
     """Counts what unclean recovery has left to do, and logs it now and then (thread-safe)."""
 
-    def __init__(self, name: str, partitions: int, segments: int, nbytes: int, every_s: float = 1.0):
+    def __init__(
+        self, name: str, partitions: int, segments: int, nbytes: int, every_s: float = 1.0
+    ):
         self.name = name
         self.partitions = partitions
         self.segments = segments
@@ -181,7 +184,9 @@ class _Names:
     snapshots: list[str]
 
     def orphans(self) -> bool:
-        return any((stems - self.logs) for stems in (self.index_stems, self.time_stems, self.txn_stems))
+        return any(
+            (stems - self.logs) for stems in (self.index_stems, self.time_stems, self.txn_stems)
+        )
 
     def listing(self) -> PartitionListing:
         logs = self.logs
@@ -199,7 +204,12 @@ def _sort_names(names: list[str]) -> _Names:
     index_stems: set[str] = set()
     time_stems: set[str] = set()
     txn_stems: set[str] = set()
-    buckets = {LOG_SUFFIX: logs, INDEX_SUFFIX: index_stems, TIME_INDEX_SUFFIX: time_stems, TXN_INDEX_SUFFIX: txn_stems}
+    buckets = {
+        LOG_SUFFIX: logs,
+        INDEX_SUFFIX: index_stems,
+        TIME_INDEX_SUFFIX: time_stems,
+        TXN_INDEX_SUFFIX: txn_stems,
+    }
     others: list[str] = []
     for n in names:
         bucket = buckets.get(n[20:])
@@ -211,7 +221,10 @@ def _sort_names(names: list[str]) -> _Names:
         odd = [stem for stem in stems if not stem.isdigit()]
         stems.difference_update(odd)
     return _Names(
-        logs, index_stems, time_stems, txn_stems,
+        logs,
+        index_stems,
+        time_stems,
+        txn_stems,
         [n for n in others if n.endswith(_LEFTOVER_SUFFIXES)],
         [n for n in others if n.endswith(SNAPSHOT_SUFFIX)],
     )
@@ -259,7 +272,12 @@ def list_partition(directory: Path, report: LoadReport) -> PartitionListing:
     sorted into buckets in one pass (a partition may hold thousands of files).
     """
     names = _sort_names(os.listdir(directory))
-    logs, index_stems, time_stems, txn_stems = names.logs, names.index_stems, names.time_stems, names.txn_stems
+    logs, index_stems, time_stems, txn_stems = (
+        names.logs,
+        names.index_stems,
+        names.time_stems,
+        names.txn_stems,
+    )
     removed = False
     swaps: list[str] = []
     for name in names.leftovers:
@@ -287,7 +305,11 @@ def list_partition(directory: Path, report: LoadReport) -> PartitionListing:
             present.discard(stem)
         logs.add(stem)
         report.rebuilt_indexes.append(real)
-    for present, suffix in ((index_stems, INDEX_SUFFIX), (time_stems, TIME_INDEX_SUFFIX), (txn_stems, TXN_INDEX_SUFFIX)):
+    for present, suffix in (
+        (index_stems, INDEX_SUFFIX),
+        (time_stems, TIME_INDEX_SUFFIX),
+        (txn_stems, TXN_INDEX_SUFFIX),
+    ):
         for stem in present - logs:
             # The index of a segment whose log is gone: the data is lost, the index useless.
             (directory / (stem + suffix)).unlink(missing_ok=True)
@@ -310,17 +332,17 @@ def list_partition(directory: Path, report: LoadReport) -> PartitionListing:
 def recovery_plan(directory: Path, recovery_point: int | None) -> tuple[int, int]:
     """(segments, bytes) an unclean load of ``directory`` will rescan; read-only, for progress."""
     bases = sorted(
-        int(n[:20]) for n in os.listdir(directory) if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit()
+        int(n[:20])
+        for n in os.listdir(directory)
+        if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit()
     )
     rp = recovery_point or 0
     first = max((i for i, b in enumerate(bases) if b <= rp), default=0)
     todo = bases[first:]
     nbytes = 0
     for b in todo:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             nbytes += os.stat(directory / file_name(b, LOG_SUFFIX)).st_size
-        except FileNotFoundError:
-            pass
     return len(todo), nbytes
 
 
@@ -345,7 +367,9 @@ def load_partition(
     manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
     the directory listing and the leader-epoch checkpoint read."""
     if validation not in VALIDATION_MODES:
-        raise ValueError(f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}")
+        raise ValueError(
+            f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}"
+        )
     tp = TopicPartition.parse_dir_name(directory.name)
     report = LoadReport(tp)
     listing = listing_from_cache(directory, cached) if cached is not None and clean else None
@@ -356,7 +380,9 @@ def load_partition(
     start = max(log_start_offset or 0, 0)
     interval, max_index = config.index_interval_bytes, config.segment_index_bytes
     segments = [
-        LogSegment(directory, b, log_dir=log_dir, index_interval_bytes=interval, max_index_size=max_index)
+        LogSegment(
+            directory, b, log_dir=log_dir, index_interval_bytes=interval, max_index_size=max_index
+        )
         for b in listing.bases
     ]
     if not segments:
@@ -372,8 +398,10 @@ def load_partition(
             segment.missing_files = frozenset(missing)
     report.segments = len(segments)
     state = _ListedProducerState(
-        directory, listing.snapshots,
-        max_producer_id_expiration_ms=config.producer_id_expiration_ms, log_dir=log_dir,
+        directory,
+        listing.snapshots,
+        max_producer_id_expiration_ms=config.producer_id_expiration_ms,
+        log_dir=log_dir,
     )
     epochs, epochs_lost = _leader_epochs(directory, log_dir, report, cached)
     touched: set[int] = set()
@@ -383,8 +411,10 @@ def load_partition(
     # Which segments must be rescanned: the active one's tail after a clean shutdown, every
     # segment from the one holding the recovery point after a crash.
     rp = recovery_point or 0
-    first_unsafe = len(segments) - 1 if clean else max(
-        (i for i, s in enumerate(segments) if s.base_offset <= rp), default=0
+    first_unsafe = (
+        len(segments) - 1
+        if clean
+        else max((i for i, s in enumerate(segments) if s.base_offset <= rp), default=0)
     )
     # Every segment is validated in full once (CRC of every batch, indexes against them):
     # eagerly here, or lazily on first access / in the background. That includes the active
@@ -407,7 +437,11 @@ def load_partition(
         report.snapshot_offset = state.map_end_offset
     elif clean:
         log_end = _open_active_segment(
-            segments[-1], report, touched, segments[-1].base_offset in listing.has_txn_index, segments
+            segments[-1],
+            report,
+            touched,
+            segments[-1].base_offset in listing.has_txn_index,
+            segments,
         )
         state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
@@ -458,9 +492,17 @@ def load_partition(
                 segment.flush()
 
     plog = PartitionLog(
-        directory, tp, config, log_dir=log_dir, segments=segments, log_start_offset=start,
-        log_end_offset=log_end, recovery_point=log_end, producer_state=state,
-        leader_epochs=epochs, schedule_delete=schedule_delete,
+        directory,
+        tp,
+        config,
+        log_dir=log_dir,
+        segments=segments,
+        log_start_offset=start,
+        log_end_offset=log_end,
+        recovery_point=log_end,
+        producer_state=state,
+        leader_epochs=epochs,
+        schedule_delete=schedule_delete,
     )
     touched.update(s.base_offset for s in segments if s.opened)
     report.segments_opened = len(touched)
@@ -517,8 +559,12 @@ def _rebuild_leader_epochs(
 
 
 def _replay_headers(
-    replay: ProducerReplay, segments: list[LogSegment], from_offset: int, to_offset: int,
-    report: LoadReport, touched: set[int],
+    replay: ProducerReplay,
+    segments: list[LogSegment],
+    from_offset: int,
+    to_offset: int,
+    report: LoadReport,
+    touched: set[int],
 ) -> None:
     ends = [s.base_offset for s in segments[1:]] + [to_offset]
     for s, end in zip(segments, ends, strict=True):
@@ -534,15 +580,22 @@ def _replay_headers(
 
 
 def _validate_eagerly(
-    tp: TopicPartition, segments: list[LogSegment], count: int, bounds: dict[int, int | None],
-    report: LoadReport, touched: set[int], first: int = 0,
+    tp: TopicPartition,
+    segments: list[LogSegment],
+    count: int,
+    bounds: dict[int, int | None],
+    report: LoadReport,
+    touched: set[int],
+    first: int = 0,
 ) -> int | None:
     """Validates segments ``first`` to ``count - 1`` now; returns the cut offset if one was bad."""
     for i in range(first, count):
         segment = segments[i]
         touched.add(segment.base_offset)
         result = validate_segment(
-            segment, upper_bound=bounds[segment.base_offset], inactive=i < len(segments) - 1,
+            segment,
+            upper_bound=bounds[segment.base_offset],
+            inactive=i < len(segments) - 1,
             rebuild_txn_index=_eager_txn_rebuilder(segments),
         )
         report.segments_validated += 1
@@ -581,7 +634,7 @@ def _rebuild_txn_index(segment: LogSegment, segments: list[LogSegment]) -> list[
     for seg in segments:
         if seg.base_offset > segment.base_offset:
             break
-        position = seg.offset_index.lookup(offset).position if offset > seg.base_offset else 0
+        position = index_hint(seg, offset)
         try:
             for batch in seg.log.batches(position):
                 h = batch.header
@@ -595,7 +648,12 @@ def _rebuild_txn_index(segment: LogSegment, segments: list[LogSegment]) -> list[
                     if completed.is_aborted:
                         lso = state.last_stable_offset(completed)
                         collected.append(
-                            AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+                            AbortedTxn(
+                                completed.producer_id,
+                                completed.first_offset,
+                                completed.last_offset,
+                                lso,
+                            )
                         )
                     state.complete_txn(completed)
         except InvalidBatchError:
@@ -604,7 +662,12 @@ def _rebuild_txn_index(segment: LogSegment, segments: list[LogSegment]) -> list[
 
 
 def _cut_after(
-    tp: TopicPartition, segments: list[LogSegment], i: int, offset: int, truncated: int, report: LoadReport
+    tp: TopicPartition,
+    segments: list[LogSegment],
+    i: int,
+    offset: int,
+    truncated: int,
+    report: LoadReport,
 ) -> None:
     """Drops every segment after ``segments[i]`` (which was already cut) and reports the loss."""
     # Like PartitionLog.truncate_to: a segment left empty by the cut goes too (not the first).
@@ -617,7 +680,11 @@ def _cut_after(
     report.truncations.append(Truncation(tp.topic, tp.partition, offset, truncated + dropped))
     log.warning(
         "%s: truncated %d corrupt or partial bytes at offset %d (%d more bytes in %d later segments)",
-        tp, truncated, offset, dropped, len(later),
+        tp,
+        truncated,
+        offset,
+        dropped,
+        len(later),
     )
 
 
@@ -626,8 +693,12 @@ class _BadTail(Exception):
 
 
 def _repair_txn_index(
-    segment: LogSegment, segments: list[LogSegment], report: LoadReport, below: int | None = None,
-    *, force: bool = False,
+    segment: LogSegment,
+    segments: list[LogSegment],
+    report: LoadReport,
+    below: int | None = None,
+    *,
+    force: bool = False,
 ) -> None:
     """Rebuilds a transaction index that fails its sanity check, or any with ``force`` (entries
     up to ``below`` only: recovery re-adds the rest as it replays)."""
@@ -645,7 +716,10 @@ def _repair_txn_index(
 
 
 def _open_active_segment(
-    segment: LogSegment, report: LoadReport, touched: set[int], has_txn_index: bool = True,
+    segment: LogSegment,
+    report: LoadReport,
+    touched: set[int],
+    has_txn_index: bool = True,
     segments: list[LogSegment] | None = None,
 ) -> int:
     """Clean start: the active segment's indexes and tail are checked; a bad part is redone."""
@@ -679,7 +753,9 @@ def _open_active_segment(
             next_offset = h.next_offset
             end = batch.end
         if entries and start_offset is None:
-            raise CorruptIndexError(f"{segment.offset_index.path.name}: last entry {last} is past the data")
+            raise CorruptIndexError(
+                f"{segment.offset_index.path.name}: last entry {last} is past the data"
+            )
         if end != segment.size:
             raise _BadTail(f"{segment.size - end} bytes after the last complete batch")
         if segment.time_index.last_entry.offset >= max(next_offset, segment.base_offset + 1):
@@ -703,7 +779,9 @@ def _open_active_segment(
     report.bytes_scanned += result.valid_bytes - start
     if result.truncated_bytes:
         tp = report.tp
-        report.truncations.append(Truncation(tp.topic, tp.partition, result.next_offset, result.truncated_bytes))
+        report.truncations.append(
+            Truncation(tp.topic, tp.partition, result.next_offset, result.truncated_bytes)
+        )
     if segments is not None:
         _repair_txn_index(segment, segments, report, force=has_txn_index)
     segment.raw_txn_index.truncate_to(result.next_offset)
@@ -732,7 +810,14 @@ def _recover(
     replay = ProducerReplay(state, index_from=recovery_from)
     snapshot_at = max(state.map_end_offset, log_start)
     if snapshot_at < recovery_from:
-        _replay_headers(ProducerReplay(state, index_from=None), segments, snapshot_at, recovery_from, report, touched)
+        _replay_headers(
+            ProducerReplay(state, index_from=None),
+            segments,
+            snapshot_at,
+            recovery_from,
+            report,
+            touched,
+        )
     state.update_map_end_offset(max(state.map_end_offset, recovery_from))
 
     log_end = segments[first].base_offset
@@ -745,9 +830,12 @@ def _recover(
         if i == first and recovery_from > segment.base_offset:
             _repair_txn_index(segment, segments, report, below=recovery_from)
         # Entries below the recovery point stay; the replay re-adds the ones above it.
-        _truncate_txn_index(segment, start_offset if start_offset is not None else (
-            recovery_from if i == first else segment.base_offset
-        ))
+        _truncate_txn_index(
+            segment,
+            start_offset
+            if start_offset is not None
+            else (recovery_from if i == first else segment.base_offset),
+        )
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
 
         def on_batch(batch, segment=segment) -> None:
@@ -755,8 +843,12 @@ def _recover(
                 replay.feed(segment, batch)
 
         result = segment.rebuild_indexes_from(
-            position, start_offset, upper_bound=upper, min_offset=log_end if i > first else None,
-            on_batch=on_batch, keep_batches=False,
+            position,
+            start_offset,
+            upper_bound=upper,
+            min_offset=log_end if i > first else None,
+            on_batch=on_batch,
+            keep_batches=False,
         )
         report.segments_recovered += 1
         report.bytes_scanned += result.valid_bytes - position

@@ -22,7 +22,6 @@ from logkeel.storage.log import PartitionLog
 from logkeel.storage.log_config import LogConfig
 from logkeel.storage.log_dir import LogDir, random_uuid
 from logkeel.storage.log_loader import (
-    EAGER,
     LAZY,
     VALIDATION_MODES,
     LoadReport,
@@ -94,7 +93,8 @@ class StartupReport:
                 for t in self.truncations
             ],
             "offline": [
-                {"topic": tp.topic, "partition": tp.partition, "reason": why} for tp, why in self.offline
+                {"topic": tp.topic, "partition": tp.partition, "reason": why}
+                for tp, why in self.offline
             ],
             "offline_dirs": [{"dir": d, "reason": why} for d, why in self.offline_dirs],
             "missing_segments": [
@@ -180,7 +180,9 @@ class LogManager:
         return self._dir_of.get(tp)
 
     # -- start-up -------------------------------------------------------------------------------
-    def startup(self, *, start_background: bool = True, force_recovery: bool = False) -> StartupReport:
+    def startup(
+        self, *, start_background: bool = True, force_recovery: bool = False
+    ) -> StartupReport:
         """Opens every log dir and loads its partitions (see log_loader); one bad partition
         goes offline alone, one failed dir goes offline alone.
 
@@ -206,12 +208,23 @@ class LogManager:
         log.info(
             "loaded %d partitions (%d segments, %d opened, %d recovered, %d bytes scanned) from %d "
             "log dir(s) in %.0f ms%s",
-            report.partitions, report.segments, report.segments_opened, report.segments_recovered,
-            report.bytes_scanned, len(self.dirs), report.elapsed_ms,
+            report.partitions,
+            report.segments,
+            report.segments_opened,
+            report.segments_recovered,
+            report.bytes_scanned,
+            len(self.dirs),
+            report.elapsed_ms,
             "" if report.clean else " after an unclean shutdown",
         )
         for t in report.truncations:
-            log.warning("start-up truncated %s-%d at offset %d (%d bytes)", t.topic, t.partition, t.offset, t.bytes)
+            log.warning(
+                "start-up truncated %s-%d at offset %d (%d bytes)",
+                t.topic,
+                t.partition,
+                t.offset,
+                t.bytes,
+            )
         if start_background:
             self.start_background()
         return report
@@ -251,17 +264,27 @@ class LogManager:
             progress = RecoveryProgress(str(d.path), total, segments, nbytes)
             log.info(
                 "%s: unclean shutdown; recovering %d partitions (%d segments, %d bytes after "
-                "their recovery points)", d.path, total, segments, nbytes,
+                "their recovery points)",
+                d.path,
+                total,
+                segments,
+                nbytes,
             )
 
         def load(path: Path) -> tuple[Path, PartitionLog | None, LoadReport | None, str | None]:
             tp = TopicPartition.parse_dir_name(path.name)
             try:
                 plog, r = load_partition(
-                    path, self.config_for(tp.topic), log_dir=d.path,
-                    recovery_point=recovery_points.get(tp), log_start_offset=start_offsets.get(tp),
-                    clean=clean, schedule_delete=self._schedule_delete,
-                    validation=self.startup_validation, validator=self.validator, progress=progress,
+                    path,
+                    self.config_for(tp.topic),
+                    log_dir=d.path,
+                    recovery_point=recovery_points.get(tp),
+                    log_start_offset=start_offsets.get(tp),
+                    clean=clean,
+                    schedule_delete=self._schedule_delete,
+                    validation=self.startup_validation,
+                    validator=self.validator,
+                    progress=progress,
                     cached=manifest.get(path.name),
                 )
             except KafkaStorageError as exc:
@@ -283,7 +306,9 @@ class LogManager:
                 plog.producer_state.on_high_watermark_updated(plog.high_watermark)
             return path, plog, r, None
 
-        with ThreadPoolExecutor(self.recovery_threads_per_dir, thread_name_prefix="log-recovery") as pool:
+        with ThreadPoolExecutor(
+            self.recovery_threads_per_dir, thread_name_prefix="log-recovery"
+        ) as pool:
             for path, plog, r, error in pool.map(load, partition_dirs):
                 tp = TopicPartition.parse_dir_name(path.name)
                 if plog is None or r is None:
@@ -309,7 +334,9 @@ class LogManager:
     def get_log(self, tp: TopicPartition) -> PartitionLog | None:
         return self.logs.get(tp)
 
-    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> PartitionLog:
+    def get_or_create_log(
+        self, tp: TopicPartition, config: LogConfig | None = None
+    ) -> PartitionLog:
         with self._lock:
             existing = self.logs.get(tp)
             if existing is not None:
@@ -323,8 +350,13 @@ class LogManager:
             with io_guard(d.path, f"creating {path}"):
                 path.mkdir(exist_ok=True)
             plog, _ = load_partition(
-                path, config or self.config_for(tp.topic), log_dir=d.path, recovery_point=0,
-                log_start_offset=0, clean=True, schedule_delete=self._schedule_delete,
+                path,
+                config or self.config_for(tp.topic),
+                log_dir=d.path,
+                recovery_point=0,
+                log_start_offset=0,
+                clean=True,
+                schedule_delete=self._schedule_delete,
                 validator=self.validator,
             )
             self.logs[tp] = plog
@@ -369,15 +401,23 @@ class LogManager:
     # -- background work ------------------------------------------------------------------------
     def start_background(self) -> None:
         iv = self.intervals
-        self.scheduler.schedule(self._guarded(self.flush_dirty_logs), iv.flush_check_ms / 1000, iv.flush_check_ms / 1000)
         self.scheduler.schedule(
-            self._guarded(self.checkpoint_all), iv.recovery_checkpoint_ms / 1000, iv.recovery_checkpoint_ms / 1000
+            self._guarded(self.flush_dirty_logs), iv.flush_check_ms / 1000, iv.flush_check_ms / 1000
         )
         self.scheduler.schedule(
-            self._guarded(self.run_retention), iv.retention_check_ms / 1000, iv.retention_check_ms / 1000
+            self._guarded(self.checkpoint_all),
+            iv.recovery_checkpoint_ms / 1000,
+            iv.recovery_checkpoint_ms / 1000,
         )
         self.scheduler.schedule(
-            self._guarded(self.flush_for_recovery), iv.recovery_flush_ms / 1000, iv.recovery_flush_ms / 1000
+            self._guarded(self.run_retention),
+            iv.retention_check_ms / 1000,
+            iv.retention_check_ms / 1000,
+        )
+        self.scheduler.schedule(
+            self._guarded(self.flush_for_recovery),
+            iv.recovery_flush_ms / 1000,
+            iv.recovery_flush_ms / 1000,
         )
         self.scheduler.start()
         self.validator.start()
@@ -414,7 +454,15 @@ class LogManager:
     def flush_for_recovery(self) -> None:
         """Flushes every log to its end and checkpoints the recovery points (AKIP-2): after a
         kill -9 only what was appended since is replayed."""
-        self._each_log(lambda plog: plog.flush())
+        def flush(plog: PartitionLog) -> None:
+            plog.flush()
+            with plog.lock:
+                # With nothing appended since the flush, a producer snapshot here sits exactly
+                # at the recovery point: recovery then replays only what came after it.
+                if plog.producer_state.map_end_offset == plog.recovery_point:
+                    plog.producer_state.take_snapshot()
+
+        self._each_log(flush)
         self.checkpoint_all()
 
     def run_retention(self) -> int:
@@ -471,6 +519,7 @@ class LogManager:
         with self._lock:
             doomed = [tp for tp, owner in self._dir_of.items() if owner is d]
             for tp in doomed:
+                self.validator.forget(tp)  # nothing more is read from a failed dir
                 plog = self.logs.pop(tp)
                 self._dir_of.pop(tp)
                 self.offline_partitions[tp] = f"log dir {d.path} is offline"

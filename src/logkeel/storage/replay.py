@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.batch import BatchHeader
-from logkeel.storage.errors import CorruptSnapshotError, io_guard
+from logkeel.storage.errors import CorruptIndexError, CorruptSnapshotError, io_guard
 from logkeel.storage.file_records import BatchPosition
 from logkeel.storage.producer_snapshot import read_snapshot
 from logkeel.storage.producer_state import ProducerStateEntry, ProducerStateManager
@@ -52,15 +52,23 @@ class ProducerReplay:
         completed = self.state.load_batch(h, batch=data)
         if completed is None:
             return
-        if completed.is_aborted and self.index_from is not None and completed.last_offset >= self.index_from:
+        if (
+            completed.is_aborted
+            and self.index_from is not None
+            and completed.last_offset >= self.index_from
+        ):
             lso = self.state.last_stable_offset(completed)
-            txn = AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+            txn = AbortedTxn(
+                completed.producer_id, completed.first_offset, completed.last_offset, lso
+            )
             self.collected.append(txn)
             segment.append_aborted_txn(txn)
             self.stats.aborted_txns += 1
         self.state.complete_txn(completed)
 
-    def replay_headers(self, segments: Iterable[LogSegment], from_offset: int, to_offset: int) -> None:
+    def replay_headers(
+        self, segments: Iterable[LogSegment], from_offset: int, to_offset: int
+    ) -> None:
         """Replays [from_offset, to_offset) from already-validated data, headers only."""
         segments = list(segments)
         nexts = [s.base_offset for s in segments[1:]] + [None]
@@ -69,10 +77,7 @@ class ProducerReplay:
                 break
             if next_base is not None and next_base <= from_offset:
                 continue
-            position = 0
-            if from_offset > segment.base_offset:
-                hint = segment.offset_index.lookup(from_offset)
-                position = hint.position
+            position = index_hint(segment, from_offset)
             for batch in segment.log.batches(position):
                 h = batch.header
                 if h.last_offset < from_offset:
@@ -80,6 +85,19 @@ class ProducerReplay:
                 if h.base_offset >= to_offset:
                     break
                 self.feed(segment, batch)
+
+
+def index_hint(segment: LogSegment, offset: int) -> int:
+    """Where to start reading for ``offset``, from an index that may not be validated yet:
+    anything doubtful means the start of the segment."""
+    if offset <= segment.base_offset:
+        return 0
+    try:
+        segment.offset_index.sanity_check()
+        position = segment.offset_index.lookup(offset).position
+    except (CorruptIndexError, ValueError):
+        return 0
+    return position if 0 <= position <= segment.size else 0
 
 
 def restore_scratch_state(

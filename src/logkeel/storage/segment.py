@@ -105,8 +105,10 @@ class LogSegment:
         index = self._offset_index
         if index is None:
             index = self._offset_index = OffsetIndex(
-                self.dir / file_name(self.base_offset, INDEX_SUFFIX), self.base_offset,
-                self.max_index_size, log_dir=self.log_dir,
+                self.dir / file_name(self.base_offset, INDEX_SUFFIX),
+                self.base_offset,
+                self.max_index_size,
+                log_dir=self.log_dir,
             )
         return index
 
@@ -115,8 +117,10 @@ class LogSegment:
         index = self._time_index
         if index is None:
             index = self._time_index = TimeIndex(
-                self.dir / file_name(self.base_offset, TIME_INDEX_SUFFIX), self.base_offset,
-                self.max_index_size, log_dir=self.log_dir,
+                self.dir / file_name(self.base_offset, TIME_INDEX_SUFFIX),
+                self.base_offset,
+                self.max_index_size,
+                log_dir=self.log_dir,
             )
         return index
 
@@ -126,7 +130,8 @@ class LogSegment:
         index = self._txn_index
         if index is None:
             index = self._txn_index = TransactionIndex(
-                self.dir / file_name(self.base_offset, TXN_INDEX_SUFFIX), self.base_offset,
+                self.dir / file_name(self.base_offset, TXN_INDEX_SUFFIX),
+                self.base_offset,
                 log_dir=self.log_dir,
             )
         return index
@@ -196,7 +201,9 @@ class LogSegment:
                 else:
                     self.ensure_valid()
             entry = self.time_index.last_entry
-            self._max_timestamp = (entry.timestamp, entry.offset) if entry else (NO_TIMESTAMP, self.base_offset)
+            self._max_timestamp = (
+                (entry.timestamp, entry.offset) if entry else (NO_TIMESTAMP, self.base_offset)
+            )
         return self._max_timestamp
 
     def largest_timestamp_for_retention(self) -> int:
@@ -213,8 +220,14 @@ class LogSegment:
         return 0 <= last_offset - self.base_offset <= _INT32_MAX
 
     def should_roll(
-        self, *, incoming_bytes: int, last_offset: int, max_timestamp: int, segment_bytes: int,
-        roll_ms: int, now_ms: int,
+        self,
+        *,
+        incoming_bytes: int,
+        last_offset: int,
+        max_timestamp: int,
+        segment_bytes: int,
+        roll_ms: int,
+        now_ms: int,
     ) -> bool:
         if self.size == 0:
             return not self.can_hold(last_offset)
@@ -235,7 +248,9 @@ class LogSegment:
         return now_ms - self.created_ms
 
     def append(
-        self, buffers: Sequence[bytes | bytearray | memoryview], batches: Iterable[tuple[int, BatchHeader]]
+        self,
+        buffers: Sequence[bytes | bytearray | memoryview],
+        batches: Iterable[tuple[int, BatchHeader]],
     ) -> None:
         """Appends whole batches, the concatenation of ``buffers``; ``batches`` are
         (position within that concatenation, header).
@@ -298,7 +313,11 @@ class LogSegment:
                 return
 
     def read(
-        self, start_offset: int, max_size: int, *, max_offset: int | None = None,
+        self,
+        start_offset: int,
+        max_size: int,
+        *,
+        max_offset: int | None = None,
         min_one_message: bool = False,
     ) -> SegmentReadInfo | None:
         """Batches from the one holding ``start_offset``, at most ``max_size`` bytes of them.
@@ -317,10 +336,14 @@ class LogSegment:
         if max_offset is not None:
             stop = self.find_position(max_offset)
             if stop is not None:
-                limit = min(limit, stop.position if stop.header.base_offset >= max_offset else stop.end)
+                limit = min(
+                    limit, stop.position if stop.header.base_offset >= max_offset else stop.end
+                )
         if first.end > limit:
             size = first.header.size if min_one_message else 0
-            return SegmentReadInfo(start_offset, first.position, self.log.region(first.position, size))
+            return SegmentReadInfo(
+                start_offset, first.position, self.log.region(first.position, size)
+            )
         hint = self.offset_index.lookup_by_position(limit)
         end = first.end
         scan_from = end if hint is None or hint.position <= end else hint.position
@@ -330,7 +353,9 @@ class LogSegment:
             if batch.end > limit:
                 break
             end = batch.end
-        return SegmentReadInfo(start_offset, first.position, self.log.region(first.position, end - first.position))
+        return SegmentReadInfo(
+            start_offset, first.position, self.log.region(first.position, end - first.position)
+        )
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in this segment (base offset when empty)."""
@@ -342,7 +367,9 @@ class LogSegment:
             next_offset = batch.header.next_offset
         return next_offset
 
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record batch with max timestamp ≥ ``timestamp``.
 
         The caller decodes that batch to find the exact record, as Kafka does.
@@ -462,7 +489,11 @@ class LogSegment:
 
     # -- files ------------------------------------------------------------------------------
     def close(self) -> None:
-        if self._time_index is not None and self._time_index.is_loaded and self._max_timestamp is not None:
+        if (
+            self._time_index is not None
+            and self._time_index.is_loaded
+            and self._max_timestamp is not None
+        ):
             ts, ts_offset = self._max_timestamp
             self._time_index.maybe_append(ts, ts_offset, skip_full_check=True)
         for f in (self._offset_index, self._time_index, self._txn_index, self._log):

@@ -271,9 +271,13 @@ def validate_segment(
     records = segment.log
     size = records.size
     scan = scan_segment(
-        records.fd, size, segment.base_offset,
-        index_interval_bytes=segment.index_interval_bytes, upper_bound=upper_bound,
-        throttle=throttle, where=(segment.log_dir, str(records.path)),
+        records.fd,
+        size,
+        segment.base_offset,
+        index_interval_bytes=segment.index_interval_bytes,
+        upper_bound=upper_bound,
+        throttle=throttle,
+        where=(segment.log_dir, str(records.path)),
     )
     result = SegmentValidation(segment.base_offset, size, scan.valid_end, scan.next_offset)
     names = {
@@ -301,7 +305,9 @@ def validate_segment(
         bad["offset"] = problem
     try:
         segment.time_index.sanity_check()
-        problem = time_index_problem(scan, list(segment.time_index.iter_entries()), inactive=inactive)
+        problem = time_index_problem(
+            scan, list(segment.time_index.iter_entries()), inactive=inactive
+        )
     except (CorruptIndexError, ValueError) as exc:
         problem = str(exc)
     if problem and "time" not in bad:
@@ -339,7 +345,9 @@ def validate_segment(
     return result
 
 
-def active_prefix_scan(segment: LogSegment, throttle: Throttle | None = None) -> SegmentValidation | None:
+def active_prefix_scan(
+    segment: LogSegment, throttle: Throttle | None = None
+) -> SegmentValidation | None:
     """Checks the active segment up to its current size without changing anything; returns
     the result if all is well there, None if it needs repair (see validate_segment).
 
@@ -360,8 +368,11 @@ def active_prefix_scan(segment: LogSegment, throttle: Throttle | None = None) ->
     records = segment.log
     size = records.size
     scan = scan_segment(
-        records.fd, size, segment.base_offset,
-        index_interval_bytes=segment.index_interval_bytes, throttle=throttle,
+        records.fd,
+        size,
+        segment.base_offset,
+        index_interval_bytes=segment.index_interval_bytes,
+        throttle=throttle,
         where=(segment.log_dir, str(records.path)),
     )
     if scan.truncated:
@@ -473,7 +484,9 @@ class PartitionValidation:
         segments = self.plog.segments if self.plog is not None else self.segments
         return [s for s in segments if s.validator is self]
 
-    def validate(self, segment: LogSegment, throttle: Throttle | None = None) -> SegmentValidation | None:
+    def validate(
+        self, segment: LogSegment, throttle: Throttle | None = None
+    ) -> SegmentValidation | None:
         plog = self.plog
         if plog is not None and plog.active_segment is segment:
             return self._validate_active(plog, segment, throttle)
@@ -487,7 +500,9 @@ class PartitionValidation:
         self._done(segment, result)
         return result
 
-    def _validate_active(self, plog, segment: LogSegment, throttle: Throttle | None) -> SegmentValidation | None:
+    def _validate_active(
+        self, plog, segment: LogSegment, throttle: Throttle | None
+    ) -> SegmentValidation | None:
         """The active segment takes appends meanwhile: its prefix is checked without blocking
         them; only a repair (rare) holds the log's lock, so nothing is appended to a segment
         whose indexes are being rebuilt or whose tail is being cut."""
@@ -506,19 +521,26 @@ class PartitionValidation:
             result = self._run(segment, None, inactive=plog.active_segment is not segment)
             if result is not None and result.truncated:
                 # At once, under the same lock: an append must not land after the cut.
-                repair = apply_cut(self, result.next_offset, result.truncated_bytes, result.stop_reason or "")
+                repair = apply_cut(
+                    self, result.next_offset, result.truncated_bytes, result.stop_reason or ""
+                )
                 if repair is not None and self.service is not None:
                     self.service.note_repair(repair)
                 result.cut_applied = True
         self._done(segment, result)
         return result
 
-    def _run(self, segment: LogSegment, throttle: Throttle | None, *, inactive: bool) -> SegmentValidation | None:
+    def _run(
+        self, segment: LogSegment, throttle: Throttle | None, *, inactive: bool
+    ) -> SegmentValidation | None:
         segment.validator = None
         try:
             return validate_segment(
-                segment, upper_bound=self.upper_bounds.get(segment.base_offset),
-                inactive=inactive, throttle=throttle, rebuild_txn_index=self._rebuild_txn,
+                segment,
+                upper_bound=self.upper_bounds.get(segment.base_offset),
+                inactive=inactive,
+                throttle=throttle,
+                rebuild_txn_index=self._rebuild_txn,
             )
         except _Stopped:
             segment.validator = self
@@ -564,7 +586,10 @@ def apply_cut(ctx: PartitionValidation, offset: int, nbytes: int, reason: str) -
     repair = Repair(ctx.tp, offset, nbytes + dropped, reason)
     log.warning(
         "%s: corrupt data found by validation (%s); truncated at offset %d (%d bytes)",
-        ctx.tp, reason, offset, repair.bytes,
+        ctx.tp,
+        reason,
+        offset,
+        repair.bytes,
     )
     return repair
 
@@ -614,7 +639,9 @@ class SegmentValidator:
         return sum(len(p.pending()) for p in parts)
 
     # -- callbacks from PartitionValidation ----------------------------------------------
-    def validated(self, ctx: PartitionValidation, segment: LogSegment, result: SegmentValidation) -> None:
+    def validated(
+        self, ctx: PartitionValidation, segment: LogSegment, result: SegmentValidation
+    ) -> None:
         with self._lock:
             self.segments_validated += 1
             self.bytes_scanned += result.bytes_scanned

@@ -1,0 +1,121 @@
+"""Offset planning and option parsing on their own (no Spark job, no broker)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from logkeel.spark import options as opts
+from logkeel.spark.kafka_source import OffsetRange, from_json, rate_limit, split_ranges, to_json
+from logkeel.spark.session import JavaMissingError, require_java
+
+
+def test_split_ranges_leaves_small_ranges_whole_and_cuts_large_ones():
+    ranges = [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 5, 15), OffsetRange("t", 2, 0, 10)]
+    out = split_ranges(ranges, 10)
+    assert [r for r in out if r.partition != 0] == ranges[1:]
+    big = [r for r in out if r.partition == 0]
+    assert len(big) == 8 and [r.size for r in big] == [125] * 8
+    assert len(out) == 10
+
+
+def test_split_ranges_without_min_partitions_drops_only_empty_ranges():
+    ranges = [OffsetRange("t", 0, 3, 3), OffsetRange("t", 1, 0, 4)]
+    assert split_ranges(ranges, None) == [ranges[1]]
+    assert split_ranges(ranges, 1) == [ranges[1]]
+
+
+@given(
+    sizes=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
+    min_partitions=st.none() | st.integers(1, 64),
+)
+def test_split_ranges_covers_every_offset_once(sizes, min_partitions):
+    ranges = [OffsetRange("t", p, 100 * p, 100 * p + n) for p, n in enumerate(sizes)]
+    out = split_ranges(ranges, min_partitions)
+    for r in ranges:
+        pieces = sorted((x for x in out if x.partition == r.partition), key=lambda x: x.from_offset)
+        covered = [o for x in pieces for o in range(x.from_offset, x.until_offset)]
+        assert covered == list(range(r.from_offset, r.until_offset))
+        assert all(x.size > 0 for x in pieces)
+
+
+@given(
+    backlog=st.dictionaries(st.integers(0, 5), st.integers(0, 10_000), min_size=1),
+    limit=st.integers(1, 5000),
+)
+def test_rate_limit_admits_about_the_limit_and_starves_no_partition(backlog, limit):
+    begin = {("t", p): 1000 for p in backlog}
+    latest = {("t", p): 1000 + n for p, n in backlog.items()}
+    end = rate_limit(limit, begin, latest)
+    admitted = {tp: end[tp] - begin[tp] for tp in latest}
+    assert all(0 <= admitted[tp] <= latest[tp] - begin[tp] for tp in latest)
+    waiting = [tp for tp in latest if latest[tp] > begin[tp]]
+    assert all(admitted[tp] >= 1 for tp in waiting)  # every partition with a backlog moves
+    # Rounding up small shares can exceed the limit by at most one record per partition.
+    assert sum(admitted.values()) <= limit + len(waiting)
+    if sum(latest[tp] - begin[tp] for tp in latest) <= limit:
+        assert end == latest
+
+
+def test_offsets_json_round_trips_in_sparks_shape():
+    offsets = {("a", 0): 5, ("a", 1): 7, ("b", 0): 0}
+    assert to_json(offsets) == {"a": {"0": 5, "1": 7}, "b": {"0": 0}}
+    assert from_json(to_json(offsets)) == offsets
+
+
+def test_topic_selection():
+    assert opts.TopicSelection.parse({"subscribe": " a, b ,"}).topics == ("a", "b")
+    pattern = opts.TopicSelection.parse({"subscribepattern": "ord.*"})
+    assert pattern.matches("orders") and not pattern.matches("my-orders")
+    assign = opts.TopicSelection.parse({"assign": '{"a":[1,0],"b":[2]}'})
+    assert assign.assigned == (("a", 0), ("a", 1), ("b", 2))
+    assert assign.selects("a", 1) and not assign.selects("a", 2)
+    everything = opts.TopicSelection.parse({}, required=False)
+    assert everything.selects("anything", 9)
+    with pytest.raises(opts.OptionError, match="must be specified"):
+        opts.TopicSelection.parse({})
+    with pytest.raises(opts.OptionError, match="only one"):
+        opts.TopicSelection.parse({"subscribe": "a", "subscribepattern": "b"})
+    with pytest.raises(opts.OptionError, match="assign"):
+        opts.TopicSelection.parse({"assign": '{"a":[true]}'})
+
+
+def test_offset_specs():
+    spec = opts.parse_offsets(
+        {"startingoffsets": '{"a":{"0":23,"1":-2}}'}, "startingOffsets", "earliest"
+    )
+    assert spec.for_partition("a", 0) == 23 and spec.for_partition("a", 1) == opts.EARLIEST
+    assert spec.for_partition("a", 9) == opts.EARLIEST  # left out: from the start
+    ending = opts.parse_offsets({}, "endingOffsets", "latest", allow_earliest=False)
+    assert ending.for_partition("x", 0) == opts.LATEST
+    with pytest.raises(opts.OptionError, match="latest"):
+        opts.parse_offsets(
+            {"startingoffsets": '{"a":{"0":-1}}'}, "startingOffsets", "earliest", allow_latest=False
+        )
+    with pytest.raises(opts.OptionError, match="negative"):
+        opts.parse_offsets({"startingoffsets": '{"a":{"0":-3}}'}, "startingOffsets", "earliest")
+    with pytest.raises(opts.OptionError, match="expected"):
+        opts.parse_offsets({"startingoffsets": "soon"}, "startingOffsets", "earliest")
+    times = opts.parse_timestamps({"startingoffsetsbytimestamp": '{"a":{"0":1000}}'}, "starting")
+    assert times.for_partition("a", 0) == 1000 and times.for_partition("a", 1) is None
+    single = opts.parse_timestamps(
+        {"startingtimestamp": "5", "startingoffsetsbytimestamp": "{}"}, "starting"
+    )
+    assert single.for_partition("z", 3) == 5
+
+
+def test_kafka_params_strip_the_prefix_and_refuse_what_spark_refuses():
+    params = opts.kafka_params(
+        {"kafka.bootstrap.servers": "h:1", "kafka.client.id": "c", "subscribe": "t"}
+    )
+    assert params == {"bootstrap.servers": "h:1", "client.id": "c"}
+    with pytest.raises(opts.OptionError, match="enable.auto.commit"):
+        opts.kafka_params({"kafka.enable.auto.commit": "true"})
+
+
+def test_missing_java_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaMissingError, match="openjdk-17-jre-headless"):
+        require_java()
