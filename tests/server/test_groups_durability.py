@@ -14,7 +14,15 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.brokerproc import BrokerProcess
-from tests.server.groups_clients import CLIENTS, Member, Rec, close_all, create_topic, poll_until, produce
+from tests.server.groups_clients import (
+    CLIENTS,
+    Member,
+    Rec,
+    close_all,
+    create_topic,
+    poll_until,
+    produce,
+)
 
 PARTITIONS = 4
 PER_PARTITION = 10
@@ -67,7 +75,9 @@ def test_committed_offsets_survive_restart(broker: BrokerProcess, client: str, h
         assert second.committed(range(PARTITIONS)) == commit_at
         resumed: list[Rec] = []
         expected = {(p, o) for p in range(PARTITIONS) for o in range(commit_at[p], PER_PARTITION)}
-        poll_until([second], lambda: len(resumed) >= len(expected), resumed, what="the resumed read")
+        poll_until(
+            [second], lambda: len(resumed) >= len(expected), resumed, what="the resumed read"
+        )
         assert sorted((p, o) for p, o, _ in resumed) == sorted(expected)
     finally:
         close_all(members)
@@ -77,12 +87,15 @@ def test_groups_and_simple_commits_reload_after_kill(broker: BrokerProcess) -> N
     """Many commits to many groups, then ``kill -9``: every group's last commit is reloaded."""
     topic = "durable-many"
     create_topic(broker.bootstrap, topic, PARTITIONS)
-    groups = [f"many-{i}" for i in range(12)]
+    groups = [f"many-{i}" for i in range(6)]
     for i, g in enumerate(groups):
         c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": g})
         for round_ in range(3):
             c.commit(
-                offsets=[confluent_kafka.TopicPartition(topic, p, 10 * round_ + i + p) for p in range(PARTITIONS)],
+                offsets=[
+                    confluent_kafka.TopicPartition(topic, p, 10 * round_ + i + p)
+                    for p in range(PARTITIONS)
+                ],
                 asynchronous=False,
             )
         c.close()

@@ -59,6 +59,7 @@ from logkeel.server.group_log import (
     StoreError,
 )
 from logkeel.server.group_records import (
+    OFFSETS_TOPIC,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -343,6 +344,7 @@ class GroupCoordinator:
         self._num_partitions: int | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._active = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -357,6 +359,45 @@ class GroupCoordinator:
             for p in range(n):
                 self._spawn(self._load_partition(p))
         self._schedule_expiry()
+        if self._broker is not None:
+            self._loop = asyncio.get_running_loop()
+            self._broker.metadata.add_listener(self._on_metadata_change)
+
+    def _on_metadata_change(self, topic: str, state: Any) -> None:
+        """Metadata listener (any thread): a deleted topic's committed offsets go too."""
+        loop = self._loop
+        if state is not None or topic == OFFSETS_TOPIC or loop is None or loop.is_closed():
+            return
+
+        def schedule() -> None:
+            if self._active:
+                self._spawn(self.delete_topic_offsets(topic))
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            schedule()
+        else:
+            loop.call_soon_threadsafe(schedule)
+
+    async def delete_topic_offsets(self, topic: str) -> int:
+        """Writes tombstones for every group's offsets of ``topic``; returns how many."""
+        removed = 0
+        for group in list(self._groups.values()):
+            doomed = [tp for tp in group.offsets if tp[0] == topic]
+            if not doomed or self._check_group(group.group_id) != ErrorCode.none:
+                continue
+            records = [offset_commit_record(group.group_id, t, p, None) for t, p in doomed]
+            if await self._write(group.group_id, records) != ErrorCode.none:
+                continue
+            for tp in doomed:
+                group.offsets.pop(tp, None)
+            removed += len(doomed)
+        if removed:
+            log.info("deleted %d committed offsets of deleted topic %s", removed, topic)
+        return removed
 
     async def stop(self) -> None:
         """Answers every parked JoinGroup/SyncGroup with NOT_COORDINATOR and stops the timers."""
@@ -1472,12 +1513,17 @@ class GroupCoordinator:
             return ErrorCode.group_id_not_found
         if not group.is_empty:
             return ErrorCode.non_empty_group
-        records = [offset_commit_record(group_id, t, p, None) for (t, p) in group.offsets]
+        doomed = list(group.offsets)
+        records = [offset_commit_record(group_id, t, p, None) for (t, p) in doomed]
         records.append(group_metadata_record(group_id, None))
         code = await self._write(group_id, records)
         if code != ErrorCode.none:
             return code
-        if self._groups.get(group_id) is group:
+        for tp in doomed:
+            group.offsets.pop(tp, None)
+        # A member may have joined while the tombstones were written: the group then lives on
+        # (its next generation is written again), without the deleted offsets.
+        if self._groups.get(group_id) is group and group.is_empty:
             self._remove_group(group)
         log.info("group %s: deleted", group_id)
         return ErrorCode.none

@@ -16,10 +16,10 @@ included, so a log dir written by Kafka loads too.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
+    "OFFSETS_TOPIC",
     "GROUP_METADATA_KEY_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
     "OFFSET_COMMIT_KEY_VERSION",
@@ -37,7 +37,9 @@ __all__ = [
     "encode_group_metadata_value",
     "encode_offset_commit_key",
     "encode_offset_commit_value",
+    "group_metadata_record",
     "java_string_hash",
+    "offset_commit_record",
     "partition_for",
 ]
 
@@ -371,7 +373,3 @@ def group_metadata_record(
     """(key, value) of a group's metadata; a None value makes the tombstone."""
     key = encode_group_metadata_key(group)
     return key, None if value is None else encode_group_metadata_value(value)
-
-
-def keys_of(records: Iterable[tuple[bytes, bytes | None]]) -> list[bytes]:
-    return [k for k, _ in records]

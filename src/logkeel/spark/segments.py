@@ -16,12 +16,14 @@ Corruption is data here, not an error, unless asked (``mode``):
 
 Options: ``subscribe`` / ``subscribePattern`` / ``assign`` select partitions as in the Kafka
 connector (default: all); ``includeHeaders``; ``maxPartitionBytes`` (default 128 MiB) bounds
-the segment bytes one Spark task reads.
+the segment bytes one Spark task reads, ``minPartitions`` (default: the cores) how many tasks
+small inputs are spread over; a segment file is never split.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +48,7 @@ DROPMALFORMED = "DROPMALFORMED"
 FAILFAST = "FAILFAST"
 _MODES = (PERMISSIVE, DROPMALFORMED, FAILFAST)
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+MIN_SPLIT_BYTES = 4 * 1024 * 1024  # below this a task costs more than it reads (openCostInBytes)
 ROWS_PER_ARROW_BATCH = 8192
 _COMPRESSION_NAMES = {c.value: c.name.lower() for c in CompressionType}
 
@@ -106,6 +109,7 @@ class SegmentReader(DataSourceReader):
         self.max_partition_bytes = opts.get_int(
             options, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES, minimum=1
         )
+        self.min_partitions = opts.get_int(options, "minPartitions", None, minimum=1)
         self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
@@ -115,7 +119,16 @@ class SegmentReader(DataSourceReader):
             if self.selection.selects(*replica.topic_partition)
             for seg in list_segments(replica)
         ]
-        return pack_segments(segments, self.max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES)
+        # As Spark's file sources: small inputs are spread over about as many tasks as there are
+        # cores (the planner runs without a SparkContext, so this machine's cores stand in for
+        # spark.default.parallelism), large ones cut at maxPartitionBytes.
+        wanted = self.min_partitions or os.cpu_count() or 1
+        total = sum(seg.size for seg in segments)
+        target = min(
+            self.max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES,
+            max(MIN_SPLIT_BYTES, -(-total // wanted)),
+        )
+        return pack_segments(segments, target)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SegmentPartition)

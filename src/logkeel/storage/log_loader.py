@@ -478,18 +478,23 @@ def load_partition(
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(start)
 
+    touched.update(s.base_offset for s in segments if s.opened)
     for segment in segments[:-1]:
         if segment.opened:
             segment.on_becoming_inactive()
+            if not clean:
+                segment.flush()
+            # Inactive segments read during the load (replay, eager validation) need not keep
+            # a descriptor and two maps each: at thousands of partitions that exhausts fds.
+            segment.close()
     active = segments[-1]
-    active.make_active()
+    # The indexes grow to their preallocated size on the first append, not at start-up.
+    active.make_active(lazily=True)
     active.resume_indexing()
     if not clean:
         # What recovery wrote (index entries, truncations) is made durable before the
         # recovery point claims it.
-        for segment in segments:
-            if segment.opened:
-                segment.flush()
+        active.flush()
 
     plog = PartitionLog(
         directory,
@@ -504,7 +509,6 @@ def load_partition(
         leader_epochs=epochs,
         schedule_delete=schedule_delete,
     )
-    touched.update(s.base_offset for s in segments if s.opened)
     report.segments_opened = len(touched)
     if ctx is not None:
         ctx.plog = plog

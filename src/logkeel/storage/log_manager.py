@@ -159,6 +159,7 @@ class LogManager:
         self._dir_failure_listeners: list[Callable[[str, str], None]] = []
         self.startup_report: StartupReport | None = None
         self.startup_validation = startup_validation
+        self._report_lock = threading.Lock()
         self.validator = SegmentValidator(
             validation_rate_bytes_per_sec,
             run_later=lambda fn: self.scheduler.schedule(fn),
@@ -197,12 +198,22 @@ class LogManager:
             except KafkaStorageError as exc:
                 self._mark_dir_offline(d, str(exc))
                 report.offline_dirs.append((str(d.path), str(exc)))
-        for d in self.online_dirs:
+        def load_dir(d: LogDir) -> None:
             try:
                 self._load_dir(d, report, force_recovery)
             except KafkaStorageError as exc:
                 self.handle_dir_failure(exc)
-                report.offline_dirs.append((str(d.path), str(exc)))
+                with self._report_lock:
+                    report.offline_dirs.append((str(d.path), str(exc)))
+
+        online = self.online_dirs
+        if len(online) <= 1:
+            for d in online:
+                load_dir(d)
+        else:
+            # Dirs are separate disks (JBOD): they load side by side, each with its threads.
+            with ThreadPoolExecutor(len(online), thread_name_prefix="log-dir-load") as pool:
+                list(pool.map(load_dir, online))
         report.elapsed_ms = (time.monotonic() - started) * 1000
         self.startup_report = report
         log.info(
@@ -243,7 +254,8 @@ class LogManager:
         partition_dirs = d.partition_dirs()
         # A dir with no partitions has nothing to recover, marker or not (e.g. a new dir).
         clean = (d.was_clean and not force_recovery) or not partition_dirs
-        report.clean = report.clean and clean
+        with self._report_lock:
+            report.clean = report.clean and clean
         manifest = d.read_manifest() if clean else {}
         d.remove_manifest()
         recovery_points = d.read_checkpoint(d.recovery_points)
@@ -312,19 +324,22 @@ class LogManager:
             for path, plog, r, error in pool.map(load, partition_dirs):
                 tp = TopicPartition.parse_dir_name(path.name)
                 if plog is None or r is None:
-                    self.offline_partitions[tp] = error or "unknown"
-                    report.offline.append((tp, error or "unknown"))
+                    with self._lock, self._report_lock:
+                        self.offline_partitions[tp] = error or "unknown"
+                        report.offline.append((tp, error or "unknown"))
                 else:
                     with self._lock:
                         self.logs[tp] = plog
                         self._dir_of[tp] = d
-                    report.add(r)
+                    with self._report_lock:
+                        report.add(r)
         if progress is not None:
-            report.progress.extend(progress.lines)
+            with self._report_lock:
+                report.progress.extend(progress.lines)
         d.clear_clean_marker()
         # The loaded state becomes the checkpointed state, so a crash right after start-up
         # recovers from here rather than from before the previous run.
-        self._write_checkpoints(d)
+        self._write_checkpoints(d, unchanged_from=(recovery_points, start_offsets, replication))
 
     def validate_all(self) -> None:
         """Validates every segment still awaiting validation, now (tests, offline tools)."""
@@ -482,11 +497,21 @@ class LogManager:
             except KafkaStorageError as exc:
                 self.handle_dir_failure(exc)
 
-    def _write_checkpoints(self, d: LogDir) -> None:
+    def _write_checkpoints(
+        self, d: LogDir, unchanged_from: tuple[dict[TopicPartition, int], ...] | None = None
+    ) -> None:
+        """Writes the dir's three checkpoints; with ``unchanged_from`` (what was read at
+        start-up) only those that differ: each write is two fsyncs."""
         logs = {tp: plog for tp, plog in list(self.logs.items()) if self._dir_of.get(tp) is d}
-        d.recovery_points.write({tp: p.recovery_point for tp, p in logs.items()})
-        d.log_start_offsets.write({tp: p.log_start_offset for tp, p in logs.items()})
-        d.replication_offsets.write({tp: p.high_watermark for tp, p in logs.items()})
+        values = (
+            (d.recovery_points, {tp: p.recovery_point for tp, p in logs.items()}),
+            (d.log_start_offsets, {tp: p.log_start_offset for tp, p in logs.items()}),
+            (d.replication_offsets, {tp: p.high_watermark for tp, p in logs.items()}),
+        )
+        for i, (checkpoint, offsets) in enumerate(values):
+            if unchanged_from is not None and unchanged_from[i] == offsets and checkpoint.path.exists():
+                continue
+            checkpoint.write(offsets)
 
     def _write_manifest(self, d: LogDir) -> None:
         entries: dict[str, object] = {}

@@ -84,6 +84,7 @@ class LogSegment:
         self._rolling_timestamp: int | None = None
         # The largest timestamp known to be in the time index (skips no-op appends).
         self._time_indexed = NO_TIMESTAMP
+        self._grow_pending = False
         # Set while this segment awaits validation (lazy start-up, KIP-263): called before
         # the first read of its data or indexes. See logkeel.storage.validation.
         self.validator: Callable[[LogSegment], None] | None = None
@@ -229,6 +230,7 @@ class LogSegment:
         roll_ms: int,
         now_ms: int,
     ) -> bool:
+        self._ensure_grown()
         if self.size == 0:
             return not self.can_hold(last_offset)
         if self.size + incoming_bytes > segment_bytes:
@@ -257,6 +259,7 @@ class LogSegment:
 
         Index entries are keyed by each batch's last offset and point to the batch start.
         """
+        self._ensure_grown()
         start = self.log.append(*buffers)
         for rel, header in batches:
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
@@ -283,13 +286,26 @@ class LogSegment:
             if f is not None:
                 f.flush()
 
-    def make_active(self) -> None:
-        """Grows the indexes back to their preallocated size: appends will follow."""
+    def make_active(self, *, lazily: bool = False) -> None:
+        """Grows the indexes back to their preallocated size: appends will follow.
+
+        ``lazily``: on the first append instead (a start-up need not touch the index files
+        of a partition nobody writes to).
+        """
+        if lazily:
+            self._grow_pending = True
+            return
+        self._grow_pending = False
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
 
+    def _ensure_grown(self) -> None:
+        if self._grow_pending:
+            self.make_active()
+
     def on_becoming_inactive(self) -> None:
         """On roll: record the final max timestamp and shrink the preallocated indexes."""
+        self._grow_pending = False
         if self.time_index.is_loaded or self._max_timestamp is not None:
             ts, ts_offset = self._max_ts()
             self.time_index.maybe_append(ts, ts_offset, skip_full_check=True)
@@ -489,6 +505,7 @@ class LogSegment:
 
     # -- files ------------------------------------------------------------------------------
     def close(self) -> None:
+        self._grow_pending = False
         if (
             self._time_index is not None
             and self._time_index.is_loaded
