@@ -238,7 +238,8 @@ def test_static_member_restart_keeps_assignment_without_rebalance(broker: Broker
         got: list[Rec] = []
         poll_until([first], lambda: len(got) >= 5 * PARTITIONS, got, what="first records")
         first.commit()
-        before = _admin(broker).describe_consumer_groups([group])[group].result()
+        admin = _admin(broker)  # kept: a collected AdminClient never completes its futures
+        before = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
         (old_member,) = before.members
         # A static member does not leave on close: its place waits for it (session timeout).
         first.close()
@@ -249,10 +250,11 @@ def test_static_member_restart_keeps_assignment_without_rebalance(broker: Broker
         got2: list[Rec] = []
         poll_until([second], lambda: len(got2) >= len(more), got2, what="records after the restart")
         assert {v for _, _, v in got2} == more  # it resumed at the committed offsets
-        after = _admin(broker).describe_consumer_groups([group])[group].result()
+        after = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
         (new_member,) = after.members
         assert new_member.group_instance_id == "instance-1"
         assert new_member.member_id != old_member.member_id
-        assert {tp.partition for tp in new_member.assignment.topic_partitions} == set(range(PARTITIONS))
+        owned = {tp.partition for tp in new_member.assignment.topic_partitions}
+        assert owned == set(range(PARTITIONS))
     finally:
         close_all(members)

@@ -781,3 +781,22 @@ def test_many_generations_then_restart(tmp_path: Path, n: int) -> None:
         }
 
     run(scenario, tmp_path)
+
+
+def test_static_leader_rejoining_with_an_old_join_version_is_told_the_old_leader(
+    tmp_path: Path,
+) -> None:
+    async def scenario(env: Env) -> None:
+        t = env.join("g", instance="inst-1", version=5)
+        await settle()
+        env.timer.advance(0)
+        old = (await done(t)).member_id
+        await done(env.coord.sync_group("g", 1, old, "inst-1", None, None, [(old, b"A")]))
+        again = await done(env.join("g", instance="inst-1", version=5))
+        assert again.member_id != old and again.leader == old and not again.skip_assignment
+        assert again.members == []  # it acts as a follower: sync, no reassignment
+        s = await done(env.coord.sync_group("g", 1, again.member_id, "inst-1", None, None, []))
+        assert s.assignment == b"A"
+        assert env.coord.groups["g"].generation_id == 1
+
+    run(scenario, tmp_path)

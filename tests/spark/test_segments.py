@@ -115,8 +115,13 @@ def test_max_partition_bytes_splits_the_work_without_changing_the_rows(spark, tw
         .load([str(a), str(b)])
     )
     assert split.rdd.getNumPartitions() > whole.rdd.getNumPartitions()
+    spread = (
+        spark.read.format("logkeel-segments").option("minPartitions", "6").load([str(a), str(b)])
+    )
+    assert spread.rdd.getNumPartitions() >= 6
     cols = ["topic", "partition", "offset", "key", "value"]
     assert sorted(split.select(cols).collect()) == sorted(whole.select(cols).collect())
+    assert sorted(spread.select(cols).collect()) == sorted(whole.select(cols).collect())
 
 
 @pytest.fixture(scope="module")

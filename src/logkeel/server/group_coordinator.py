@@ -869,6 +869,7 @@ class GroupCoordinator:
         instance_id = req.group_instance_id
         assert instance_id is not None
         self._cancel_heartbeat(group.group_id, old_id)
+        previous_leader = group.leader_id
         member = group.replace_static_member(instance_id, old_id, new_id)
         self._reschedule_heartbeat(group, member)
         old_protocols = list(member.protocols)
@@ -895,6 +896,7 @@ class GroupCoordinator:
                         old_protocols,
                         old_rebalance,
                         old_session,
+                        previous_leader,
                         record,
                     )
                 )
@@ -919,6 +921,7 @@ class GroupCoordinator:
         old_protocols: list[tuple[str, bytes]],
         old_rebalance: int,
         old_session: int,
+        previous_leader: str | None,
         record: CoordinatorRecord,
     ) -> None:
         code = await self._write(group.group_id, [record])
@@ -947,9 +950,11 @@ class GroupCoordinator:
             result = self._current_generation(group, new_id, is_leader)
             result.skip_assignment = is_leader
         else:
-            # Older clients cannot skip the assignment: a rejoined static leader is told it
-            # is a follower, so it does not reassign a group that has not changed.
+            # Older clients cannot skip the assignment: they are named the leader they knew
+            # (the old id), so a rejoined static leader acts as a follower and just syncs,
+            # instead of reassigning a group that has not changed.
             result = self._current_generation(group, new_id, False)
+            result.leader = previous_leader or ""
         group.complete_join(member, result)
 
     def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, reason: str) -> None:

@@ -123,10 +123,11 @@ class SegmentReader(DataSourceReader):
         # cores (the planner runs without a SparkContext, so this machine's cores stand in for
         # spark.default.parallelism), large ones cut at maxPartitionBytes.
         wanted = self.min_partitions or os.cpu_count() or 1
+        floor = 1 if self.min_partitions else MIN_SPLIT_BYTES
         total = sum(seg.size for seg in segments)
         target = min(
             self.max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES,
-            max(MIN_SPLIT_BYTES, -(-total // wanted)),
+            max(floor, -(-total // wanted)),
         )
         return pack_segments(segments, target)
 
