@@ -33,7 +33,6 @@ from loggen import (  # noqa: E402
     write_checkpoints,
     write_log_dir,
 )
-
 from logkeel.storage.log_config import LogConfig  # noqa: E402
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, STARTUP_MANIFEST  # noqa: E402
 from logkeel.storage.log_manager import LogManager  # noqa: E402
@@ -80,7 +79,9 @@ def load(log_dir: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--mib", type=int, default=800)
     ap.add_argument("--quick", action="store_true", help="200 MiB, fewer lags")
     ap.add_argument("--lags", default="0,1,4,16,64", help="recovery-point lags in MiB")
@@ -97,7 +98,9 @@ def main() -> None:
         gen_s = time.perf_counter() - t0
         [(tp, written)] = written_all.items()
         results: dict[str, object] = {
-            "bench": "recovery", "partition_bytes": written.bytes, "batch_bytes": written.batch_size,
+            "bench": "recovery",
+            "partition_bytes": written.bytes,
+            "batch_bytes": written.batch_size,
             "generate_s": round(gen_s, 1),
         }
         can_drop = drop_page_cache()

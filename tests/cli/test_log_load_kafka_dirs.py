@@ -16,8 +16,13 @@ from logkeel.cli.log_load import check_command, load_command
 def kafka_batch(base_offset: int, values: list[bytes]) -> bytes:
     """A v2 batch built by kafka-python (an independent encoder), at ``base_offset``."""
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
-        base_sequence=-1, batch_size=1 << 20,
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
     )
     for i, v in enumerate(values):
         builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=v, headers=[])

@@ -224,53 +224,28 @@ class BrokerOffsetsStore:
         return TopicPartition(OFFSETS_TOPIC, partition)
 
     def _log(self, partition: int) -> PartitionLog:
+        # Never get_or_create_log: for a partition in an offline dir that would create an
+        # empty replacement and hide the committed offsets.
         tp = self._tp(partition)
         plog = self._broker.log_manager.get_log(tp)
         if plog is None:
-            plog = self._broker.log_manager.get_or_create_log(
-                tp, self._broker.log_config(OFFSETS_TOPIC)
-            )
+            raise StoreError(ErrorCode.kafka_storage_error, f"{tp} is offline or missing")
         return plog
 
     async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
         batch = build_records_batch(records, int(time.time() * 1000))
+        timeout_ms = 5000  # Kafka's offsets.commit.timeout.ms default
         async with self._locks(partition):
-            append_records = getattr(self._broker.replica_manager, "append_records", None)
-            if append_records is not None:
-                await self._append_via_replica_manager(append_records, partition, batch)
-                return
             try:
-                await asyncio.to_thread(self._append_direct, partition, batch)
-            except KafkaStorageError as exc:
-                self._broker.log_manager.handle_dir_failure(exc)
-                raise StoreError(ErrorCode.kafka_storage_error, str(exc)) from exc
+                result = await self._broker.replica_manager.append_records(
+                    self._tp(partition), batch, -1, timeout_ms, origin_is_client=False
+                )
             except Exception as exc:
                 raise StoreError(error_code_for(exc), str(exc)) from exc
-
-    async def _append_via_replica_manager(
-        self, append_records: Any, partition: int, batch: bytes
-    ) -> None:
-        timeout_ms = 5000  # Kafka's offsets.commit.timeout.ms default
-        try:
-            result = await append_records(
-                self._tp(partition), batch, -1, timeout_ms, origin_is_client=False
-            )
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise StoreError(error_code_for(exc), str(exc)) from exc
-        code = getattr(result, "error_code", getattr(result, "error", ErrorCode.none))
-        code = ErrorCode(int(code))
-        if code != ErrorCode.none:
-            raise StoreError(code, f"append to {self._tp(partition)} failed: {code.name.upper()}")
-
-    def _append_direct(self, partition: int, batch: bytes) -> None:
-        plog = self._log(partition)
-        state = self._broker.metadata.partition(self._tp(partition))
-        epoch = state.leader_epoch if state is not None else 0
-        plog.append_as_leader(batch, epoch, origin_is_client=False)
-        # One replica: the write is committed as soon as it is in the log.
-        plog.high_watermark = plog.log_end_offset
+            if result.error != ErrorCode.none:
+                raise StoreError(
+                    result.error, f"append to {self._tp(partition)} failed: {result.error.name.upper()}"
+                )
 
     async def read(self, partition: int) -> list[CoordinatorRecord]:
         def load() -> list[CoordinatorRecord]:

@@ -29,7 +29,12 @@ from logkeel.storage.checkpoints import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
 )
-from logkeel.storage.errors import CorruptCheckpointError, CorruptIndexError, CorruptSnapshotError
+from logkeel.storage.errors import (
+    CorruptCheckpointError,
+    CorruptIndexError,
+    CorruptSnapshotError,
+    KafkaStorageError,
+)
 from logkeel.storage.log_dir import (
     CLEAN_SHUTDOWN_FILE,
     META_PROPERTIES,
@@ -189,7 +194,11 @@ def _check_log_dir(d: Path, report: CheckReport, interval: int, progress: Progre
     for part in _partition_dirs(d):
         report.partitions += 1
         tp = TopicPartition.parse_dir_name(part.name)
-        ends[tp] = _check_partition(part, report, interval, progress)
+        try:
+            ends[tp] = _check_partition(part, report, interval, progress)
+        except (OSError, KafkaStorageError) as exc:
+            # An unreadable file is a finding too; the check goes on with the next partition.
+            report.problems.append(Problem(str(part), f"cannot be read: {exc}"))
     for tp, point in recovery_points.items():
         end = ends.get(tp)
         if end is not None and point > end:

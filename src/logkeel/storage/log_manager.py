@@ -198,6 +198,7 @@ class LogManager:
             except KafkaStorageError as exc:
                 self._mark_dir_offline(d, str(exc))
                 report.offline_dirs.append((str(d.path), str(exc)))
+
         def load_dir(d: LogDir) -> None:
             try:
                 self._load_dir(d, report, force_recovery)
@@ -469,6 +470,7 @@ class LogManager:
     def flush_for_recovery(self) -> None:
         """Flushes every log to its end and checkpoints the recovery points (AKIP-2): after a
         kill -9 only what was appended since is replayed."""
+
         def flush(plog: PartitionLog) -> None:
             plog.flush()
             with plog.lock:
@@ -509,7 +511,11 @@ class LogManager:
             (d.replication_offsets, {tp: p.high_watermark for tp, p in logs.items()}),
         )
         for i, (checkpoint, offsets) in enumerate(values):
-            if unchanged_from is not None and unchanged_from[i] == offsets and checkpoint.path.exists():
+            if (
+                unchanged_from is not None
+                and unchanged_from[i] == offsets
+                and checkpoint.path.exists()
+            ):
                 continue
             checkpoint.write(offsets)
 
