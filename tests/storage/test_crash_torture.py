@@ -77,13 +77,41 @@ def read_acks(path: Path) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
-def damage(rng: random.Random, part: Path, acks) -> str | None:
+class Damage:
+    """What was done, and for damage to log data, which offset it must cut the log at."""
+
+    def __init__(self, what: str, expect_cut_at: int | None = None, end_before: int | None = None):
+        self.what = what
+        self.expect_cut_at = expect_cut_at  # the first offset that must be gone, reported
+        self.end_before = end_before
+
+    def __str__(self) -> str:
+        return self.what
+
+
+def _batches(path: Path) -> tuple[list[tuple[int, int, int]], int]:
+    """(position, end, base offset) of each valid batch of a segment file, and its next offset."""
+    base = int(path.name[:20])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        scan = scan_segment(fd, os.fstat(fd).st_size, base, index_interval_bytes=1 << 30)
+    finally:
+        os.close(fd)
+    out = []
+    positions = list(scan.positions) + [scan.valid_end]
+    for i, pos in enumerate(positions[:-1]):
+        first = scan.last_offsets[i - 1] + 1 if i else base
+        out.append((pos, positions[i + 1], first))
+    return out, scan.next_offset
+
+
+def damage(rng: random.Random, part: Path, acks) -> Damage | None:
     """Sometimes deletes or scribbles on an index, or on bytes nobody acknowledged."""
     roll = rng.random()
     indexes = sorted(p for p in part.iterdir() if p.suffix in (".index", ".timeindex"))
     if roll < 0.15 and indexes:
         rng.choice(indexes).unlink()
-        return "index deleted"
+        return Damage("index deleted")
     if roll < 0.3 and indexes:
         victim = rng.choice(indexes)
         size = victim.stat().st_size
@@ -91,24 +119,33 @@ def damage(rng: random.Random, part: Path, acks) -> str | None:
             with open(victim, "r+b") as f:
                 f.seek(rng.randrange(size))
                 f.write(os.urandom(rng.randint(1, 24)))
-            return "index scribbled"
+            return Damage("index scribbled")
     if roll < 0.5 and acks:
         _, _, _, base, acked_size = acks[-1]
         logs = sorted(p for p in part.iterdir() if p.suffix == ".log")
         last = logs[-1]
         if int(last.name[:20]) == base and last.stat().st_size > acked_size:
             size = last.stat().st_size
+            batches, end_before = _batches(last)
             if rng.random() < 0.5:
-                os.truncate(last, rng.randrange(acked_size, size))
-                return "unflushed tail cut"
+                cut = rng.randrange(acked_size, size)
+                os.truncate(last, cut)
+                # a cut inside a batch loses that batch and must be reported; at a boundary
+                # the file just looks shorter (nothing to detect)
+                hit = [b for b in batches if b[0] < cut < b[1]]
+                return Damage("unflushed tail cut", hit[0][2] if hit else None, end_before)
+            at, junk = rng.randrange(acked_size, size), os.urandom(rng.randint(1, 64))
             with open(last, "r+b") as f:
-                f.seek(rng.randrange(acked_size, size))
-                f.write(os.urandom(rng.randint(1, 64)))
-            return "unflushed tail scribbled"
+                f.seek(at)
+                f.write(junk)
+            # bytes 0-15 of a batch (base offset, length, leader epoch) are outside its CRC;
+            # a hit anywhere else in a batch must be caught
+            hit = [b for b in batches if b[0] < at + len(junk) and at < b[1] and at + len(junk) > b[0] + 16]
+            return Damage("unflushed tail scribbled", hit[0][2] if hit else None, end_before)
     return None
 
 
-def check(log_dir: Path, acks, what: str | None) -> LogManager:
+def check(log_dir: Path, acks, what: Damage | None) -> LogManager:
     m = LogManager([log_dir], default_config=LogConfig(**CFG), validation_rate_bytes_per_sec=0)
     report = m.startup(start_background=False)
     m.validate_all()
@@ -128,9 +165,11 @@ def check(log_dir: Path, acks, what: str | None) -> LogManager:
     last_acked = acks[-1][1] if acks else -1
     for t in report.truncations + m.validator.repairs:
         assert t.offset > last_acked, f"truncated acknowledged data at {t.offset} ({what})"
-    if what in ("unflushed tail cut", "unflushed tail scribbled"):
-        # the damaged bytes held data or were past it; if data was lost, it was reported
-        pass
+    if what is not None and what.expect_cut_at is not None:
+        # the damaged batch and everything after it are gone, and that loss is reported
+        assert plog.log_end_offset <= what.expect_cut_at, (str(what), plog.log_end_offset)
+        cuts = [t for t in report.truncations + m.validator.repairs if t.offset <= what.expect_cut_at]
+        assert cuts and all(t.bytes > 0 for t in cuts), (str(what), report.truncations)
     for segment in plog.segments:
         size = segment.log.size
         scan = scan_segment(
@@ -158,6 +197,7 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
     part = log_dir / TP.dir_name
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     damages: list[str] = []
+    detected_losses = 0
     truncations = 0
     for _ in range(ITERATIONS):
         writer = subprocess.Popen(
@@ -185,7 +225,8 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
         acks = read_acks(acks_file)
         what = damage(rng, part, acks) if part.exists() else None
         if what:
-            damages.append(what)
+            damages.append(str(what))
+            detected_losses += what.expect_cut_at is not None
         m = check(log_dir, acks, what)
         truncations += len(m.startup_report.truncations)
         if rng.random() < 0.5:
@@ -198,4 +239,5 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
     acks = read_acks(acks_file)
     assert len(acks) > 50, "the writer acknowledged too little for the test to mean much"
     assert len(set(damages)) >= 3, damages
+    assert detected_losses >= 1, "no damage to log data was checked for a reported loss"
     assert len(list(part.glob("*.log"))) > 3  # it rolled segments along the way

@@ -753,13 +753,30 @@ class ReplicaManager:
         timeout_ms: int,
         origin_is_client: bool = True,
     ) -> dict[TopicPartition, PartitionAppendResult]:
-        """Appends to several partitions concurrently; with ``acks=-1`` waits (up to
-        ``timeout_ms``) until the high watermark covers every appended partition."""
-        tps = list(entries)
-        appended = await asyncio.gather(
-            *(self._append_one(tp, entries[tp], acks, origin_is_client) for tp in tps)
-        )
-        results = dict(zip(tps, appended, strict=True))
+        """Appends to several partitions in one trip to the IO threads; with ``acks=-1`` waits
+        (up to ``timeout_ms``) until the high watermark covers every appended partition."""
+        results: dict[TopicPartition, PartitionAppendResult] = {}
+        todo: list[tuple[Partition, bytes | bytearray | memoryview]] = []
+        for tp, records in entries.items():
+            p = self.partition(tp)
+            refused = self._refuse_append(tp, p, acks)
+            if refused is not None:
+                results[tp] = refused
+            else:
+                todo.append((p, records))
+        if todo:
+            # One handoff per request, not per partition: the thread switch costs more than
+            # a page-cache append, and appends to distinct partitions do not contend.
+            try:
+                outcomes = await self.run_in_io(self._append_all, todo, origin_is_client)
+            except RuntimeError:
+                if not self._stopped:
+                    raise
+                # The IO threads are gone: shutting down. Clients retry elsewhere.
+                outcomes = [_AppendRejected(ErrorCode.not_leader_or_follower, "shutting down")] * len(todo)
+            for (p, _), outcome in zip(todo, outcomes, strict=True):
+                results[p.tp] = self._append_result(p, outcome)
+        results = {tp: results[tp] for tp in entries}
         if acks == -1 and any(r.error == ErrorCode.none for r in results.values()):
             op = DelayedProduce(self, timeout_ms, results)
             await self.produce_purgatory.wait(op, op.waiting)
@@ -767,14 +784,10 @@ class ReplicaManager:
                 op.on_expired()
         return results
 
-    async def _append_one(
-        self,
-        tp: TopicPartition,
-        records: bytes | bytearray | memoryview,
-        acks: int,
-        origin_is_client: bool,
-    ) -> PartitionAppendResult:
-        p = self.partition(tp)
+    def _refuse_append(
+        self, tp: TopicPartition, p: Partition | None, acks: int
+    ) -> PartitionAppendResult | None:
+        """The answer for a partition that cannot take an append now, or None."""
         if p is None:
             return PartitionAppendResult(ErrorCode.unknown_topic_or_partition)
         error = p.state_error()
@@ -786,29 +799,41 @@ class ReplicaManager:
                 error_message=f"the ISR of {tp} has {len(p.isr)} replica(s), fewer than "
                 "min.insync.replicas",
             )
-        try:
-            info = await self.run_in_io(self._append_blocking, p, records, origin_is_client)
-        except KafkaStorageError as exc:
-            log.error("append to %s failed: %s", tp, exc)
-            self._storage_failure(p, exc)
+        return None
+
+    def _append_all(
+        self,
+        todo: list[tuple[Partition, bytes | bytearray | memoryview]],
+        origin_is_client: bool,
+    ) -> list[AppendInfo | BaseException]:
+        """IO thread: appends each partition's records; an exception is that partition's result."""
+        outcomes: list[AppendInfo | BaseException] = []
+        for p, records in todo:
+            try:
+                outcomes.append(self._append_blocking(p, records, origin_is_client))
+            except Exception as exc:  # noqa: BLE001 - mapped per partition by _append_result
+                outcomes.append(exc)
+        return outcomes
+
+    def _append_result(self, p: Partition, outcome: AppendInfo | BaseException) -> PartitionAppendResult:
+        tp = p.tp
+        if isinstance(outcome, KafkaStorageError):
+            log.error("append to %s failed: %s", tp, outcome)
+            self._storage_failure(p, outcome)
             self._wake([tp])
-            return PartitionAppendResult(ErrorCode.kafka_storage_error, error_message=str(exc))
-        except _AppendRejected as exc:
-            return PartitionAppendResult(exc.code, error_message=str(exc))
-        except (storage_errors.StorageError, InvalidBatchError) as exc:
-            code = storage_error_code(exc)
-            if code == ErrorCode.unknown_server_error and isinstance(exc, InvalidBatchError):
+            return PartitionAppendResult(ErrorCode.kafka_storage_error, error_message=str(outcome))
+        if isinstance(outcome, _AppendRejected):
+            return PartitionAppendResult(outcome.code, error_message=str(outcome))
+        if isinstance(outcome, storage_errors.StorageError | InvalidBatchError):
+            code = storage_error_code(outcome)
+            if code == ErrorCode.unknown_server_error and isinstance(outcome, InvalidBatchError):
                 code = ErrorCode.corrupt_message
-            log.info("append to %s rejected with %s: %s", tp, code.name.upper(), exc)
-            return PartitionAppendResult(code, error_message=str(exc))
-        except RuntimeError as exc:
-            if self._stopped:  # the IO threads are gone: shutting down
-                return PartitionAppendResult(ErrorCode.not_leader_or_follower)
-            log.exception("append to %s failed", tp)
-            return PartitionAppendResult(ErrorCode.unknown_server_error, error_message=str(exc))
-        except Exception as exc:
-            log.exception("append to %s failed", tp)
-            return PartitionAppendResult(ErrorCode.unknown_server_error, error_message=str(exc))
+            log.info("append to %s rejected with %s: %s", tp, code.name.upper(), outcome)
+            return PartitionAppendResult(code, error_message=str(outcome))
+        if isinstance(outcome, BaseException):
+            log.error("append to %s failed", tp, exc_info=outcome)
+            return PartitionAppendResult(ErrorCode.unknown_server_error, error_message=str(outcome))
+        info = outcome
         if not info.duplicate:
             p.appended_bytes += info.valid_bytes
             self.fetch_purgatory.check_and_complete(tp)
