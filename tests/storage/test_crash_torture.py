@@ -140,7 +140,11 @@ def damage(rng: random.Random, part: Path, acks) -> Damage | None:
                 f.write(junk)
             # bytes 0-15 of a batch (base offset, length, leader epoch) are outside its CRC;
             # a hit anywhere else in a batch must be caught
-            hit = [b for b in batches if b[0] < at + len(junk) and at < b[1] and at + len(junk) > b[0] + 16]
+            hit = [
+                b
+                for b in batches
+                if b[0] < at + len(junk) and at < b[1] and at + len(junk) > b[0] + 16
+            ]
             return Damage("unflushed tail scribbled", hit[0][2] if hit else None, end_before)
     return None
 
@@ -168,7 +172,9 @@ def check(log_dir: Path, acks, what: Damage | None) -> LogManager:
     if what is not None and what.expect_cut_at is not None:
         # the damaged batch and everything after it are gone, and that loss is reported
         assert plog.log_end_offset <= what.expect_cut_at, (str(what), plog.log_end_offset)
-        cuts = [t for t in report.truncations + m.validator.repairs if t.offset <= what.expect_cut_at]
+        cuts = [
+            t for t in report.truncations + m.validator.repairs if t.offset <= what.expect_cut_at
+        ]
         assert cuts and all(t.bytes > 0 for t in cuts), (str(what), report.truncations)
     for segment in plog.segments:
         size = segment.log.size
@@ -240,4 +246,5 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
     assert len(acks) > 50, "the writer acknowledged too little for the test to mean much"
     assert len(set(damages)) >= 3, damages
     assert detected_losses >= 1, "no damage to log data was checked for a reported loss"
+    assert truncations >= detected_losses
     assert len(list(part.glob("*.log"))) > 3  # it rolled segments along the way

@@ -7,6 +7,7 @@ import logging
 import click
 
 from logkeel import __version__
+from logkeel.cli.audit import audit_command
 from logkeel.cli.log_commands import log_group
 from logkeel.cli.serve import serve
 
@@ -22,6 +23,7 @@ def cli(verbose: int) -> None:
 
 cli.add_command(log_group)
 cli.add_command(serve)
+cli.add_command(audit_command)
 
 
 def main() -> None:

@@ -17,9 +17,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,24 +30,22 @@ from logkeel.storage.checkpoints import (
     LeaderEpochCheckpointFile,
 )
 from logkeel.storage.errors import CorruptCheckpointError, CorruptIndexError, io_guard
-from logkeel.storage.fileio import fsync_dir
 from logkeel.storage.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.log_config import LogConfig
-from logkeel.storage.producer_snapshot import SNAPSHOT_SUFFIX, parse_snapshot_offset
+from logkeel.storage.partition_dir import (
+    ListedProducerState,
+    list_partition,
+    listing_from_cache,
+)
 from logkeel.storage.producer_state import ProducerStateManager
 from logkeel.storage.replay import ProducerReplay, index_hint, restore_scratch_state
 from logkeel.storage.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     LogSegment,
     file_name,
-    parse_base_offset,
 )
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.storage.txn_index import AbortedTxn
@@ -60,8 +56,6 @@ log = logging.getLogger(__name__)
 LAZY = "lazy"
 EAGER = "eager"
 VALIDATION_MODES = (LAZY, EAGER)
-
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,213 +133,6 @@ class RecoveryProgress:
 # -- listing ----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class PartitionListing:
-    bases: list[int]
-    missing_index: set[int]
-    missing_time_index: set[int]
-    snapshots: list[str]  # names of the `.snapshot` files
-    has_txn_index: set[int]
-
-
-class _ListedProducerState(ProducerStateManager):
-    """A producer-state manager that takes its snapshot files from the loader's listing.
-
-    The base class lists the directory (twice) to find them; at 2,000 partitions those
-    listings are a third of a clean start-up.
-    """
-
-    def __init__(self, directory: Path, snapshots: list[str], **kwargs) -> None:
-        self._listed = snapshots
-        super().__init__(directory, **kwargs)
-
-    def _scan_snapshots(self) -> None:
-        files: dict[int, Path] = {}
-        malformed: list[Path] = []
-        for name in self._listed:
-            offset = parse_snapshot_offset(name)
-            if offset is None:
-                malformed.append(self.partition_dir / name)
-            else:
-                files[offset] = self.partition_dir / name
-        self._snapshots = files
-        self.malformed_snapshot_files = sorted(malformed)
-        for path in malformed:
-            log.warning("ignoring producer snapshot with a malformed name: %s", path)
-
-
-@dataclass(slots=True)
-class _Names:
-    logs: set[str]
-    index_stems: set[str]
-    time_stems: set[str]
-    txn_stems: set[str]
-    leftovers: list[str]
-    snapshots: list[str]
-
-    def orphans(self) -> bool:
-        return any(
-            (stems - self.logs) for stems in (self.index_stems, self.time_stems, self.txn_stems)
-        )
-
-    def listing(self) -> PartitionListing:
-        logs = self.logs
-        return PartitionListing(
-            sorted(map(int, logs)),
-            {int(s) for s in logs - self.index_stems},
-            {int(s) for s in logs - self.time_stems},
-            self.snapshots,
-            {int(s) for s in self.txn_stems & logs},
-        )
-
-
-def _sort_names(names: list[str]) -> _Names:
-    logs: set[str] = set()
-    index_stems: set[str] = set()
-    time_stems: set[str] = set()
-    txn_stems: set[str] = set()
-    buckets = {
-        LOG_SUFFIX: logs,
-        INDEX_SUFFIX: index_stems,
-        TIME_INDEX_SUFFIX: time_stems,
-        TXN_INDEX_SUFFIX: txn_stems,
-    }
-    others: list[str] = []
-    for n in names:
-        bucket = buckets.get(n[20:])
-        if bucket is None:
-            others.append(n)
-        else:
-            bucket.add(n[:20])
-    for stems in (logs, index_stems, time_stems, txn_stems):
-        odd = [stem for stem in stems if not stem.isdigit()]
-        stems.difference_update(odd)
-    return _Names(
-        logs,
-        index_stems,
-        time_stems,
-        txn_stems,
-        [n for n in others if n.endswith(_LEFTOVER_SUFFIXES)],
-        [n for n in others if n.endswith(SNAPSHOT_SUFFIX)],
-    )
-
-
-def cached_listing(directory: Path) -> dict[str, object] | None:
-    """The listing of a partition dir as the start-up manifest keeps it (read-only), or None
-    when the dir holds leftovers that the next start-up must deal with."""
-    names = _sort_names(os.listdir(directory))
-    if names.leftovers or names.orphans():
-        return None
-    listing = names.listing()
-    return {
-        "mtime_ns": os.stat(directory).st_mtime_ns,
-        "bases": listing.bases,
-        "missing_index": sorted(listing.missing_index),
-        "missing_time_index": sorted(listing.missing_time_index),
-        "snapshots": listing.snapshots,
-        "txn": sorted(listing.has_txn_index),
-    }
-
-
-def listing_from_cache(directory: Path, cached: object) -> PartitionListing | None:
-    """The cached listing if the dir is unchanged since (same mtime: no file added, removed or
-    renamed in it), else None."""
-    try:
-        assert isinstance(cached, dict)
-        if os.stat(directory).st_mtime_ns != cached["mtime_ns"]:
-            return None
-        return PartitionListing(
-            [int(b) for b in cached["bases"]],
-            {int(b) for b in cached["missing_index"]},
-            {int(b) for b in cached["missing_time_index"]},
-            [str(n) for n in cached["snapshots"]],
-            {int(b) for b in cached["txn"]},
-        )
-    except (AssertionError, KeyError, TypeError, ValueError, OSError):
-        return None
-
-
-def list_partition(directory: Path, report: LoadReport) -> PartitionListing:
-    """One directory listing: segment base offsets, which indexes exist, leftovers handled.
-
-    No per-segment stat or open: start-up cost per partition is this listing. Names are
-    sorted into buckets in one pass (a partition may hold thousands of files).
-    """
-    names = _sort_names(os.listdir(directory))
-    logs, index_stems, time_stems, txn_stems = (
-        names.logs,
-        names.index_stems,
-        names.time_stems,
-        names.txn_stems,
-    )
-    removed = False
-    swaps: list[str] = []
-    for name in names.leftovers:
-        if name.endswith(SWAP_SUFFIX):
-            swaps.append(name)
-        else:
-            (directory / name).unlink(missing_ok=True)
-            report.removed_files.append(name)
-            removed = True
-    for name in swaps:
-        # A .swap file is complete (it was renamed from .cleaned once fully written): finish
-        # the replacement. Its indexes are rebuilt, because their swap copies may not be.
-        real = name[: -len(SWAP_SUFFIX)]
-        base = parse_base_offset(real)
-        path = directory / name
-        removed = True
-        if base is None or not real.endswith(LOG_SUFFIX):
-            path.unlink(missing_ok=True)
-            report.removed_files.append(name)
-            continue
-        os.replace(path, directory / real)
-        stem = real[:20]
-        for suffix, present in ((INDEX_SUFFIX, index_stems), (TIME_INDEX_SUFFIX, time_stems)):
-            (directory / (stem + suffix)).unlink(missing_ok=True)
-            present.discard(stem)
-        logs.add(stem)
-        report.rebuilt_indexes.append(real)
-    for present, suffix in (
-        (index_stems, INDEX_SUFFIX),
-        (time_stems, TIME_INDEX_SUFFIX),
-        (txn_stems, TXN_INDEX_SUFFIX),
-    ):
-        for stem in present - logs:
-            # The index of a segment whose log is gone: the data is lost, the index useless.
-            (directory / (stem + suffix)).unlink(missing_ok=True)
-            report.removed_files.append(stem + suffix)
-            removed = True
-            if int(stem) not in report.missing_segments:
-                report.missing_segments.append(int(stem))
-        present &= logs
-    if report.missing_segments:
-        report.missing_segments.sort()
-        report.problems.append(
-            "segment log file(s) missing, their data is lost: "
-            + ", ".join(file_name(b, LOG_SUFFIX) for b in report.missing_segments)
-        )
-    if removed:
-        fsync_dir(directory)
-    return names.listing()
-
-
-def recovery_plan(directory: Path, recovery_point: int | None) -> tuple[int, int]:
-    """(segments, bytes) an unclean load of ``directory`` will rescan; read-only, for progress."""
-    bases = sorted(
-        int(n[:20])
-        for n in os.listdir(directory)
-        if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit()
-    )
-    rp = recovery_point or 0
-    first = max((i for i, b in enumerate(bases) if b <= rp), default=0)
-    todo = bases[first:]
-    nbytes = 0
-    for b in todo:
-        with contextlib.suppress(FileNotFoundError):
-            nbytes += os.stat(directory / file_name(b, LOG_SUFFIX)).st_size
-    return len(todo), nbytes
-
-
 # -- loading ----------------------------------------------------------------------------------
 
 
@@ -376,7 +163,15 @@ def load_partition(
     if listing is None:
         cached = None
         with io_guard(log_dir, f"listing {directory}"):
-            listing = list_partition(directory, report)
+            listing = list_partition(directory)
+        report.removed_files += listing.removed_files
+        report.rebuilt_indexes += listing.swapped_in
+        report.missing_segments += listing.missing_segments
+        if listing.missing_segments:
+            report.problems.append(
+                "segment log file(s) missing, their data is lost: "
+                + ", ".join(file_name(b, LOG_SUFFIX) for b in listing.missing_segments)
+            )
     start = max(log_start_offset or 0, 0)
     interval, max_index = config.index_interval_bytes, config.segment_index_bytes
     segments = [
@@ -397,7 +192,7 @@ def load_partition(
                 missing.add(file_name(base, TIME_INDEX_SUFFIX))
             segment.missing_files = frozenset(missing)
     report.segments = len(segments)
-    state = _ListedProducerState(
+    state = ListedProducerState(
         directory,
         listing.snapshots,
         max_producer_id_expiration_ms=config.producer_id_expiration_ms,

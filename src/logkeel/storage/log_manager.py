@@ -27,10 +27,9 @@ from logkeel.storage.log_loader import (
     LoadReport,
     RecoveryProgress,
     Truncation,
-    cached_listing,
     load_partition,
-    recovery_plan,
 )
+from logkeel.storage.partition_dir import cached_listing, recovery_plan
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.storage.validation import SegmentValidator
