@@ -21,7 +21,8 @@ INT64_MAX = (1 << 63) - 1
 _TABLE_LIMIT = 1 << 14
 
 
-def _raw_encode(z: int) -> bytes:
+def encode_unsigned_varint(z: int) -> bytes:
+    """Base-128 encoding of a non-negative int (no zigzag): the wire's compact lengths."""
     out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
@@ -30,7 +31,7 @@ def _raw_encode(z: int) -> bytes:
     return bytes(out)
 
 
-_TABLE: tuple[bytes, ...] = tuple(_raw_encode(z) for z in range(_TABLE_LIMIT))
+_TABLE: tuple[bytes, ...] = tuple(encode_unsigned_varint(z) for z in range(_TABLE_LIMIT))
 
 
 def zigzag(value: int) -> int:
@@ -49,7 +50,7 @@ def encode_varint(value: int) -> bytes:
         return _TABLE[z]
     if not INT32_MIN <= value <= INT32_MAX:
         raise ValueError(f"varint out of int32 range: {value}")
-    return _raw_encode(z)
+    return encode_unsigned_varint(z)
 
 
 def encode_varlong(value: int) -> bytes:
@@ -59,7 +60,7 @@ def encode_varlong(value: int) -> bytes:
         return _TABLE[z]
     if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"varlong out of int64 range: {value}")
-    return _raw_encode(z)
+    return encode_unsigned_varint(z)
 
 
 def size_of_varint(value: int) -> int:

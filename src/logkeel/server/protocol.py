@@ -44,6 +44,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from logkeel.records.varint import encode_unsigned_varint
+
 __all__ = [
     "ApiKey",
     "InvalidRequest",
@@ -345,15 +347,6 @@ def _skip_tagged_fields(buf: bytes, pos: int) -> int:
     return pos
 
 
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _need(buf: bytes, pos: int, n: int, what: str) -> int:
     end = pos + n
     if end > len(buf):
@@ -469,7 +462,7 @@ def _entity_guard(entity_type: type[Any], nullable: bool) -> _Guard:
                 edits.append((field_start, pos, b""))
                 unknown += 1
         if unknown:
-            edits.append((count_start, count_end, _encode_uvarint(count - unknown)))
+            edits.append((count_start, count_end, encode_unsigned_varint(count - unknown)))
         return pos
 
     return read_entity
