@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from logkeel.cli.log_load import check_command, load_command, recover_command
 from logkeel.storage.dump import (
     FileDump,
     dump_file,
@@ -87,3 +88,8 @@ def dump_command(
         click.echo(f"{name}: {count} problem(s) found", err=True)
     if troubled:
         ctx.exit(1)
+
+
+log_group.add_command(load_command)
+log_group.add_command(check_command)
+log_group.add_command(recover_command)

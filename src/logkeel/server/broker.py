@@ -123,6 +123,8 @@ class Broker:
             config_for=self.log_config,
             recovery_threads_per_dir=config.num_recovery_threads_per_data_dir,
             intervals=_background_intervals(config),
+            startup_validation=config.log_startup_validation,
+            validation_rate_bytes_per_sec=config.log_startup_validation_rate_bytes_per_sec,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
 
@@ -371,6 +373,7 @@ def _background_intervals(config: BrokerConfig) -> BackgroundIntervals:
         recovery_checkpoint_ms=bounded(config.log_flush_offset_checkpoint_interval_ms),
         start_offset_checkpoint_ms=bounded(config.log_flush_start_offset_checkpoint_interval_ms),
         retention_check_ms=bounded(config.log_retention_check_interval_ms),
+        recovery_flush_ms=bounded(config.log_recovery_checkpoint_interval_ms),
     )
 
 

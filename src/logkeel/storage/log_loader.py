@@ -34,7 +34,6 @@ from logkeel.storage.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.log_config import LogConfig
 from logkeel.storage.partition_dir import (
-    ListedProducerState,
     list_partition,
     listing_from_cache,
 )
@@ -192,9 +191,9 @@ def load_partition(
                 missing.add(file_name(base, TIME_INDEX_SUFFIX))
             segment.missing_files = frozenset(missing)
     report.segments = len(segments)
-    state = ListedProducerState(
+    state = ProducerStateManager(
         directory,
-        listing.snapshots,
+        snapshot_names=listing.snapshots,
         max_producer_id_expiration_ms=config.producer_id_expiration_ms,
         log_dir=log_dir,
     )

@@ -372,7 +372,9 @@ class LogManager:
                 log_start_offset=0,
                 clean=True,
                 schedule_delete=self._schedule_delete,
-                validator=self.validator,
+                # Everything in a new log is written by this process: nothing to validate,
+                # and a validator would CRC-scan the whole active segment on the first read.
+                validator=None,
             )
             self.logs[tp] = plog
             self._dir_of[tp] = d

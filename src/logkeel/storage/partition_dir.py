@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logkeel.storage.fileio import fsync_dir
-from logkeel.storage.producer_snapshot import SNAPSHOT_SUFFIX, parse_snapshot_offset
-from logkeel.storage.producer_state import ProducerStateManager
+from logkeel.storage.producer_snapshot import SNAPSHOT_SUFFIX
 from logkeel.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -46,32 +45,6 @@ class PartitionListing:
     removed_files: list[str] = field(default_factory=list)
     swapped_in: list[str] = field(default_factory=list)
     missing_segments: list[int] = field(default_factory=list)
-
-
-class ListedProducerState(ProducerStateManager):
-    """A producer-state manager that takes its snapshot files from the loader's listing.
-
-    The base class lists the directory (twice) to find them; at 2,000 partitions those
-    listings are a third of a clean start-up.
-    """
-
-    def __init__(self, directory: Path, snapshots: list[str], **kwargs) -> None:
-        self._listed = snapshots
-        super().__init__(directory, **kwargs)
-
-    def _scan_snapshots(self) -> None:
-        files: dict[int, Path] = {}
-        malformed: list[Path] = []
-        for name in self._listed:
-            offset = parse_snapshot_offset(name)
-            if offset is None:
-                malformed.append(self.partition_dir / name)
-            else:
-                files[offset] = self.partition_dir / name
-        self._snapshots = files
-        self.malformed_snapshot_files = sorted(malformed)
-        for path in malformed:
-            log.warning("ignoring producer snapshot with a malformed name: %s", path)
 
 
 @dataclass(slots=True)

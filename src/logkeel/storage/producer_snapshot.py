@@ -158,21 +158,27 @@ def parse_snapshot_offset(name: str) -> int | None:
 
 def list_snapshot_files(partition_dir: str | Path) -> SnapshotListing:
     """Regular files ending in ``.snapshot``; a missing dir has none. Raises OSError."""
-    files: list[SnapshotFile] = []
-    malformed: list[Path] = []
     try:
         scan = os.scandir(partition_dir)
     except FileNotFoundError:
-        return SnapshotListing(files, malformed)
+        return SnapshotListing([], [])
     with scan:
-        for entry in scan:
-            if not entry.name.endswith(SNAPSHOT_SUFFIX) or not entry.is_file():
-                continue
-            offset = parse_snapshot_offset(entry.name)
-            if offset is None:
-                malformed.append(Path(entry.path))
-            else:
-                files.append(SnapshotFile(offset, Path(entry.path)))
+        names = [e.name for e in scan if e.name.endswith(SNAPSHOT_SUFFIX) and e.is_file()]
+    return snapshot_listing(partition_dir, names)
+
+
+def snapshot_listing(partition_dir: str | Path, names: Iterable[str]) -> SnapshotListing:
+    """Sorts file names (from a listing made elsewhere) into snapshots and malformed names."""
+    files: list[SnapshotFile] = []
+    malformed: list[Path] = []
+    for name in names:
+        if not name.endswith(SNAPSHOT_SUFFIX):
+            continue
+        offset = parse_snapshot_offset(name)
+        if offset is None:
+            malformed.append(Path(partition_dir) / name)
+        else:
+            files.append(SnapshotFile(offset, Path(partition_dir) / name))
     files.sort()
     malformed.sort()
     return SnapshotListing(files, malformed)

@@ -55,6 +55,7 @@ from logkeel.storage.producer_snapshot import (
     ProducerSnapshotEntry,
     list_snapshot_files,
     read_snapshot,
+    snapshot_listing,
     snapshot_path,
     write_snapshot,
 )
@@ -422,7 +423,10 @@ class ProducerStateManager:
         max_producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
         log_dir: str | Path | None = None,
+        snapshot_names: Iterable[str] | None = None,
     ):
+        """``snapshot_names``: the dir's file names when the caller has just listed it (the
+        loader does), so that start-up lists each partition dir once."""
         self.partition_dir = Path(partition_dir)
         self.log_dir = Path(log_dir) if log_dir is not None else self.partition_dir.parent
         self.max_producer_id_expiration_ms = max_producer_id_expiration_ms
@@ -435,7 +439,7 @@ class ProducerStateManager:
         self.malformed_snapshot_files: list[Path] = []
         self._last_map_offset = 0
         self._last_snap_offset = 0
-        self._scan_snapshots()
+        self._scan_snapshots(snapshot_names)
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -736,13 +740,17 @@ class ProducerStateManager:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    def _scan_snapshots(self) -> None:
-        with io_guard(self.log_dir, f"listing producer snapshots in {self.partition_dir}"):
-            listing = list_snapshot_files(self.partition_dir)
-            # Left by a crash inside atomic_write; the rename never happened so it holds nothing.
-            if self.partition_dir.is_dir():
-                for tmp in self.partition_dir.glob(f"*{SNAPSHOT_SUFFIX}*.tmp"):
-                    tmp.unlink(missing_ok=True)
+    def _scan_snapshots(self, names: Iterable[str] | None) -> None:
+        if names is not None:
+            listing = snapshot_listing(self.partition_dir, names)
+        else:
+            with io_guard(self.log_dir, f"listing producer snapshots in {self.partition_dir}"):
+                listing = list_snapshot_files(self.partition_dir)
+                # Left by a crash inside atomic_write; the rename never happened so it holds
+                # nothing. (The loader removes these itself when it passes ``names``.)
+                if self.partition_dir.is_dir():
+                    for tmp in self.partition_dir.glob(f"*{SNAPSHOT_SUFFIX}*.tmp"):
+                        tmp.unlink(missing_ok=True)
         self._snapshots = {f.offset: f.path for f in listing.files}
         self.malformed_snapshot_files = listing.malformed
         for path in listing.malformed:
