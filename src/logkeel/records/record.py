@@ -117,6 +117,9 @@ def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> 
     append = records.append
     prev_delta = -1
     p = start
+    # The varints of each field are decoded inline (fast paths for one and two bytes, the
+    # general decoder otherwise) rather than by a call per field: calls dominate decode time,
+    # and the segment reader and Spark source decode millions of records.
     try:
         for _ in range(count):
             b = data[p]
