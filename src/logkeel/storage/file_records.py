@@ -122,7 +122,7 @@ class FileRecords:
         """
         fd = self.fd
         position = self.size
-        size = sum(len(b) for b in buffers)
+        size = sum(map(len, buffers))
         try:
             # Hot path: one syscall, no context manager; on a short write, finish the rest.
             written = os.pwritev(fd, buffers, position)

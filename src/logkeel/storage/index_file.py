@@ -199,10 +199,15 @@ class AbstractIndex(ABC, Generic[E]):
         return self.entries * self.entry_size
 
     def is_full(self) -> bool:
-        with self._lock:
-            if not self._loaded:
+        return self._entries >= self._capacity(0)
+
+    def _capacity(self, reserved_slots: int) -> int:
+        # Checked before every append: no lock once loaded (two int reads; appends to an
+        # active index are serialised by the log's lock anyway).
+        if not self._loaded:
+            with self._lock:
                 self._ensure_loaded()
-            return self._entries >= self._length // self.entry_size
+        return self._length // self.entry_size - reserved_slots
 
     # ---- reading ---------------------------------------------------------------------------
 

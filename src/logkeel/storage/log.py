@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from logkeel.records.batch import (
     HEADER_SIZE,
@@ -46,8 +47,9 @@ MAX_TIMESTAMP = -3
 _ATTR_TIMESTAMP_TYPE = 0x08
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
+    """What an append did (a NamedTuple: one is made per produce request and partition)."""
+
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -229,7 +231,7 @@ class PartitionLog:
                     buffers.append(view[pos + HEADER_SIZE : pos + header.size])
                 set_base_offset(batch, next_offset)
                 set_partition_leader_epoch(batch, leader_epoch)
-                header = BatchHeader.parse(batch)
+                header = BatchHeader._make((next_offset, header[1], leader_epoch, *header[3:]))
                 assigned.append((pos, header))
                 next_offset = header.next_offset
             return self._append(buffers, view, assigned, leader_epoch, append_time)
@@ -263,7 +265,11 @@ class PartitionLog:
         """
         first = batches[0][1].base_offset
         last = batches[-1][1].last_offset
-        max_ts = max(h.max_timestamp for _, h in batches)
+        if len(batches) == 1:  # the usual produce request: one batch per partition
+            max_ts, records = batches[0][1].max_timestamp, batches[0][1].records_count
+        else:
+            max_ts = max(h.max_timestamp for _, h in batches)
+            records = sum(h.records_count for _, h in batches)
         size = len(view)
         segment = self._maybe_roll(size, first, last, max_ts)
         for _, header in batches:
@@ -288,7 +294,6 @@ class PartitionLog:
                     )
                 self.producer_state.complete_txn(completed)
         self.log_end_offset = last + 1
-        records = sum(h.records_count for _, h in batches)
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -296,9 +301,9 @@ class PartitionLog:
 
     def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
         segment = self.active_segment
+        config = self.config
         if segment.should_roll(
-            incoming_bytes=incoming, last_offset=last_offset, max_timestamp=max_timestamp,
-            segment_bytes=self.config.segment_bytes, roll_ms=self.config.segment_ms, now_ms=_now_ms(),
+            incoming, last_offset, max_timestamp, config.segment_bytes, config.segment_ms, _now_ms()
         ):
             return self.roll(first_offset)
         return segment

@@ -222,7 +222,6 @@ class LogSegment:
 
     def should_roll(
         self,
-        *,
         incoming_bytes: int,
         last_offset: int,
         max_timestamp: int,

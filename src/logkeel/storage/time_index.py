@@ -47,9 +47,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
 
     def is_full(self) -> bool:
         """True one slot early: the last slot is kept for the entry written on roll/close."""
-        with self._lock:
-            self._ensure_loaded()
-            return self._entries >= self._length // self.entry_size - 1
+        return self._entries >= self._capacity(1)
 
     @property
     def last_entry(self) -> TimestampOffset:
