@@ -148,10 +148,12 @@ def load_partition(
     validator: SegmentValidator | None = None,
     progress: RecoveryProgress | None = None,
     cached: object | None = None,
+    trusted: bool = False,
 ) -> tuple[PartitionLog, LoadReport]:
     """Loads one partition dir (see the module doc). ``cached`` is its entry in the start-up
     manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
-    the directory listing and the leader-epoch checkpoint read."""
+    the directory listing and the leader-epoch checkpoint read. ``trusted``: the dir was just
+    created by this process, so nothing in it needs validating."""
     if validation not in VALIDATION_MODES:
         raise ValueError(
             f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}"
@@ -219,7 +221,7 @@ def load_partition(
     if validation == EAGER:
         count = len(segments) if clean else first_unsafe
         cut = _validate_eagerly(tp, segments, count, bounds, report, touched)
-    else:
+    elif not trusted:
         ctx = PartitionValidation(
             tp, directory, log_dir, validator, dict(bounds), txn_rebuilder=rebuild_txn_index_for
         )

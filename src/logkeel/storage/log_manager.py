@@ -374,7 +374,7 @@ class LogManager:
                 schedule_delete=self._schedule_delete,
                 # Everything in a new log is written by this process: nothing to validate,
                 # and a validator would CRC-scan the whole active segment on the first read.
-                validator=None,
+                trusted=True,
             )
             self.logs[tp] = plog
             self._dir_of[tp] = d
