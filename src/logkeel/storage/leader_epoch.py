@@ -126,8 +126,13 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        latest = self.latest_entry
-        return latest.epoch if latest else None
+        # Read on every append: no lock, one list access (atomic under the GIL; a racing
+        # truncation leaves the list either way, never torn).
+        entries = self._entries
+        try:
+            return entries[-1].epoch
+        except IndexError:
+            return None
 
     def epoch_entry(self, epoch: int) -> EpochEntry | None:
         with self._lock:

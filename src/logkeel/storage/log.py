@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,8 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 
 _ATTR_TIMESTAMP_TYPE = 0x08
+# baseOffset, batchLength, partitionLeaderEpoch: the bytes offset assignment rewrites
+_PREFIX = struct.Struct(">qii")
 
 
 class AppendInfo(NamedTuple):
@@ -222,15 +225,14 @@ class PartitionLog:
                     # The timestamp is under the CRC: this batch is copied and re-checksummed.
                     batch = bytearray(view[pos : pos + header.size])
                     _stamp_log_append_time(batch, header, append_time)
+                    set_base_offset(batch, next_offset)
+                    set_partition_leader_epoch(batch, leader_epoch)
                     buffers.append(batch)
                 else:
-                    # Only the header changes, outside the CRC: patch a copy of the 61 header
-                    # bytes and write the rest of the batch straight from the request.
-                    batch = bytearray(view[pos : pos + HEADER_SIZE])
-                    buffers.append(batch)
-                    buffers.append(view[pos + HEADER_SIZE : pos + header.size])
-                set_base_offset(batch, next_offset)
-                set_partition_leader_epoch(batch, leader_epoch)
+                    # Only baseOffset and partitionLeaderEpoch change, outside the CRC: write
+                    # a new 16-byte prefix and the rest of the batch straight from the request.
+                    buffers.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
+                    buffers.append(view[pos + _PREFIX.size : pos + header.size])
                 header = BatchHeader._make((next_offset, header[1], leader_epoch, *header[3:]))
                 assigned.append((pos, header))
                 next_offset = header.next_offset

@@ -60,27 +60,49 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         with self._lock:
             if not self._loaded:
                 self._ensure_loaded()
-            relative = self.relative_offset(offset)
-            if not 0 <= position <= INT32_MAX:
-                raise InvalidIndexEntryError(
-                    f"position {position} for offset {offset} is not a valid int32 file "
-                    f"position ({self._path})"
-                )
+            relative = offset - self._base_offset
             n = self._entries
+            slot = n * 8
             if n:
-                # Raw fields, not an entry tuple: this runs for every indexed batch.
-                last_relative, last_position = self._codec.unpack_from(self._mm, (n - 1) * 8)
-                if relative <= last_relative:
-                    raise InvalidOffsetError(
-                        f"attempt to append offset {offset} to slot {n}, no larger than the "
-                        f"last offset appended ({last_relative + self._base_offset}) to {self._path}"
-                    )
-                if position <= last_position:
-                    raise InvalidIndexEntryError(
-                        f"attempt to append position {position} for offset {offset}, no larger "
-                        f"than the last position indexed ({last_position}) in {self._path}"
-                    )
-            self._append_raw((relative, position))
+                last_relative, last_position = self._codec.unpack_from(self._mm, slot - 8)
+            else:
+                last_relative = last_position = -1
+            # One test for the usual case (runs for every indexed batch); the precise error
+            # for anything else comes from _append_checked.
+            if (
+                last_relative < relative <= INT32_MAX
+                and last_position < position <= INT32_MAX
+                and slot + 8 <= self._length
+                and self._writable
+            ):
+                if slot + 8 > self._reserved:
+                    self._ensure_reserved(slot + 8)
+                self._codec.pack_into(self._mm, slot, relative, position)
+                self._entries = n + 1
+                return
+            self._append_checked(offset, position)
+
+    def _append_checked(self, offset: int, position: int) -> None:
+        relative = self.relative_offset(offset)
+        if not 0 <= position <= INT32_MAX:
+            raise InvalidIndexEntryError(
+                f"position {position} for offset {offset} is not a valid int32 file "
+                f"position ({self._path})"
+            )
+        n = self._entries
+        if n:
+            last_relative, last_position = self._codec.unpack_from(self._mm, (n - 1) * 8)
+            if relative <= last_relative:
+                raise InvalidOffsetError(
+                    f"attempt to append offset {offset} to slot {n}, no larger than the "
+                    f"last offset appended ({last_relative + self._base_offset}) to {self._path}"
+                )
+            if position <= last_position:
+                raise InvalidIndexEntryError(
+                    f"attempt to append position {position} for offset {offset}, no larger "
+                    f"than the last position indexed ({last_position}) in {self._path}"
+                )
+        self._append_raw((relative, position))
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the greatest offset <= ``target_offset``; (base offset, 0) if none."""

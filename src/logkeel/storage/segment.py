@@ -229,16 +229,18 @@ class LogSegment:
         roll_ms: int,
         now_ms: int,
     ) -> bool:
-        self._ensure_grown()
-        if self.size == 0:
+        if self._grow_pending:
+            self.make_active()
+        size = self.log.size
+        if size == 0:
             return not self.can_hold(last_offset)
-        if self.size + incoming_bytes > segment_bytes:
-            return True
-        if self.offset_index.is_full() or self.time_index.is_full():
-            return True
-        if not self.can_hold(last_offset):
-            return True
-        return self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
+        return (
+            size + incoming_bytes > segment_bytes
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or not self.can_hold(last_offset)
+            or self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
+        )
 
     def _time_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
         # Kafka measures segment.ms in record time when the segment has a timestamped batch
