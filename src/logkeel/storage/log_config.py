@@ -27,6 +27,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
     producer_snapshot_interval_ms: int = 30_000  # producer.state.snapshot.interval.ms (logkeel)
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    cleanup_policy: tuple[str, ...] = ("delete",)  # cleanup.policy: delete, compact or both
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms (how long tombstones stay)
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
 
     @classmethod
     def from_topic_config(cls, topic: Any, **broker_level: int) -> LogConfig:
@@ -51,9 +55,31 @@ class LogConfig:
             max_message_bytes=int(value("max.message.bytes", cls.max_message_bytes)),
             message_timestamp_type=str(value("message.timestamp.type", cls.message_timestamp_type)),
             file_delete_delay_ms=int(value("file.delete.delay.ms", cls.file_delete_delay_ms)),
+            cleanup_policy=_policies(value("cleanup.policy", cls.cleanup_policy)),
+            min_cleanable_dirty_ratio=float(
+                value("min.cleanable.dirty.ratio", cls.min_cleanable_dirty_ratio)
+            ),
+            delete_retention_ms=int(value("delete.retention.ms", cls.delete_retention_ms)),
+            min_compaction_lag_ms=int(value("min.compaction.lag.ms", cls.min_compaction_lag_ms)),
             **broker_level,
         )
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compact(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy holds ``compact``)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention deletes old segments (cleanup.policy holds ``delete``)."""
+        return "delete" in self.cleanup_policy
+
+
+def _policies(raw: Any) -> tuple[str, ...]:
+    """cleanup.policy as a tuple, from a resolved list or a raw ``"compact,delete"`` string."""
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    return tuple(str(p).strip().lower() for p in items if str(p).strip())

@@ -29,7 +29,12 @@ from logkeel.storage.checkpoints import (
     EpochEntry,
     LeaderEpochCheckpointFile,
 )
-from logkeel.storage.errors import CorruptCheckpointError, CorruptIndexError, io_guard
+from logkeel.storage.errors import (
+    CorruptCheckpointError,
+    CorruptIndexError,
+    CorruptRecordError,
+    io_guard,
+)
 from logkeel.storage.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.log_config import LogConfig
@@ -373,7 +378,7 @@ def _replay_headers(
     before = replay.stats.batches
     try:
         replay.replay_headers(segments, from_offset, to_offset)
-    except InvalidBatchError as exc:
+    except (InvalidBatchError, CorruptRecordError) as exc:
         # Only in data not validated yet; its validation will cut the log there.
         report.problems.append(f"producer state replay stopped early: {exc}")
     report.replayed_batches += replay.stats.batches - before

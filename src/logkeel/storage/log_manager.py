@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from logkeel.storage.cleaner import LogCleaner
 from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
 from logkeel.storage.log import PartitionLog
 from logkeel.storage.log_config import LogConfig
@@ -118,6 +119,8 @@ class BackgroundIntervals:
     # log.recovery.checkpoint.interval.ms (AKIP-2): every partition is flushed and the
     # recovery points checkpointed this often, so a kill -9 leaves little to replay.
     recovery_flush_ms: int = 30_000
+    # log.cleaner.backoff.ms: how often the log cleaner looks for compacted logs to clean
+    cleaner_backoff_ms: int = 15_000
 
 
 class LogManager:
@@ -155,6 +158,7 @@ class LogManager:
         self._dir_of: dict[TopicPartition, LogDir] = {}
         self._lock = threading.RLock()
         self.scheduler = Scheduler()
+        self.cleaner = LogCleaner()
         self._dir_failure_listeners: list[Callable[[str, str], None]] = []
         self.startup_report: StartupReport | None = None
         self.startup_validation = startup_validation
@@ -436,6 +440,11 @@ class LogManager:
             iv.recovery_flush_ms / 1000,
             iv.recovery_flush_ms / 1000,
         )
+        self.scheduler.schedule(
+            self._guarded(self.clean_logs),
+            iv.cleaner_backoff_ms / 1000,
+            iv.cleaner_backoff_ms / 1000,
+        )
         self.scheduler.start()
         self.validator.start()
 
@@ -488,10 +497,28 @@ class LogManager:
 
         def retain(plog: PartitionLog) -> None:
             nonlocal deleted
+            if not plog.config.delete:
+                return  # cleanup.policy=compact alone: the cleaner, not retention, bounds it
             deleted += plog.delete_old_segments()
 
         self._each_log(retain)
         return deleted
+
+    def clean_logs(self, *, now_ms: int | None = None, force: bool = False) -> int:
+        """One log-cleaner pass over every log whose cleanup.policy holds ``compact``;
+        returns the number of segments rewritten. ``force`` ignores
+        min.cleanable.dirty.ratio."""
+        cleaned = 0
+
+        def clean(plog: PartitionLog) -> None:
+            nonlocal cleaned
+            if plog.config.compact:
+                result = self.cleaner.clean(plog, now_ms=now_ms, force=force)
+                if result is not None:
+                    cleaned += result.segments
+
+        self._each_log(clean)
+        return cleaned
 
     def checkpoint_all(self) -> None:
         for d in self.online_dirs:

@@ -82,6 +82,10 @@ class SegmentScan:
     max_timestamps: array = field(default_factory=lambda: array("q"))
     running_max: array = field(default_factory=lambda: array("q"))
     controls: dict[int, int] = field(default_factory=dict)  # base offset -> producer id
+    # marker offset -> first offset of the transaction it ends, when that began in this
+    # segment (a transaction begun in an earlier segment has no entry)
+    txn_starts: dict[int, int] = field(default_factory=dict)
+    base_offset: int = 0
     canonical_offsets: list[tuple[int, int]] = field(default_factory=list)
     max_timestamp: int = NO_TIMESTAMP
 
@@ -107,7 +111,8 @@ def scan_segment(
     rebuild agree on where the valid data ends. ``where`` is (log dir, file) for IO errors.
     """
     log_dir, path = where if where else (Path("."), "segment")
-    scan = SegmentScan(size)
+    scan = SegmentScan(size, base_offset=base_offset)
+    open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
     pos = 0
     buf = memoryview(b"")
     buf_start = 0
@@ -175,6 +180,11 @@ def scan_segment(
         append_run(running)
         if header.is_control:
             scan.controls[header.base_offset] = header.producer_id
+            start = open_txns.pop(header.producer_id, None)
+            if start is not None:
+                scan.txn_starts[header.base_offset] = start
+        elif header.is_transactional and header.producer_id not in open_txns:
+            open_txns[header.producer_id] = header.base_offset
         scan.batches += 1
         last_offset = last
         pos += header.size
@@ -229,6 +239,13 @@ def txn_index_problem(scan: SegmentScan, entries: list[AbortedTxn]) -> str | Non
     for n, txn in enumerate(entries):
         if scan.controls.get(txn.last_offset) != txn.producer_id:
             return f"entry {n} {txn} does not end at a marker of producer {txn.producer_id}"
+        # The first offset is checkable too: where the transaction began in this segment, it
+        # must name that batch; otherwise it must lie before the segment.
+        start = scan.txn_starts.get(txn.last_offset)
+        if start is not None and txn.first_offset != start:
+            return f"entry {n} {txn} does not start where the transaction does ({start})"
+        if start is None and txn.first_offset >= scan.base_offset:
+            return f"entry {n} {txn} starts in this segment, where no transaction begins"
     return None
 
 
@@ -323,22 +340,24 @@ def validate_segment(
     for kind, why in bad.items():
         result.problems.append(f"{names[kind]}: {why}")
 
-    if scan.truncated or "offset" in bad or "time" in bad:
+    offsets_bad = "offset" in bad or "time" in bad
+    if scan.truncated or offsets_bad:
         rebuilt = segment.rebuild_indexes_from(0, upper_bound=upper_bound, keep_batches=False)
         result.truncated_bytes = rebuilt.truncated_bytes
         result.next_offset = rebuilt.next_offset
         if inactive:
             segment.on_becoming_inactive()
         result.rebuilt += [names["offset"], names["time"]]
-    if "txn" in bad or scan.truncated:
-        if "txn" in bad:
-            txn.reset()
-            if rebuild_txn_index is not None:
-                for entry in rebuild_txn_index(segment):
-                    segment.append_aborted_txn(entry)
-            result.rebuilt.append(names["txn"])
-        else:
-            txn.truncate_to(result.next_offset)
+    # One damaged index means the segment's others may be damaged where no check can see (a
+    # plausible last stable offset in the txn index): all are rebuilt, as the loader does.
+    if "txn" in bad or offsets_bad:
+        txn.reset()
+        if rebuild_txn_index is not None:
+            for entry in rebuild_txn_index(segment):
+                segment.append_aborted_txn(entry)
+        result.rebuilt.append(names["txn"])
+    elif scan.truncated:
+        txn.truncate_to(result.next_offset)
     segment.missing_files = frozenset()
     for problem in result.problems:
         log.warning("%s: %s", segment.dir.name, problem)
