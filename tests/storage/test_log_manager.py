@@ -163,3 +163,14 @@ def test_io_error_takes_only_its_dir_offline(tmp_path, monkeypatch):
     m.shutdown()
     assert (dirs[1] / CLEAN_SHUTDOWN_FILE).exists()
     assert not (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_idle_producer_ids_expire(tmp_path):
+    m = open_manager(tmp_path, LogConfig(producer_id_expiration_ms=60_000))
+    plog = m.get_or_create_log(TP)
+    plog.append_as_leader(batch(1, producer_id=5, producer_epoch=0, base_sequence=0), 0)
+    assert m.remove_expired_producers() == 0  # still fresh
+    assert 5 in plog.producer_state.active_producers
+    assert m.remove_expired_producers(now_ms=int(time.time() * 1000) + 120_000) == 1
+    assert 5 not in plog.producer_state.active_producers
+    m.shutdown()

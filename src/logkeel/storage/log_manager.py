@@ -121,6 +121,7 @@ class BackgroundIntervals:
     recovery_flush_ms: int = 30_000
     # log.cleaner.backoff.ms: how often the log cleaner looks for compacted logs to clean
     cleaner_backoff_ms: int = 15_000
+    producer_expiration_check_ms: int = 600_000  # producer.id.expiration.check.interval.ms
 
 
 class LogManager:
@@ -445,6 +446,11 @@ class LogManager:
             iv.cleaner_backoff_ms / 1000,
             iv.cleaner_backoff_ms / 1000,
         )
+        self.scheduler.schedule(
+            self._guarded(self.remove_expired_producers),
+            iv.producer_expiration_check_ms / 1000,
+            iv.producer_expiration_check_ms / 1000,
+        )
         self.scheduler.start()
         self.validator.start()
 
@@ -491,6 +497,20 @@ class LogManager:
 
         self._each_log(flush)
         self.checkpoint_all()
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forgets producer ids idle longer than producer.id.expiration.ms (Kafka's
+        periodic check), so producer state and snapshots do not grow forever."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        removed = 0
+
+        def expire(plog: PartitionLog) -> None:
+            nonlocal removed
+            with plog.lock:
+                removed += len(plog.producer_state.remove_expired_producers(now))
+
+        self._each_log(expire)
+        return removed
 
     def run_retention(self) -> int:
         deleted = 0
