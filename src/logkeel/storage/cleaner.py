@@ -213,7 +213,7 @@ class LogCleaner:
             _discard(new)
             raise
         with plog.lock:
-            current = plog._segments  # noqa: SLF001 - the swap is the log's own structure
+            current = plog.segments
             i = next((k for k, s in enumerate(current) if s is old), None)
             if (
                 i is None
@@ -230,7 +230,7 @@ class LogCleaner:
             replacement = PartitionLog.new_segment(
                 directory, base, plog.config, log_dir, create=False
             )
-            current[i] = replacement
+            plog.replace_segment(old, replacement)
         self._retire_later(plog, old)
         return True
 
@@ -272,11 +272,7 @@ class LogCleaner:
             old.time_index.delete()
             old.raw_txn_index.close()
 
-        schedule = plog._schedule_delete  # noqa: SLF001 - the log's file.delete.delay.ms timer
-        if schedule is None or plog.config.file_delete_delay_ms <= 0:
-            retire()
-        else:
-            schedule(retire, plog.config.file_delete_delay_ms / 1000)
+        plog.after_file_delete_delay(retire)
 
 
 class _Records:

@@ -579,15 +579,27 @@ class PartitionLog:
                 segment.delete()
 
     def _delete_later(self, segment: LogSegment) -> None:
-        # Readers may still hold file regions of this segment: delete after a delay.
         def delete() -> None:
             segment.close()
             segment.delete()
 
+        self.after_file_delete_delay(delete)
+
+    def after_file_delete_delay(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` after file.delete.delay.ms: readers may still hold file regions of
+        segments that left the log, so their files go later."""
         if self._schedule_delete is None or self.config.file_delete_delay_ms <= 0:
-            delete()
+            fn()
         else:
-            self._schedule_delete(delete, self.config.file_delete_delay_ms / 1000)
+            self._schedule_delete(fn, self.config.file_delete_delay_ms / 1000)
+
+    def replace_segment(self, old: LogSegment, new: LogSegment) -> None:
+        """Puts ``new`` (same base offset) where ``old`` is: the log cleaner's swap. The caller
+        holds the lock and has checked that ``old`` is still inactive and unchanged."""
+        if new.base_offset != old.base_offset:
+            raise ValueError(f"{new} cannot replace {old}: base offsets differ")
+        i = next(k for k, s in enumerate(self._segments) if s is old)
+        self._segments[i] = new
 
     # -- durability --------------------------------------------------------------------------
     def flush(self, up_to: int | None = None) -> None:
