@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import IO
 
@@ -94,7 +95,7 @@ def locate_tansu(*, install: bool, scratch: Path, log: IO[str] = sys.stderr) -> 
     )
 
 
-class ChildBroker:
+class ChildBroker(ABC):
     """One broker process listening on 127.0.0.1:<port>, output captured in a log file."""
 
     name = "broker"
@@ -113,8 +114,9 @@ class ChildBroker:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
+    @abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The argv that starts this broker on ``self.port``."""
 
     def env(self) -> dict[str, str]:
         return dict(os.environ)

@@ -371,7 +371,6 @@ def _background_intervals(config: BrokerConfig) -> BackgroundIntervals:
     return BackgroundIntervals(
         flush_check_ms=bounded(min(config.log_flush_scheduler_interval_ms, _MAX_FLUSH_CHECK_MS)),
         recovery_checkpoint_ms=bounded(config.log_flush_offset_checkpoint_interval_ms),
-        start_offset_checkpoint_ms=bounded(config.log_flush_start_offset_checkpoint_interval_ms),
         retention_check_ms=bounded(config.log_retention_check_interval_ms),
         recovery_flush_ms=bounded(config.log_recovery_checkpoint_interval_ms),
     )

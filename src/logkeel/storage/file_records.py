@@ -198,11 +198,6 @@ class FileRecords:
             yield BatchPosition(pos, header)
             pos += header.size
 
-    def verify_batch(self, batch: BatchPosition) -> bool:
-        """True when the batch's CRC-32C matches its bytes."""
-        data = self.read(batch.position, batch.header.size)
-        return len(data) == batch.header.size and compute_crc(data, 0, len(data)) == batch.header.crc
-
     def scan_valid(self, start_position: int = 0) -> Iterator[BatchPosition]:
         """Batches from ``start_position`` whose structure and CRC are valid, in order.
 

@@ -35,6 +35,7 @@ from logkeel.storage.file_records import FileRegion
 from logkeel.storage.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.log_config import LogConfig
 from logkeel.storage.producer_state import ProducerStateManager
+from logkeel.storage.replay import ProducerReplay
 from logkeel.storage.segment import DELETED_SUFFIX, LogSegment
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.storage.txn_index import AbortedTxn
@@ -150,7 +151,6 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._last_snapshot_ms = _now_ms()
-        self.last_stable_offset_override: int | None = None
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.tp}, [{self.log_start_offset}, {self.log_end_offset}))"
@@ -466,28 +466,15 @@ class PartitionLog:
             self.producer_state.truncate_fully_and_start_at(offset)
 
     def _reload_producer_state(self) -> None:
-        """Rebuilds producer state after truncation: newest snapshot, then replay."""
-        self.producer_state.truncate_and_reload(self.log_start_offset, self.log_end_offset)
-        self.replay_producer_state(self.producer_state.map_end_offset)
-
-    def replay_producer_state(self, from_offset: int) -> int:
-        """Feeds every batch from ``from_offset`` to the log end into producer state."""
-        replayed = 0
-        i = self._segment_for(from_offset)
-        for segment in self._segments[i:]:
-            start = segment.find_position(from_offset) if from_offset > segment.base_offset else None
-            position = start.position if start else 0
-            for batch in segment.log.batches(position):
-                h = batch.header
-                if h.last_offset < from_offset:
-                    continue
-                data = segment.log.read(batch.position, h.size) if h.is_control else None
-                completed = self.producer_state.load_batch(h, batch=data)
-                if completed is not None:
-                    self.producer_state.complete_txn(completed)
-                replayed += 1
-        self.producer_state.update_map_end_offset(self.log_end_offset)
-        return replayed
+        """Rebuilds producer state after truncation: newest snapshot, then replay (the
+        loader's replay: one mechanism for both)."""
+        state = self.producer_state
+        state.truncate_and_reload(self.log_start_offset, self.log_end_offset)
+        if state.map_end_offset < self.log_end_offset:
+            ProducerReplay(state, index_from=None).replay_headers(
+                self._segments, max(state.map_end_offset, self.log_start_offset), self.log_end_offset
+            )
+        state.update_map_end_offset(self.log_end_offset)
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         """DeleteRecords: moves the log start forward (never past the high watermark)."""

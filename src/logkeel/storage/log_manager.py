@@ -113,8 +113,9 @@ class StartupReport:
 @dataclass(frozen=True, slots=True)
 class BackgroundIntervals:
     flush_check_ms: int = 1_000  # log.flush.scheduler.interval.ms (bounded for responsiveness)
-    recovery_checkpoint_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
-    start_offset_checkpoint_ms: int = 60_000  # log.flush.start.offset.checkpoint.interval.ms
+    # log.flush.offset.checkpoint.interval.ms; log start offsets and high watermarks are
+    # checkpointed in the same pass, so no separate start-offset timer.
+    recovery_checkpoint_ms: int = 60_000
     retention_check_ms: int = 300_000  # log.retention.check.interval.ms
     # log.recovery.checkpoint.interval.ms (AKIP-2): every partition is flushed and the
     # recovery points checkpointed this often, so a kill -9 leaves little to replay.

@@ -374,16 +374,6 @@ class LogSegment:
             start_offset, first.position, self.log.region(first.position, end - first.position)
         )
 
-    def read_next_offset(self) -> int:
-        """The offset after the last batch in this segment (base offset when empty)."""
-        self.ensure_valid()
-        hint = self.offset_index.last_entry
-        start = hint.position if hint else 0
-        next_offset = self.base_offset
-        for batch in self.log.batches(start):
-            next_offset = batch.header.next_offset
-        return next_offset
-
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
     ) -> tuple[int, int] | None:
