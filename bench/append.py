@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from logkeel.records.builder import build_batch
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

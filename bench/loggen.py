@@ -18,9 +18,9 @@ from pathlib import Path
 
 from logkeel.records.batch import set_base_offset
 from logkeel.records.builder import build_batch
+from logkeel.storage.engine.producer_snapshot import snapshot_path, write_snapshot
+from logkeel.storage.engine.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, file_name
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, META_PROPERTIES, MetaProperties
-from logkeel.storage.producer_snapshot import snapshot_path, write_snapshot
-from logkeel.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, file_name
 from logkeel.storage.topic_partition import TopicPartition
 
 TIMESTAMP = 1_700_000_000_000

@@ -33,10 +33,10 @@ from loggen import (  # noqa: E402
     write_checkpoints,
     write_log_dir,
 )
-from logkeel.storage.log_config import LogConfig  # noqa: E402
+from logkeel.storage.engine.log_config import LogConfig  # noqa: E402
+from logkeel.storage.engine.producer_snapshot import snapshot_path, write_snapshot  # noqa: E402
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, STARTUP_MANIFEST  # noqa: E402
 from logkeel.storage.log_manager import LogManager  # noqa: E402
-from logkeel.storage.producer_snapshot import snapshot_path, write_snapshot  # noqa: E402
 
 MIB = 1024 * 1024
 

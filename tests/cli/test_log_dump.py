@@ -30,9 +30,9 @@ from logkeel.records.batch import BatchHeader, CompressionType
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
 from logkeel.records.varint import encode_varint, encode_varlong
-from logkeel.storage.dump import dump_log
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
+from logkeel.storage.tools.dump import dump_log
 from logkeel.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

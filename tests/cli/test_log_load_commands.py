@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from logkeel.cli.log_load import check_command, load_command, recover_command
 from logkeel.records.builder import build_batch
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition

@@ -20,9 +20,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i32Timedelta
 
-from logkeel.server import api_versions
+from logkeel.server.api import versions as api_versions
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.network import RequestRecord, Server
+from logkeel.server.network.server import RequestRecord, Server
 from logkeel.server.protocol import ApiKey, request_schema, response_schema
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]

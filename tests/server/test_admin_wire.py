@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from logkeel.config import BrokerConfig, TopicConfig
-from logkeel.server.admin_api import (
+from logkeel.server.api.admin import (
     ADMIN_VERSIONS,
     OP_APPEND,
     OP_DELETE,
@@ -31,7 +31,7 @@ from logkeel.server.admin_api import (
     OP_SUBTRACT,
     apply_incremental,
 )
-from logkeel.server.metadata_api import topic_id_from_uuid, topic_uuid
+from logkeel.server.api.metadata import topic_id_from_uuid, topic_uuid
 from logkeel.server.protocol import (
     ApiKey,
     decode_response,
@@ -637,17 +637,17 @@ def _levels(wire: Wire) -> dict[str, str]:
 def test_broker_logger_levels(wire: Wire) -> None:
     levels = _levels(wire)
     assert levels["root"] == "INFO"  # `serve -v`
-    assert levels["logkeel.server.network"] == "INFO"
+    assert levels["logkeel.server.network.server"] == "INFO"
     [ok] = wire.incremental_alter(
-        [(BROKER_LOGGER, "0", [("logkeel.server.network", OP_SET, "DEBUG")])]
+        [(BROKER_LOGGER, "0", [("logkeel.server.network.server", OP_SET, "DEBUG")])]
     )
     assert ok.error_code == ErrorCode.none
-    assert _levels(wire)["logkeel.server.network"] == "DEBUG"
+    assert _levels(wire)["logkeel.server.network.server"] == "DEBUG"
     [ok] = wire.incremental_alter(
-        [(BROKER_LOGGER, "0", [("logkeel.server.network", OP_DELETE, None)])]
+        [(BROKER_LOGGER, "0", [("logkeel.server.network.server", OP_DELETE, None)])]
     )
     assert ok.error_code == ErrorCode.none
-    assert _levels(wire)["logkeel.server.network"] == "INFO"  # inherited again
+    assert _levels(wire)["logkeel.server.network.server"] == "INFO"  # inherited again
 
     [dry] = wire.incremental_alter(
         [(BROKER_LOGGER, "0", [("root", OP_SET, "ERROR")])], validate_only=True

@@ -19,11 +19,11 @@ from kio.schema.errors import ErrorCode
 from logkeel.config import BrokerConfig
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
+from logkeel.server.api.fetch import FetchResponseFrame
 from logkeel.server.broker import Broker
-from logkeel.server.fetch_api import FetchResponseFrame
 from logkeel.server.protocol import ApiKey, encode_response, response_schema
-from logkeel.server.purgatory import DelayedOperation, DelayedOperationPurgatory
-from logkeel.server.replica_manager import (
+from logkeel.server.replica.purgatory import DelayedOperation, DelayedOperationPurgatory
+from logkeel.server.replica.replica_manager import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchPartitionRequest,
@@ -363,7 +363,7 @@ def test_fetched_records_go_to_the_socket_with_sendfile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The record bytes of a Fetch response travel by sendfile, not through Python."""
-    from logkeel.server import network
+    from logkeel.server.network import server as network
     from tests.server.test_produce_api import RawClient, fetch_request
 
     sent_by_sendfile: list[int] = []

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logkeel.server.framing import (
+from logkeel.server.network.framing import (
     DEFAULT_MAX_REQUEST_BYTES,
     FrameDecoder,
     FrameTooLarge,

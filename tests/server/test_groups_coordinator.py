@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.group_coordinator import (
+from logkeel.server.group.coordinator import (
     CommitOffset,
     CoordinatorSettings,
     GroupCoordinator,
     ManualTimer,
 )
-from logkeel.server.group_log import LogManagerOffsetsStore, read_partition_records
-from logkeel.server.group_records import (
+from logkeel.server.group.log import LogManagerOffsetsStore, read_partition_records
+from logkeel.server.group.records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
     OffsetCommitKey,
@@ -30,7 +30,7 @@ from logkeel.server.group_records import (
     decode_offset_commit_value,
     partition_for,
 )
-from logkeel.server.group_state import GroupState, JoinResult
+from logkeel.server.group.state import GroupState, JoinResult
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

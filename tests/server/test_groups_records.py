@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logkeel.server.group_records import (
+from logkeel.server.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

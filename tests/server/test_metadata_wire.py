@@ -10,7 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from logkeel.config import BrokerConfig
-from logkeel.server.metadata_api import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from logkeel.server.api.metadata import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from logkeel.server.protocol import ApiKey
 from tests.brokerproc import BrokerProcess
 from tests.server.test_admin_wire import ZERO, Wire, make, request_types

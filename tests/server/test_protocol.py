@@ -28,7 +28,7 @@ from kio.schema.types import BrokerId
 from kio.serial import entity_writer
 from kio.static.primitive import Records, i16, i32Timedelta, i64Timedelta
 
-from logkeel.server import api_versions
+from logkeel.server.api import versions as api_versions
 from logkeel.server.errors import (
     ApiError,
     error_code_for,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.builder import build_batch
-from logkeel.storage.file_records import FileRecords
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.file_records import FileRecords
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

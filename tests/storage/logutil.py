@@ -7,8 +7,8 @@ from pathlib import Path
 
 from logkeel.records.builder import build_batch
 from logkeel.records.record import Record, iter_records
-from logkeel.storage.log import PartitionLog
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

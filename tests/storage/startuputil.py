@@ -11,8 +11,8 @@ from pathlib import Path
 
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
-from logkeel.storage.log import PartitionLog
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, STARTUP_MANIFEST
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition

@@ -16,9 +16,9 @@ from logkeel.config.topic import BrokerConfig, TopicConfig
 from logkeel.records.batch import CompressionType
 from logkeel.records.builder import build_batch
 from logkeel.records.record import Record, iter_records
-from logkeel.storage.log import PartitionLog
-from logkeel.storage.log_config import LogConfig
-from logkeel.storage.segment import (
+from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,

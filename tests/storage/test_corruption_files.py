@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
+from logkeel.storage.engine.segment import file_name
 from logkeel.storage.log_dir import META_PROPERTIES, STARTUP_MANIFEST, MetaProperties
 from logkeel.storage.log_manager import LogManager
-from logkeel.storage.segment import file_name
 from logkeel.storage.topic_partition import TopicPartition
 
 from .logutil import all_records

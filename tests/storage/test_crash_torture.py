@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.validation import offset_index_problem, scan_segment, time_index_problem
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.validation import offset_index_problem, scan_segment, time_index_problem
 
 from .logutil import all_records
 
@@ -31,7 +31,7 @@ SEED = int(os.environ.get("LOGKEEL_TORTURE_SEED", "20260301"))
 WRITER = r"""
 import os, random, sys, time
 from logkeel.records.builder import build_batch
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logkeel.storage.checkpoints import EpochEntry, LeaderEpochCheckpointFile
-from logkeel.storage.leader_epoch import (
+from logkeel.storage.engine.leader_epoch import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     LeaderEpochFileCache,

@@ -12,15 +12,15 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from logkeel.records.batch import BatchHeader
 from logkeel.records.builder import build_batch
+from logkeel.storage.engine.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.segment import file_name
 from logkeel.storage.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
-from logkeel.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
-from logkeel.storage.log_config import LogConfig
-from logkeel.storage.segment import file_name
 
 from .logutil import TP, all_records, batch, now_ms, open_manager
 

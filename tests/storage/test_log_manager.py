@@ -10,8 +10,8 @@ import pytest
 
 from logkeel.records.batch import TimestampType
 from logkeel.records.record import decode_records
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.errors import KafkaStorageError
-from logkeel.storage.log_config import LogConfig
 from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, META_PROPERTIES, MetaProperties
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition

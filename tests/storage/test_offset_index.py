@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logkeel.storage.errors import CorruptIndexError, KafkaStorageError, StorageError
-from logkeel.storage.index_file import (
+from logkeel.storage.engine.index_file import (
     DEFAULT_MAX_INDEX_SIZE,
     IndexFullError,
     IndexOffsetOverflowError,
     InvalidIndexEntryError,
     InvalidOffsetError,
 )
-from logkeel.storage.offset_index import OffsetIndex, OffsetPosition
+from logkeel.storage.engine.offset_index import OffsetIndex, OffsetPosition
+from logkeel.storage.errors import CorruptIndexError, KafkaStorageError, StorageError
 
 ENTRY = struct.Struct(">ii")  # Kafka's OffsetIndex: putInt(relative offset), putInt(position)
 # Before 3.13 an mmap holds a dup of its file's descriptor.

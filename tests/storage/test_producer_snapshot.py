@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logkeel.storage.errors import CorruptSnapshotError
-from logkeel.storage.producer_snapshot import (
+from logkeel.storage.engine.producer_snapshot import (
     ProducerSnapshotEntry,
     decode_snapshot,
     encode_snapshot,
@@ -20,6 +19,7 @@ from logkeel.storage.producer_snapshot import (
     snapshot_path,
     write_snapshot,
 )
+from logkeel.storage.errors import CorruptSnapshotError
 
 
 def crc32c_bitwise(data: bytes) -> int:

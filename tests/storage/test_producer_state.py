@@ -13,19 +13,13 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logkeel.records.batch import BatchHeader, set_base_offset
-from logkeel.storage.errors import (
-    CorruptRecordError,
-    InvalidProducerEpochError,
-    KafkaStorageError,
-    OutOfOrderSequenceError,
-)
-from logkeel.storage.producer_snapshot import (
+from logkeel.storage.engine.producer_snapshot import (
     ProducerSnapshotEntry,
     read_snapshot,
     snapshot_path,
     write_snapshot,
 )
-from logkeel.storage.producer_state import (
+from logkeel.storage.engine.producer_state import (
     INT32_MAX,
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
@@ -37,6 +31,12 @@ from logkeel.storage.producer_state import (
     ProducerStateManager,
     TransactionCoordinatorFencedError,
     read_end_txn_marker,
+)
+from logkeel.storage.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    KafkaStorageError,
+    OutOfOrderSequenceError,
 )
 
 ATTR_TRANSACTIONAL = 0x10

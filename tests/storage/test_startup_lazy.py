@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from logkeel.storage.log_config import LogConfig
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import STARTUP_MANIFEST
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition

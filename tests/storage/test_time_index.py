@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logkeel.records.batch import NO_TIMESTAMP
-from logkeel.storage.errors import CorruptIndexError, KafkaStorageError
-from logkeel.storage.index_file import (
+from logkeel.storage.engine.index_file import (
     DEFAULT_MAX_INDEX_SIZE,
     IndexFullError,
     IndexOffsetOverflowError,
     InvalidOffsetError,
     InvalidTimestampError,
 )
-from logkeel.storage.time_index import TimeIndex, TimestampOffset
+from logkeel.storage.engine.time_index import TimeIndex, TimestampOffset
+from logkeel.storage.errors import CorruptIndexError, KafkaStorageError
 
 ENTRY = struct.Struct(">qi")  # Kafka's TimeIndex: putLong(timestamp), putInt(relative offset)
 MAPPED_FDS = 1 if sys.version_info < (3, 13) else 0

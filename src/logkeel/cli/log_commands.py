@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from logkeel.cli.log_load import check_command, load_command, recover_command
-from logkeel.storage.dump import (
+from logkeel.storage.tools.dump import (
     FileDump,
     dump_file,
     render_json,

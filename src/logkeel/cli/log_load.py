@@ -2,7 +2,7 @@
 
 - ``load`` runs exactly what a broker runs at start-up (LogManager.startup), then shuts down
   cleanly, so a crashed dir comes out recovered;
-- ``check`` is a read-only fsck (logkeel.storage.check);
+- ``check`` is a read-only fsck (logkeel.storage.tools.check);
 - ``recover`` is an unclean start-up forced on every dir, with eager validation: every
   segment is checked and repaired, then the dirs are shut down cleanly.
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import click
 
-from logkeel.storage.check import CheckReport, check_dirs, log_bytes
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
-from logkeel.storage.log_loader import EAGER, LAZY
 from logkeel.storage.log_manager import LogManager, StartupReport
+from logkeel.storage.recovery.loader import EAGER, LAZY
+from logkeel.storage.tools.check import CheckReport, check_dirs, log_bytes
 
 _DIRS = click.argument(
     "dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)

@@ -134,7 +134,7 @@ def serve(
 def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
     """Runs the broker until SIGTERM/SIGINT; returns the process exit code."""
     from logkeel.server.broker import Broker, BrokerStartError
-    from logkeel.server.network import preferred_loop_factory
+    from logkeel.server.network.server import preferred_loop_factory
 
     async def main() -> int:
         stop = asyncio.Event()

@@ -35,11 +35,11 @@ from logkeel.cluster.metadata import (
     TopicState,
 )
 from logkeel.config import BrokerConfig, TopicConfig
-from logkeel.server import api_versions
+from logkeel.server.api import versions as api_versions
+from logkeel.server.api.metadata import INTERNAL_TOPICS
 from logkeel.server.handlers import HandlerRegistry
-from logkeel.server.metadata_api import INTERNAL_TOPICS
-from logkeel.server.network import Server
-from logkeel.storage.log_config import LogConfig
+from logkeel.server.network.server import Server
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
 from logkeel.storage.topic_partition import validate_topic_name
@@ -50,13 +50,13 @@ log = logging.getLogger(__name__)
 
 # Every API family module, registered in this order; each has ``register(registry, broker)``.
 FAMILY_MODULES: tuple[str, ...] = (
-    "logkeel.server.metadata_api",
-    "logkeel.server.admin_api",
-    "logkeel.server.produce_api",
-    "logkeel.server.fetch_api",
-    "logkeel.server.offsets_api",
-    "logkeel.server.producer_id_api",
-    "logkeel.server.group_api",
+    "logkeel.server.api.metadata",
+    "logkeel.server.api.admin",
+    "logkeel.server.api.produce",
+    "logkeel.server.api.fetch",
+    "logkeel.server.api.offsets",
+    "logkeel.server.api.producer_id",
+    "logkeel.server.api.groups",
 )
 
 # The flusher wakes at most this often, whatever log.flush.scheduler.interval.ms says (its
@@ -130,8 +130,8 @@ class Broker:
 
         # Imported here so the family modules (and their owners' work in progress) never form an
         # import cycle with this module.
-        from logkeel.server.group_coordinator import GroupCoordinator
-        from logkeel.server.replica_manager import ReplicaManager
+        from logkeel.server.group.coordinator import GroupCoordinator
+        from logkeel.server.replica.replica_manager import ReplicaManager
 
         self.replica_manager: Any = ReplicaManager(self)
         self.group_coordinator: Any = GroupCoordinator(self)

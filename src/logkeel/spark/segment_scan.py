@@ -34,10 +34,10 @@ from logkeel.storage.checkpoints import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
 )
+from logkeel.storage.engine.file_records import FileRecords
+from logkeel.storage.engine.leader_epoch import EpochEntry, LeaderEpochFileCache
+from logkeel.storage.engine.segment import LOG_SUFFIX, file_name, parse_base_offset
 from logkeel.storage.errors import StorageError, io_guard
-from logkeel.storage.file_records import FileRecords
-from logkeel.storage.leader_epoch import EpochEntry, LeaderEpochFileCache
-from logkeel.storage.segment import LOG_SUFFIX, file_name, parse_base_offset
 from logkeel.storage.topic_partition import TopicPartition
 
 CHUNK = 8 * 1024 * 1024

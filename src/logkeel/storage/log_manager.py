@@ -17,12 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logkeel.storage.cleaner import LogCleaner
+from logkeel.storage.engine.cleaner import LogCleaner
+from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
+from logkeel.storage.engine.validation import SegmentValidator
 from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
-from logkeel.storage.log import PartitionLog
-from logkeel.storage.log_config import LogConfig
 from logkeel.storage.log_dir import LogDir, random_uuid
-from logkeel.storage.log_loader import (
+from logkeel.storage.recovery.loader import (
     LAZY,
     VALIDATION_MODES,
     LoadReport,
@@ -30,10 +32,8 @@ from logkeel.storage.log_loader import (
     Truncation,
     load_partition,
 )
-from logkeel.storage.partition_dir import cached_listing, recovery_plan
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.validation import SegmentValidator
 
 # log.startup.validation.rate.bytes.per.sec
 DEFAULT_VALIDATION_RATE = 50 * 1024 * 1024

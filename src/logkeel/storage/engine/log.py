@@ -26,19 +26,19 @@ from logkeel.records.batch import (
     validate_structure,
 )
 from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
+from logkeel.storage.engine.file_records import FileRegion
+from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.producer_state import ProducerStateManager
+from logkeel.storage.engine.replay import ProducerReplay
+from logkeel.storage.engine.segment import DELETED_SUFFIX, LogSegment
+from logkeel.storage.engine.txn_index import AbortedTxn
 from logkeel.storage.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from logkeel.storage.file_records import FileRegion
-from logkeel.storage.leader_epoch import LeaderEpochFileCache
-from logkeel.storage.log_config import LogConfig
-from logkeel.storage.producer_state import ProducerStateManager
-from logkeel.storage.replay import ProducerReplay
-from logkeel.storage.segment import DELETED_SUFFIX, LogSegment
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 

@@ -68,19 +68,22 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.metadata import PartitionState, TopicState
 from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError, iter_headers
 from logkeel.server.errors import error_code_for
-from logkeel.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from logkeel.server.replica.purgatory import DelayedOperation, DelayedOperationPurgatory
 from logkeel.storage import errors as storage_errors
-from logkeel.storage.errors import KafkaStorageError
-from logkeel.storage.log import (
+from logkeel.storage.engine.log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     AppendInfo,
     PartitionLog,
 )
-from logkeel.storage.producer_state import InvalidTxnStateError, TransactionCoordinatorFencedError
+from logkeel.storage.engine.producer_state import (
+    InvalidTxnStateError,
+    TransactionCoordinatorFencedError,
+)
+from logkeel.storage.engine.txn_index import AbortedTxn
+from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.txn_index import AbortedTxn
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",

@@ -6,7 +6,7 @@ or crashed broker (a live broker's active segments may show a partial tail). It 
 - every batch of every segment (structure, CRC-32C, offsets rising and below the next
   segment's base offset) and that nothing follows the last valid batch;
 - every `.index`, `.timeindex` and `.txnindex` against the batches (the same rules the
-  loader's validation uses, see logkeel.storage.validation), and missing indexes;
+  loader's validation uses, see logkeel.storage.engine.validation), and missing indexes;
 - every producer snapshot (format and CRC) and the leader-epoch checkpoint;
 - the dir's `meta.properties` and checkpoint files, and leftovers of interrupted operations.
 
@@ -29,6 +29,26 @@ from logkeel.storage.checkpoints import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
 )
+from logkeel.storage.engine.offset_index import OffsetIndex
+from logkeel.storage.engine.producer_snapshot import parse_snapshot_offset, read_snapshot
+from logkeel.storage.engine.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    file_name,
+)
+from logkeel.storage.engine.time_index import TimeIndex
+from logkeel.storage.engine.txn_index import TransactionIndex
+from logkeel.storage.engine.validation import (
+    offset_index_problem,
+    scan_segment,
+    time_index_problem,
+    txn_index_problem,
+)
 from logkeel.storage.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
@@ -41,27 +61,7 @@ from logkeel.storage.log_dir import (
     MetaProperties,
     MetaPropertiesError,
 )
-from logkeel.storage.offset_index import OffsetIndex
-from logkeel.storage.producer_snapshot import parse_snapshot_offset, read_snapshot
-from logkeel.storage.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    file_name,
-)
-from logkeel.storage.time_index import TimeIndex
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.txn_index import TransactionIndex
-from logkeel.storage.validation import (
-    offset_index_problem,
-    scan_segment,
-    time_index_problem,
-    txn_index_problem,
-)
 
 # index.interval.bytes decides where a rebuild would put offset-index entries; unknown to an
 # offline check, so by default an index is checked for correct entries but not completeness.

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from logkeel.server.group_coordinator import CommitOffset, GroupCoordinator
+from logkeel.server.group.coordinator import CommitOffset, GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
 from logkeel.storage.topic_partition import TopicPartition

@@ -42,15 +42,7 @@ from logkeel.records.batch import (
     CompressionType,
     TimestampType,
 )
-from logkeel.storage.errors import (
-    CorruptRecordError,
-    CorruptSnapshotError,
-    InvalidProducerEpochError,
-    OutOfOrderSequenceError,
-    StorageError,
-    io_guard,
-)
-from logkeel.storage.producer_snapshot import (
+from logkeel.storage.engine.producer_snapshot import (
     SNAPSHOT_SUFFIX,
     ProducerSnapshotEntry,
     list_snapshot_files,
@@ -58,6 +50,14 @@ from logkeel.storage.producer_snapshot import (
     snapshot_listing,
     snapshot_path,
     write_snapshot,
+)
+from logkeel.storage.errors import (
+    CorruptRecordError,
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    StorageError,
+    io_guard,
 )
 
 log = logging.getLogger(__name__)

@@ -38,23 +38,23 @@ from logkeel.records.batch import (
     compute_crc,
     validate_structure,
 )
-from logkeel.storage.errors import (
-    CorruptIndexError,
-    KafkaStorageError,
-    StorageError,
-    io_guard,
-)
-from logkeel.storage.offset_index import OffsetPosition
-from logkeel.storage.segment import (
+from logkeel.storage.engine.offset_index import OffsetPosition
+from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
     file_name,
 )
-from logkeel.storage.time_index import TimestampOffset
+from logkeel.storage.engine.time_index import TimestampOffset
+from logkeel.storage.engine.txn_index import AbortedTxn
+from logkeel.storage.errors import (
+    CorruptIndexError,
+    KafkaStorageError,
+    StorageError,
+    io_guard,
+)
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from logkeel.storage.engine.index_file import InvalidOffsetError
 from logkeel.storage.errors import CorruptIndexError, StorageError, io_guard
-from logkeel.storage.index_file import InvalidOffsetError
 
 ABORTED_TXN_SIZE = 34
 ABORTED_TXN_VERSION = 0

@@ -15,9 +15,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logkeel.storage.fileio import fsync_dir
-from logkeel.storage.producer_snapshot import SNAPSHOT_SUFFIX
-from logkeel.storage.segment import (
+from logkeel.storage.engine.producer_snapshot import SNAPSHOT_SUFFIX
+from logkeel.storage.engine.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -28,6 +27,7 @@ from logkeel.storage.segment import (
     file_name,
     parse_base_offset,
 )
+from logkeel.storage.fileio import fsync_dir
 
 log = logging.getLogger(__name__)
 

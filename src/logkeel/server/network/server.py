@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
-from logkeel.server.framing import DEFAULT_MAX_REQUEST_BYTES, FrameDecoder, FramingError
 from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
+from logkeel.server.network.framing import DEFAULT_MAX_REQUEST_BYTES, FrameDecoder, FramingError
 from logkeel.server.protocol import (
     ApiKey,
     InvalidRequest,

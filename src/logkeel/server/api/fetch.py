@@ -34,7 +34,7 @@ from kio.serial import entity_writer
 
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
-from logkeel.server.replica_manager import (
+from logkeel.server.replica.replica_manager import (
     FetchPartitionRequest,
     FetchPartitionResult,
     RegionRecords,

@@ -33,9 +33,9 @@ from logkeel.records.batch import CompressionType
 from logkeel.records.builder import BatchBuilder
 from logkeel.records.record import iter_batches
 from logkeel.server.errors import error_code_for
-from logkeel.server.group_records import OFFSETS_TOPIC
+from logkeel.server.group.records import OFFSETS_TOPIC
+from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.errors import KafkaStorageError
-from logkeel.storage.log import PartitionLog
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

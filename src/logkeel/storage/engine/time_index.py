@@ -20,7 +20,7 @@ import struct
 from typing import NamedTuple
 
 from logkeel.records.batch import NO_TIMESTAMP
-from logkeel.storage.index_file import (
+from logkeel.storage.engine.index_file import (
     AbstractIndex,
     IndexFullError,
     InvalidOffsetError,

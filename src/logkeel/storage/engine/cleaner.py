@@ -40,12 +40,10 @@ from pathlib import Path
 from logkeel.records.batch import BatchHeader, TimestampType
 from logkeel.records.builder import BatchBuilder
 from logkeel.records.record import Record, decode_records
-from logkeel.storage.errors import io_guard
-from logkeel.storage.file_records import FileRecords
-from logkeel.storage.fileio import fsync_dir
-from logkeel.storage.log import PartitionLog
-from logkeel.storage.offset_index import OffsetIndex
-from logkeel.storage.segment import (
+from logkeel.storage.engine.file_records import FileRecords
+from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.offset_index import OffsetIndex
+from logkeel.storage.engine.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -55,7 +53,9 @@ from logkeel.storage.segment import (
     LogSegment,
     file_name,
 )
-from logkeel.storage.time_index import TimeIndex
+from logkeel.storage.engine.time_index import TimeIndex
+from logkeel.storage.errors import io_guard
+from logkeel.storage.fileio import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -45,14 +45,13 @@ from logkeel.records.control import (
     decode_end_txn_marker,
 )
 from logkeel.records.record import Record, decode_records
-from logkeel.storage.errors import CorruptIndexError, StorageError, io_guard
-from logkeel.storage.offset_index import OffsetIndex, OffsetPosition
-from logkeel.storage.producer_snapshot import (
+from logkeel.storage.engine.offset_index import OffsetIndex, OffsetPosition
+from logkeel.storage.engine.producer_snapshot import (
     ProducerSnapshotEntry,
     parse_snapshot_offset,
     read_snapshot,
 )
-from logkeel.storage.segment import (
+from logkeel.storage.engine.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -62,8 +61,9 @@ from logkeel.storage.segment import (
     TXN_INDEX_SUFFIX,
     parse_base_offset,
 )
-from logkeel.storage.time_index import TimeIndex, TimestampOffset
-from logkeel.storage.txn_index import ABORTED_TXN_VERSION, TransactionIndex
+from logkeel.storage.engine.time_index import TimeIndex, TimestampOffset
+from logkeel.storage.engine.txn_index import ABORTED_TXN_VERSION, TransactionIndex
+from logkeel.storage.errors import CorruptIndexError, StorageError, io_guard
 
 Json = dict[str, Any]
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.batch import NO_TIMESTAMP, BatchHeader
+from logkeel.storage.engine.file_records import BatchPosition, FileRecords, FileRegion
+from logkeel.storage.engine.offset_index import OffsetIndex
+from logkeel.storage.engine.time_index import TimeIndex
+from logkeel.storage.engine.txn_index import AbortedTxn, TransactionIndex
 from logkeel.storage.errors import io_guard
-from logkeel.storage.file_records import BatchPosition, FileRecords, FileRegion
-from logkeel.storage.offset_index import OffsetIndex
-from logkeel.storage.time_index import TimeIndex
-from logkeel.storage.txn_index import AbortedTxn, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -86,7 +86,7 @@ class LogSegment:
         self._time_indexed = NO_TIMESTAMP
         self._grow_pending = False
         # Set while this segment awaits validation (lazy start-up, KIP-263): called before
-        # the first read of its data or indexes. See logkeel.storage.validation.
+        # the first read of its data or indexes. See logkeel.storage.engine.validation.
         self.validator: Callable[[LogSegment], None] | None = None
         # Files the directory listing did not show at load (e.g. a deleted index).
         self.missing_files: frozenset[str] = frozenset()

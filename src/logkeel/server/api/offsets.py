@@ -26,7 +26,7 @@ from kio.static.primitive import i32Timedelta
 
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
-from logkeel.server.replica_manager import READ_UNCOMMITTED, ListOffsetResult
+from logkeel.server.replica.replica_manager import READ_UNCOMMITTED, ListOffsetResult
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["DeleteRecordsApi", "ListOffsetsApi", "OffsetForLeaderEpochApi", "register"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.group_records import OffsetCommitValue
+from logkeel.server.group.records import OffsetCommitValue
 
 __all__ = [
     "ClassicGroup",

@@ -52,13 +52,13 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.group_log import (
+from logkeel.server.group.log import (
     BrokerOffsetsStore,
     CoordinatorRecord,
     OffsetsTopicStore,
     StoreError,
 )
-from logkeel.server.group_records import (
+from logkeel.server.group.records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
     GroupMetadataValue,
@@ -73,7 +73,7 @@ from logkeel.server.group_records import (
     offset_commit_record,
     partition_for,
 )
-from logkeel.server.group_state import (
+from logkeel.server.group.state import (
     ClassicGroup,
     GroupError,
     GroupState,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from logkeel.storage.index_file import (
+from logkeel.storage.engine.index_file import (
     INT32_MAX,
     AbstractIndex,
     InvalidIndexEntryError,

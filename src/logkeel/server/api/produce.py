@@ -27,7 +27,7 @@ from logkeel.records.batch import MAGIC_V2, InvalidBatchError, iter_headers
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
-from logkeel.server.replica_manager import PartitionAppendResult, topic_id_text
+from logkeel.server.replica.replica_manager import PartitionAppendResult, topic_id_text
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["MAX_VERSION", "MIN_VERSION", "ProduceApi", "register"]

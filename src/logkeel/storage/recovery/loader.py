@@ -29,31 +29,35 @@ from logkeel.storage.checkpoints import (
     EpochEntry,
     LeaderEpochCheckpointFile,
 )
-from logkeel.storage.errors import (
-    CorruptCheckpointError,
-    CorruptIndexError,
-    CorruptRecordError,
-    io_guard,
-)
-from logkeel.storage.leader_epoch import LeaderEpochFileCache
-from logkeel.storage.log import PartitionLog, leader_epoch_cache
-from logkeel.storage.log_config import LogConfig
-from logkeel.storage.partition_dir import (
+from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
+from logkeel.storage.engine.log import PartitionLog, leader_epoch_cache
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.partition_dir import (
     list_partition,
     listing_from_cache,
 )
-from logkeel.storage.producer_state import ProducerStateManager
-from logkeel.storage.replay import ProducerReplay, index_hint, restore_scratch_state
-from logkeel.storage.segment import (
+from logkeel.storage.engine.producer_state import ProducerStateManager
+from logkeel.storage.engine.replay import ProducerReplay, index_hint, restore_scratch_state
+from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
     file_name,
 )
+from logkeel.storage.engine.txn_index import AbortedTxn
+from logkeel.storage.engine.validation import (
+    PartitionValidation,
+    SegmentValidator,
+    validate_segment,
+)
+from logkeel.storage.errors import (
+    CorruptCheckpointError,
+    CorruptIndexError,
+    CorruptRecordError,
+    io_guard,
+)
 from logkeel.storage.topic_partition import TopicPartition
-from logkeel.storage.txn_index import AbortedTxn
-from logkeel.storage.validation import PartitionValidation, SegmentValidator, validate_segment
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,7 @@ from logkeel.config import (
     validate_topic_overrides,
 )
 from logkeel.config.types import format_value
-from logkeel.server.errors import ApiError, error_code_named
-from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.metadata_api import (
+from logkeel.server.api.metadata import (
     NO_THROTTLE,
     ZERO_UUID,
     build,
@@ -52,6 +50,8 @@ from logkeel.server.metadata_api import (
     topic_id_from_uuid,
     topic_uuid,
 )
+from logkeel.server.errors import ApiError, error_code_named
+from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
 from logkeel.storage.topic_partition import validate_topic_name
 
