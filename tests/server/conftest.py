@@ -22,7 +22,8 @@ from kio.static.primitive import i32, i32Timedelta
 
 from logkeel.server.api import versions as api_versions
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.network.server import RequestRecord, Server
+from logkeel.server.network.connection import RequestRecord
+from logkeel.server.network.server import Server
 from logkeel.server.protocol import ApiKey, request_schema, response_schema
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]

@@ -363,7 +363,7 @@ def test_fetched_records_go_to_the_socket_with_sendfile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The record bytes of a Fetch response travel by sendfile, not through Python."""
-    from logkeel.server.network import server as network
+    from logkeel.server.network import zero_copy as network
     from tests.server.test_produce_api import RawClient, fetch_request
 
     sent_by_sendfile: list[int] = []

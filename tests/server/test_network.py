@@ -141,7 +141,7 @@ def test_port_zero_binds_an_ephemeral_port(bare_broker: BrokerThread) -> None:
 def _closes_then_serves(
     bare_broker: BrokerThread, payload: bytes, caplog: pytest.LogCaptureFixture, expect_log: str
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="logkeel.server.network.server"):
+    with caplog.at_level(logging.WARNING, logger="logkeel.server.network.connection"):
         with connect(bare_broker.port) as sock:
             sock.sendall(payload)
             assert_closed_by_server(sock)
@@ -293,7 +293,7 @@ def test_handler_bug_without_error_response_closes_only_that_connection(
 
     broker = make_broker(lambda r: _register_list_groups(r, handle))
     with (
-        caplog.at_level(logging.ERROR, logger="logkeel.server.network.server"),
+        caplog.at_level(logging.ERROR, logger="logkeel.server.network.connection"),
         connect(broker.port) as other,
     ):
         other.sendall(api_versions_request(3, 1))

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from logkeel.server.network.server import RequestRecord
+from logkeel.server.network.connection import RequestRecord
 
 if TYPE_CHECKING:
     from logkeel.server.broker import Broker

@@ -1,0 +1,546 @@
+"""One client connection: frames in, requests handled one at a time, responses out in order.
+
+Each connection handles one request at a time, as Kafka's network layer does (it mutes a
+channel from the moment a request is read until its response is sent). That is what keeps
+responses in request order, which clients rely on, and what keeps a producer's pipelined
+batches appended in the order they were sent. Bytes keep being read and split into frames
+while a request is in flight, so a pipelining client is never stalled by the network, only
+by the handler ahead of it; reading pauses once too many frames are queued.
+
+A bad frame, an unknown API, an unsupported version or an exception in a handler affects only
+its own connection: it is logged with the peer and request, and that connection is closed after
+the responses to the requests before it have been sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
+from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
+from logkeel.server.network.framing import FrameDecoder, FramingError
+from logkeel.server.network.zero_copy import send_parts
+from logkeel.server.protocol import (
+    ApiKey,
+    InvalidRequest,
+    RequestHeader,
+    api_name,
+    decode_request,
+    encode_response,
+    is_known_api,
+    parse_request_header,
+    peek_api,
+)
+
+__all__ = ["Connection", "ConnectionOwner", "Observer", "RequestRecord"]
+
+log = logging.getLogger(__name__)
+
+# Reading from a connection pauses when this many frames (or bytes) wait behind the request in
+# flight, and resumes below half of it. Clients pipeline at most a handful of requests
+# (max.in.flight.requests.per.connection defaults to 5), so this only ever stops a flood.
+_MAX_QUEUED_FRAMES = 64
+_MAX_QUEUED_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What an observer learns about each request once it is done (for metrics and tests)."""
+
+    connection_id: str
+    peer: tuple[str, int]
+    api_key: int  # -1 when the frame named no Kafka API (garbage, or too short to tell)
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    request_bytes: int  # the frame, without its size prefix
+    response_bytes: int  # the response frame with its size prefix; 0 if nothing was sent
+    duration: float  # seconds from the request's arrival to its response being written
+    outcome: str  # "ok", "no_response", "error_response" or "closed"
+    detail: str = ""  # for errors and closures: why
+
+    @property
+    def api_name(self) -> str:
+        return api_name(self.api_key)
+
+
+Observer = Callable[[RequestRecord], None]
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs from the listener that accepted it."""
+
+    registry: HandlerRegistry
+    listener: str
+    max_request_bytes: int
+
+    def connection_made(self, conn: Connection) -> None: ...
+
+    def connection_done(self, conn: Connection) -> None: ...
+
+    def observe(self, record: RequestRecord) -> None: ...
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: frames in, requests handled one at a time, responses out."""
+
+    def __init__(self, owner: ConnectionOwner, index: int) -> None:
+        self._owner = owner
+        self._index = index
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(owner.max_request_bytes)
+        self._frames: collections.deque[tuple[bytes, float]] = collections.deque()
+        self._queued_bytes = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._write_paused = False
+        self._closing = False  # no more frames are taken; queued ones are still answered
+        self._eof = False
+        self._lost = False
+        self._busy = False
+        self._last_active = time.monotonic()
+        self.task: asyncio.Task[None] | None = None
+        self.peer: tuple[str, int] = ("", 0)
+        self.peer_text = "?"
+        self.connection_id = f"?-?-{index}"
+
+    # -- asyncio.Protocol callbacks -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have its interface.
+        self._transport = cast(asyncio.Transport, transport)
+        try:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError, AttributeError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = transport.get_extra_info("peername") or ("?", 0)
+            local = transport.get_extra_info("sockname") or ("?", 0)
+            self.peer = (str(peer[0]), int(peer[1]))
+            self.peer_text = _host_port(self.peer)
+            self.connection_id = f"{_host_port(local)}-{self.peer_text}-{self._index}"
+            self._owner.connection_made(self)
+            self.task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"logkeel-connection-{self.connection_id}"
+            )
+        except Exception:
+            log.exception("cannot set up connection %s; closing it", self.connection_id)
+            self._lost = True
+            self._owner.connection_done(self)
+            transport.abort()
+            return
+        log.debug("accepted connection %s", self.connection_id)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_active = time.monotonic()
+        if self._closing:
+            return
+        try:
+            frames = self._decoder.feed(data)
+        except FramingError as exc:
+            frames = exc.frames
+            log.warning(
+                "closing connection %s from %s: %s", self.connection_id, self.peer_text, exc
+            )
+            self._stop_reading()
+        for frame in frames:
+            self._frames.append((frame, self._last_active))
+            self._queued_bytes += len(frame)
+        if (
+            len(self._frames) >= _MAX_QUEUED_FRAMES or self._queued_bytes >= _MAX_QUEUED_BYTES
+        ) and not self._reading_paused:
+            self._reading_paused = True
+            self._pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        # The client will send no more; keep the socket open to answer what it already sent
+        # (a script piping requests into a socket shuts down its side right after writing).
+        self._eof = True
+        self._wake()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._wake()
+        self._wake_drain()
+        self._owner.connection_done(self)
+        log.debug("connection %s closed%s", self.connection_id, f": {exc}" if exc else "")
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+
+    # -- control from the server --------------------------------------------------------------
+
+    def finish_and_close(self) -> None:
+        """Takes no more requests; answers the queued ones, then closes (graceful stop)."""
+        self._stop_reading()
+        self._wake()
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+        if self.task is not None:
+            self.task.cancel()
+
+    def idle_since(self, now: float) -> float:
+        if self._busy or self._frames:
+            return 0.0
+        return now - self._last_active
+
+    # -- request processing -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                item = await self._next_frame()
+                if item is None:
+                    break
+                frame, arrived = item
+                self._busy = True
+                try:
+                    keep_open = await self._serve(frame, arrived)
+                finally:
+                    self._busy = False
+                    self._last_active = time.monotonic()
+                if not keep_open:
+                    break
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            # A bug in this module, not in a handler (those are caught in _serve); still, it
+            # costs only this connection.
+            log.exception("unexpected error on connection %s; closing it", self.connection_id)
+        finally:
+            self._closing = True
+            if self._transport is not None and not self._lost:
+                self._transport.close()
+
+    async def _next_frame(self) -> tuple[bytes, float] | None:
+        while True:
+            if self._lost:
+                return None  # nobody to answer; Kafka drops the queued requests too
+            if self._frames:
+                frame, arrived = self._frames.popleft()
+                self._queued_bytes -= len(frame)
+                if (
+                    self._reading_paused
+                    and not self._closing
+                    and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
+                    and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
+                ):
+                    self._reading_paused = False
+                    self._resume_reading()
+                return frame, arrived
+            if self._closing or self._eof:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def _serve(self, frame: bytes, arrived: float) -> bool:
+        """Handles one request frame; returns False when the connection must be closed."""
+        try:
+            header = parse_request_header(frame)
+        except InvalidRequest as exc:
+            guess = peek_api(frame)
+            what = (
+                f"{api_name(guess[0])} v{guess[1]}, correlation id {guess[2]}"
+                if guess is not None
+                else "too short to tell"
+            )
+            self._reject(frame, arrived, guess, None, f"malformed request header ({what}): {exc}")
+            return False
+
+        api = f"{api_name(header.api_key)} v{header.api_version}"
+        entry = self._owner.registry.lookup(header.api_key)
+        if entry is None:
+            self._reject(
+                frame, arrived, header, None, f"unsupported API key {header.api_key} ({api})"
+            )
+            return False
+        request: Any = None
+        if entry.supports(header.api_version):
+            try:
+                request = decode_request(header, frame)
+            except InvalidRequest as exc:
+                self._reject(frame, arrived, header, entry, f"malformed {api} request: {exc}")
+                return False
+        elif header.api_key != ApiKey.API_VERSIONS:
+            # Kafka closes the connection; only ApiVersions is answered at any version.
+            self._reject(
+                frame,
+                arrived,
+                header,
+                entry,
+                f"unsupported version {header.api_version} of {api_name(header.api_key)} "
+                f"(supported: {entry.min_version}-{entry.max_version})",
+            )
+            return False
+
+        ctx = RequestContext(
+            api_key=header.api_key,
+            api_version=header.api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id or "",
+            peer=self.peer,
+            connection_id=self.connection_id,
+            listener=self._owner.listener,
+            header_version=header.header_version,
+            received_at=arrived,
+        )
+        outcome = "ok"
+        detail = ""
+        try:
+            response = await entry.handle(ctx, request)
+        except CloseConnection as exc:
+            log.info(
+                "closing connection %s from %s after %s: %s",
+                ctx.connection_id,
+                self.peer_text,
+                ctx,
+                exc or "requested by the handler",
+            )
+            self._record(ctx, frame, 0, "closed", str(exc) or "requested by the handler")
+            return False
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code = error_code_for(exc)
+            detail = f"{error_name(code)}: {exc}"
+            if isinstance(exc, ApiError):
+                log.info("%s from %s failed: %s", ctx, self.peer_text, detail)
+            else:
+                log.error("error handling %s from %s", ctx, self.peer_text, exc_info=True)
+            response = None
+            if entry.error_response is not None and request is not None:
+                try:
+                    response = entry.error_response(ctx, request, code)
+                except Exception:
+                    log.exception("error response for %s failed", ctx)
+            if response is None:
+                log.warning(
+                    "closing connection %s from %s: %s failed with %s and has no error response",
+                    ctx.connection_id,
+                    self.peer_text,
+                    ctx,
+                    detail,
+                )
+                self._record(ctx, frame, 0, "closed", detail)
+                return False
+            outcome = "error_response"
+
+        if response is None:
+            self._record(ctx, frame, 0, "no_response", "")
+            return True
+        expected_version = ctx.api_version if entry.supports(ctx.api_version) else 0
+        if (
+            getattr(response, "__api_key__", None) != ctx.api_key
+            or getattr(response, "__version__", None) != expected_version
+        ):
+            log.error(
+                "closing connection %s: the handler of %s returned %r, not a %s v%d response",
+                ctx.connection_id,
+                ctx,
+                type(response).__name__,
+                ctx.api_name,
+                expected_version,
+            )
+            self._record(ctx, frame, 0, "closed", "handler returned the wrong response type")
+            return False
+        if getattr(response, "frame_parts", None) is not None:
+            return await self._send_parts_response(ctx, frame, response, outcome, detail)
+        try:
+            data = encode_response(ctx.correlation_id, response)
+        except Exception:
+            log.exception(
+                "closing connection %s: cannot encode the response to %s", ctx.connection_id, ctx
+            )
+            self._record(ctx, frame, 0, "closed", "response encoding failed")
+            return False
+        if self._lost:
+            return False
+        assert self._transport is not None
+        self._transport.write(data)
+        self._last_active = time.monotonic()
+        await self._drain()
+        self._record(ctx, frame, len(data), outcome, detail)
+        return True
+
+    # -- zero-copy responses ------------------------------------------------------------------
+
+    async def _send_parts_response(
+        self, ctx: RequestContext, frame: bytes, response: Any, outcome: str, detail: str
+    ) -> bool:
+        """Sends a response that encodes itself: besides ``__api_key__``/``__version__`` it has
+        ``frame_parts(correlation_id)`` returning the whole frame (size prefix included) as a
+        list of bytes and file regions (objects with ``fd``, ``position``, ``size``,
+        ``read_bytes()``), and optionally ``close()``, called once it is sent or dropped.
+        The regions go from the segment files to the socket with ``sendfile``, never through
+        Python (Fetch's zero-copy path)."""
+        try:
+            try:
+                parts = response.frame_parts(ctx.correlation_id)
+            except Exception:
+                log.exception(
+                    "closing connection %s: cannot encode the response to %s",
+                    ctx.connection_id,
+                    ctx,
+                )
+                self._record(ctx, frame, 0, "closed", "response encoding failed")
+                return False
+            if self._lost or self._transport is None:
+                return False
+            try:
+                sent = await send_parts(self._transport, parts, self._drain, lambda: self._lost)
+            except (OSError, EOFError) as exc:
+                # A client that went away mid-response is routine (a consumer closing during
+                # a long poll); anything else is worth a warning.
+                level = logging.INFO if isinstance(exc, ConnectionError) else logging.WARNING
+                log.log(
+                    level,
+                    "closing connection %s from %s: sending the response to %s failed: %s",
+                    ctx.connection_id,
+                    self.peer_text,
+                    ctx,
+                    exc,
+                )
+                self._record(ctx, frame, 0, "closed", f"send failed: {exc}")
+                return False
+        finally:
+            close = getattr(response, "close", None)
+            if close is not None:
+                close()
+        self._last_active = time.monotonic()
+        self._record(ctx, frame, sent, outcome, detail)
+        return True
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _reject(
+        self,
+        frame: bytes,
+        arrived: float,
+        header: RequestHeader | tuple[int, int, int] | None,
+        entry: ApiHandler | None,
+        reason: str,
+    ) -> None:
+        """Logs why this request closes the connection, and tells the observers."""
+        if isinstance(header, RequestHeader):
+            who = (
+                f"api key {header.api_key}, correlation id {header.correlation_id}, "
+                f"client id {header.client_id!r}"
+            )
+            api_key, api_version, corr, client_id = (
+                header.api_key,
+                header.api_version,
+                header.correlation_id,
+                header.client_id,
+            )
+        elif header is not None:
+            who = f"api key {header[0]}, correlation id {header[2]}"
+            (api_key, api_version, corr), client_id = header, None
+        else:
+            who = "no header"
+            api_key, api_version, corr, client_id = -1, -1, -1, None
+        if not is_known_api(api_key):
+            # Garbage, not an API: observers (metrics labels) must not see one key per byte
+            # pattern a scanner sends.
+            api_key = -1
+        log.warning(
+            "closing connection %s from %s: %s (%s, %d bytes)",
+            self.connection_id,
+            self.peer_text,
+            reason,
+            who,
+            len(frame),
+        )
+        self._owner.observe(
+            RequestRecord(
+                connection_id=self.connection_id,
+                peer=self.peer,
+                api_key=api_key,
+                api_version=api_version,
+                correlation_id=corr,
+                client_id=client_id,
+                request_bytes=len(frame),
+                response_bytes=0,
+                duration=time.monotonic() - arrived,
+                outcome="closed",
+                detail=reason,
+            )
+        )
+
+    def _record(
+        self, ctx: RequestContext, frame: bytes, response_bytes: int, outcome: str, detail: str
+    ) -> None:
+        self._owner.observe(
+            RequestRecord(
+                connection_id=ctx.connection_id,
+                peer=ctx.peer,
+                api_key=ctx.api_key,
+                api_version=ctx.api_version,
+                correlation_id=ctx.correlation_id,
+                client_id=ctx.client_id,
+                request_bytes=len(frame),
+                response_bytes=response_bytes,
+                duration=time.monotonic() - ctx.received_at,
+                outcome=outcome,
+                detail=detail,
+            )
+        )
+
+    async def _drain(self) -> None:
+        while self._write_paused and not self._lost:
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+
+    def _stop_reading(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if not self._reading_paused:
+            self._reading_paused = True
+            self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        if self._transport is not None and not self._lost:
+            with contextlib.suppress(RuntimeError):  # already closing
+                self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._transport is not None and not self._lost:
+            with contextlib.suppress(RuntimeError):
+                self._transport.resume_reading()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _wake_drain(self) -> None:
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+
+def _host_port(address: tuple[Any, ...]) -> str:
+    host = str(address[0])
+    return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"

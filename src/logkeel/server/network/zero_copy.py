@@ -1,0 +1,135 @@
+"""The zero-copy response writer: a response's file regions go from the segment files to the
+socket with ``sendfile``, never through Python (Fetch's data path).
+
+A response given as parts is a list of bytes and file regions (objects with ``fd``,
+``position``, ``size`` and ``read_bytes()``). Without a socket to ``sendfile`` into (e.g. a
+TLS transport) each region is read once and written through the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, runtime_checkable
+
+__all__ = ["FileRegion", "FramePart", "send_parts"]
+
+
+@runtime_checkable
+class FileRegion(Protocol):
+    """``size`` bytes at ``position`` of the open file ``fd``."""
+
+    fd: int
+    position: int
+    size: int
+
+    def __len__(self) -> int: ...
+
+    def read_bytes(self) -> bytes: ...
+
+
+FramePart = bytes | bytearray | memoryview | FileRegion
+
+
+async def send_parts(
+    transport: asyncio.Transport,
+    parts: Sequence[FramePart],
+    drain: Callable[[], Awaitable[None]],
+    is_lost: Callable[[], bool],
+) -> int:
+    """Writes ``parts`` (bytes, or file regions) to ``transport`` in order; returns the bytes
+    sent. ``drain`` waits while the transport's buffer is full; ``is_lost`` says the peer
+    went away."""
+    total = sum(len(p) for p in parts)
+    if all(isinstance(p, bytes | bytearray | memoryview) for p in parts):
+        transport.write(b"".join(parts))
+        await drain()
+        return total
+    sock = transport.get_extra_info("socket")
+    if sock is None or not hasattr(os, "sendfile"):
+        # No socket to sendfile into (e.g. a TLS transport): one copy per region.
+        for part in parts:
+            if not isinstance(part, bytes | bytearray | memoryview):
+                part = await asyncio.to_thread(part.read_bytes)
+            transport.write(part)
+            await drain()
+        return total
+    # Our bytes go around the transport, so whatever it still buffers must go first.
+    delay = 0.0005
+    while transport.get_write_buffer_size() > 0:
+        if is_lost():
+            raise ConnectionResetError("connection lost")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    # A duplicate descriptor: if the transport is aborted meanwhile, this one still names
+    # the same socket (never a newly opened file that reused the number).
+    fd = os.dup(sock.fileno())
+    try:
+        loop = asyncio.get_running_loop()
+        for part in parts:
+            if isinstance(part, bytes | bytearray | memoryview):
+                view = memoryview(part)
+                while view:
+                    try:
+                        n = os.write(fd, view)
+                    except BlockingIOError:
+                        await _wait_writable(loop, fd)
+                        continue
+                    view = view[n:]
+                continue
+            offset, remaining = part.position, part.size
+            while remaining > 0:
+                n = await loop.run_in_executor(
+                    _sendfile_executor(), _sendfile_some, fd, part.fd, offset, remaining
+                )
+                if n < 0:
+                    await _wait_writable(loop, fd)
+                elif n == 0:
+                    raise EOFError(
+                        f"file region ended {remaining} bytes early (segment truncated?)"
+                    )
+                else:
+                    offset += n
+                    remaining -= n
+    finally:
+        os.close(fd)
+    return total
+
+
+_SENDFILE_THREADS = 4
+_sendfile_pool: ThreadPoolExecutor | None = None
+
+
+def _sendfile_executor() -> ThreadPoolExecutor:
+    """Threads for ``sendfile``: the socket never blocks them (it is non-blocking), but the
+    file side reads from disk when the data is not cached, which must not stall the loop."""
+    global _sendfile_pool
+    if _sendfile_pool is None:
+        _sendfile_pool = ThreadPoolExecutor(
+            _SENDFILE_THREADS, thread_name_prefix="logkeel-sendfile"
+        )
+    return _sendfile_pool
+
+
+def _sendfile_some(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    """Bytes sent (0: the file ended), or -1 when the socket buffer is full."""
+    try:
+        return os.sendfile(out_fd, in_fd, offset, count)
+    except BlockingIOError:
+        return -1
+
+
+async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_writer(fd)
