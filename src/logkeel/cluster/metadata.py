@@ -8,9 +8,11 @@ clusters.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -24,6 +26,19 @@ from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "logkeel-metadata.json"
+
+# Topics that their owners (group and transaction coordinators) create with their own settings.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """The metadata's base64 (URL-safe, unpadded) Kafka Uuid as a ``uuid.UUID`` for kio."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+def topic_id_text(value: uuid.UUID) -> str:
+    """The inverse of ``topic_uuid``: Kafka's text form of a topic id."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
 class MetadataError(Exception):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from logkeel.cluster.metadata import (
+    INTERNAL_TOPICS,
     EmbeddedMetadataStore,
     MetadataError,
     MetadataStore,
@@ -36,9 +37,11 @@ from logkeel.cluster.metadata import (
 )
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.api import versions as api_versions
-from logkeel.server.api.metadata import INTERNAL_TOPICS
+from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.server import Server
+from logkeel.server.replica.context import ReplicaManagerContext
+from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
@@ -128,13 +131,17 @@ class Broker:
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
 
-        # Imported here so the family modules (and their owners' work in progress) never form an
-        # import cycle with this module.
-        from logkeel.server.group.coordinator import GroupCoordinator
-        from logkeel.server.replica.replica_manager import ReplicaManager
-
-        self.replica_manager: Any = ReplicaManager(self)
-        self.group_coordinator: Any = GroupCoordinator(self)
+        self.replica_manager = ReplicaManager(
+            ReplicaManagerContext(
+                node_id=self.node_id,
+                metadata=self.metadata,
+                log_manager=self.log_manager,
+                topic_config=self.topic_config,
+                log_config=self.log_config,
+                num_io_threads=config.num_io_threads,
+            )
+        )
+        self.group_coordinator = GroupCoordinator(self)
 
         self.registry = HandlerRegistry()
         api_versions.register(self.registry)

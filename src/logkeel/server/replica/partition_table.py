@@ -1,0 +1,163 @@
+"""The partitions this broker holds, kept in line with cluster metadata.
+
+Applying a topic's metadata creates, updates or deletes its ``Partition`` objects and their
+logs; it runs in the thread that changed the metadata (or on the IO threads at start-up),
+never on the event loop. Leadership changes from a controller land here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from logkeel.cluster.metadata import TopicState
+from logkeel.server.replica.context import ReplicaManagerContext
+from logkeel.server.replica.partition import Partition, TopicSettings
+from logkeel.storage.errors import KafkaStorageError
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["PartitionTable"]
+
+log = logging.getLogger(__name__)
+
+
+class PartitionTable:
+    """One ``Partition`` per partition with a replica here; the map is read without a lock
+    (single dict lookups) and changed under ``_lock``, never held across IO."""
+
+    def __init__(self, ctx: ReplicaManagerContext) -> None:
+        self._ctx = ctx
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._lock = threading.RLock()
+        # Serialises applying metadata changes (which create and delete logs).
+        self._metadata_lock = threading.RLock()
+        # After start-up, a partition missing from the map is new and gets an empty log.
+        self.started = False
+
+    def get(self, tp: TopicPartition) -> Partition | None:
+        return self._partitions.get(tp)
+
+    def all(self) -> list[Partition]:
+        with self._lock:
+            return list(self._partitions.values())
+
+    def _settings(self, topic: str) -> TopicSettings:
+        try:
+            return TopicSettings.from_topic_config(self._ctx.topic_config(topic))
+        except Exception:  # noqa: BLE001 - a config problem must not stop the partition
+            log.exception("reading the configs of topic %s failed; using defaults", topic)
+            return TopicSettings()
+
+    def sync_all(self) -> None:
+        """Builds every partition from metadata over the loaded logs (at start-up)."""
+        for name, state in self._ctx.metadata.topics().items():
+            self.apply_topic(name, state)
+        lm = self._ctx.log_manager
+        known = set(self._partitions)
+        strays = [tp for tp in list(lm.logs) if tp not in known]
+        for tp in strays:
+            # Kept, not deleted: without a controller history we cannot tell a deleted topic
+            # from metadata that was lost.
+            log.warning("log %s has no topic in the metadata; it is not served", tp)
+
+    def apply_topic(self, name: str, state: TopicState | None) -> list[TopicPartition]:
+        """Brings this topic's partitions in line with ``state`` (None: deleted)."""
+        with self._metadata_lock:
+            return self._apply_topic_locked(name, state)
+
+    def _apply_topic_locked(self, name: str, state: TopicState | None) -> list[TopicPartition]:
+        lm = self._ctx.log_manager
+        changed: list[TopicPartition] = []
+        with self._lock:
+            existing = [tp for tp in self._partitions if tp.topic == name]
+            if state is None:
+                for tp in existing:
+                    self._partitions.pop(tp, None)
+                    changed.append(tp)
+            else:
+                for tp in existing:
+                    if tp.partition not in state.partitions:
+                        self._partitions.pop(tp, None)
+                        changed.append(tp)
+        if state is None:
+            for tp in changed:
+                try:
+                    lm.delete_log(tp)
+                except KafkaStorageError as exc:
+                    lm.handle_dir_failure(exc)
+                except Exception:
+                    log.exception("deleting the log of %s failed", tp)
+            if changed:
+                log.info("topic %s deleted: removed %d partition log(s)", name, len(changed))
+            return changed
+
+        config = None
+        settings = self._settings(name)
+        for pstate in state.partitions.values():
+            tp = pstate.tp
+            with self._lock:
+                p = self._partitions.get(tp)
+                # New: created while we run. A partition known at start-up whose log is
+                # missing may have it in a dir that is offline: never replace it with an
+                # empty log then (Kafka refuses to as well).
+                is_new = self.started and p is None
+                if p is None or p.topic_id != state.topic_id:
+                    p = Partition(tp, state.topic_id, self._ctx.node_id)
+                    self._partitions[tp] = p
+            moved = p.apply_state(pstate)
+            p.settings = settings
+            if self._ctx.node_id not in pstate.replicas:
+                changed.append(tp)
+                continue
+            if p.log is None and p.offline_reason is None:
+                reason = lm.offline_partitions.get(tp)
+                offline_dirs = [str(d.path) for d in lm.dirs if not d.online]
+                if reason is not None:
+                    p.offline_reason = reason
+                elif not is_new and lm.get_log(tp) is None and offline_dirs:
+                    p.offline_reason = (
+                        f"no log found, and log dir(s) {', '.join(offline_dirs)} are offline"
+                    )
+                else:
+                    if config is None:
+                        config = self._ctx.log_config(name)
+                    try:
+                        p.log = lm.get_or_create_log(tp, config)
+                    except KafkaStorageError as exc:
+                        p.offline_reason = str(exc)
+                        if exc.log_dir:
+                            lm.handle_dir_failure(exc)
+                        changed.append(tp)
+                        continue
+            if p.log is not None and (moved or p.log.high_watermark < p.log.log_end_offset):
+                p.become_leader_or_follower()
+            changed.append(tp)
+        # Config changes: every log of the topic takes the new settings.
+        try:
+            lm.update_config(name, config or self._ctx.log_config(name))
+        except Exception:
+            log.exception("applying the configs of topic %s failed", name)
+        return changed
+
+    def take_dir_offline(self, log_dir: str, reason: str) -> list[TopicPartition]:
+        """The partitions of a failed log dir answer KAFKA_STORAGE_ERROR from now on; returns
+        them. In-memory only, so safe on any thread."""
+        lm = self._ctx.log_manager
+        failed: list[TopicPartition] = []
+        with self._lock:
+            for p in self._partitions.values():
+                if p.offline_reason is not None:
+                    continue
+                in_dir = p.log is not None and str(p.log.log_dir) == log_dir
+                if in_dir or p.tp in lm.offline_partitions:
+                    p.offline_reason = f"log dir {log_dir} is offline: {reason}"
+                    p.log = None
+                    failed.append(p.tp)
+        if failed:
+            log.error(
+                "%d partition(s) in %s are offline and answer KAFKA_STORAGE_ERROR: %s",
+                len(failed),
+                log_dir,
+                ", ".join(str(tp) for tp in failed[:20]) + (" ..." if len(failed) > 20 else ""),
+            )
+        return failed
