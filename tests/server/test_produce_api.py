@@ -2,27 +2,38 @@
 
 Covers what real clients rarely send: corrupt batches, oversized batches, unknown and invalid
 topics or partitions, bad acks, several batches in one partition, idempotent retries and
-sequence gaps, every Produce version, and acks=0 failing (the connection closes).
+sequence gaps, every Produce version, and acks=0 failing (the connection closes). Last, with an
+in-process broker (to gate its fsyncs): a Produce is answered while a metadata write is stuck.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
+import os
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from logkeel.cluster.metadata import METADATA_FILE
 from logkeel.records.builder import build_batch
 from logkeel.records.record import decode_records
+from logkeel.server.broker import Broker
 from logkeel.server.protocol import ApiKey, decode_response, encode_request, request_schema
 from tests.brokerproc import BrokerProcess
+from tests.server.test_fetch_internals import run_broker
 
 # -- a raw Kafka client: one socket, kio requests, kio responses ---------------------------------
 
@@ -417,3 +428,56 @@ def test_transactional_records_are_refused(client: RawClient) -> None:
     response = client.call(fetch_request(12, "no-txn", {0: 0}, isolation_level=1))
     partition = response.responses[0].partitions[0]
     assert (partition.high_watermark, partition.last_stable_offset) == (0, 0)
+
+
+# -- the event loop never waits on the metadata store's disk writes ------------------------------
+
+
+@contextlib.contextmanager
+def metadata_fsync_gate() -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Makes every fsync of the metadata store's file block until released: a real ``os.fsync``
+    wrapped in process (the store writes through ``os.fsync``), recognised by the path its
+    descriptor names. Yields (entered, release)."""
+    real_fsync = os.fsync
+    entered, release = threading.Event(), threading.Event()
+
+    def gated_fsync(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            if METADATA_FILE in os.readlink(f"/proc/self/fd/{fd}"):
+                entered.set()
+                release.wait(30)
+        real_fsync(fd)
+
+    os.fsync = gated_fsync
+    try:
+        yield entered, release
+    finally:
+        release.set()
+        os.fsync = real_fsync
+
+
+def test_a_produce_is_answered_while_create_topics_is_stuck_in_fsync(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        await asyncio.to_thread(broker.metadata.create_topic, "flowing", 1, 1, {})
+        bootstrap = f"127.0.0.1:{broker.port}"
+        with metadata_fsync_gate() as (entered, release):
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            created = admin.create_topics([NewTopic("stuck", 1, 1)], operation_timeout=30)
+            assert await asyncio.to_thread(entered.wait, 15), "CreateTopics never reached fsync"
+
+            def produce() -> list[tuple[Any, int]]:
+                producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+                delivered: list[tuple[Any, int]] = []
+                producer.produce(
+                    "flowing", b"v", on_delivery=lambda e, m: delivered.append((e, m.offset()))
+                )
+                producer.flush(15)
+                return delivered
+
+            assert await asyncio.to_thread(produce) == [(None, 0)]
+            assert not created["stuck"].done()  # the write really was still in its fsync
+            release.set()
+            await asyncio.to_thread(created["stuck"].result, 15)
+        assert broker.metadata.topic("stuck") is not None
+
+    run_broker(tmp_path, scenario)

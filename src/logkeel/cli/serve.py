@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import click
 
 from logkeel.config import BrokerConfig, ConfigError, ConfigProblem
+from logkeel.server.broker import Broker, BrokerStartError
+from logkeel.server.network.server import preferred_loop_factory
 
 __all__ = ["serve", "serve_overrides"]
 
@@ -133,8 +135,12 @@ def serve(
 
 def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
     """Runs the broker until SIGTERM/SIGINT; returns the process exit code."""
-    from logkeel.server.broker import Broker, BrokerStartError
-    from logkeel.server.network.server import preferred_loop_factory
+    # Built before the event loop runs: construction reads files (meta.properties, metadata).
+    try:
+        broker = Broker(config, metrics_port=metrics_port)
+    except (OSError, ValueError) as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_CANNOT_START
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -142,11 +148,6 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
         log.debug("event loop: %s.%s", type(loop).__module__, type(loop).__name__)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _on_signal, sig, stop)
-        try:
-            broker = Broker(config, metrics_port=metrics_port)
-        except (OSError, ValueError) as exc:
-            log.error("cannot start: %s", exc)
-            return EXIT_CANNOT_START
         try:
             await broker.start()
         except BrokerStartError as exc:
@@ -169,10 +170,7 @@ def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
     stop.set()
 
 
-def _log_startup(broker: object) -> None:
-    from logkeel.server.broker import Broker
-
-    assert isinstance(broker, Broker)
+def _log_startup(broker: Broker) -> None:
     report = broker.log_manager.startup_report
     if report is not None:
         log.info(

@@ -4,6 +4,12 @@
 for a single node in a JSON document written atomically to every online log dir (so a dead
 disk does not lose it); a ZooKeeper-backed store (kazoo) implements the same interface for
 clusters.
+
+Reads never wait for a write: readers (Produce, Fetch and Metadata on the event loop) get an
+immutable snapshot, and a write builds the next snapshot, makes it durable (an fsync per log
+dir), and only then swaps it in. Writes are serialised by a lock readers never take, and run
+in threads. The ``TopicState``s of a published snapshot are never changed; a change to a
+topic replaces its ``TopicState``.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
@@ -95,7 +102,8 @@ class MetadataStore(ABC):
     def brokers(self) -> list[BrokerInfo]: ...
 
     @abstractmethod
-    def topics(self) -> dict[str, TopicState]: ...
+    def topics(self) -> Mapping[str, TopicState]:
+        """The current snapshot (read-only; never changes after it is returned)."""
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics().get(name)
@@ -140,12 +148,13 @@ class EmbeddedMetadataStore(MetadataStore):
         cluster_id: str | None = None,
     ) -> None:
         self._dirs = [Path(d) for d in log_dirs]
-        self._lock = threading.RLock()
+        # Held by writers across the disk writes; readers never take it.
+        self._write_lock = threading.RLock()
         self._listeners: list[Listener] = []
         self._self = BrokerInfo(node_id, host, port)
         self.controller_id = node_id
         self._version = 0
-        self._topics: dict[str, TopicState] = {}
+        self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -170,18 +179,22 @@ class EmbeddedMetadataStore(MetadataStore):
             return
         self._version = best.get("version", 0)
         self.cluster_id = self.cluster_id or best.get("cluster_id", "")
+        topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
-            self._topics[t["name"]] = TopicState(partitions=parts, **t)
+            topics[t["name"]] = TopicState(partitions=parts, **t)
+        self._snapshot = MappingProxyType(topics)
 
-    def _save(self) -> None:
+    def _publish(self, topics: dict[str, TopicState]) -> None:
+        """Writes ``topics`` to every log dir, then makes it the snapshot readers see.
+        Call with ``_write_lock`` held."""
         self._version += 1
         doc = {
             "version": self._version,
             "cluster_id": self.cluster_id,
             "topics": [
                 {**asdict(t), "partitions": [asdict(p) for p in t.partitions.values()]}
-                for t in self._topics.values()
+                for t in topics.values()
             ],
         }
         data = json.dumps(doc, indent=1).encode()
@@ -195,6 +208,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 log.error("could not write metadata to %s: %s", d, exc)
         if not written:
             raise MetadataError("KAFKA_STORAGE_ERROR", "metadata could not be written to any log dir")
+        self._snapshot = MappingProxyType(topics)
 
     def _notify(self, name: str, state: TopicState | None) -> None:
         for fn in list(self._listeners):
@@ -207,9 +221,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def brokers(self) -> list[BrokerInfo]:
         return [self._self]
 
-    def topics(self) -> dict[str, TopicState]:
-        with self._lock:
-            return dict(self._topics)
+    def topics(self) -> Mapping[str, TopicState]:
+        return self._snapshot
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
@@ -234,10 +247,11 @@ class EmbeddedMetadataStore(MetadataStore):
                 f"replication factor {replication_factor} is larger than the {len(self.brokers())} available broker(s)",
             )
         node = self._self.node_id
-        with self._lock:
-            if name in self._topics:
+        with self._write_lock:
+            current = self._snapshot
+            if name in current:
                 raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
-            collision = _collides(name, self._topics)
+            collision = _collides(name, current)
             if collision:
                 raise MetadataError(
                     "INVALID_TOPIC_EXCEPTION",
@@ -250,24 +264,24 @@ class EmbeddedMetadataStore(MetadataStore):
             )
             if validate_only:
                 return state
-            self._topics[name] = state
-            self._save()
+            self._publish({**current, name: state})
         self._notify(name, state)
         return state
 
     def delete_topic(self, name: str) -> TopicState:
-        with self._lock:
-            state = self._topics.pop(name, None)
+        with self._write_lock:
+            topics = dict(self._snapshot)
+            state = topics.pop(name, None)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
-            self._save()
+            self._publish(topics)
         self._notify(name, None)
         return state
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         node = self._self.node_id
-        with self._lock:
-            state = self._topics.get(name)
+        with self._write_lock:
+            state = self._snapshot.get(name)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
             current = len(state.partitions)
@@ -278,32 +292,34 @@ class EmbeddedMetadataStore(MetadataStore):
                 )
             if validate_only:
                 return state
+            partitions = dict(state.partitions)
             for i in range(current, total):
-                state.partitions[i] = PartitionState(name, i, [node], node, 0, [node])
-            self._save()
+                partitions[i] = PartitionState(name, i, [node], node, 0, [node])
+            state = replace(state, partitions=partitions)
+            self._publish({**self._snapshot, name: state})
         self._notify(name, state)
         return state
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
-        with self._lock:
-            state = self._topics.get(name)
+        with self._write_lock:
+            state = self._snapshot.get(name)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
-            state.configs = dict(configs)
-            self._save()
+            state = replace(state, configs=dict(configs))
+            self._publish({**self._snapshot, name: state})
         self._notify(name, state)
         return state
 
     def update_partition(self, new: PartitionState) -> None:
-        with self._lock:
-            state = self._topics.get(new.topic)
+        with self._write_lock:
+            state = self._snapshot.get(new.topic)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{new.topic}' does not exist")
-            state.partitions[new.partition] = new
-            self._save()
+            state = replace(state, partitions={**state.partitions, new.partition: new})
+            self._publish({**self._snapshot, new.topic: state})
         self._notify(new.topic, state)
 
 
-def _collides(name: str, topics: dict[str, TopicState]) -> str | None:
+def _collides(name: str, topics: Mapping[str, TopicState]) -> str | None:
     key = name.replace(".", "_")
     return next((t for t in topics if t != name and t.replace(".", "_") == key), None)

@@ -104,7 +104,6 @@ class Broker:
         self._topic_config_cache: dict[tuple[tuple[str, str], ...], TopicConfig] = {}
         self._cache_lock = threading.Lock()
         self._auto_create_lock = asyncio.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._stopped = False
 
@@ -259,7 +258,6 @@ class Broker:
         """
         if self._started:
             raise RuntimeError("broker already started")
-        self._loop = asyncio.get_running_loop()
         self.started_at = time.time()
         t0 = time.monotonic()
         report = await asyncio.to_thread(self.log_manager.startup)
@@ -343,23 +341,12 @@ class Broker:
     # -- storage failures -----------------------------------------------------------------------
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
-        """Called by the log manager (from whichever thread hit the error) when a dir goes
-        offline; the replica manager makes its partitions answer KAFKA_STORAGE_ERROR. Its
-        ``on_log_dir_failure(log_dir, reason)`` runs on the event loop thread."""
+        """Called by the log manager when a dir goes offline, in the thread that hit the error
+        (an IO or metadata thread: the replica manager never lets it happen on the event
+        loop); the replica manager makes its partitions answer KAFKA_STORAGE_ERROR. Both
+        calls change memory only, and wake waiting requests through the loop."""
         self.metrics.log_dir_failed(log_dir)
-        handler = self.replica_manager.on_log_dir_failure
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            handler(log_dir, reason)
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            handler(log_dir, reason)
-        else:
-            loop.call_soon_threadsafe(handler, log_dir, reason)
+        self.replica_manager.on_log_dir_failure(log_dir, reason)
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:
