@@ -45,6 +45,7 @@ from logkeel.spark.segment_scan import (  # noqa: E402
     list_segments,
     scan_segment,
 )
+from logkeel.testing.broker_process import LogkeelBroker  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -213,14 +214,12 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from tests.brokerproc import BrokerProcess
-
     broker = None
     workdir = Path(tempfile.mkdtemp(prefix="spark-read-bench-"))
     if args.bootstrap:
         bootstrap, log_dir = args.bootstrap, args.log_dir
     else:
-        broker = BrokerProcess(workdir / "broker").start()
+        broker = LogkeelBroker(workdir / "broker").start()
         bootstrap, log_dir = broker.bootstrap, str(broker.log_dirs[0])
     try:
         topic = f"bench-{time.time_ns()}"

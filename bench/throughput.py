@@ -33,6 +33,7 @@ Figures from a profiled run are slowed by the sampling and are not for compariso
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -53,12 +54,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers import (  # noqa: E402
+from brokers import TansuBroker, locate_tansu  # noqa: E402
+from logkeel.testing.broker_process import (  # noqa: E402
     BrokerUnavailable,
     ChildBroker,
     LogkeelBroker,
-    TansuBroker,
-    locate_tansu,
 )
 
 MESSAGE_BYTES = 1024
@@ -478,7 +478,8 @@ def main() -> None:
     finally:
         for t in targets:
             if t.broker is not None:
-                t.broker.stop()
+                with contextlib.suppress(BrokerUnavailable):  # killed if it ignored SIGTERM
+                    t.broker.stop()
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 

@@ -6,14 +6,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.brokerproc import BrokerProcess, free_port
+from logkeel.testing.broker_process import free_port, serve_command, wait_listening
+from tests.brokerproc import BrokerProcess
 from tests.server.test_admin_wire import Wire
 from tests.server.test_metrics_endpoint import listening_ports
 
@@ -21,10 +20,11 @@ MARKER = ".kafka_cleanshutdown"
 
 
 def serve(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """`python -m logkeel serve ARGS` (no -v: serve logs at INFO on its own)."""
+    """`python -m logkeel serve ARGS` (no -v: serve logs at INFO on its own), its output piped
+    for the assertions."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "logkeel", "serve", *args],
+        serve_command(*args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -39,16 +39,11 @@ def run_serve(*args: str, cwd: Path | None = None, timeout: float = 30) -> tuple
     return proc.returncode, out
 
 
-def wait_listening(proc: subprocess.Popen[str], port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited with {proc.returncode}: {proc.stdout.read()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+def wait_serving(proc: subprocess.Popen[str], port: int, timeout: float = 30) -> None:
+    if wait_listening(proc, port, timeout):
+        return
+    if proc.poll() is not None:
+        raise AssertionError(f"serve exited with {proc.returncode}: {proc.stdout.read()}")
     proc.kill()
     raise AssertionError("serve did not listen in time")
 
@@ -134,7 +129,7 @@ def test_signal_shuts_down_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     dirs = [tmp_path / "a", tmp_path / "b"]
     port = free_port()
     proc = serve("--listen", f"127.0.0.1:{port}", "--log-dirs", ",".join(map(str, dirs)))
-    wait_listening(proc, port)
+    wait_serving(proc, port)
     assert listening_ports(proc.pid) == {port}  # no metrics endpoint unless asked for
     for d in dirs:
         assert not (d / MARKER).exists()  # removed at start-up: a crash now would be unclean
@@ -163,7 +158,7 @@ def test_no_arguments_serves_on_9092_with_data_in_cwd(tmp_path: Path) -> None:
         assert proc.returncode == 1
         assert "127.0.0.1:9092" in out and "already in use" in out
         return
-    wait_listening(proc, 9092)
+    wait_serving(proc, 9092)
     md = AdminClient({"bootstrap.servers": "127.0.0.1:9092"}).list_topics(timeout=10)
     assert [(b.id, b.host, b.port) for b in md.brokers.values()] == [(0, "127.0.0.1", 9092)]
     code, out = stop(proc)
@@ -196,7 +191,7 @@ def test_config_file_options_and_overrides(tmp_path: Path) -> None:
         "--override",
         "num.partitions=4",
     )
-    wait_listening(proc, port)
+    wait_serving(proc, port)
     try:
         # Metadata advertises the --advertised address, which nothing listens on, so ask the
         # broker directly with a raw request rather than through a client that would follow it.

@@ -1,0 +1,1 @@
+"""Helpers for testing and measuring logkeel from outside: real broker processes."""
