@@ -39,6 +39,7 @@ from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.api import versions as api_versions
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry
+from logkeel.server.metrics import BrokerMetrics, MetricsSources
 from logkeel.server.network.server import Server
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.replica_manager import ReplicaManager
@@ -157,9 +158,14 @@ class Broker:
             backlog=config.socket_listen_backlog_size,
         )
 
-        from logkeel.server.metrics import BrokerMetrics
-
-        self.metrics = BrokerMetrics(self)
+        self.metrics = BrokerMetrics(
+            MetricsSources(
+                served_api_keys=self.registry,
+                metadata=self.metadata,
+                log_manager=self.log_manager,
+                connection_count=lambda: self.server.connection_count,
+            )
+        )
         self.server.add_observer(self.metrics.observe_request)
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host or self.bind_host

@@ -4,7 +4,7 @@ ApiVersions answers from this table, so the broker advertises exactly what is re
 
 Adding an API family
 --------------------
-Write one module per family under ``logkeel/server/`` (``metadata.py``, ``produce.py``, ...)
+Write one module per family under ``logkeel/server/api/`` (``metadata.py``, ``produce.py``, ...)
 with a class holding what it needs (replica manager, config, ...) and a ``register`` function::
 
     from kio.schema.errors import ErrorCode

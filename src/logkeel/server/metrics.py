@@ -27,20 +27,25 @@ Names (all prefixed ``logkeel_``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Container, Iterator
+from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.network.connection import RequestRecord
+from logkeel.storage.log_manager import LogManager, StartupReport
 
-if TYPE_CHECKING:
-    from logkeel.server.broker import Broker
-    from logkeel.storage.log_manager import StartupReport
-
-__all__ = ["BrokerMetrics"]
+__all__ = ["BrokerMetrics", "MetricsSources"]
 
 # Request latencies from sub-millisecond metadata answers to long-polled fetches.
 _LATENCY_BUCKETS = (
@@ -48,11 +53,21 @@ _LATENCY_BUCKETS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsSources:
+    """Where the metrics read the broker's state."""
+
+    served_api_keys: Container[int]  # the handler registry
+    metadata: MetadataStore
+    log_manager: LogManager
+    connection_count: Callable[[], int]
+
+
 class BrokerMetrics:
     """The broker's metrics; ``observe_request`` is the network server's observer."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, sources: MetricsSources) -> None:
+        self._sources = sources
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "logkeel_requests",
@@ -94,7 +109,7 @@ class BrokerMetrics:
     def observe_request(self, record: RequestRecord) -> None:
         # Only APIs the broker serves get their own label: a client sending random API keys
         # must not be able to create unbounded numbers of time series.
-        api = record.api_name if record.api_key in self._broker.registry else "unsupported"
+        api = record.api_name if record.api_key in self._sources.served_api_keys else "unsupported"
         self.requests.labels(api, record.outcome).inc()
         self.latency.labels(api).observe(record.duration)
         self.bytes_in.labels(api).inc(record.request_bytes)
@@ -118,8 +133,6 @@ class BrokerMetrics:
 
     def serve(self, host: str, port: int) -> Any:
         """Starts the HTTP endpoint in a thread; returns the (server, thread) handle."""
-        from prometheus_client import start_http_server
-
         return start_http_server(port, addr=host, registry=self.registry)
 
 
@@ -134,16 +147,16 @@ class _StateCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        broker = self._metrics._broker
-        yield _gauge("logkeel_connections", "Open client connections.", _connections(broker))
-        topics = broker.metadata.topics()
+        sources = self._metrics._sources
+        yield _gauge("logkeel_connections", "Open client connections.", sources.connection_count())
+        topics = sources.metadata.topics()
         yield _gauge("logkeel_topics", "Topics in the cluster metadata.", len(topics))
         yield _gauge(
             "logkeel_partitions",
             "Partitions in the cluster metadata.",
             sum(len(t.partitions) for t in topics.values()),
         )
-        lm = broker.log_manager
+        lm = sources.log_manager
         offline = set(lm.offline_partitions)
         yield _gauge(
             "logkeel_offline_partitions",
@@ -214,9 +227,3 @@ class _StateCollector(Collector):
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=float(value))
 
-
-def _connections(broker: Broker) -> int:
-    try:
-        return broker.server.connection_count
-    except Exception:  # noqa: BLE001 - a scrape must never fail on a stopping server
-        return 0
