@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -268,6 +269,17 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_pa
         logs = {tp: rm.partition(tp).log for tp in tps}
         assert logs[tps[0]].log_dir != logs[tps[1]].log_dir  # one partition per dir
         doomed, survivor = tps
+        # Taking a dir offline closes its logs: it must happen on an IO thread, never the loop.
+        loop_thread = threading.current_thread()
+        handled_in: list[threading.Thread] = []
+        handled = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_failure(log_dir: str, reason: str) -> None:
+            handled_in.append(threading.current_thread())
+            loop.call_soon_threadsafe(handled.set)
+
+        broker.log_manager.add_dir_failure_listener(on_failure)
 
         # A long poll on the doomed partition, waiting for data past the end.
         waiting = asyncio.create_task(
@@ -286,7 +298,8 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_pa
         assert failed.error == ErrorCode.kafka_storage_error
         (result,) = await asyncio.wait_for(waiting, 5)
         assert result.error == ErrorCode.kafka_storage_error
-        await asyncio.sleep(0.05)  # the failure listener runs on the loop
+        await asyncio.wait_for(handled.wait(), 5)
+        assert handled_in and loop_thread not in handled_in
         again = await rm.append_records(doomed, records(b"again"), acks=1)
         assert again.error == ErrorCode.kafka_storage_error
         (fetched,) = await rm.fetch([FetchPartitionRequest(doomed, 0, 1 << 20)])
