@@ -320,6 +320,13 @@ class Partition:
         self.follower_end_offsets[replica_id] = fetch_offset
         return self.maybe_increment_high_watermark()
 
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """(the largest epoch <= ``leader_epoch``, its end offset), from the in-memory epoch
+        cache: cheap enough for the event loop."""
+        plog = self.log
+        assert plog is not None
+        return plog.leader_epochs.end_offset_for(leader_epoch, plog.log_end_offset)
+
     def offset_for_timestamp(self, timestamp: int, isolation_level: int | None) -> ListOffsetResult:
         """ListOffsets on the IO threads; ``isolation_level`` None: a follower's request."""
         plog = self.log

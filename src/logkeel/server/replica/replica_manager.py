@@ -36,7 +36,9 @@ of a dir that failed (at start-up or later), and, at start-up, a partition whose
 missing while some log dir is offline (its log may be there; it is never replaced by an
 empty one, as Kafka refuses to as well).
 
-Request and result types are in ``results``, the delayed produce and fetch in ``delayed``.
+One partition's state and log access is ``Partition`` (``partition``); the map of partitions,
+kept in line with metadata, is ``partition_table``; request and result types are in
+``results``, the delayed produce and fetch in ``delayed``.
 
 High watermark: ``Partition.maybe_increment_high_watermark`` sets it to the smallest log end
 offset over the ISR (the leader's own, and what followers reported in their fetches). With a
@@ -541,9 +543,7 @@ class ReplicaManager:
         error = error or p.epoch_error(current_leader_epoch)
         if error is not None:
             return error, -1, -1
-        plog = p.log
-        assert plog is not None
-        epoch, end = plog.leader_epochs.end_offset_for(leader_epoch, plog.log_end_offset)
+        epoch, end = p.end_offset_for_epoch(leader_epoch)
         return ErrorCode.none, epoch, end
 
     async def delete_records(
