@@ -14,12 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.group.coordinator import (
-    CommitOffset,
-    CoordinatorSettings,
-    GroupCoordinator,
-    ManualTimer,
-)
+from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import LogManagerOffsetsStore, read_partition_records
 from logkeel.server.group.records import (
     OFFSETS_TOPIC,
@@ -30,7 +25,9 @@ from logkeel.server.group.records import (
     decode_offset_commit_value,
     partition_for,
 )
+from logkeel.server.group.results import CommitOffset, CoordinatorSettings
 from logkeel.server.group.state import GroupState, JoinResult
+from logkeel.server.group.timers import ManualTimer
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

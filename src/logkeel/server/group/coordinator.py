@@ -42,13 +42,11 @@ by hand).
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -58,20 +56,22 @@ from logkeel.server.group.log import (
     OffsetsTopicStore,
     StoreError,
 )
+from logkeel.server.group.persistence import metadata_record, replay
 from logkeel.server.group.records import (
     OFFSETS_TOPIC,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberMetadata,
-    OffsetCommitKey,
     OffsetCommitValue,
-    RecordFormatError,
-    decode_group_metadata_value,
-    decode_key,
-    decode_offset_commit_value,
     group_metadata_record,
     offset_commit_record,
     partition_for,
+)
+from logkeel.server.group.results import (
+    CommitOffset,
+    CoordinatorSettings,
+    DescribedGroup,
+    DescribedMember,
+    FetchedOffset,
+    ListedGroup,
+    store_error_to_response_error,
 )
 from logkeel.server.group.state import (
     ClassicGroup,
@@ -81,201 +81,16 @@ from logkeel.server.group.state import (
     Member,
     SyncResult,
 )
+from logkeel.server.group.timers import LoopTimer, Timer
 
-__all__ = [
-    "CommitOffset",
-    "CoordinatorSettings",
-    "DescribedGroup",
-    "FetchedOffset",
-    "GroupCoordinator",
-    "ListedGroup",
-    "LoopTimer",
-    "ManualTimer",
-    "Timer",
-]
+__all__ = ["GroupCoordinator"]
 
 log = logging.getLogger(__name__)
 
-# Kafka's group.classic.new.member.join.timeout.ms (not a broker config in Kafka 3.x either).
-NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 # Loaded partition states.
 _LOADING = "loading"
 _LOADED = "loaded"
 _FAILED = "failed"
-
-
-# ---------------------------------------------------------------------------------------------
-# Time
-
-
-class Timer(Protocol):
-    """Keyed one-shot timers: scheduling a key again replaces its pending timer."""
-
-    def now_ms(self) -> int: ...
-
-    def schedule(self, key: str, delay_ms: int, fn: Callable[[], None]) -> None: ...
-
-    def cancel(self, key: str) -> None: ...
-
-    def cancel_all(self) -> None: ...
-
-
-class LoopTimer:
-    """Timers on the running asyncio loop, wall-clock ``now_ms`` (commit timestamps)."""
-
-    def __init__(self) -> None:
-        self._handles: dict[str, asyncio.TimerHandle] = {}
-
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
-
-    def schedule(self, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
-        self.cancel(key)
-        loop = asyncio.get_running_loop()
-        handle: asyncio.TimerHandle
-
-        def fire() -> None:
-            if self._handles.get(key) is handle:
-                del self._handles[key]
-            try:
-                fn()
-            except Exception:
-                log.exception("group coordinator timer %s failed", key)
-
-        handle = loop.call_later(max(delay_ms, 0) / 1000, fire)
-        self._handles[key] = handle
-
-    def cancel(self, key: str) -> None:
-        handle = self._handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-
-    def cancel_all(self) -> None:
-        for handle in self._handles.values():
-            handle.cancel()
-        self._handles.clear()
-
-    def pending(self) -> set[str]:
-        return set(self._handles)
-
-
-class ManualTimer:
-    """Time that moves only when ``advance`` is called: deterministic tests of timeouts."""
-
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self._now = start_ms
-        self._seq = itertools.count()
-        self._heap: list[tuple[int, int, str]] = []
-        self._live: dict[str, tuple[int, Callable[[], None]]] = {}
-
-    def now_ms(self) -> int:
-        return self._now
-
-    def schedule(self, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
-        seq = next(self._seq)
-        self._live[key] = (seq, fn)
-        heapq.heappush(self._heap, (self._now + max(delay_ms, 0), seq, key))
-
-    def cancel(self, key: str) -> None:
-        self._live.pop(key, None)
-
-    def cancel_all(self) -> None:
-        self._live.clear()
-        self._heap.clear()
-
-    def pending(self) -> set[str]:
-        return set(self._live)
-
-    def advance(self, ms: int) -> None:
-        """Moves time forward by ``ms``, firing due timers in deadline order."""
-        target = self._now + ms
-        while self._heap and self._heap[0][0] <= target:
-            deadline, seq, key = heapq.heappop(self._heap)
-            live = self._live.get(key)
-            if live is None or live[0] != seq:
-                continue  # cancelled or rescheduled
-            del self._live[key]
-            self._now = max(self._now, deadline)
-            live[1]()
-        self._now = target
-
-
-# ---------------------------------------------------------------------------------------------
-# Results
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorSettings:
-    """The broker configs the coordinator uses, with Kafka's names in the comments."""
-
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    max_group_size: int = 2**31 - 1  # group.max.size
-    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
-    offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
-    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
-
-    @classmethod
-    def from_broker_config(cls, config: Any) -> CoordinatorSettings:
-        return cls(
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=config.group_min_session_timeout_ms,
-            max_session_timeout_ms=config.group_max_session_timeout_ms,
-            max_group_size=config.group_max_size,
-            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
-            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
-            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class CommitOffset:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int = -1
-    metadata: str | None = ""
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedOffset:
-    topic: str
-    partition: int
-    offset: int = -1
-    leader_epoch: int = -1
-    metadata: str = ""
-    error: ErrorCode = ErrorCode.none
-
-
-@dataclass(frozen=True, slots=True)
-class ListedGroup:
-    group_id: str
-    protocol_type: str
-    state: str
-    group_type: str = "classic"
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedGroup:
-    group_id: str
-    error: ErrorCode
-    state: str = ""
-    protocol_type: str = ""
-    protocol_data: str = ""
-    members: tuple[DescribedMember, ...] = ()
-    error_message: str | None = None
 
 
 @dataclass(slots=True)
@@ -292,26 +107,6 @@ class _JoinRequest:
     api_version: int
     reason: str | None = None
     future: asyncio.Future[JoinResult] = field(default=None)  # type: ignore[assignment]
-
-
-def _store_error_to_response_error(code: ErrorCode) -> ErrorCode:
-    """What a client is told when a coordinator write fails (Kafka's mapping of append errors)."""
-    if code in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-        ErrorCode.request_timed_out,
-    ):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (
-        ErrorCode.message_too_large,
-        ErrorCode.record_list_too_large,
-        ErrorCode.invalid_fetch_size,
-    ):
-        return ErrorCode.unknown_server_error
-    return code
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,7 +245,7 @@ class GroupCoordinator:
         try:
             n = await self._store.ensure_topic()
         except StoreError as exc:
-            return _store_error_to_response_error(exc.code)
+            return store_error_to_response_error(exc.code)
         if self._num_partitions is None:
             self._num_partitions = n
             for p in range(n):
@@ -480,15 +275,7 @@ class GroupCoordinator:
             log.error("cannot load __consumer_offsets-%d: %s", partition, exc)
             self._partitions[partition] = _FAILED
             return
-        loaded: set[str] = set()
-        for key, value in records:
-            try:
-                group_id = self._replay(key, value)
-            except (RecordFormatError, ValueError) as exc:
-                log.warning("__consumer_offsets-%d: skipping a bad record: %s", partition, exc)
-                continue
-            if group_id is not None:
-                loaded.add(group_id)
+        loaded = await replay(self._groups, records, self._timer.now_ms(), partition)
         for group_id in loaded:
             group = self._groups.get(group_id)
             if group is None:
@@ -507,64 +294,6 @@ class GroupCoordinator:
                 (time.monotonic() - started) * 1000,
             )
 
-    def _replay(self, key: bytes, value: bytes | None) -> str | None:
-        """Applies one record at load time; returns the group it concerns, if any."""
-        k = decode_key(key)
-        if isinstance(k, OffsetCommitKey):
-            group = self._groups.get(k.group)
-            if value is None:
-                if group is not None:
-                    group.offsets.pop((k.topic, k.partition), None)
-                return k.group
-            if group is None:
-                group = self._groups[k.group] = ClassicGroup(k.group, self._timer.now_ms())
-            group.offsets[(k.topic, k.partition)] = decode_offset_commit_value(value)
-            return k.group
-        if isinstance(k, GroupMetadataKey):
-            old = self._groups.get(k.group)
-            if value is None:
-                if old is not None and old.offsets:
-                    simple = ClassicGroup(k.group, self._timer.now_ms())
-                    simple.offsets = old.offsets
-                    self._groups[k.group] = simple
-                else:
-                    self._groups.pop(k.group, None)
-                return k.group
-            group = self._group_from_metadata(k.group, decode_group_metadata_value(value))
-            if old is not None:
-                group.offsets = old.offsets
-            self._groups[k.group] = group
-            return k.group
-        return None
-
-    def _group_from_metadata(self, group_id: str, value: GroupMetadataValue) -> ClassicGroup:
-        group = ClassicGroup(
-            group_id,
-            self._timer.now_ms(),
-            GroupState.STABLE if value.members else GroupState.EMPTY,
-            generation_id=value.generation,
-            protocol_type=value.protocol_type or None,
-            protocol_name=value.protocol,
-            leader_id=value.leader,
-            state_timestamp=None
-            if value.current_state_timestamp < 0
-            else value.current_state_timestamp,
-        )
-        for m in value.members:
-            member = Member(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.session_timeout if m.rebalance_timeout < 0 else m.rebalance_timeout,
-                m.session_timeout,
-                value.protocol_type,
-                [(value.protocol or "", m.subscription)],
-                m.assignment,
-            )
-            group.add(member)
-        return group
-
     # -- persistence ----------------------------------------------------------------------------
 
     async def _write(self, group_id: str, records: Sequence[CoordinatorRecord]) -> ErrorCode:
@@ -578,34 +307,8 @@ class GroupCoordinator:
             await self._store.append(p, records)
         except StoreError as exc:
             log.warning("group %s: writing to __consumer_offsets-%d failed: %s", group_id, p, exc)
-            return _store_error_to_response_error(exc.code)
+            return store_error_to_response_error(exc.code)
         return ErrorCode.none
-
-    def _metadata_record(
-        self, group: ClassicGroup, assignment: dict[str, bytes]
-    ) -> CoordinatorRecord:
-        members = tuple(
-            MemberMetadata(
-                member_id=m.member_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                session_timeout=m.session_timeout_ms,
-                subscription=m.metadata(group.protocol_name),
-                assignment=assignment.get(m.member_id, b""),
-                rebalance_timeout=m.rebalance_timeout_ms,
-                group_instance_id=m.group_instance_id,
-            )
-            for m in group.members.values()
-        )
-        value = GroupMetadataValue(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation_id,
-            protocol=group.protocol_name,
-            leader=group.leader_id,
-            current_state_timestamp=-1 if group.state_timestamp is None else group.state_timestamp,
-            members=members,
-        )
-        return group_metadata_record(group.group_id, value)
 
     async def _write_empty_generation(self, group_id: str, record: CoordinatorRecord) -> None:
         code = await self._write(group_id, [record])
@@ -885,7 +588,7 @@ class GroupCoordinator:
             if group.protocol_name == group.select_protocol():
                 # Nothing the assignment depends on changed: persist the new id, no rebalance.
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
-                record = self._metadata_record(group, assignment)
+                record = metadata_record(group, assignment)
                 self._spawn(
                     self._finish_static_replacement(
                         group,
@@ -1052,7 +755,7 @@ class GroupCoordinator:
         group.init_next_generation(self._timer.now_ms())
         if group.is_in(GroupState.EMPTY):
             log.info("group %s: generation %d is empty", group_id, group.generation_id)
-            self._spawn(self._write_empty_generation(group_id, self._metadata_record(group, {})))
+            self._spawn(self._write_empty_generation(group_id, metadata_record(group, {})))
             return
         log.info(
             "group %s: generation %d with %d members, protocol %s, leader %s",
@@ -1167,7 +870,7 @@ class GroupCoordinator:
                 group.generation_id,
                 member_id,
             )
-            record = self._metadata_record(group, assignment)
+            record = metadata_record(group, assignment)
             self._spawn(self._store_assignment(group, generation_id, assignment, record))
         return await future
 

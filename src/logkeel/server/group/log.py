@@ -244,7 +244,8 @@ class BrokerOffsetsStore:
                 raise StoreError(error_code_for(exc), str(exc)) from exc
             if result.error != ErrorCode.none:
                 raise StoreError(
-                    result.error, f"append to {self._tp(partition)} failed: {result.error.name.upper()}"
+                    result.error,
+                    f"append to {self._tp(partition)} failed: {result.error.name.upper()}",
                 )
 
     async def read(self, partition: int) -> list[CoordinatorRecord]:
