@@ -27,10 +27,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.metadata import TopicState
 from logkeel.server.group.context import GroupContext
 from logkeel.server.group.log import (
     BrokerOffsetsStore,
     CoordinatorRecord,
+    OffsetsTopicHost,
     OffsetsTopicStore,
     StoreError,
 )
@@ -68,7 +70,7 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        broker: Any,
+        broker: OffsetsTopicHost | None,
         *,
         settings: CoordinatorSettings | None = None,
         store: OffsetsTopicStore | None = None,
@@ -82,7 +84,10 @@ class GroupCoordinator:
                 else CoordinatorSettings()
             )
         self.settings = settings
-        self._store: OffsetsTopicStore = store if store is not None else BrokerOffsetsStore(broker)
+        if store is None:
+            assert broker is not None, "without a broker, pass the store"
+            store = BrokerOffsetsStore(broker)
+        self._store: OffsetsTopicStore = store
         self._timer: Timer = timer if timer is not None else LoopTimer()
         self._groups: dict[str, ClassicGroup] = {}
         self._partitions: dict[int, str] = {}  # partition -> _LOADING / _LOADED / _FAILED
@@ -127,7 +132,7 @@ class GroupCoordinator:
             self._loop = asyncio.get_running_loop()
             self._broker.metadata.add_listener(self._on_metadata_change)
 
-    def _on_metadata_change(self, topic: str, state: Any) -> None:
+    def _on_metadata_change(self, topic: str, state: TopicState | None) -> None:
         """Metadata listener (any thread): a deleted topic's committed offsets go too."""
         loop = self._loop
         if state is not None or topic == OFFSETS_TOPIC or loop is None or loop.is_closed():
