@@ -26,6 +26,8 @@ from logkeel.cluster.metadata import MetadataError
 from logkeel.config import (
     BROKER_CONFIG_DEF,
     TOPIC_CONFIG_DEF,
+    ConfigEntry,
+    ConfigKey,
     ConfigSource,
     ConfigType,
     TopicConfig,
@@ -183,75 +185,61 @@ class ConfigsApi:
                 "This server does not host this topic-partition.",
             )
         topic_config = broker.topic_config(name)
-        rows = []
-        for row in topic_config.describe(None if keys is None else list(keys)):
-            synonyms = topic_synonyms(broker.config, topic_config, row.name)
-            key = TOPIC_CONFIG_DEF[row.name]
-            rows.append(
-                self._entry(
-                    types,
-                    row.name,
-                    row.value,
-                    False,
-                    synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG,
-                    row.is_sensitive,
-                    synonyms if include_synonyms else [],
-                    key.type,
-                    key.doc if include_docs else None,
-                )
+        return tuple(
+            self._entry(
+                types,
+                row,
+                TOPIC_CONFIG_DEF[row.name],
+                False,
+                topic_synonyms(broker.config, topic_config, row.name),
+                include_synonyms,
+                include_docs,
             )
-        return tuple(rows)
+            for row in topic_config.describe(None if keys is None else list(keys))
+        )
 
     def _describe_broker(
         self, types: Any, keys: Iterable[str] | None, include_synonyms: bool, include_docs: bool
     ) -> tuple[Any, ...]:
         config = self._broker.config
-        rows = []
-        for row in config.describe(None if keys is None else list(keys)):
-            synonyms = [
-                s for n in broker_synonym_names(row.name) for s in broker_key_synonyms(config, n)
-            ]
-            key = BROKER_CONFIG_DEF[row.name]
-            rows.append(
-                self._entry(
-                    types,
-                    row.name,
-                    row.value,
-                    row.read_only,
-                    synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG,
-                    row.is_sensitive,
-                    synonyms if include_synonyms else [],
-                    key.type,
-                    key.doc if include_docs else None,
-                )
+        return tuple(
+            self._entry(
+                types,
+                row,
+                BROKER_CONFIG_DEF[row.name],
+                row.read_only,
+                [s for n in broker_synonym_names(row.name) for s in broker_key_synonyms(config, n)],
+                include_synonyms,
+                include_docs,
             )
-        return tuple(rows)
+            for row in config.describe(None if keys is None else list(keys))
+        )
 
     @staticmethod
     def _entry(
         types: Any,
-        name: str,
-        value: str | None,
+        row: ConfigEntry,
+        key: ConfigKey,
         read_only: bool,
-        source: ConfigSource,
-        sensitive: bool,
         synonyms: list[Synonym],
-        config_type: ConfigType,
-        documentation: str | None,
+        include_synonyms: bool,
+        include_docs: bool,
     ) -> Any:
+        """One DescribeConfigs row; its source is that of its first synonym (the one in effect)."""
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         return build(
             types.DescribeConfigsResourceResult,
-            name=name,
-            value=value,
+            name=row.name,
+            value=row.value,
             read_only=read_only,
             config_source=int(source),
-            is_sensitive=sensitive,
+            is_sensitive=row.is_sensitive,
             synonyms=tuple(
                 build(types.DescribeConfigsSynonym, name=n, value=v, source=int(s))
-                for n, v, s in synonyms
+                for n, v, s in (synonyms if include_synonyms else [])
             ),
-            config_type=int(config_type),
-            documentation=documentation,
+            config_type=int(key.type),
+            documentation=key.doc if include_docs else None,
         )
 
     def _check_broker_name(self, name: str) -> None:
