@@ -28,6 +28,7 @@ from logkeel.server.api.responses import (
     response,
 )
 from logkeel.server.group.coordinator import GroupCoordinator
+from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.group.results import CommitOffset
 from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -122,9 +123,7 @@ class GroupApi:
             if code != ErrorCode.none:
                 return (code, *none)
             partition = self.coordinator.partition_for(key)
-            state = self._broker.metadata.partition(
-                TopicPartition("__consumer_offsets", partition or 0)
-            )
+            state = self._broker.metadata.partition(TopicPartition(OFFSETS_TOPIC, partition or 0))
             if state is not None and state.leader != self._broker.node_id:
                 return (ErrorCode.coordinator_not_available, *none)
             host, port = self._broker.advertised

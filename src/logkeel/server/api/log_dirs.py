@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
+from logkeel.storage.errors import StorageError
 from logkeel.storage.log_manager import LogManager
 
 __all__ = ["DESCRIBE_LOG_DIRS_VERSIONS", "LogDirsApi", "register"]
@@ -61,7 +62,7 @@ class LogDirsApi:
                 continue
             try:
                 size = plog.size_in_bytes
-            except Exception as exc:  # noqa: BLE001 - a failing partition must not fail the rest
+            except (StorageError, OSError) as exc:  # one failing partition must not fail the rest
                 log.warning("DescribeLogDirs: cannot size %s: %s", tp, exc)
                 continue
             by_dir[str(d.path)].setdefault(tp.topic, []).append(
