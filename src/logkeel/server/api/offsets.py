@@ -32,12 +32,19 @@ from logkeel.storage.topic_partition import TopicPartition
 __all__ = ["DeleteRecordsApi", "ListOffsetsApi", "OffsetForLeaderEpochApi", "register"]
 
 
-class ListOffsetsApi:
-    MIN_VERSION = 1
-    MAX_VERSION = 11
+class _PartitionOffsetsApi:
+    """The three APIs answer from the replica manager, one partition at a time."""
+
+    MIN_VERSION: int
+    MAX_VERSION: int
 
     def __init__(self, replica_manager: ReplicaManager) -> None:
         self._replica_manager = replica_manager
+
+
+class ListOffsetsApi(_PartitionOffsetsApi):
+    MIN_VERSION = 1
+    MAX_VERSION = 11
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.LIST_OFFSETS, ctx.api_version)
@@ -93,12 +100,9 @@ class ListOffsetsApi:
         return response(ctx, topics=topics)
 
 
-class OffsetForLeaderEpochApi:
+class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
     MIN_VERSION = 2
     MAX_VERSION = 4
-
-    def __init__(self, replica_manager: ReplicaManager) -> None:
-        self._replica_manager = replica_manager
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
@@ -144,12 +148,9 @@ class OffsetForLeaderEpochApi:
         return response(ctx, topics=topics)
 
 
-class DeleteRecordsApi:
+class DeleteRecordsApi(_PartitionOffsetsApi):
     MIN_VERSION = 0
     MAX_VERSION = 2
-
-    def __init__(self, replica_manager: ReplicaManager) -> None:
-        self._replica_manager = replica_manager
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
