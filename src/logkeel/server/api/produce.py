@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.metadata import MetadataStore, TopicState
 from logkeel.records.batch import MAGIC_V2, InvalidBatchError, iter_headers
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
+from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -43,7 +44,6 @@ MAX_VERSION = 13
 _TOPIC_IDS_FROM = 13
 # Kafka lets its own admin client write to internal topics; nobody else.
 _ADMIN_CLIENT_ID = "__admin_client"
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 # baseOffset (8) + batchLength (4) + partitionLeaderEpoch (4): the magic byte follows.
 _MAGIC_OFFSET = 16
 # magic (1) + crc (4) follow; then the int16 attributes, whose bit 4 marks a transaction.
@@ -166,7 +166,7 @@ class ProduceApi:
     async def _topic_error(self, ctx: RequestContext, name: str) -> ErrorCode | None:
         if validate_topic_name(name) is not None:
             return ErrorCode.invalid_topic_exception
-        if name in _INTERNAL_TOPICS and ctx.client_id != _ADMIN_CLIENT_ID:
+        if name in WRITE_PROTECTED_TOPICS and ctx.client_id != _ADMIN_CLIENT_ID:
             # By name, like Kafka: never auto-created as an ordinary topic by a producer.
             return ErrorCode.invalid_topic_exception
         state = self._metadata.topic(name)

@@ -13,12 +13,20 @@ from logkeel.server.api.responses import EntryError
 from logkeel.server.errors import error_code_named
 from logkeel.storage.topic_partition import validate_topic_name
 
-__all__ = ["INTERNAL_TOPICS", "ZERO_UUID", "check_topic_name", "entry_error_for"]
+__all__ = [
+    "INTERNAL_TOPICS",
+    "WRITE_PROTECTED_TOPICS",
+    "ZERO_UUID",
+    "check_topic_name",
+    "entry_error_for",
+]
 
 # The id a request carries when it names a topic by name only.
 ZERO_UUID = uuid.UUID(int=0)
 # Reported as internal by Metadata and never auto-created: their owners create them.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Only Kafka's own admin client may produce to these (the share-group state topic included).
+WRITE_PROTECTED_TOPICS = INTERNAL_TOPICS | {"__share_group_state"}
 
 
 def check_topic_name(name: str | None) -> None:
