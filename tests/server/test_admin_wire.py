@@ -22,16 +22,16 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from logkeel.cluster.metadata import topic_id_text, topic_uuid
 from logkeel.config import BrokerConfig, TopicConfig
-from logkeel.server.api.admin import (
-    ADMIN_VERSIONS,
+from logkeel.server.api.config_changes import (
     OP_APPEND,
     OP_DELETE,
     OP_SET,
     OP_SUBTRACT,
     apply_incremental,
 )
-from logkeel.server.api.metadata import topic_id_from_uuid, topic_uuid
+from logkeel.server.api.topic_admin import TOPIC_ADMIN_VERSIONS
 from logkeel.server.protocol import (
     ApiKey,
     decode_response,
@@ -295,7 +295,7 @@ def codes(results: list[Any]) -> list[ErrorCode]:
 # -- CreateTopics ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", range(ADMIN_VERSIONS[ApiKey.CREATE_TOPICS][0], 8))
+@pytest.mark.parametrize("version", range(TOPIC_ADMIN_VERSIONS[ApiKey.CREATE_TOPICS][0], 8))
 def test_create_topics_every_version(wire: Wire, version: int) -> None:
     name = f"ct-v{version}"
     [result] = wire.create_topics(
@@ -707,7 +707,7 @@ def test_describe_log_dirs(wire: Wire, server: BrokerProcess, version: int) -> N
 
 @given(st.uuids())
 def test_topic_id_text_round_trip(value: uuid.UUID) -> None:
-    text = topic_id_from_uuid(value)
+    text = topic_id_text(value)
     assert len(text) == 22 and "=" not in text
     assert topic_uuid(text) == value
 

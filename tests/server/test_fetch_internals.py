@@ -24,7 +24,7 @@ from logkeel.server.api.fetch import FetchResponseFrame
 from logkeel.server.broker import Broker
 from logkeel.server.protocol import ApiKey, encode_response, response_schema
 from logkeel.server.replica.purgatory import DelayedOperation, DelayedOperationPurgatory
-from logkeel.server.replica.replica_manager import (
+from logkeel.server.replica.results import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchPartitionRequest,

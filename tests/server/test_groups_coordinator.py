@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,23 +14,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.group.coordinator import (
-    CommitOffset,
-    CoordinatorSettings,
-    GroupCoordinator,
-    ManualTimer,
+from logkeel.server.group.context import GroupContext
+from logkeel.server.group.coordinator import GroupCoordinator
+from logkeel.server.group.log import (
+    CoordinatorRecord,
+    LogManagerOffsetsStore,
+    read_partition_records,
 )
-from logkeel.server.group.log import LogManagerOffsetsStore, read_partition_records
+from logkeel.server.group.membership import GroupMembership
+from logkeel.server.group.persistence import REPLAY_BATCH, replay
 from logkeel.server.group.records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
     OffsetCommitKey,
+    OffsetCommitValue,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
+    offset_commit_record,
     partition_for,
 )
+from logkeel.server.group.results import CommitOffset, CoordinatorSettings
 from logkeel.server.group.state import GroupState, JoinResult
+from logkeel.server.group.timers import ManualTimer
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -800,3 +806,121 @@ def test_static_leader_rejoining_with_an_old_join_version_is_told_the_old_leader
         assert env.coord.groups["g"].generation_id == 1
 
     run(scenario, tmp_path)
+
+
+# -- the membership machine on its own: no coordinator, no log, time moved by hand -----------------
+
+
+def test_membership_machine_runs_a_rebalance_and_expires_a_session_by_itself() -> None:
+    """``GroupMembership`` needs only its context: the written records are kept in a list."""
+
+    async def main() -> None:
+        written: list[tuple[str, list[CoordinatorRecord]]] = []
+        tasks: set[asyncio.Task[Any]] = set()
+
+        async def write(group_id: str, records: Sequence[CoordinatorRecord]) -> ErrorCode:
+            written.append((group_id, list(records)))
+            return ErrorCode.none
+
+        async def ready() -> ErrorCode:
+            return ErrorCode.none
+
+        def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+            task = asyncio.ensure_future(coro)
+            tasks.add(task)
+            return task
+
+        timer = ManualTimer()
+        groups: dict[str, Any] = {}
+        machine = GroupMembership(
+            GroupContext(
+                groups=groups,
+                timer=timer,
+                settings=CoordinatorSettings(
+                    initial_rebalance_delay_ms=0, min_session_timeout_ms=100
+                ),
+                check_group=lambda group_id: ErrorCode.none,
+                ensure_offsets_topic=ready,
+                write=write,
+                spawn=spawn,
+                is_active=lambda: True,
+            )
+        )
+
+        def join(member: str, client: str) -> asyncio.Task[JoinResult]:
+            return asyncio.ensure_future(
+                machine.join_group(
+                    "g", member, None, "consumer", RANGE, SESSION, REBALANCE, client_id=client
+                )
+            )
+
+        ids = [(await join("", c)).member_id for c in ("a", "b")]
+        joins = [join(m, c) for m, c in zip(ids, ("a", "b"), strict=True)]
+        await settle()
+        timer.advance(0)  # the initial rebalance delay
+        results = [await done(t) for t in joins]
+        assert {r.generation_id for r in results} == {1}
+        leader = results[0].leader
+        syncs = [
+            asyncio.ensure_future(
+                machine.sync_group(
+                    "g",
+                    1,
+                    m,
+                    None,
+                    None,
+                    None,
+                    [(x, x.encode()) for x in ids] if m == leader else [],
+                )
+            )
+            for m in ids
+        ]
+        assert [(await done(s)).assignment for s in syncs] == [m.encode() for m in ids]
+        assert groups["g"].state == GroupState.STABLE
+        assert [decode_key(k) for _, records in written for k, _ in records] == [
+            GroupMetadataKey("g")
+        ]
+
+        # Only the leader keeps heartbeating: the other's session runs out and it is removed.
+        for _ in range(3):
+            timer.advance(SESSION // 2)
+            assert machine.heartbeat("g", groups["g"].generation_id, leader, None) in (
+                ErrorCode.none,
+                ErrorCode.rebalance_in_progress,
+            )
+        assert list(groups["g"].members) == [leader]
+        assert groups["g"].state == GroupState.PREPARING_REBALANCE
+        await asyncio.gather(*tasks)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_replay_hands_the_loop_back_between_batches() -> None:
+    """Loading a large partition is CPU work on the loop: other tasks run while it goes on."""
+    n = 3 * REPLAY_BATCH + 1
+    records = [
+        offset_commit_record("g", "t", p, OffsetCommitValue(p, -1, "", 0, -1)) for p in range(n)
+    ]
+
+    async def main() -> None:
+        ticks = 0
+        finished = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not finished:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        groups: dict[str, Any] = {}
+        loaded = await replay(groups, records, 0, 0)
+        during = ticks - before
+        finished = True
+        await task
+        assert loaded == {"g"} and len(groups["g"].offsets) == n
+        assert during >= n // REPLAY_BATCH
+
+    asyncio.run(asyncio.wait_for(main(), 30))

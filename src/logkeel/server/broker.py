@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import importlib
 import logging
 import threading
 import time
@@ -36,6 +35,15 @@ from logkeel.cluster.metadata import (
     TopicState,
 )
 from logkeel.config import BrokerConfig, TopicConfig
+from logkeel.server.api import configs as configs_api
+from logkeel.server.api import fetch as fetch_api
+from logkeel.server.api import groups as groups_api
+from logkeel.server.api import log_dirs as log_dirs_api
+from logkeel.server.api import metadata as metadata_api
+from logkeel.server.api import offsets as offsets_api
+from logkeel.server.api import produce as produce_api
+from logkeel.server.api import producer_id as producer_id_api
+from logkeel.server.api import topic_admin
 from logkeel.server.api import versions as api_versions
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry
@@ -48,20 +56,9 @@ from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropert
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
 from logkeel.storage.topic_partition import validate_topic_name
 
-__all__ = ["FAMILY_MODULES", "Broker", "BrokerStartError"]
+__all__ = ["Broker", "BrokerStartError", "register_api_families"]
 
 log = logging.getLogger(__name__)
-
-# Every API family module, registered in this order; each has ``register(registry, broker)``.
-FAMILY_MODULES: tuple[str, ...] = (
-    "logkeel.server.api.metadata",
-    "logkeel.server.api.admin",
-    "logkeel.server.api.produce",
-    "logkeel.server.api.fetch",
-    "logkeel.server.api.offsets",
-    "logkeel.server.api.producer_id",
-    "logkeel.server.api.groups",
-)
 
 # The flusher wakes at most this often, whatever log.flush.scheduler.interval.ms says (its
 # default is Long.MAX_VALUE, i.e. "never", which would also starve flush.ms of checks).
@@ -144,9 +141,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
 
         self.registry = HandlerRegistry()
-        api_versions.register(self.registry)
-        for name in FAMILY_MODULES:
-            importlib.import_module(name).register(self.registry, self)
+        register_api_families(self.registry, self)
 
         self.server = Server(
             self.registry,
@@ -353,6 +348,20 @@ class Broker:
         calls change memory only, and wake waiting requests through the loop."""
         self.metrics.log_dir_failed(log_dir)
         self.replica_manager.on_log_dir_failure(log_dir, reason)
+
+
+def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
+    """Registers every API family, each given only what it uses."""
+    api_versions.register(registry)
+    metadata_api.register(registry, broker)
+    topic_admin.register(registry, broker)
+    configs_api.register(registry, broker)
+    log_dirs_api.register(registry, broker.log_manager)
+    produce_api.register(registry, broker.metadata, broker.replica_manager, broker.ensure_topic)
+    fetch_api.register(registry, broker.config, broker.metadata, broker.replica_manager)
+    offsets_api.register(registry, broker.replica_manager)
+    producer_id_api.register(registry, broker.log_manager)
+    groups_api.register(registry, broker, broker.group_coordinator)
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from logkeel.cluster.metadata import INTERNAL_TOPICS
 from logkeel.spark.options import EARLIEST, LATEST, TopicSelection
 
 Partition = tuple[str, int]
-# Topics a Kafka consumer never matches by pattern (exclude.internal.topics=true).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 METADATA_TIMEOUT_S = 30.0
 
 
@@ -94,6 +93,7 @@ class KafkaMetadata:
         for name, meta in topics.items():
             if meta.error is not None or not selection.matches(name):
                 continue
+            # A pattern never matches internal topics (Kafka's exclude.internal.topics=true).
             if selection.pattern is not None and name in INTERNAL_TOPICS:
                 continue
             found.extend((name, p) for p in meta.partitions)

@@ -20,26 +20,26 @@ Long polls wait in the replica manager's fetch purgatory (``max_wait`` / ``min_b
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import io
 import logging
 import struct
-from functools import cache
 from types import ModuleType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+from logkeel.cluster.metadata import MetadataStore, topic_id_text
+from logkeel.config import BrokerConfig
+from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, response_schema
-from logkeel.server.replica.replica_manager import (
+from logkeel.server.protocol import ApiKey
+from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.results import (
     FetchPartitionRequest,
     FetchPartitionResult,
     RegionRecords,
     close_records,
-    topic_id_text,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -54,23 +54,6 @@ _REPLICA_STATE_FROM = 15
 _INITIAL_EPOCH = 0
 _FINAL_EPOCH = -1
 _INT32_MAX = (1 << 31) - 1
-
-
-@cache
-def _module(version: int) -> ModuleType:
-    schema = response_schema(ApiKey.FETCH, version)
-    assert schema is not None
-    return importlib.import_module(schema.__module__)
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _make(cls: type, **values: Any) -> Any:
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 class _PartsWriter:
@@ -135,20 +118,20 @@ class FetchResponseFrame:
 
 
 class FetchApi:
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
+    def __init__(
+        self, config: BrokerConfig, metadata: MetadataStore, replica_manager: ReplicaManager
+    ) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._replica_manager = replica_manager
 
     def _max_bytes(self, requested: int, follower: bool) -> int:
         name = "replica.fetch.response.max.bytes" if follower else "fetch.max.bytes"
-        try:
-            cap = int(self._broker.config.get(name))
-        except Exception:  # noqa: BLE001 - a minimal config in tests
-            cap = _INT32_MAX
-        return max(0, min(requested, cap))
+        return max(0, min(requested, int(self._config.get(name))))
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
-        mod = _module(version)
+        mod = nested_types(ApiKey.FETCH, version)
         if version >= _REPLICA_STATE_FROM:
             replica_id = int(request.replica_state.replica_id)
         else:
@@ -157,16 +140,15 @@ class FetchApi:
         session_epoch = int(getattr(request, "session_epoch", _FINAL_EPOCH))
         if session_epoch not in (_INITIAL_EPOCH, _FINAL_EPOCH):
             # An incremental fetch: we never created a session, so it cannot be found.
-            return _make(
-                mod.FetchResponse,
-                throttle_time=_ZERO,
+            return response(
+                ctx,
                 error_code=ErrorCode.fetch_session_id_not_found,
                 session_id=0,
                 responses=(),
             )
         del session_id  # sessions are declined: every full request stands alone
 
-        metadata = self._broker.metadata
+        metadata = self._metadata
         # Per topic in request order: (key, [(partition index, request or error)]).
         layout: list[tuple[Any, list[tuple[int, FetchPartitionRequest | ErrorCode]]]] = []
         wanted: list[FetchPartitionRequest] = []
@@ -198,7 +180,7 @@ class FetchApi:
             layout.append((key, entries))
 
         follower = replica_id >= 0
-        results = await self._broker.replica_manager.fetch(
+        results = await self._replica_manager.fetch(
             wanted,
             replica_id=replica_id,
             max_wait_ms=round(request.max_wait.total_seconds() * 1000),
@@ -208,15 +190,15 @@ class FetchApi:
         )
         try:
             by_request = {id(r): res for r, res in zip(wanted, results, strict=True)}
-            return self._response(mod, version, layout, by_request, results)
+            return self._response(ctx, mod, layout, by_request, results)
         except BaseException:
             close_records(results)
             raise
 
     def _response(
         self,
+        ctx: RequestContext,
         mod: ModuleType,
-        version: int,
         layout: list[tuple[Any, list[tuple[int, FetchPartitionRequest | ErrorCode]]]],
         by_request: dict[int, FetchPartitionResult],
         results: list[FetchPartitionResult],
@@ -233,39 +215,27 @@ class FetchApi:
                 if result.error == ErrorCode.not_leader_or_follower and result.leader_id >= 0:
                     leaders.add(result.leader_id)
                 partitions.append(_partition_data(mod, index, result))
-            if version >= _TOPIC_IDS_FROM:
+            if ctx.api_version >= _TOPIC_IDS_FROM:
                 topics.append(
-                    _make(mod.FetchableTopicResponse, topic_id=key, partitions=tuple(partitions))
+                    build(mod.FetchableTopicResponse, topic_id=key, partitions=tuple(partitions))
                 )
             else:
                 topics.append(
-                    _make(mod.FetchableTopicResponse, topic=key, partitions=tuple(partitions))
+                    build(mod.FetchableTopicResponse, topic=key, partitions=tuple(partitions))
                 )
-        response = _make(
-            mod.FetchResponse,
-            throttle_time=_ZERO,
+        answer = response(
+            ctx,
             error_code=ErrorCode.none,
             session_id=0,
             responses=tuple(topics),
-            node_endpoints=self._node_endpoints(mod, leaders),
+            node_endpoints=node_endpoints(mod, self._metadata.brokers(), leaders),
         )
-        return FetchResponseFrame(response, [r.records for r in results if r.records is not None])
-
-    def _node_endpoints(self, mod: ModuleType, leaders: set[int]) -> tuple[Any, ...]:
-        endpoint_type = getattr(mod, "NodeEndpoint", None)
-        if endpoint_type is None or not leaders:
-            return ()
-        return tuple(
-            endpoint_type(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in self._broker.metadata.brokers()
-            if b.node_id in leaders
-        )
+        return FetchResponseFrame(answer, [r.records for r in results if r.records is not None])
 
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         """The whole request failed: Kafka answers the top-level error and no partitions."""
-        return _make(
-            _module(ctx.api_version).FetchResponse,
-            throttle_time=_ZERO,
+        return response(
+            ctx,
             error_code=code,
             session_id=0,
             responses=(),
@@ -302,22 +272,16 @@ def _partition_data(mod: ModuleType, index: int, r: FetchPartitionResult) -> Any
         values["current_leader"] = mod.LeaderIdAndEpoch(
             leader_id=r.leader_id, leader_epoch=r.leader_epoch
         )
-    return _make(mod.PartitionData, **values)
+    return build(mod.PartitionData, **values)
 
 
-def _zero() -> Any:
-    from datetime import timedelta
-
-    from kio.static.primitive import i32Timedelta
-
-    return i32Timedelta.parse(timedelta(0))
-
-
-_ZERO = _zero()
-
-
-def register(registry: HandlerRegistry, broker: Any) -> FetchApi:
-    api = FetchApi(broker)
+def register(
+    registry: HandlerRegistry,
+    config: BrokerConfig,
+    metadata: MetadataStore,
+    replica_manager: ReplicaManager,
+) -> FetchApi:
+    api = FetchApi(config, metadata, replica_manager)
     registry.register(
         ApiKey.FETCH, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

@@ -3,31 +3,38 @@ OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelet
 
 This module only translates between kio's request/response classes (every version, each with
 its own fields) and the ``GroupCoordinator``, which holds the logic. Responses are built with
-``_build``, which drops the fields a version does not have, so one code path serves every
+``responses.build``, which drops the fields a version does not have, so one code path serves every
 version. A single-node broker is the coordinator of every group: FindCoordinator always names
 this broker (creating ``__consumer_offsets`` on first use, as Kafka does).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from collections.abc import Callable
 from datetime import timedelta
-from functools import cache
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i32, i64
 
-from logkeel.server.group.coordinator import CommitOffset, GroupCoordinator
-from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.cluster.metadata import MetadataStore
+from logkeel.server.api.responses import (
+    OPERATIONS_NOT_REQUESTED,
+    Endpoint,
+    build,
+    nested,
+    register_family,
+    response,
+)
+from logkeel.server.group.coordinator import GroupCoordinator
+from logkeel.server.group.records import OFFSETS_TOPIC
+from logkeel.server.group.results import CommitOffset
+from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["GroupApi", "VERSIONS", "register"]
+__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "register"]
 
 # Versions served, per API (kio has schemas for all of them).
 VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -44,8 +51,6 @@ VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
 }
 
-_NO_THROTTLE = i32Timedelta.parse(timedelta(0))
-_NO_AUTHORIZED_OPERATIONS = -(2**31)
 # Without an authorizer, Kafka reports every operation a group supports: READ (3), DELETE (6),
 # DESCRIBE (8).
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -54,51 +59,30 @@ _COORDINATOR_KEY_TRANSACTION = 1
 _COORDINATOR_KEY_SHARE = 2
 
 
-@cache
-def _module(api_key: int, version: int) -> ModuleType:
-    cls = response_schema(api_key, version)
-    assert cls is not None
-    return importlib.import_module(cls.__module__)
-
-
-@cache
-def _field_names(cls: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _build(cls: type[Any], **values: Any) -> Any:
-    """``cls(**values)`` without the fields ``cls`` (this version) does not have."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def _response(ctx: RequestContext, **values: Any) -> Any:
-    cls = response_schema(ctx.api_key, ctx.api_version)
-    assert cls is not None
-    return _build(cls, throttle_time=_NO_THROTTLE, **values)
-
-
-def _nested(ctx: RequestContext, name: str) -> type[Any]:
-    return getattr(_module(ctx.api_key, ctx.api_version), name)  # type: ignore[no-any-return]
-
-
 def _ms(value: Any) -> int:
     if isinstance(value, timedelta):
         return int(round(value / timedelta(milliseconds=1)))
     return int(value)
 
 
-class GroupApi:
-    def __init__(self, broker: Any, coordinator: GroupCoordinator | None = None) -> None:
-        self._broker = broker
-        self._coordinator = coordinator
+class CoordinatorHost(Protocol):
+    """What FindCoordinator needs of the broker: its id and address, and who leads each
+    ``__consumer_offsets`` partition."""
 
     @property
-    def coordinator(self) -> GroupCoordinator:
-        # The broker builds its coordinator before registering the families; tests may pass one.
-        return (
-            self._coordinator if self._coordinator is not None else self._broker.group_coordinator
-        )
+    def node_id(self) -> int: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    @property
+    def metadata(self) -> MetadataStore: ...
+
+
+class GroupApi:
+    def __init__(self, host: CoordinatorHost, coordinator: GroupCoordinator) -> None:
+        self._broker = host
+        self.coordinator = coordinator
 
     # -- FindCoordinator ------------------------------------------------------------------------
 
@@ -106,7 +90,7 @@ class GroupApi:
         if ctx.api_version < 4:
             key_type = getattr(request, "key_type", _COORDINATOR_KEY_GROUP)
             code, node_id, host, port = await self._coordinator_for(ctx, key_type, request.key)
-            return _response(
+            return response(
                 ctx,
                 error_code=code,
                 error_message=None if code == ErrorCode.none else code.name.upper(),
@@ -115,7 +99,7 @@ class GroupApi:
                 port=i32(port),
             )
         coordinators = []
-        entry = _nested(ctx, "Coordinator")
+        entry = nested(ctx, "Coordinator")
         for key in request.coordinator_keys:
             code, node_id, host, port = await self._coordinator_for(ctx, request.key_type, key)
             coordinators.append(
@@ -128,7 +112,7 @@ class GroupApi:
                     error_message=None if code == ErrorCode.none else code.name.upper(),
                 )
             )
-        return _response(ctx, coordinators=tuple(coordinators))
+        return response(ctx, coordinators=tuple(coordinators))
 
     async def _coordinator_for(
         self, ctx: RequestContext, key_type: int, key: str
@@ -139,9 +123,7 @@ class GroupApi:
             if code != ErrorCode.none:
                 return (code, *none)
             partition = self.coordinator.partition_for(key)
-            state = self._broker.metadata.partition(
-                TopicPartition("__consumer_offsets", partition or 0)
-            )
+            state = self._broker.metadata.partition(TopicPartition(OFFSETS_TOPIC, partition or 0))
             if state is not None and state.leader != self._broker.node_id:
                 return (ErrorCode.coordinator_not_available, *none)
             host, port = self._broker.advertised
@@ -155,7 +137,7 @@ class GroupApi:
 
     def find_coordinator_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version < 4:
-            return _response(
+            return response(
                 ctx,
                 error_code=code,
                 error_message=None,
@@ -163,8 +145,8 @@ class GroupApi:
                 host="",
                 port=i32(-1),
             )
-        entry = _nested(ctx, "Coordinator")
-        return _response(
+        entry = nested(ctx, "Coordinator")
+        return response(
             ctx,
             coordinators=tuple(
                 entry(
@@ -196,12 +178,12 @@ class GroupApi:
             api_version=ctx.api_version,
             reason=getattr(request, "reason", None),
         )
-        member_type = _nested(ctx, "JoinGroupResponseMember")
+        member_type = nested(ctx, "JoinGroupResponseMember")
         members = tuple(
-            _build(member_type, member_id=m, group_instance_id=i, metadata=md)
+            build(member_type, member_id=m, group_instance_id=i, metadata=md)
             for m, i, md in result.members
         )
-        return _response(
+        return response(
             ctx,
             error_code=result.error,
             generation_id=i32(result.generation_id),
@@ -216,7 +198,7 @@ class GroupApi:
         )
 
     def join_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return _response(
+        return response(
             ctx,
             error_code=code,
             generation_id=i32(-1),
@@ -237,7 +219,7 @@ class GroupApi:
             getattr(request, "protocol_name", None),
             [(a.member_id, a.assignment) for a in request.assignments],
         )
-        return _response(
+        return response(
             ctx,
             error_code=result.error,
             protocol_type=result.protocol_type,
@@ -246,7 +228,7 @@ class GroupApi:
         )
 
     def sync_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return _response(ctx, error_code=code, assignment=b"")
+        return response(ctx, error_code=code, assignment=b"")
 
     async def heartbeat(self, ctx: RequestContext, request: Any) -> Any:
         code = self.coordinator.heartbeat(
@@ -255,10 +237,10 @@ class GroupApi:
             request.member_id,
             getattr(request, "group_instance_id", None),
         )
-        return _response(ctx, error_code=code)
+        return response(ctx, error_code=code)
 
     def simple_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return _response(ctx, error_code=code)
+        return response(ctx, error_code=code)
 
     async def leave_group(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version < 3:
@@ -272,9 +254,9 @@ class GroupApi:
         if ctx.api_version < 3:
             if code == ErrorCode.none and results:
                 code = results[0][2]
-            return _response(ctx, error_code=code)
-        member_type = _nested(ctx, "MemberResponse")
-        return _response(
+            return response(ctx, error_code=code)
+        member_type = nested(ctx, "MemberResponse")
+        return response(
             ctx,
             error_code=code,
             members=tuple(
@@ -283,7 +265,7 @@ class GroupApi:
         )
 
     def leave_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return _response(ctx, error_code=code, members=())
+        return response(ctx, error_code=code, members=())
 
     # -- OffsetCommit / OffsetFetch / OffsetDelete -----------------------------------------------
 
@@ -329,8 +311,8 @@ class GroupApi:
     def _commit_response(
         self, ctx: RequestContext, request: Any, error_of: Callable[[tuple[str, int]], ErrorCode]
     ) -> Any:
-        topic_type = _nested(ctx, "OffsetCommitResponseTopic")
-        partition_type = _nested(ctx, "OffsetCommitResponsePartition")
+        topic_type = nested(ctx, "OffsetCommitResponseTopic")
+        partition_type = nested(ctx, "OffsetCommitResponsePartition")
         topics = tuple(
             topic_type(
                 name=t.name,
@@ -344,14 +326,14 @@ class GroupApi:
             )
             for t in request.topics
         )
-        return _response(ctx, topics=topics)
+        return response(ctx, topics=topics)
 
     def offset_commit_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         return self._commit_response(ctx, request, lambda tp: code)
 
     async def offset_fetch(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version >= 8:
-            group_type = _nested(ctx, "OffsetFetchResponseGroup")
+            group_type = nested(ctx, "OffsetFetchResponseGroup")
             groups = []
             for g in request.groups:
                 topics = (
@@ -361,24 +343,24 @@ class GroupApi:
                 groups.append(
                     group_type(group_id=g.group_id, topics=topic_entries, error_code=code)
                 )
-            return _response(ctx, groups=tuple(groups))
+            return response(ctx, groups=tuple(groups))
         topics = (
             None
             if request.topics is None
             else [(t.name, t.partition_indexes) for t in request.topics]
         )
         code, topic_entries = self._fetch_group(ctx, request.group_id, topics)
-        return _response(ctx, topics=topic_entries, error_code=code)
+        return response(ctx, topics=topic_entries, error_code=code)
 
     def _fetch_group(
         self, ctx: RequestContext, group_id: str, topics: list[tuple[str, Any]] | None
     ) -> tuple[ErrorCode, tuple[Any, ...]]:
         if ctx.api_version >= 8:
-            topic_type = _nested(ctx, "OffsetFetchResponseTopics")
-            partition_type = _nested(ctx, "OffsetFetchResponsePartitions")
+            topic_type = nested(ctx, "OffsetFetchResponseTopics")
+            partition_type = nested(ctx, "OffsetFetchResponsePartitions")
         else:
-            topic_type = _nested(ctx, "OffsetFetchResponseTopic")
-            partition_type = _nested(ctx, "OffsetFetchResponsePartition")
+            topic_type = nested(ctx, "OffsetFetchResponseTopic")
+            partition_type = nested(ctx, "OffsetFetchResponsePartition")
         code, fetched = self.coordinator.fetch_offsets(group_id, topics)
         if code != ErrorCode.none:
             if ctx.api_version >= 2 or topics is None:
@@ -388,7 +370,7 @@ class GroupApi:
                 topic_type(
                     name=name,
                     partitions=tuple(
-                        _build(
+                        build(
                             partition_type,
                             partition_index=i32(p),
                             committed_offset=i64(-1),
@@ -404,7 +386,7 @@ class GroupApi:
         by_topic: dict[str, list[Any]] = {}
         for f in fetched:
             by_topic.setdefault(f.topic, []).append(
-                _build(
+                build(
                     partition_type,
                     partition_index=i32(f.partition),
                     committed_offset=i64(f.offset),
@@ -419,23 +401,23 @@ class GroupApi:
 
     def offset_fetch_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         if ctx.api_version >= 8:
-            group_type = _nested(ctx, "OffsetFetchResponseGroup")
-            return _response(
+            group_type = nested(ctx, "OffsetFetchResponseGroup")
+            return response(
                 ctx,
                 groups=tuple(
                     group_type(group_id=g.group_id, topics=(), error_code=code)
                     for g in request.groups
                 ),
             )
-        return _response(ctx, topics=(), error_code=code)
+        return response(ctx, topics=(), error_code=code)
 
     async def offset_delete(self, ctx: RequestContext, request: Any) -> Any:
         topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
         code, errors = await self.coordinator.delete_offsets(request.group_id, topics)
         if code != ErrorCode.none:
             return self.offset_delete_error(ctx, request, code)
-        topic_type = _nested(ctx, "OffsetDeleteResponseTopic")
-        partition_type = _nested(ctx, "OffsetDeleteResponsePartition")
+        topic_type = nested(ctx, "OffsetDeleteResponseTopic")
+        partition_type = nested(ctx, "OffsetDeleteResponsePartition")
         out = []
         for t in request.topics:
             parts = []
@@ -445,10 +427,10 @@ class GroupApi:
                     err = ErrorCode.unknown_topic_or_partition
                 parts.append(partition_type(partition_index=p.partition_index, error_code=err))
             out.append(topic_type(name=t.name, partitions=tuple(parts)))
-        return _response(ctx, error_code=ErrorCode.none, topics=tuple(out))
+        return response(ctx, error_code=ErrorCode.none, topics=tuple(out))
 
     def offset_delete_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return _response(ctx, error_code=code, topics=())
+        return response(ctx, error_code=code, topics=())
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------
 
@@ -456,12 +438,12 @@ class GroupApi:
         code, groups = self.coordinator.list_groups(
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
-        entry = _nested(ctx, "ListedGroup")
-        return _response(
+        entry = nested(ctx, "ListedGroup")
+        return response(
             ctx,
             error_code=code,
             groups=tuple(
-                _build(
+                build(
                     entry,
                     group_id=g.group_id,
                     protocol_type=g.protocol_type,
@@ -473,21 +455,21 @@ class GroupApi:
         )
 
     def list_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return _response(ctx, error_code=code, groups=())
+        return response(ctx, error_code=code, groups=())
 
     async def describe_groups(self, ctx: RequestContext, request: Any) -> Any:
-        group_type = _nested(ctx, "DescribedGroup")
-        member_type = _nested(ctx, "DescribedGroupMember")
+        group_type = nested(ctx, "DescribedGroup")
+        member_type = nested(ctx, "DescribedGroupMember")
         operations = (
             _GROUP_OPERATIONS
             if getattr(request, "include_authorized_operations", False)
-            else _NO_AUTHORIZED_OPERATIONS
+            else OPERATIONS_NOT_REQUESTED
         )
         out = []
         for group_id in request.groups:
             d = self.coordinator.describe_group(group_id, not_found_error=ctx.api_version >= 6)
             out.append(
-                _build(
+                build(
                     group_type,
                     error_code=d.error,
                     error_message=d.error_message,
@@ -496,7 +478,7 @@ class GroupApi:
                     protocol_type=d.protocol_type,
                     protocol_data=d.protocol_data,
                     members=tuple(
-                        _build(
+                        build(
                             member_type,
                             member_id=m.member_id,
                             group_instance_id=m.group_instance_id,
@@ -510,14 +492,14 @@ class GroupApi:
                     authorized_operations=i32(operations),
                 )
             )
-        return _response(ctx, groups=tuple(out))
+        return response(ctx, groups=tuple(out))
 
     def describe_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        group_type = _nested(ctx, "DescribedGroup")
-        return _response(
+        group_type = nested(ctx, "DescribedGroup")
+        return response(
             ctx,
             groups=tuple(
-                _build(
+                build(
                     group_type,
                     error_code=code,
                     group_id=g,
@@ -525,7 +507,7 @@ class GroupApi:
                     protocol_type="",
                     protocol_data="",
                     members=(),
-                    authorized_operations=i32(_NO_AUTHORIZED_OPERATIONS),
+                    authorized_operations=i32(OPERATIONS_NOT_REQUESTED),
                 )
                 for g in request.groups
             ),
@@ -533,8 +515,8 @@ class GroupApi:
 
     async def delete_groups(self, ctx: RequestContext, request: Any) -> Any:
         results = await self.coordinator.delete_groups(list(request.groups_names))
-        entry = _nested(ctx, "DeletableGroupResult")
-        return _response(
+        entry = nested(ctx, "DeletableGroupResult")
+        return response(
             ctx,
             results=tuple(
                 entry(group_id=g, error_code=results[g])
@@ -543,8 +525,8 @@ class GroupApi:
         )
 
     def delete_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        entry = _nested(ctx, "DeletableGroupResult")
-        return _response(
+        entry = nested(ctx, "DeletableGroupResult")
+        return response(
             ctx,
             results=tuple(
                 entry(group_id=g, error_code=code) for g in dict.fromkeys(request.groups_names)
@@ -553,11 +535,10 @@ class GroupApi:
 
 
 def register(
-    registry: HandlerRegistry, broker: Any, coordinator: GroupCoordinator | None = None
+    registry: HandlerRegistry, host: CoordinatorHost, coordinator: GroupCoordinator
 ) -> GroupApi:
-    """Registers every group API; ``coordinator`` defaults to ``broker.group_coordinator``."""
-    api = GroupApi(broker, coordinator)
-    table: dict[ApiKey, tuple[Any, Any]] = {
+    api = GroupApi(host, coordinator)
+    table: dict[ApiKey, tuple[Handler, ErrorResponder]] = {
         ApiKey.FIND_COORDINATOR: (api.find_coordinator, api.find_coordinator_error),
         ApiKey.JOIN_GROUP: (api.join_group, api.join_group_error),
         ApiKey.SYNC_GROUP: (api.sync_group, api.sync_group_error),
@@ -570,7 +551,8 @@ def register(
         ApiKey.DELETE_GROUPS: (api.delete_groups, api.delete_groups_error),
         ApiKey.OFFSET_DELETE: (api.offset_delete, api.offset_delete_error),
     }
-    for key, (handle, error_response) in table.items():
-        low, high = VERSIONS[key]
-        registry.register(key, low, high, handle, error_response=error_response)
+    register_family(
+        registry,
+        {key: Endpoint(*VERSIONS[key], handle, error) for key, (handle, error) in table.items()},
+    )
     return api

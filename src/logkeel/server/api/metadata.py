@@ -16,50 +16,49 @@ INVALID_TOPIC_EXCEPTION, other unknown topics UNKNOWN_TOPIC_OR_PARTITION, unknow
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import importlib
 import uuid
-from datetime import timedelta
-from functools import cache
+from collections.abc import Awaitable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
 
+from logkeel.cluster.metadata import (
+    INTERNAL_TOPICS,
+    MetadataStore,
+    PartitionState,
+    TopicState,
+    topic_id_text,
+    topic_uuid,
+)
+from logkeel.config import BrokerConfig
+from logkeel.server.api.responses import (
+    OPERATIONS_NOT_REQUESTED,
+    build,
+    nested_types,
+    response,
+)
+from logkeel.server.api.topic_refs import ZERO_UUID
 from logkeel.server.errors import ApiError
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.server.protocol import ApiKey
+from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
-
-if TYPE_CHECKING:
-    from logkeel.cluster.metadata import PartitionState, TopicState
-    from logkeel.server.broker import Broker
 
 __all__ = [
     "CLUSTER_OPERATIONS",
     "DESCRIBE_CLUSTER_VERSIONS",
-    "INTERNAL_TOPICS",
     "METADATA_VERSIONS",
-    "NO_THROTTLE",
     "TOPIC_OPERATIONS",
-    "ZERO_UUID",
+    "ClusterView",
     "DescribeClusterApi",
     "MetadataApi",
-    "build",
-    "nested_types",
     "register",
-    "topic_id_from_uuid",
-    "topic_uuid",
 ]
 
 METADATA_VERSIONS = (0, 13)
 DESCRIBE_CLUSTER_VERSIONS = (0, 2)
 
-NO_THROTTLE = i32Timedelta.parse(timedelta(0))
-ZERO_UUID = uuid.UUID(int=0)
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # Kafka's AclOperation codes; with no authorizer every supported operation is allowed, and the
 # "authorized operations" fields carry them as a bit field (Kafka's Utils.to32BitField).
@@ -90,55 +89,55 @@ CLUSTER_OPERATIONS = sum(
         _DESCRIBE,
     )
 )
-_OPERATIONS_NOT_REQUESTED = -(2**31)  # the schema default: "not asked for"
 
 # DescribeCluster endpoint types (KIP-919): the brokers, or the controllers.
 _ENDPOINT_BROKERS = 1
 _ENDPOINT_CONTROLLERS = 2
 
 
-# -- helpers shared by the admin APIs ------------------------------------------------------------
+class ClusterView(Protocol):
+    """What Metadata and DescribeCluster use: this broker's identity and address, the metadata
+    store, which partitions are offline here, and topic auto-creation."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def metadata(self) -> MetadataStore: ...
+
+    @property
+    def log_manager(self) -> LogManager: ...
+
+    def ensure_topic(self, name: str) -> Awaitable[TopicState | None]: ...
 
 
-def topic_uuid(topic_id: str) -> uuid.UUID:
-    """A topic id in Kafka's base64 text form (what the metadata store keeps) as a UUID."""
-    padded = topic_id + "=" * (-len(topic_id) % 4)
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(padded))
-
-
-def topic_id_from_uuid(value: uuid.UUID) -> str:
-    """The inverse of ``topic_uuid``."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
-
-
-@cache
-def nested_types(api_key: int, api_version: int) -> ModuleType:
-    """kio's response module of an API version, holding its nested entity classes."""
-    response_type = response_schema(api_key, api_version)
-    assert response_type is not None, "the registry only admits versions kio has"
-    return importlib.import_module(response_type.__module__)
-
-
-@cache
-def _field_names(cls: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def build(cls: type[Any], **values: Any) -> Any:
-    """``cls(**values)`` keeping only the fields this version of ``cls`` has.
-
-    One code path can then serve every version: newer fields are simply dropped for older
-    versions, and a field missing from ``values`` is a bug that kio reports at construction.
-    """
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
+def _endpoints(cluster: ClusterView) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every broker. The store was given this broker's configured
+    address; an ephemeral port (0) is only known once the listener is bound."""
+    out = []
+    for info in cluster.metadata.brokers():
+        if info.node_id == cluster.node_id:
+            host, port = cluster.advertised
+            out.append((info.node_id, host, port, cluster.config.broker_rack))
+        else:
+            out.append((info.node_id, info.host, info.port, info.rack))
+    return out
 
 
 # -- Metadata ------------------------------------------------------------------------------------
 
 
 class MetadataApi:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClusterView) -> None:
         self._broker = broker
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
@@ -169,7 +168,7 @@ class MetadataApi:
                     names.append(entry.name)
             auto_create = getattr(request, "allow_auto_topic_creation", True)
             for topic_id in dict.fromkeys(by_id):
-                state = broker.metadata.topic_by_id(topic_id_from_uuid(topic_id))
+                state = broker.metadata.topic_by_id(topic_id_text(topic_id))
                 if state is None:
                     topics.append(self._missing(types, ErrorCode.unknown_topic_id, None, topic_id))
                 else:
@@ -177,15 +176,14 @@ class MetadataApi:
             for name in dict.fromkeys(names):
                 topics.append(await self._named_topic(types, name, auto_create, request))
         include_cluster_ops = getattr(request, "include_cluster_authorized_operations", False)
-        return build(
-            response_schema(ApiKey.METADATA, version),
-            throttle_time=NO_THROTTLE,
+        return response(
+            ctx,
             brokers=self._brokers(types),
             cluster_id=broker.cluster_id,
             controller_id=broker.metadata.controller_id,
             topics=tuple(topics),
             cluster_authorized_operations=(
-                CLUSTER_OPERATIONS if include_cluster_ops else _OPERATIONS_NOT_REQUESTED
+                CLUSTER_OPERATIONS if include_cluster_ops else OPERATIONS_NOT_REQUESTED
             ),
             error_code=ErrorCode.none,
         )
@@ -197,14 +195,13 @@ class MetadataApi:
             self._missing(types, code, t.name, getattr(t, "topic_id", None) or ZERO_UUID)
             for t in (request.topics or ())
         )
-        return build(
-            response_schema(ApiKey.METADATA, ctx.api_version),
-            throttle_time=NO_THROTTLE,
+        return response(
+            ctx,
             brokers=(),
             cluster_id=self._broker.cluster_id,
             controller_id=-1,
             topics=topics,
-            cluster_authorized_operations=_OPERATIONS_NOT_REQUESTED,
+            cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,
             error_code=ErrorCode.none,
         )
 
@@ -222,25 +219,10 @@ class MetadataApi:
         return self._topic(types, state, request)
 
     def _brokers(self, types: ModuleType) -> tuple[Any, ...]:
-        broker = self._broker
-        out = []
-        for info in broker.metadata.brokers():
-            host, port, rack = info.host, info.port, info.rack
-            if info.node_id == broker.node_id:
-                # The store was given the configured address; an ephemeral port (0) is only
-                # known once the listener is bound.
-                host, port = broker.advertised
-                rack = broker.config.broker_rack
-            out.append(
-                build(
-                    types.MetadataResponseBroker,
-                    node_id=info.node_id,
-                    host=host,
-                    port=port,
-                    rack=rack,
-                )
-            )
-        return tuple(out)
+        return tuple(
+            build(types.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=rack)
+            for node_id, host, port, rack in _endpoints(self._broker)
+        )
 
     def _missing(
         self, types: ModuleType, code: ErrorCode, name: str | None, topic_id: uuid.UUID | None
@@ -252,7 +234,7 @@ class MetadataApi:
             topic_id=topic_id or ZERO_UUID,
             is_internal=name in INTERNAL_TOPICS,
             partitions=(),
-            topic_authorized_operations=_OPERATIONS_NOT_REQUESTED,
+            topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
         )
 
     def _topic(self, types: ModuleType, state: TopicState, request: Any) -> Any:
@@ -268,7 +250,7 @@ class MetadataApi:
                 for _, p in sorted(state.partitions.items(), key=lambda item: item[0])
             ),
             topic_authorized_operations=(
-                TOPIC_OPERATIONS if include_ops else _OPERATIONS_NOT_REQUESTED
+                TOPIC_OPERATIONS if include_ops else OPERATIONS_NOT_REQUESTED
             ),
         )
 
@@ -300,7 +282,7 @@ class MetadataApi:
 
 
 class DescribeClusterApi:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClusterView) -> None:
         self._broker = broker
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
@@ -333,29 +315,22 @@ class DescribeClusterApi:
         types = nested_types(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
         brokers: tuple[Any, ...] = ()
         if code == ErrorCode.none:
-            entries = []
-            for info in broker.metadata.brokers():
-                host, port, rack = info.host, info.port, info.rack
-                if info.node_id == broker.node_id:
-                    host, port = broker.advertised
-                    rack = broker.config.broker_rack
-                entries.append(
-                    build(
-                        types.DescribeClusterBroker,
-                        broker_id=info.node_id,
-                        host=host,
-                        port=port,
-                        rack=rack,
-                        is_fenced=False,
-                    )
+            brokers = tuple(
+                build(
+                    types.DescribeClusterBroker,
+                    broker_id=node_id,
+                    host=host,
+                    port=port,
+                    rack=rack,
+                    is_fenced=False,
                 )
-            brokers = tuple(entries)
+                for node_id, host, port, rack in _endpoints(broker)
+            )
         include_ops = code == ErrorCode.none and getattr(
             request, "include_cluster_authorized_operations", False
         )
-        return build(
-            response_schema(ApiKey.DESCRIBE_CLUSTER, ctx.api_version),
-            throttle_time=NO_THROTTLE,
+        return response(
+            ctx,
             error_code=code,
             error_message=message,
             endpoint_type=_ENDPOINT_BROKERS,
@@ -363,12 +338,12 @@ class DescribeClusterApi:
             controller_id=broker.metadata.controller_id if code == ErrorCode.none else -1,
             brokers=brokers,
             cluster_authorized_operations=(
-                CLUSTER_OPERATIONS if include_ops else _OPERATIONS_NOT_REQUESTED
+                CLUSTER_OPERATIONS if include_ops else OPERATIONS_NOT_REQUESTED
             ),
         )
 
 
-def register(registry: HandlerRegistry, broker: Broker) -> None:
+def register(registry: HandlerRegistry, broker: ClusterView) -> None:
     metadata = MetadataApi(broker)
     registry.register(
         ApiKey.METADATA, *METADATA_VERSIONS, metadata.handle, error_response=metadata.error_response

@@ -14,58 +14,43 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import importlib
-from datetime import timedelta
-from functools import cache
 from types import ModuleType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
 
+from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, response_schema
-from logkeel.server.replica.replica_manager import READ_UNCOMMITTED, ListOffsetResult
+from logkeel.server.protocol import ApiKey
+from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.results import READ_UNCOMMITTED, ListOffsetResult
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["DeleteRecordsApi", "ListOffsetsApi", "OffsetForLeaderEpochApi", "register"]
 
-_ZERO = i32Timedelta.parse(timedelta(0))
+
+class _PartitionOffsetsApi:
+    """The three APIs answer from the replica manager, one partition at a time."""
+
+    MIN_VERSION: int
+    MAX_VERSION: int
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self._replica_manager = replica_manager
 
 
-@cache
-def _module(api_key: int, version: int) -> ModuleType:
-    schema = response_schema(api_key, version)
-    assert schema is not None
-    return importlib.import_module(schema.__module__)
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _make(cls: type, **values: Any) -> Any:
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-class ListOffsetsApi:
+class ListOffsetsApi(_PartitionOffsetsApi):
     MIN_VERSION = 1
     MAX_VERSION = 11
 
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
-        mod = _module(ApiKey.LIST_OFFSETS, ctx.api_version)
+        mod = nested_types(ApiKey.LIST_OFFSETS, ctx.api_version)
         replica_id = int(request.replica_id)
         # Followers (replica id >= 0) read to the log end: no isolation level applies.
         isolation: int | None = (
             None if replica_id >= 0 else int(getattr(request, "isolation_level", READ_UNCOMMITTED))
         )
-        rm = self._broker.replica_manager
+        rm = self._replica_manager
 
         async def one(topic: str, part: Any) -> Any:
             result = await rm.offset_for_timestamp(
@@ -84,11 +69,11 @@ class ListOffsetsApi:
             topics.append(
                 mod.ListOffsetsTopicResponse(name=topic.name, partitions=tuple(partitions))
             )
-        return _make(mod.ListOffsetsResponse, throttle_time=_ZERO, topics=tuple(topics))
+        return response(ctx, topics=tuple(topics))
 
     @staticmethod
     def _partition(mod: ModuleType, index: int, r: ListOffsetResult) -> Any:
-        return _make(
+        return build(
             mod.ListOffsetsPartitionResponse,
             partition_index=index,
             error_code=r.error,
@@ -98,7 +83,7 @@ class ListOffsetsApi:
         )
 
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        mod = _module(ApiKey.LIST_OFFSETS, ctx.api_version)
+        mod = nested_types(ApiKey.LIST_OFFSETS, ctx.api_version)
         topics = tuple(
             mod.ListOffsetsTopicResponse(
                 name=t.name,
@@ -109,20 +94,17 @@ class ListOffsetsApi:
             )
             for t in request.topics
         )
-        return _make(mod.ListOffsetsResponse, throttle_time=_ZERO, topics=topics)
+        return response(ctx, topics=topics)
 
 
-class OffsetForLeaderEpochApi:
+class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
     MIN_VERSION = 2
     MAX_VERSION = 4
 
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
-        mod = _module(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
+        mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         replica_id = int(getattr(request, "replica_id", -1))
-        rm = self._broker.replica_manager
+        rm = self._replica_manager
         topics = []
         for topic in request.topics:
             partitions = []
@@ -144,10 +126,10 @@ class OffsetForLeaderEpochApi:
             topics.append(
                 mod.OffsetForLeaderTopicResult(topic=topic.topic, partitions=tuple(partitions))
             )
-        return _make(mod.OffsetForLeaderEpochResponse, throttle_time=_ZERO, topics=tuple(topics))
+        return response(ctx, topics=tuple(topics))
 
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        mod = _module(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
+        mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         topics = tuple(
             mod.OffsetForLeaderTopicResult(
                 topic=t.topic,
@@ -160,20 +142,17 @@ class OffsetForLeaderEpochApi:
             )
             for t in request.topics
         )
-        return _make(mod.OffsetForLeaderEpochResponse, throttle_time=_ZERO, topics=topics)
+        return response(ctx, topics=topics)
 
 
-class DeleteRecordsApi:
+class DeleteRecordsApi(_PartitionOffsetsApi):
     MIN_VERSION = 0
     MAX_VERSION = 2
 
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
-        mod = _module(ApiKey.DELETE_RECORDS, ctx.api_version)
+        mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
         timeout_ms = round(request.timeout.total_seconds() * 1000)
-        rm = self._broker.replica_manager
+        rm = self._replica_manager
 
         async def one(topic: str, p: Any) -> Any:
             error, low = await rm.delete_records(
@@ -189,10 +168,10 @@ class DeleteRecordsApi:
             topics.append(
                 mod.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions))
             )
-        return mod.DeleteRecordsResponse(throttle_time=_ZERO, topics=tuple(topics))
+        return response(ctx, topics=tuple(topics))
 
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        mod = _module(ApiKey.DELETE_RECORDS, ctx.api_version)
+        mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
         topics = tuple(
             mod.DeleteRecordsTopicResult(
                 name=t.name,
@@ -205,14 +184,14 @@ class DeleteRecordsApi:
             )
             for t in request.topics
         )
-        return mod.DeleteRecordsResponse(throttle_time=_ZERO, topics=topics)
+        return response(ctx, topics=topics)
 
 
-def register(registry: HandlerRegistry, broker: Any) -> None:
+def register(registry: HandlerRegistry, replica_manager: ReplicaManager) -> None:
     for api_key, api in (
-        (ApiKey.LIST_OFFSETS, ListOffsetsApi(broker)),
-        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(broker)),
-        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(broker)),
+        (ApiKey.LIST_OFFSETS, ListOffsetsApi(replica_manager)),
+        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(replica_manager)),
+        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(replica_manager)),
     ):
         registry.register(
             api_key,

@@ -13,21 +13,23 @@ producer sequence and epoch; an idempotent retry gets the original offsets back)
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import importlib
 import logging
-from functools import cache
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.metadata import MetadataStore, TopicState, topic_id_text
 from logkeel.records.batch import MAGIC_V2, InvalidBatchError, iter_headers
+from logkeel.server.api.responses import build, nested_types, node_endpoints, response
+from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, response_schema
-from logkeel.server.replica.replica_manager import PartitionAppendResult, topic_id_text
+from logkeel.server.protocol import ApiKey
+from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.results import PartitionAppendResult
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["MAX_VERSION", "MIN_VERSION", "ProduceApi", "register"]
@@ -39,29 +41,11 @@ MAX_VERSION = 13
 _TOPIC_IDS_FROM = 13
 # Kafka lets its own admin client write to internal topics; nobody else.
 _ADMIN_CLIENT_ID = "__admin_client"
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 # baseOffset (8) + batchLength (4) + partitionLeaderEpoch (4): the magic byte follows.
 _MAGIC_OFFSET = 16
 # magic (1) + crc (4) follow; then the int16 attributes, whose bit 4 marks a transaction.
 _ATTRIBUTES_OFFSET = 21
 _TRANSACTIONAL_FLAG = 0x10
-
-
-@cache
-def _module(version: int) -> ModuleType:
-    schema = response_schema(ApiKey.PRODUCE, version)
-    assert schema is not None
-    return importlib.import_module(schema.__module__)
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _make(cls: type, **values: Any) -> Any:
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def _timestamp(ms: int) -> datetime.datetime | None:
@@ -71,14 +55,21 @@ def _timestamp(ms: int) -> datetime.datetime | None:
 
 
 class ProduceApi:
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        replica_manager: ReplicaManager,
+        ensure_topic: Callable[[str], Awaitable[TopicState | None]],
+    ) -> None:
+        self._metadata = metadata
+        self._replica_manager = replica_manager
+        self._ensure_topic = ensure_topic
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
         acks = int(request.acks)
         timeout_ms = round(request.timeout.total_seconds() * 1000)
-        metadata = self._broker.metadata
+        metadata = self._metadata
         # (topic key, partition index, tp or None, pre-append error or None, message)
         slots: list[tuple[Any, int, TopicPartition | None, ErrorCode | None, str | None]] = []
         entries: dict[TopicPartition, bytes] = {}
@@ -123,7 +114,7 @@ class ProduceApi:
 
         results: dict[TopicPartition, PartitionAppendResult] = {}
         if entries:
-            results = await self._broker.replica_manager.append_to_partitions(
+            results = await self._replica_manager.append_to_partitions(
                 entries, acks, timeout_ms, origin_is_client=True
             )
 
@@ -137,7 +128,7 @@ class ProduceApi:
                 raise CloseConnection("acks=0 produce failed for " + ", ".join(failed[:10]))
             return None
 
-        mod = _module(version)
+        mod = nested_types(ApiKey.PRODUCE, version)
         by_topic: dict[Any, list[Any]] = {key: [] for key in order}
         leaders: set[int] = set()
         for key, index, tp, err, message in slots:
@@ -153,7 +144,7 @@ class ProduceApi:
         for key, partitions in by_topic.items():
             if version >= _TOPIC_IDS_FROM:
                 topics.append(
-                    _make(
+                    build(
                         mod.TopicProduceResponse,
                         topic_id=key,
                         partition_responses=tuple(partitions),
@@ -161,23 +152,23 @@ class ProduceApi:
                 )
             else:
                 topics.append(
-                    _make(mod.TopicProduceResponse, name=key, partition_responses=tuple(partitions))
+                    build(mod.TopicProduceResponse, name=key, partition_responses=tuple(partitions))
                 )
-        return _make(
-            mod.ProduceResponse,
+        return response(
+            ctx,
             responses=tuple(topics),
-            node_endpoints=self._node_endpoints(mod, leaders),
+            node_endpoints=node_endpoints(mod, self._metadata.brokers(), leaders),
         )
 
     async def _topic_error(self, ctx: RequestContext, name: str) -> ErrorCode | None:
         if validate_topic_name(name) is not None:
             return ErrorCode.invalid_topic_exception
-        if name in _INTERNAL_TOPICS and ctx.client_id != _ADMIN_CLIENT_ID:
+        if name in WRITE_PROTECTED_TOPICS and ctx.client_id != _ADMIN_CLIENT_ID:
             # By name, like Kafka: never auto-created as an ordinary topic by a producer.
             return ErrorCode.invalid_topic_exception
-        state = self._broker.metadata.topic(name)
+        state = self._metadata.topic(name)
         if state is None:
-            state = await self._broker.ensure_topic(name)
+            state = await self._ensure_topic(name)
             if state is None:
                 return ErrorCode.unknown_topic_or_partition
         if state.internal and ctx.client_id != _ADMIN_CLIENT_ID:
@@ -201,23 +192,13 @@ class ProduceApi:
                 values["current_leader"] = leader_type(
                     leader_id=r.leader_id, leader_epoch=r.leader_epoch
                 )
-        return _make(mod.PartitionProduceResponse, **values)
-
-    def _node_endpoints(self, mod: ModuleType, leaders: set[int]) -> tuple[Any, ...]:
-        endpoint_type = getattr(mod, "NodeEndpoint", None)
-        if endpoint_type is None or not leaders:
-            return ()
-        return tuple(
-            endpoint_type(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in self._broker.metadata.brokers()
-            if b.node_id in leaders
-        )
+        return build(mod.PartitionProduceResponse, **values)
 
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         """Every partition of the request answers ``code`` (Kafka's getErrorResponse)."""
         if int(request.acks) == 0:
             return None
-        mod = _module(ctx.api_version)
+        mod = nested_types(ApiKey.PRODUCE, ctx.api_version)
         topics = []
         for topic in request.topic_data:
             partitions = tuple(
@@ -226,7 +207,7 @@ class ProduceApi:
             )
             if ctx.api_version >= _TOPIC_IDS_FROM:
                 topics.append(
-                    _make(
+                    build(
                         mod.TopicProduceResponse,
                         topic_id=topic.topic_id,
                         partition_responses=partitions,
@@ -234,9 +215,9 @@ class ProduceApi:
                 )
             else:
                 topics.append(
-                    _make(mod.TopicProduceResponse, name=topic.name, partition_responses=partitions)
+                    build(mod.TopicProduceResponse, name=topic.name, partition_responses=partitions)
                 )
-        return _make(mod.ProduceResponse, responses=tuple(topics))
+        return response(ctx, responses=tuple(topics))
 
 
 def _check_records(records: bytes | None) -> str | None:
@@ -261,8 +242,14 @@ def _is_transactional(records: bytes) -> bool:
     return bool(records[_ATTRIBUTES_OFFSET + 1] & _TRANSACTIONAL_FLAG)
 
 
-def register(registry: HandlerRegistry, broker: Any) -> ProduceApi:
-    api = ProduceApi(broker)
+def register(
+    registry: HandlerRegistry,
+    metadata: MetadataStore,
+    replica_manager: ReplicaManager,
+    ensure_topic: Callable[[str], Awaitable[TopicState | None]],
+) -> ProduceApi:
+    """``ensure_topic`` returns a topic, auto-created if the broker allows, or None."""
+    api = ProduceApi(metadata, replica_manager, ensure_topic)
     registry.register(
         ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

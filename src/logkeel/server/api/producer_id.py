@@ -17,48 +17,26 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error that makes the client stop 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import importlib
 import json
 import logging
-from datetime import timedelta
-from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
 
+from logkeel.server.api.responses import response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
-from logkeel.server.protocol import ApiKey, response_schema
+from logkeel.server.protocol import ApiKey
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
+from logkeel.storage.log_manager import LogManager
 
 __all__ = ["PRODUCER_ID_FILE", "InitProducerIdApi", "ProducerIdManager", "register"]
 
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_FILE = "logkeel-producer-id-block.json"
-_ZERO = i32Timedelta.parse(timedelta(0))
 _INT64_MAX = (1 << 63) - 1
-
-
-@cache
-def _module(version: int) -> ModuleType:
-    schema = response_schema(ApiKey.INIT_PRODUCER_ID, version)
-    assert schema is not None
-    return importlib.import_module(schema.__module__)
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _make(cls: type, **values: Any) -> Any:
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 class ProducerIdManager:
@@ -66,7 +44,7 @@ class ProducerIdManager:
 
     BLOCK_SIZE = 1000
 
-    def __init__(self, log_manager: Any) -> None:
+    def __init__(self, log_manager: LogManager) -> None:
         self._log_manager = log_manager
         self._next = 0
         self._block_end = 0  # exclusive; _next == _block_end: a new block is needed
@@ -135,9 +113,8 @@ class InitProducerIdApi:
     MIN_VERSION = 0
     MAX_VERSION = 6
 
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-        self.manager = ProducerIdManager(broker.log_manager)
+    def __init__(self, log_manager: LogManager) -> None:
+        self.manager = ProducerIdManager(log_manager)
         self._lock = asyncio.Lock()
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
@@ -152,20 +129,19 @@ class InitProducerIdApi:
                 if request.transactional_id == ""
                 else ErrorCode.transactional_id_authorization_failed
             )
-            return self._response(ctx.api_version, code, -1, -1)
+            return self._response(ctx, code, -1, -1)
         async with self._lock:
             try:
                 pid = await asyncio.to_thread(self.manager.next_producer_id)
             except KafkaStorageError as exc:
                 log.error("cannot allocate a producer id: %s", exc)
-                return self._response(ctx.api_version, ErrorCode.kafka_storage_error, -1, -1)
-        return self._response(ctx.api_version, ErrorCode.none, pid, 0)
+                return self._response(ctx, ErrorCode.kafka_storage_error, -1, -1)
+        return self._response(ctx, ErrorCode.none, pid, 0)
 
     @staticmethod
-    def _response(version: int, code: ErrorCode, pid: int, epoch: int) -> Any:
-        return _make(
-            _module(version).InitProducerIdResponse,
-            throttle_time=_ZERO,
+    def _response(ctx: RequestContext, code: ErrorCode, pid: int, epoch: int) -> Any:
+        return response(
+            ctx,
             error_code=code,
             producer_id=pid,
             producer_epoch=epoch,
@@ -174,11 +150,11 @@ class InitProducerIdApi:
         )
 
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return self._response(ctx.api_version, code, -1, -1)
+        return self._response(ctx, code, -1, -1)
 
 
-def register(registry: HandlerRegistry, broker: Any) -> InitProducerIdApi:
-    api = InitProducerIdApi(broker)
+def register(registry: HandlerRegistry, log_manager: LogManager) -> InitProducerIdApi:
+    api = InitProducerIdApi(log_manager)
     registry.register(
         ApiKey.INIT_PRODUCER_ID,
         api.MIN_VERSION,

@@ -10,14 +10,13 @@ INVALID_REQUEST, as Kafka answers them.
 
 from __future__ import annotations
 
-import importlib
 import re
-from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32Timedelta
+from kio.static.primitive import i16
 
+from logkeel.server.api.responses import NO_THROTTLE, nested_types
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
 
@@ -25,7 +24,6 @@ __all__ = ["ApiVersionsApi", "register"]
 
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN.
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
-_NO_THROTTLE = i32Timedelta.parse(timedelta(0))
 
 
 class ApiVersionsApi:
@@ -56,14 +54,14 @@ class ApiVersionsApi:
     def _response(version: int, code: ErrorCode, ranges: Any) -> Any:
         response_type = response_schema(ApiKey.API_VERSIONS, version)
         assert response_type is not None, "the registry only admits versions kio has"
-        entry_type = importlib.import_module(response_type.__module__).ApiVersion
+        entry_type = nested_types(ApiKey.API_VERSIONS, version).ApiVersion
         api_keys = tuple(
             entry_type(api_key=i16(key), min_version=i16(low), max_version=i16(high))
             for key, low, high in ranges
         )
         fields: dict[str, Any] = {"error_code": code, "api_keys": api_keys}
         if version >= 1:
-            fields["throttle_time"] = _NO_THROTTLE
+            fields["throttle_time"] = NO_THROTTLE
         # From v3 on the response also has tagged fields (supported/finalized features, ZK
         # migration); left at their defaults they are not written at all, which is what older
         # librdkafka (Debian's kcat 1.7.1) needs to parse the response.

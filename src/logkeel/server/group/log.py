@@ -25,15 +25,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.metadata import MetadataError, MetadataStore
+from logkeel.config import BrokerConfig
 from logkeel.records.batch import CompressionType
 from logkeel.records.builder import BatchBuilder
 from logkeel.records.record import iter_batches
 from logkeel.server.errors import error_code_for
 from logkeel.server.group.records import OFFSETS_TOPIC
+from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.log_manager import LogManager
@@ -41,6 +44,7 @@ from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = [
     "BrokerOffsetsStore",
+    "OffsetsTopicHost",
     "CoordinatorRecord",
     "LogManagerOffsetsStore",
     "OffsetsTopicStore",
@@ -175,10 +179,28 @@ class LogManagerOffsetsStore:
             raise StoreError(error_code_for(exc), str(exc)) from exc
 
 
+class OffsetsTopicHost(Protocol):
+    """What ``BrokerOffsetsStore`` uses of the broker: its configs (the topic's settings), the
+    metadata store (creating the topic), the replica manager (appends) and the log manager
+    (reads, and a failed dir)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def metadata(self) -> MetadataStore: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager: ...
+
+    @property
+    def log_manager(self) -> LogManager: ...
+
+
 class BrokerOffsetsStore:
     """``__consumer_offsets`` of a running broker."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: OffsetsTopicHost) -> None:
         self._broker = broker
         self._create_lock = asyncio.Lock()
         self._locks = _PartitionLocks()
@@ -212,9 +234,12 @@ class BrokerOffsetsStore:
                     configs,
                     internal=True,
                 )
-            except Exception as exc:
-                if getattr(exc, "error_name", "") == "TOPIC_ALREADY_EXISTS":
+            except MetadataError as exc:
+                if exc.error_name == "TOPIC_ALREADY_EXISTS":
                     return self.num_partitions() or config.offsets_topic_num_partitions
+                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from exc
+            except (KafkaStorageError, OSError) as exc:
                 log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
                 raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from exc
             log.info("created %s with %d partitions", OFFSETS_TOPIC, len(state.partitions))
@@ -244,7 +269,8 @@ class BrokerOffsetsStore:
                 raise StoreError(error_code_for(exc), str(exc)) from exc
             if result.error != ErrorCode.none:
                 raise StoreError(
-                    result.error, f"append to {self._tp(partition)} failed: {result.error.name.upper()}"
+                    result.error,
+                    f"append to {self._tp(partition)} failed: {result.error.name.upper()}",
                 )
 
     async def read(self, partition: int) -> list[CoordinatorRecord]:

@@ -63,27 +63,23 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster.metadata import TopicState, topic_id_text, topic_uuid
+from logkeel.cluster.metadata import TopicState
 from logkeel.records.batch import InvalidBatchError
 from logkeel.server.errors import error_code_for
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.delayed import DelayedFetch, DelayedProduce
-from logkeel.server.replica.partition import AppendRejected, Partition, TopicSettings
+from logkeel.server.replica.partition import AppendRejected, Partition
 from logkeel.server.replica.partition_table import PartitionTable
 from logkeel.server.replica.purgatory import DelayedOperationPurgatory
 from logkeel.server.replica.results import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_CONSUMER_ID,
-    EARLIEST_LOCAL_TIMESTAMP,
-    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
-    LATEST_TIERED_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchPartitionRequest,
     FetchPartitionResult,
     ListOffsetResult,
     PartitionAppendResult,
-    RegionRecords,
     close_records,
 )
 from logkeel.storage import errors as storage_errors
@@ -95,27 +91,7 @@ from logkeel.storage.engine.producer_state import (
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
 
-# The request/result names are also importable from here, where the API families have always
-# found them; their home is ``results`` (and ``cluster.metadata`` for the topic id helpers).
-__all__ = [
-    "EARLIEST_LOCAL_TIMESTAMP",
-    "EARLIEST_PENDING_UPLOAD_TIMESTAMP",
-    "LATEST_TIERED_TIMESTAMP",
-    "READ_COMMITTED",
-    "READ_UNCOMMITTED",
-    "FetchPartitionRequest",
-    "FetchPartitionResult",
-    "ListOffsetResult",
-    "Partition",
-    "PartitionAppendResult",
-    "RegionRecords",
-    "ReplicaManager",
-    "ReplicaManagerContext",
-    "TopicSettings",
-    "close_records",
-    "topic_id_text",
-    "topic_uuid",
-]
+__all__ = ["ReplicaManager"]
 
 log = logging.getLogger(__name__)
 

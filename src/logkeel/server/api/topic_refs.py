@@ -1,0 +1,42 @@
+"""Topic names and ids as the admin and metadata APIs see them (the id conversions are
+``cluster.metadata``'s ``topic_uuid`` / ``topic_id_text``), and the entry error a refused topic
+operation becomes."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from logkeel.cluster.metadata import INTERNAL_TOPICS, MetadataError
+from logkeel.server.api.responses import EntryError
+from logkeel.server.errors import error_code_named
+from logkeel.storage.topic_partition import validate_topic_name
+
+__all__ = [
+    "WRITE_PROTECTED_TOPICS",
+    "ZERO_UUID",
+    "check_topic_name",
+    "entry_error_for",
+]
+
+# The id a request carries when it names a topic by name only.
+ZERO_UUID = uuid.UUID(int=0)
+# Only Kafka's own admin client may produce to these (the share-group state topic included).
+WRITE_PROTECTED_TOPICS = INTERNAL_TOPICS | {"__share_group_state"}
+
+
+def check_topic_name(name: str | None) -> None:
+    """INVALID_TOPIC_EXCEPTION for a name Kafka would not accept."""
+    problem = validate_topic_name(name or "")
+    if problem is not None:
+        raise EntryError(ErrorCode.invalid_topic_exception, problem)
+
+
+def entry_error_for(exc: MetadataError) -> EntryError:
+    """The metadata store's refusal as the entry error Kafka's controller would answer."""
+    try:
+        code = error_code_named(exc.error_name)
+    except ValueError:
+        code = ErrorCode.unknown_server_error
+    return EntryError(code, str(exc))
