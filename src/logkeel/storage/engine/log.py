@@ -35,6 +35,7 @@ from logkeel.storage.engine.segment import DELETED_SUFFIX, LogSegment
 from logkeel.storage.engine.txn_index import AbortedTxn
 from logkeel.storage.errors import (
     CorruptRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
@@ -633,12 +634,14 @@ class PartitionLog:
                 segment.close()
 
     def close_without_flush(self) -> None:
-        """Closes file handles only: the dir failed, so nothing more can be written."""
+        """Closes file handles only, writing nothing: the dir failed (or the log is being
+        deleted). Blocking (close of a failing disk's files): run it on an IO thread."""
         with self.lock:
             for segment in self._segments:
                 try:
-                    segment.close()
-                except Exception:  # noqa: BLE001 - the dir is already failed; closing is best effort
+                    segment.close_handles()
+                except KafkaStorageError:
+                    # The dir is already failed; a close that errors releases nothing more.
                     log.debug("closing %s after dir failure", segment, exc_info=True)
 
     def delete(self) -> None:

@@ -508,6 +508,18 @@ class LogSegment:
             if f is not None:
                 f.close()
 
+    def close_handles(self) -> None:
+        """Releases descriptors and mappings, writing nothing: its dir failed (no time-index
+        entry, no trimming of the preallocated indexes)."""
+        self._grow_pending = False
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close_handler()
+        if self._txn_index is not None:
+            self._txn_index.close()
+        if self._log is not None:
+            self._log.close()
+
     def change_suffix(self, old: str, new: str) -> None:
         """Renames all four files, e.g. to `.deleted` before background removal."""
         for f in self._files():
