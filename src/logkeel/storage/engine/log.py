@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from logkeel.records.batch import (
-    HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
-    InvalidBatchError,
     compute_crc,
     set_base_offset,
     set_partition_leader_epoch,
-    validate_structure,
 )
+from logkeel.records.walk import BadBatch, BadKind, BatchPosition, split_batches
 from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
 from logkeel.storage.engine.file_records import FileRegion
 from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
@@ -38,6 +36,7 @@ from logkeel.storage.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    StorageError,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -88,33 +87,28 @@ class TimestampAndOffset:
     leader_epoch: int
 
 
-def parse_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:
+def parse_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[BatchPosition]:
     """Validates every batch of a produce or replication payload; (position, header) each.
 
     Checks structure and CRC so that nothing corrupt reaches the disk; the distinct errors
     map to CORRUPT_MESSAGE and MESSAGE_TOO_LARGE.
     """
-    batches = []
-    pos, end = 0, len(data)
-    if end == 0:
+    if not data:
         raise CorruptRecordError("the request holds no record batch")
-    while pos < end:
-        if end - pos < HEADER_SIZE:
-            raise CorruptRecordError(f"{end - pos} trailing bytes after the last batch")
-        try:
-            header = BatchHeader.parse(data, pos)
-            validate_structure(header, available=end - pos)
-        except InvalidBatchError as exc:
-            raise CorruptRecordError(f"batch at byte {pos}: {exc}") from exc
-        if header.size > max_batch_bytes:
-            raise RecordTooLargeError(
-                f"batch of {header.size} bytes exceeds max.message.bytes={max_batch_bytes}"
-            )
-        if compute_crc(data, pos, header.size) != header.crc:
-            raise CorruptRecordError(f"batch at byte {pos} fails its CRC-32C check")
-        batches.append((pos, header))
-        pos += header.size
-    return batches
+    batches = split_batches(data, max_batch_size=max_batch_bytes)
+    if type(batches) is BadBatch:
+        raise _produce_error(batches, max_batch_bytes)
+    return batches  # type: ignore[return-value]
+
+
+def _produce_error(bad: BadBatch, max_batch_bytes: int) -> StorageError:
+    if bad.kind is BadKind.TOO_LARGE:
+        return RecordTooLargeError(f"batch of {bad.size} bytes exceeds max.message.bytes={max_batch_bytes}")
+    if bad.kind is BadKind.CRC:
+        return CorruptRecordError(f"batch at byte {bad.position} fails its CRC-32C check")
+    if bad.header is None:
+        return CorruptRecordError(f"{bad.size} trailing bytes after the last batch")
+    return CorruptRecordError(f"batch at byte {bad.position}: {bad.reason}")
 
 
 class PartitionLog:

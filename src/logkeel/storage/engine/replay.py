@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.batch import BatchHeader
-from logkeel.storage.engine.file_records import BatchPosition
+from logkeel.records.walk import BatchPosition
 from logkeel.storage.engine.producer_snapshot import read_snapshot
 from logkeel.storage.engine.producer_state import ProducerStateEntry, ProducerStateManager
 from logkeel.storage.engine.segment import LogSegment

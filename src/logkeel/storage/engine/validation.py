@@ -31,19 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logkeel.records.batch import (
-    HEADER_SIZE,
     NO_TIMESTAMP,
-    BatchHeader,
-    InvalidBatchError,
-    compute_crc,
-    validate_structure,
 )
+from logkeel.records.walk import BadBatch, BadKind, BatchWindow, walk_batches
 from logkeel.storage.engine.offset_index import OffsetPosition
 from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
+    OffsetRule,
     file_name,
 )
 from logkeel.storage.engine.time_index import TimestampOffset
@@ -107,67 +104,38 @@ def scan_segment(
 ) -> SegmentScan:
     """Reads the segment once, in large chunks, checking every batch (see module doc).
 
-    The stop rules are the same as ``LogSegment.rebuild_indexes_from``'s, so a scan and a
-    rebuild agree on where the valid data ends. ``where`` is (log dir, file) for IO errors.
+    The walk's checks (``OffsetRule`` included) are ``LogSegment.rebuild_indexes_from``'s, so
+    a scan and a rebuild agree on where the valid data ends. ``where`` is (log dir, file) for
+    IO errors.
     """
     log_dir, path = where if where else (Path("."), "segment")
     scan = SegmentScan(size, base_offset=base_offset)
     open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
-    pos = 0
-    buf = memoryview(b"")
-    buf_start = 0
-    last_offset = max(base_offset, min_offset if min_offset is not None else base_offset) - 1
+    offsets = OffsetRule(
+        base_offset,
+        max(base_offset, min_offset if min_offset is not None else base_offset) - 1,
+        upper_bound,
+    )
     counter = 0
     running = NO_TIMESTAMP
     append_pos, append_last = scan.positions.append, scan.last_offsets.append
     append_max, append_run = scan.max_timestamps.append, scan.running_max.append
 
-    def refill(at: int, want: int) -> memoryview:
-        n = min(max(want, _CHUNK), size - at)
+    def pread(at: int, n: int) -> bytes:
         with io_guard(log_dir, f"read {path}"):
             data = os.pread(fd, n, at)
         if throttle is not None:
             throttle(len(data))
-        return memoryview(data)
+        return data
 
-    while True:
-        if size - pos < HEADER_SIZE:
-            if size > pos:
-                scan.stop_reason = f"{size - pos} trailing bytes hold no complete batch header"
+    for item in walk_batches(BatchWindow(pread=pread, size=size, chunk=_CHUNK), check=offsets):
+        if type(item) is BadBatch:
+            scan.stop_reason = _stop_reason(item)
+            if item.kind in (BadKind.CRC, BadKind.REJECTED):
+                scan.stop_offset = item.header.base_offset  # type: ignore[union-attr]
             break
-        rel = pos - buf_start
-        if len(buf) - rel < HEADER_SIZE:
-            buf, buf_start, rel = refill(pos, HEADER_SIZE), pos, 0
-        try:
-            header = BatchHeader.parse(buf, rel)
-            validate_structure(header, available=size - pos)
-        except InvalidBatchError as exc:
-            scan.stop_reason = f"invalid batch header: {exc}"
-            break
-        if len(buf) - rel < header.size:
-            buf, buf_start, rel = refill(pos, header.size), pos, 0
-            if len(buf) < header.size:
-                scan.stop_reason = "batch runs past the end of the file"
-                break
-        if compute_crc(buf, rel, header.size) != header.crc:
-            scan.stop_reason = "CRC-32C mismatch"
-            scan.stop_offset = header.base_offset
-            break
+        pos, header = item
         last = header.last_offset
-        if header.base_offset <= last_offset:
-            scan.stop_reason = (
-                f"batch offsets [{header.base_offset}, {last}] do not follow offset {last_offset}"
-            )
-            scan.stop_offset = header.base_offset
-            break
-        if not 0 <= last - base_offset <= _INT32_MAX:
-            scan.stop_reason = f"offset {last} does not fit a segment based at {base_offset}"
-            scan.stop_offset = header.base_offset
-            break
-        if upper_bound is not None and last >= upper_bound:
-            scan.stop_reason = f"offset {last} reaches the next segment's base offset {upper_bound}"
-            scan.stop_offset = header.base_offset
-            break
         if header.max_timestamp > running:
             running = header.max_timestamp
         if counter > index_interval_bytes:
@@ -186,12 +154,22 @@ def scan_segment(
         elif header.is_transactional and header.producer_id not in open_txns:
             open_txns[header.producer_id] = header.base_offset
         scan.batches += 1
-        last_offset = last
-        pos += header.size
-    scan.valid_end = pos
-    scan.next_offset = last_offset + 1 if scan.batches else base_offset
+        scan.valid_end = pos + header.size
+    scan.next_offset = offsets.last_offset + 1 if scan.batches else base_offset
     scan.max_timestamp = running
     return scan
+
+
+def _stop_reason(bad: BadBatch) -> str:
+    if bad.kind is BadKind.PARTIAL:
+        if bad.header is None:
+            return f"{bad.size} trailing bytes hold no complete batch header"
+        return "batch runs past the end of the file"
+    if bad.kind is BadKind.INVALID:
+        return f"invalid batch header: {bad.reason}"
+    if bad.kind is BadKind.CRC:
+        return "CRC-32C mismatch"
+    return bad.reason
 
 
 # -- judging indexes ------------------------------------------------------------------------
