@@ -150,6 +150,15 @@ class BatchWindow:
             offset += len(piece)
         return crc
 
+    def header_at(self, pos: int) -> BatchHeader | None:
+        """What the bytes at ``pos`` claim as a header; None when too few remain."""
+        if self.size - pos < HEADER_SIZE:
+            return None
+        buf, rel = self.get(pos, HEADER_SIZE)
+        if len(buf) - rel < HEADER_SIZE:
+            return None
+        return BatchHeader.parse(buf, rel)
+
     def bytes_of(self, pos: int, size: int) -> Buffer:
         buf, rel = self.get(pos, size)
         return memoryview(buf)[rel : rel + size]
@@ -318,12 +327,9 @@ def _resync(win: BatchWindow, pos: int, check: BatchCheck | None) -> BatchPositi
             pos = max(pos + 1, win.start + len(buf) - _MAGIC_AT)
             continue
         candidate = win.start + i - _MAGIC_AT
-        if win.size - candidate < HEADER_SIZE:
+        header = win.header_at(candidate)
+        if header is None:
             return None
-        buf, rel = win.get(candidate, HEADER_SIZE)
-        if len(buf) - rel < HEADER_SIZE:
-            return None
-        header = BatchHeader.parse(buf, rel)
         if plausible_header(header, win.size - candidate):
             try:
                 validate_structure(header, available=win.size - candidate)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from logkeel.records.batch import HEADER_SIZE, MAGIC_V2, BatchHeader
+from logkeel.records.batch import MAGIC_V2, BatchHeader
 from logkeel.records.walk import BadBatch, BadKind, BatchWindow, OnBadBatch, walk_batches
 from logkeel.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
@@ -239,13 +239,8 @@ class _ExpectedOffsets:
 
 
 def _base_offset_at(win: BatchWindow, pos: int) -> int | None:
-    if win.size - pos < HEADER_SIZE:
-        return None
-    buf, rel = win.get(pos, HEADER_SIZE)
-    if len(buf) - rel < HEADER_SIZE:
-        return None
-    header = BatchHeader.parse(buf, rel)
-    return header.base_offset if header.magic == MAGIC_V2 else None
+    header = win.header_at(pos)
+    return header.base_offset if header is not None and header.magic == MAGIC_V2 else None
 
 
 def scan_segment(segment: SegmentFile, *, with_data: bool = False) -> Iterator[ScanItem]:
