@@ -28,16 +28,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import crc32c as _crc32c
-
 from logkeel.records.batch import (
-    CRC_START,
     HEADER_SIZE,
     NO_SEQUENCE,
     BatchHeader,
     InvalidBatchError,
-    compute_crc,
-    validate_structure,
 )
 from logkeel.records.control import (
     ControlRecordType,
@@ -45,6 +40,7 @@ from logkeel.records.control import (
     decode_end_txn_marker,
 )
 from logkeel.records.record import Record, decode_records
+from logkeel.records.walk import BadBatch, BadKind, BatchWindow, OnBadBatch, walk_batches
 from logkeel.storage.engine.offset_index import OffsetIndex, OffsetPosition
 from logkeel.storage.engine.producer_snapshot import (
     ProducerSnapshotEntry,
@@ -264,68 +260,52 @@ class _LogWalk:
             os.close(fd)
 
     def _walk(self, fd: int, check_crc: bool, want_data: bool) -> Iterator[_Batch]:
-        size, chunk = self.size, self.read_chunk
-        pos = 0
-        buf = b""
-        buf_start = 0
-        while pos < size:
-            remaining = size - pos
-            rel = pos - buf_start
-            if len(buf) - rel < HEADER_SIZE:
-                buf, buf_start, rel = self._read(fd, pos, min(chunk, remaining)), pos, 0
-            if len(buf) < HEADER_SIZE:
-                self._stopped(
-                    pos,
-                    "partial_batch",
-                    f"position {pos}: {len(buf)} bytes at the end of the file are too few for "
-                    f"a batch header ({HEADER_SIZE} bytes)",
-                )
-                return
-            header = BatchHeader.parse(buf, rel)
-            try:
-                validate_structure(header)
-            except InvalidBatchError as exc:
-                self._stopped(
-                    pos,
-                    "invalid_batch",
-                    f"position {pos}: not a valid batch: {exc}",
-                    offset=header.base_offset,
-                )
-                return
-            if header.size > remaining:
-                self._stopped(
-                    pos,
-                    "partial_batch",
-                    f"position {pos}: batch at offset {header.base_offset} needs {header.size} "
-                    f"bytes but only {remaining} remain in the file (truncated write?)",
-                    offset=header.base_offset,
-                )
-                return
-            computed: int | None = None
+        chunk = self.read_chunk
+        win = BatchWindow(pread=lambda pos, n: self._read(fd, pos, n), size=self.size, chunk=chunk)
+        # Records are decoded only from a batch whose CRC was computed.
+        verify = check_crc or want_data
+        for item in walk_batches(win, verify_crc=verify, on_bad=OnBadBatch.SKIP):
+            if type(item) is BadBatch:
+                if item.kind is not BadKind.CRC:
+                    self._stopped(item)
+                    return
+                computed = item.computed_crc
+            else:
+                computed = item.header.crc if verify else None
+            pos, header = item.position, item.header
+            assert header is not None
             data: bytes | memoryview | None = None
-            if check_crc or want_data:
-                if len(buf) - rel < header.size and header.size <= chunk:
-                    buf, buf_start, rel = self._read(fd, pos, min(chunk, remaining)), pos, 0
-                if len(buf) - rel >= header.size:
-                    data = memoryview(buf)[rel : rel + header.size]
-                    computed = compute_crc(data, 0, header.size)
-                else:
-                    # A batch bigger than a chunk: checksum it piecewise, and read it whole only
-                    # if its records are wanted and it is a real batch.
-                    computed = self._streamed_crc(fd, pos, header.size)
-                    if want_data and computed == header.crc:
-                        data = self._read(fd, pos, header.size)
-            batch = _Batch(pos, header, computed, data if want_data else None)
+            if want_data:
+                if header.size <= chunk:
+                    data = win.bytes_of(pos, header.size)
+                elif computed == header.crc:
+                    # A batch bigger than a chunk is read whole only if it is a real batch.
+                    data = self._read(fd, pos, header.size)
+            batch = _Batch(pos, header, computed, data)
             # No reference to the batch's bytes may outlive the consumer's use of them: a
             # batch larger than a chunk is a buffer of its own.
             data = None
             yield batch
             del batch
-            pos += header.size
-            self.valid_bytes = pos
+            self.valid_bytes = pos + header.size
 
-    def _stopped(self, pos: int, kind: str, message: str, **fields: Any) -> None:
-        self.stop = _problem(message, kind, position=pos, **fields)
+    def _stopped(self, bad: BadBatch) -> None:
+        pos, header = bad.position, bad.header
+        if header is None:
+            message = (
+                f"position {pos}: {bad.size} bytes at the end of the file are too few for "
+                f"a batch header ({HEADER_SIZE} bytes)"
+            )
+            self.stop = _problem(message, "partial_batch", position=pos)
+        elif bad.kind is BadKind.PARTIAL:
+            message = (
+                f"position {pos}: batch at offset {header.base_offset} needs {header.size} "
+                f"bytes but only {bad.size} remain in the file (truncated write?)"
+            )
+            self.stop = _problem(message, "partial_batch", position=pos, offset=header.base_offset)
+        else:
+            message = f"position {pos}: not a valid batch: {bad.reason}"
+            self.stop = _problem(message, "invalid_batch", position=pos, offset=header.base_offset)
 
     def _read(self, fd: int, pos: int, size: int) -> bytes:
         parts = []
@@ -338,17 +318,6 @@ class _LogWalk:
                 pos += len(chunk)
                 size -= len(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _streamed_crc(self, fd: int, pos: int, batch_size: int) -> int:
-        crc = 0
-        offset, end = pos + CRC_START, pos + batch_size
-        while offset < end:
-            chunk = self._read(fd, offset, min(self.read_chunk, end - offset))
-            if not chunk:
-                break
-            crc = _crc32c.crc32c(chunk, value=crc)
-            offset += len(chunk)
-        return crc
 
 
 def dump_log(
