@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logkeel.records.batch import BatchHeader, set_base_offset
+from logkeel.records.control import ControlRecordType
 from logkeel.storage.engine.producer_snapshot import (
     ProducerSnapshotEntry,
     read_snapshot,
@@ -24,7 +25,6 @@ from logkeel.storage.engine.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
     CompletedTxn,
-    ControlRecordType,
     DuplicateBatch,
     InvalidTxnStateError,
     ProducerStateEntry,

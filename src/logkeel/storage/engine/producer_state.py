@@ -29,19 +29,17 @@ import time
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from types import MappingProxyType
 
 from logkeel.records.batch import (
-    HEADER_SIZE,
     NO_PRODUCER_EPOCH,
     NO_SEQUENCE,
     NO_TIMESTAMP,
     BatchHeader,
-    CompressionType,
-    TimestampType,
+    InvalidBatchError,
 )
+from logkeel.records.control import ControlRecordType, decode_marker_batch
 from logkeel.storage.engine.producer_snapshot import (
     SNAPSHOT_SUFFIX,
     ProducerSnapshotEntry,
@@ -83,11 +81,6 @@ class TransactionCoordinatorFencedError(StorageError):
 # -- end-transaction markers -----------------------------------------------------------------
 
 
-class ControlRecordType(IntEnum):
-    ABORT = 0
-    COMMIT = 1
-
-
 @dataclass(frozen=True, slots=True)
 class EndTxnMarker:
     control_type: ControlRecordType
@@ -98,89 +91,16 @@ class EndTxnMarker:
 def read_end_txn_marker(header: BatchHeader, batch: Buffer) -> EndTxnMarker | None:
     """Decodes the marker in a control batch; None for an empty one (cleaned by compaction).
 
-    ``batch`` holds the batch from its first byte. Only the first record matters: a marker
-    batch has exactly one. Kafka writes markers uncompressed. Raises CorruptRecordError.
+    ``batch`` holds the batch from its first byte. Raises CorruptRecordError.
     """
-    if header.records_count == 0:
-        return None
-    if header.compression != CompressionType.NONE:
-        raise CorruptRecordError(
-            f"control batch at offset {header.base_offset} is compressed ({header.compression.name})"
-        )
-    view = memoryview(batch)[: header.size]
-    reader = _VarintReader(view, HEADER_SIZE)
     try:
-        reader.varint()  # record length
-        reader.skip(1)  # record attributes
-        timestamp_delta = reader.varint()
-        reader.varint()  # offset delta
-        key = reader.sized_bytes()
-        value = reader.sized_bytes()
-    except IndexError as exc:
-        raise CorruptRecordError(
-            f"control record at offset {header.base_offset} runs past its batch"
-        ) from exc
-    if key is None or len(key) < 4:
-        raise CorruptRecordError(f"control record key at offset {header.base_offset} is too short")
-    key_version = int.from_bytes(key[0:2], "big", signed=True)
-    type_id = int.from_bytes(key[2:4], "big", signed=True)
-    if key_version < 0:
-        raise CorruptRecordError(
-            f"control record key version {key_version} at {header.base_offset}"
-        )
-    if type_id not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-        raise CorruptRecordError(
-            f"control record at offset {header.base_offset} has type {type_id}, "
-            "not an end-transaction marker"
-        )
-    if value is None or len(value) < 6:
-        raise CorruptRecordError(f"end-transaction marker at {header.base_offset} is too short")
-    if int.from_bytes(value[0:2], "big", signed=True) < 0:
-        raise CorruptRecordError(
-            f"end-transaction marker version at {header.base_offset} is negative"
-        )
-    coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True)
-    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-        timestamp = header.max_timestamp
-    else:
-        timestamp = header.base_timestamp + timestamp_delta
-    return EndTxnMarker(ControlRecordType(type_id), coordinator_epoch, timestamp)
-
-
-class _VarintReader:
-    """Just enough of the record encoding (zig-zag varints) to reach a control record's value."""
-
-    def __init__(self, buf: memoryview, pos: int):
-        self.buf = buf
-        self.pos = pos
-
-    def varint(self) -> int:
-        raw = 0
-        shift = 0
-        while True:
-            byte = self.buf[self.pos]
-            self.pos += 1
-            raw |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return (raw >> 1) ^ -(raw & 1)
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varint longer than 10 bytes")
-
-    def skip(self, n: int) -> None:
-        if self.pos + n > len(self.buf):
-            raise IndexError
-        self.pos += n
-
-    def sized_bytes(self) -> bytes | None:
-        length = self.varint()
-        if length < 0:
-            return None
-        if self.pos + length > len(self.buf):
-            raise IndexError
-        data = bytes(self.buf[self.pos : self.pos + length])
-        self.pos += length
-        return data
+        decoded = decode_marker_batch(header, batch)
+    except InvalidBatchError as exc:
+        raise CorruptRecordError(f"marker batch at offset {header.base_offset}: {exc}") from exc
+    if decoded is None:
+        return None
+    marker, timestamp = decoded
+    return EndTxnMarker(marker.type, marker.coordinator_epoch, timestamp)
 
 
 # -- per-producer state ----------------------------------------------------------------------
