@@ -30,8 +30,9 @@ from logkeel.storage.checkpoints import (
 )
 from logkeel.storage.engine.file_records import FileRecords
 from logkeel.storage.engine.leader_epoch import EpochEntry, LeaderEpochFileCache
-from logkeel.storage.engine.segment import LOG_SUFFIX, file_name, parse_base_offset
+from logkeel.storage.engine.segment import log_file_base
 from logkeel.storage.errors import StorageError, io_guard
+from logkeel.storage.log_dir import is_partition_dir_name, list_partition_dirs
 from logkeel.storage.topic_partition import TopicPartition
 
 CHUNK = 8 * 1024 * 1024
@@ -111,34 +112,18 @@ def find_partitions(roots: Iterable[str | os.PathLike[str]]) -> list[PartitionRe
     found: list[PartitionReplica] = []
     for root in roots:
         path = Path(root).absolute()
-        if _is_partition_dir(path):
+        if is_partition_dir_name(path.name) and path.is_dir():
             found.append(
                 PartitionReplica(
                     str(path.parent), TopicPartition.parse_dir_name(path.name), str(path)
                 )
             )
             continue
-        with io_guard(path, "listing log dir"):
-            entries = sorted(os.scandir(path), key=lambda e: e.name)
-        for entry in entries:
-            child = Path(entry.path)
-            if entry.is_dir() and _is_partition_dir(child):
-                found.append(
-                    PartitionReplica(
-                        str(path), TopicPartition.parse_dir_name(entry.name), str(child)
-                    )
-                )
+        for child in list_partition_dirs(path):
+            found.append(
+                PartitionReplica(str(path), TopicPartition.parse_dir_name(child.name), str(child))
+            )
     return found
-
-
-def _is_partition_dir(path: Path) -> bool:
-    if path.name.endswith(("-delete", "-future", "-stray")):
-        return False
-    try:
-        TopicPartition.parse_dir_name(path.name)
-    except ValueError:
-        return False
-    return path.is_dir()
 
 
 def list_segments(replica: PartitionReplica) -> list[SegmentFile]:
@@ -147,9 +132,8 @@ def list_segments(replica: PartitionReplica) -> list[SegmentFile]:
     entries: list[tuple[int, str, int]] = []
     with io_guard(replica.log_dir, f"listing {replica.path}"):
         for e in os.scandir(replica.path):
-            base = parse_base_offset(e.name)
-            # Only `<20 digits>.log`: `.log.deleted`, `.log.swap` and the like are not data.
-            if base is None or e.name != file_name(base, LOG_SUFFIX) or not e.is_file():
+            base = log_file_base(e.name)
+            if base is None or not e.is_file():
                 continue
             entries.append((base, e.path, e.stat().st_size))
     entries.sort()

@@ -39,6 +39,19 @@ def parse_base_offset(name: str) -> int | None:
     return int(stem) if len(stem) == 20 and stem.isdigit() else None
 
 
+def log_file_base(name: str) -> int | None:
+    """The base offset when ``name`` is a segment's `.log` file (not `.log.deleted` and the
+    like, which are not data), else None."""
+    if len(name) != 24 or not name.endswith(LOG_SUFFIX):
+        return None
+    return parse_base_offset(name)
+
+
+def segment_bases(names: Iterable[str]) -> list[int]:
+    """Base offsets of the segments among a partition dir's file names, ascending."""
+    return sorted(b for b in map(log_file_base, names) if b is not None)
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentReadInfo:
     """Where a read starting at ``start_offset`` begins in the segment file."""
