@@ -42,14 +42,14 @@ from logkeel.storage.engine.segment import (
     file_name,
     segment_bases,
 )
-from logkeel.storage.engine.time_index import TimeIndex
-from logkeel.storage.engine.txn_index import TransactionIndex
-from logkeel.storage.engine.validation import (
+from logkeel.storage.engine.segment_check import (
     offset_index_problem,
     scan_segment,
     time_index_problem,
     txn_index_problem,
 )
+from logkeel.storage.engine.time_index import TimeIndex
+from logkeel.storage.engine.txn_index import TransactionIndex
 from logkeel.storage.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
