@@ -24,14 +24,8 @@ from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
 from logkeel.storage.engine.validation import SegmentValidator
 from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
 from logkeel.storage.log_dir import LogDir, random_uuid
-from logkeel.storage.recovery.loader import (
-    LAZY,
-    VALIDATION_MODES,
-    LoadReport,
-    RecoveryProgress,
-    Truncation,
-    load_partition,
-)
+from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, Truncation
+from logkeel.storage.recovery.loader import LAZY, VALIDATION_MODES, load_partition
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
 
