@@ -52,6 +52,12 @@ from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
+# log.startup.validation: segments trusted after a clean shutdown are validated lazily (on
+# first access or in the background) or eagerly (all before the partition serves).
+LAZY = "lazy"
+EAGER = "eager"
+VALIDATION_MODES = (LAZY, EAGER)
+
 
 # -- validating (and repairing) one segment -------------------------------------------------
 

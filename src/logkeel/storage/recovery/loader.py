@@ -43,6 +43,9 @@ from logkeel.storage.engine.segment import (
     file_name,
 )
 from logkeel.storage.engine.validation import (
+    EAGER,
+    LAZY,
+    VALIDATION_MODES,
     PartitionValidation,
     SegmentValidator,
 )
@@ -63,9 +66,6 @@ from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-LAZY = "lazy"
-EAGER = "eager"
-VALIDATION_MODES = (LAZY, EAGER)
 
 
 # -- loading ----------------------------------------------------------------------------------
