@@ -32,7 +32,7 @@ from logkeel.records.control import ControlRecordType
 from logkeel.records.varint import encode_varint, encode_varlong
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
-from logkeel.storage.tools.dump import dump_log
+from logkeel.storage.tools.dump_log import dump_log
 from logkeel.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -13,8 +13,10 @@ from logkeel.records.varint import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
+    decode_unsigned_varint,
     decode_varint,
     decode_varlong,
+    encode_unsigned_varint,
     encode_varint,
     encode_varlong,
     size_of_varint,
@@ -128,3 +130,17 @@ def test_varlong_matches_kafka_python(value: int) -> None:
     assert encode_varlong(value) == bytes(theirs)
     assert decode_varlong(bytes(theirs)) == (value, len(theirs))
     assert kafka_util.decode_varint(encode_varlong(value), 0) == (value, len(theirs))
+
+
+@given(st.integers(min_value=0, max_value=(1 << 32) - 1))
+def test_unsigned_varints_round_trip(value: int) -> None:
+    encoded = encode_unsigned_varint(value)
+    assert decode_unsigned_varint(b"\x00" + encoded, 1) == (value, len(encoded) + 1)
+
+
+def test_unsigned_varint_limits() -> None:
+    assert decode_unsigned_varint(b"\x96\x01") == (150, 2)
+    with pytest.raises(InvalidBatchError, match="longer than 5"):
+        decode_unsigned_varint(b"\xff\xff\xff\xff\xff\x01")
+    with pytest.raises(InvalidBatchError, match="overflows 32"):
+        decode_unsigned_varint(b"\xff\xff\xff\xff\x1f")

@@ -16,7 +16,11 @@ import time
 from pathlib import Path
 
 from logkeel.storage.engine.log_config import LogConfig
-from logkeel.storage.engine.validation import offset_index_problem, scan_segment, time_index_problem
+from logkeel.storage.engine.segment_check import (
+    offset_index_problem,
+    scan_segment,
+    time_index_problem,
+)
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 

@@ -12,8 +12,8 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from logkeel.records.batch import BatchHeader
 from logkeel.records.builder import build_batch
-from logkeel.storage.engine.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.log_results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from logkeel.storage.engine.segment import file_name
 from logkeel.storage.errors import (
     CorruptRecordError,

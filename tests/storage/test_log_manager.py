@@ -165,6 +165,33 @@ def test_io_error_takes_only_its_dir_offline(tmp_path, monkeypatch):
     assert not (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
 
 
+def _files_of(root):
+    return {
+        p.relative_to(root): (p.stat().st_size, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_failed_dir_is_not_written_to(tmp_path):
+    """Closing a failed dir's logs writes nothing there: no index trimming, no time-index
+    entry, no producer snapshot, no checkpoint, no clean-shutdown marker."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    m.startup(start_background=False)
+    bad = m.get_or_create_log(TopicPartition("t", 0))
+    m.get_or_create_log(TopicPartition("t", 1))
+    for i in range(5):
+        bad.append_as_leader(batch(3, ts=1000 + i, producer_id=9, producer_epoch=0, base_sequence=3 * i), 0)
+    bad.read(0, 1 << 20)  # loads the (preallocated) indexes of the active segment
+    before = _files_of(bad.log_dir)
+    assert any(size > 8 * 1024 for size, _ in before.values())  # preallocated: would be trimmed
+    m.handle_dir_failure(KafkaStorageError(bad.log_dir, "disk gone", OSError(errno.EIO, "EIO")))
+    assert TopicPartition("t", 0) in m.offline_partitions
+    m.shutdown()
+    assert _files_of(bad.log_dir) == before
+
+
 def test_idle_producer_ids_expire(tmp_path):
     m = open_manager(tmp_path, LogConfig(producer_id_expiration_ms=60_000))
     plog = m.get_or_create_log(TP)

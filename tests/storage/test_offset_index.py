@@ -15,15 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logkeel.storage.engine.index_file import (
-    DEFAULT_MAX_INDEX_SIZE,
+from logkeel.storage.engine.index_file import DEFAULT_MAX_INDEX_SIZE
+from logkeel.storage.engine.offset_index import OffsetIndex, OffsetPosition
+from logkeel.storage.errors import (
+    CorruptIndexError,
     IndexFullError,
     IndexOffsetOverflowError,
     InvalidIndexEntryError,
     InvalidOffsetError,
+    KafkaStorageError,
+    StorageError,
 )
-from logkeel.storage.engine.offset_index import OffsetIndex, OffsetPosition
-from logkeel.storage.errors import CorruptIndexError, KafkaStorageError, StorageError
 
 ENTRY = struct.Struct(">ii")  # Kafka's OffsetIndex: putInt(relative offset), putInt(position)
 # Before 3.13 an mmap holds a dup of its file's descriptor.

@@ -13,6 +13,16 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logkeel.records.batch import BatchHeader, set_base_offset
+from logkeel.records.control import ControlRecordType
+from logkeel.storage.engine.producer_entry import (
+    INT32_MAX,
+    NUM_BATCHES_TO_RETAIN,
+    BatchMetadata,
+    CompletedTxn,
+    DuplicateBatch,
+    ProducerStateEntry,
+    read_end_txn_marker,
+)
 from logkeel.storage.engine.producer_snapshot import (
     ProducerSnapshotEntry,
     read_snapshot,
@@ -20,17 +30,9 @@ from logkeel.storage.engine.producer_snapshot import (
     write_snapshot,
 )
 from logkeel.storage.engine.producer_state import (
-    INT32_MAX,
-    NUM_BATCHES_TO_RETAIN,
-    BatchMetadata,
-    CompletedTxn,
-    ControlRecordType,
-    DuplicateBatch,
     InvalidTxnStateError,
-    ProducerStateEntry,
     ProducerStateManager,
     TransactionCoordinatorFencedError,
-    read_end_txn_marker,
 )
 from logkeel.storage.errors import (
     CorruptRecordError,

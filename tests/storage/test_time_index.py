@@ -13,15 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logkeel.records.batch import NO_TIMESTAMP
-from logkeel.storage.engine.index_file import (
-    DEFAULT_MAX_INDEX_SIZE,
+from logkeel.storage.engine.index_file import DEFAULT_MAX_INDEX_SIZE
+from logkeel.storage.engine.time_index import TimeIndex, TimestampOffset
+from logkeel.storage.errors import (
+    CorruptIndexError,
     IndexFullError,
     IndexOffsetOverflowError,
     InvalidOffsetError,
     InvalidTimestampError,
+    KafkaStorageError,
 )
-from logkeel.storage.engine.time_index import TimeIndex, TimestampOffset
-from logkeel.storage.errors import CorruptIndexError, KafkaStorageError
 
 ENTRY = struct.Struct(">qi")  # Kafka's TimeIndex: putLong(timestamp), putInt(relative offset)
 MAPPED_FDS = 1 if sys.version_info < (3, 13) else 0

@@ -12,14 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logkeel.storage.engine.index_file import InvalidOffsetError
 from logkeel.storage.engine.txn_index import (
     ABORTED_TXN_SIZE,
     AbortedTxn,
     TransactionIndex,
     TxnIndexSearchResult,
 )
-from logkeel.storage.errors import CorruptIndexError, KafkaStorageError, StorageError
+from logkeel.storage.errors import (
+    CorruptIndexError,
+    InvalidOffsetError,
+    KafkaStorageError,
+    StorageError,
+)
 
 # Kafka's AbortedTxn: putShort(version 0), putLong(producerId), putLong(firstOffset),
 # putLong(lastOffset), putLong(lastStableOffset): 34 bytes.

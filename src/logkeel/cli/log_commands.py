@@ -11,13 +11,9 @@ from pathlib import Path
 import click
 
 from logkeel.cli.log_load import check_command, load_command, recover_command
-from logkeel.storage.tools.dump import (
-    FileDump,
-    dump_file,
-    render_json,
-    render_text,
-    unsupported_reason,
-)
+from logkeel.storage.tools.dump import dump_file
+from logkeel.storage.tools.dump_render import render_json, render_text
+from logkeel.storage.tools.dump_result import FileDump, unsupported_reason
 
 
 @click.group("log")

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import click
 
+from logkeel.storage.engine.validation import EAGER, LAZY
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
-from logkeel.storage.log_manager import LogManager, StartupReport
-from logkeel.storage.recovery.loader import EAGER, LAZY
+from logkeel.storage.log_manager import LogManager
+from logkeel.storage.recovery.load_report import StartupReport
 from logkeel.storage.tools.check import CheckReport, check_dirs, log_bytes
 
 _DIRS = click.argument(

@@ -15,7 +15,6 @@ from .batch import (
     TimestampType,
     compute_crc,
     crc_valid,
-    iter_headers,
     peek_size,
     set_base_offset,
     set_partition_leader_epoch,
@@ -40,6 +39,7 @@ from .record import (
     records_section,
 )
 from .varint import decode_varint, decode_varlong, encode_varint, encode_varlong
+from .walk import iter_headers
 
 __all__ = [
     "HEADER_SIZE",

@@ -15,7 +15,6 @@ Because the CRC starts at ``attributes``, the broker may rewrite ``baseOffset`` 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -23,6 +22,8 @@ import crc32c as _crc32c
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength
 HEADER_SIZE = 61
+# length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
+MIN_RECORD_SIZE = 7
 MAGIC_V2 = 2
 CRC_START = 21
 NO_PRODUCER_ID = -1
@@ -178,24 +179,3 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
         return None
     _, length = _LENGTH.unpack_from(buf, pos)
     return length + LOG_OVERHEAD
-
-
-def iter_headers(
-    buf: bytes | bytearray | memoryview, *, verify_crc: bool = False
-) -> Iterator[tuple[int, BatchHeader]]:
-    """Yields (position, header) for each complete batch in ``buf``.
-
-    Raises InvalidBatchError at the first batch that is malformed (or fails its CRC when
-    ``verify_crc``); a partial trailing batch simply ends the iteration.
-    """
-    pos = 0
-    end = len(buf)
-    while end - pos >= HEADER_SIZE:
-        header = BatchHeader.parse(buf, pos)
-        validate_structure(header)
-        if header.size > end - pos:
-            return
-        if verify_crc and compute_crc(buf, pos, header.size) != header.crc:
-            raise InvalidBatchError(f"CRC mismatch in batch at position {pos}")
-        yield pos, header
-        pos += header.size

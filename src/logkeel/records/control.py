@@ -16,7 +16,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .batch import InvalidBatchError
+from .batch import BatchHeader, CompressionType, InvalidBatchError
+from .record import Buffer, decode_records
 
 CONTROL_KEY_VERSION = 0
 END_TXN_MARKER_VERSION = 0
@@ -81,7 +82,9 @@ def encode_end_txn_marker(marker: EndTransactionMarker) -> tuple[bytes, bytes]:
 def decode_end_txn_marker(key: bytes | None, value: bytes | None) -> EndTransactionMarker:
     control_type = decode_control_key(key)
     if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-        raise InvalidBatchError(f"control record of type {control_type.name} is not a txn marker")
+        raise InvalidBatchError(
+            f"control record of type {int(control_type)} ({control_type.name}) is not a txn marker"
+        )
     if value is None or len(value) < _END_TXN_VALUE.size:
         raise InvalidBatchError(
             f"end transaction marker value must have at least {_END_TXN_VALUE.size} bytes"
@@ -90,3 +93,23 @@ def decode_end_txn_marker(key: bytes | None, value: bytes | None) -> EndTransact
     if version < 0:
         raise InvalidBatchError(f"invalid end transaction marker version {version}")
     return EndTransactionMarker(control_type, coordinator_epoch)
+
+
+def decode_marker_batch(
+    header: BatchHeader, batch: Buffer
+) -> tuple[EndTransactionMarker, int] | None:
+    """The end-transaction marker of the control batch ``batch`` (from its first byte) and its
+    record's timestamp; None for a batch compaction emptied.
+
+    A marker batch holds one record, and Kafka writes markers uncompressed: anything else is
+    corrupt. Raises InvalidBatchError.
+    """
+    if header.records_count == 0:
+        return None
+    if header.compression != CompressionType.NONE:
+        raise InvalidBatchError(
+            f"control batch at offset {header.base_offset} is compressed ({header.compression.name})"
+        )
+    _, records = decode_records(batch, 0, verify_crc=False)
+    record = records[0]
+    return decode_end_txn_marker(record.key, record.value), record.timestamp

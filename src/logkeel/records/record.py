@@ -22,22 +22,21 @@ from dataclasses import dataclass
 
 from .batch import (
     HEADER_SIZE,
+    MIN_RECORD_SIZE,
     BatchHeader,
     InvalidBatchError,
     compute_crc,
-    iter_headers,
     validate_structure,
 )
 from .compression import decompress
 from .varint import decode_varint, decode_varlong
+from .walk import iter_headers
 
 Buffer = bytes | bytearray | memoryview
 Headers = tuple[tuple[str, bytes | None], ...]
 
 _ATTR_COMPRESSION_MASK = 0x07
 _ATTR_LOG_APPEND_TIME = 0x08
-# length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
-_MIN_RECORD_SIZE = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +102,7 @@ def decode_records(
 
 def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> list[Record]:
     count = header.records_count
-    if count * _MIN_RECORD_SIZE > end - start:
+    if count * MIN_RECORD_SIZE > end - start:
         raise InvalidBatchError(
             f"batch at offset {header.base_offset} claims {count} records "
             f"in {end - start} bytes of records"
@@ -117,9 +116,10 @@ def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> 
     append = records.append
     prev_delta = -1
     p = start
-    # The varints of each field are decoded inline (fast paths for one and two bytes, the
-    # general decoder otherwise) rather than by a call per field: calls dominate decode time,
-    # and the segment reader and Spark source decode millions of records.
+    # The varints of each field are decoded inline (fast paths for one and two bytes,
+    # varint.py's decoder otherwise) rather than by a call per field: calls dominate decode
+    # time, and the segment reader and Spark source decode millions of records. Measured on
+    # 200 records of 100 bytes: 1.45 us per record inline, 2.05 us with a call per varint.
     try:
         for _ in range(count):
             b = data[p]
@@ -132,7 +132,7 @@ def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> 
                 p += 2
             else:
                 length, p = decode_varint(data, p)
-            if length < _MIN_RECORD_SIZE - 1 or length > end - p:
+            if length < MIN_RECORD_SIZE - 1 or length > end - p:
                 raise InvalidBatchError(
                     f"record length {length} at position {p} is out of bounds (end {end})"
                 )

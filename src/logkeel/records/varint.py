@@ -75,10 +75,11 @@ size_of_varlong = size_of_varint
 def _decode(
     buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, bits: int
 ) -> tuple[int, int]:
+    """(raw base-128 value, position after it); callers unzigzag."""
     try:
         b = buf[pos]
         if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
+            return b, pos + 1
         z = b & 0x7F
         shift = 7
         start = pos
@@ -99,7 +100,18 @@ def _decode(
     if z >> bits:
         # The last byte carries bits beyond 32 (64): not a value Kafka could have written.
         raise InvalidBatchError(f"varint at position {start} overflows {bits} bits")
-    return (z >> 1) ^ -(z & 1), pos
+    return z, pos
+
+
+def decode_unsigned_varint(
+    buf: bytes | bytearray | memoryview, pos: int = 0
+) -> tuple[int, int]:
+    """Reads a base-128 int of at most 5 bytes, no zigzag (the wire's compact lengths and
+    tagged-field headers); returns (value, position after it)."""
+    b = buf[pos] if pos < len(buf) else 0x100
+    if b < 0x80:
+        return b, pos + 1
+    return _decode(buf, pos, 5, 32)
 
 
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
@@ -107,7 +119,8 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[in
     b = buf[pos] if pos < len(buf) else 0x100
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    return _decode(buf, pos, 5, 32)
+    z, pos = _decode(buf, pos, 5, 32)
+    return (z >> 1) ^ -(z & 1), pos
 
 
 def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
@@ -115,4 +128,5 @@ def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[i
     b = buf[pos] if pos < len(buf) else 0x100
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    return _decode(buf, pos, 10, 64)
+    z, pos = _decode(buf, pos, 10, 64)
+    return (z >> 1) ^ -(z & 1), pos

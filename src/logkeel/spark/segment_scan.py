@@ -20,14 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from logkeel.records.batch import (
-    HEADER_SIZE,
-    MAGIC_V2,
-    BatchHeader,
-    InvalidBatchError,
-    compute_crc,
-    validate_structure,
-)
+from logkeel.records.batch import MAGIC_V2, BatchHeader
+from logkeel.records.walk import BadBatch, BadKind, BatchWindow, OnBadBatch, walk_batches
 from logkeel.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -36,14 +30,12 @@ from logkeel.storage.checkpoints import (
 )
 from logkeel.storage.engine.file_records import FileRecords
 from logkeel.storage.engine.leader_epoch import EpochEntry, LeaderEpochFileCache
-from logkeel.storage.engine.segment import LOG_SUFFIX, file_name, parse_base_offset
+from logkeel.storage.engine.segment import log_file_base
 from logkeel.storage.errors import StorageError, io_guard
+from logkeel.storage.log_dir import is_partition_dir_name, list_partition_dirs
 from logkeel.storage.topic_partition import TopicPartition
 
 CHUNK = 8 * 1024 * 1024
-_MAGIC_AT = 16  # position of the magic byte in a batch header
-_MAGIC = bytes([MAGIC_V2])
-_KNOWN_ATTRIBUTES = 0x7F  # compression, timestamp type, transactional, control, delete horizon
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,34 +112,18 @@ def find_partitions(roots: Iterable[str | os.PathLike[str]]) -> list[PartitionRe
     found: list[PartitionReplica] = []
     for root in roots:
         path = Path(root).absolute()
-        if _is_partition_dir(path):
+        if is_partition_dir_name(path.name) and path.is_dir():
             found.append(
                 PartitionReplica(
                     str(path.parent), TopicPartition.parse_dir_name(path.name), str(path)
                 )
             )
             continue
-        with io_guard(path, "listing log dir"):
-            entries = sorted(os.scandir(path), key=lambda e: e.name)
-        for entry in entries:
-            child = Path(entry.path)
-            if entry.is_dir() and _is_partition_dir(child):
-                found.append(
-                    PartitionReplica(
-                        str(path), TopicPartition.parse_dir_name(entry.name), str(child)
-                    )
-                )
+        for child in list_partition_dirs(path):
+            found.append(
+                PartitionReplica(str(path), TopicPartition.parse_dir_name(child.name), str(child))
+            )
     return found
-
-
-def _is_partition_dir(path: Path) -> bool:
-    if path.name.endswith(("-delete", "-future", "-stray")):
-        return False
-    try:
-        TopicPartition.parse_dir_name(path.name)
-    except ValueError:
-        return False
-    return path.is_dir()
 
 
 def list_segments(replica: PartitionReplica) -> list[SegmentFile]:
@@ -156,9 +132,8 @@ def list_segments(replica: PartitionReplica) -> list[SegmentFile]:
     entries: list[tuple[int, str, int]] = []
     with io_guard(replica.log_dir, f"listing {replica.path}"):
         for e in os.scandir(replica.path):
-            base = parse_base_offset(e.name)
-            # Only `<20 digits>.log`: `.log.deleted`, `.log.swap` and the like are not data.
-            if base is None or e.name != file_name(base, LOG_SUFFIX) or not e.is_file():
+            base = log_file_base(e.name)
+            if base is None or not e.is_file():
                 continue
             entries.append((base, e.path, e.stat().st_size))
     entries.sort()
@@ -215,28 +190,41 @@ def last_leader_epoch(
 # -- scanning -----------------------------------------------------------------------------------
 
 
-class _Window:
-    """A read-only segment file seen through one cached chunk."""
+class _ExpectedOffsets:
+    """The walk check of a segment read on its own: offsets never go back, and a base offset
+    that jumps ahead is believed only when what follows agrees.
 
-    def __init__(self, records: FileRecords) -> None:
-        self.records = records
-        self.size = records.size
-        self.start = 0
-        self.buf = b""
+    baseOffset lies outside the CRC: a scribbled one shows only against its neighbours. A real
+    skip (compaction) is followed by offsets beyond the batch; when what follows starts below
+    this batch's base offset (yet not below the expected offset), the base offset is what was
+    overwritten.
+    """
 
-    def get(self, pos: int, n: int) -> tuple[bytes, int]:
-        """A buffer and the index in it of file position ``pos``, with ``n`` bytes after it
-        unless the file ends first."""
-        rel = pos - self.start
-        if rel >= 0 and rel + n <= len(self.buf):
-            return self.buf, rel
-        want = min(max(CHUNK, n), self.size - pos)
-        self.buf = self.records.read(pos, want)
-        self.start = pos
-        if len(self.buf) < want:
-            # Cut short under us (a broker truncating a live segment): the file ends here now.
-            self.size = pos + len(self.buf)
-        return self.buf, 0
+    __slots__ = ("expected", "next_segment_base")
+
+    def __init__(self, segment: SegmentFile) -> None:
+        self.expected = segment.base_offset  # the next offset this segment should hold
+        self.next_segment_base = segment.next_base_offset
+
+    def __call__(self, win: BatchWindow, pos: int, header: BatchHeader) -> str | None:
+        if header.base_offset < self.expected:
+            return f"batch base offset {header.base_offset} is below the expected offset {self.expected}"
+        if header.base_offset > self.expected:
+            following = _base_offset_at(win, pos + header.size)
+            if following is None and pos + header.size >= win.size:
+                following = self.next_segment_base
+            if following is not None and self.expected <= following < header.base_offset:
+                return (
+                    f"batch base offset {header.base_offset} jumps ahead of {self.expected}, but "
+                    "the offsets after it go back: its base offset was overwritten"
+                )
+        self.expected = header.next_offset
+        return None
+
+
+def _base_offset_at(win: BatchWindow, pos: int) -> int | None:
+    header = win.header_at(pos)
+    return header.base_offset if header is not None and header.magic == MAGIC_V2 else None
 
 
 def scan_segment(segment: SegmentFile, *, with_data: bool = False) -> Iterator[ScanItem]:
@@ -248,174 +236,56 @@ def scan_segment(segment: SegmentFile, *, with_data: bool = False) -> Iterator[S
     records = FileRecords(Path(segment.path), Path(segment.log_dir), read_only=True)
     try:
         records.create()  # opens it: the size is fixed from here on, even if a broker appends
-        yield from _scan(_Window(records), segment, with_data)
+        yield from _scan(records.window(chunk=CHUNK), segment, with_data)
     finally:
         records.close()
 
 
-def _scan(win: _Window, segment: SegmentFile, with_data: bool) -> Iterator[ScanItem]:
-    size = win.size
-    pos = 0
-    expected = segment.base_offset  # the next offset this segment should hold
-    tail_open = False  # the scan ended in a corrupt range that runs to the end of the file
-    while pos < size:
-        problem, header, crc_valid = _check_at(win, pos, expected, segment.next_base_offset)
-        if problem is None:
-            assert header is not None
-            data = None
-            if with_data:
-                buf, rel = win.get(pos, header.size)
-                data = buf[rel : rel + header.size]
-            yield ValidBatch(pos, header, data)
-            expected = header.next_offset
-            pos += header.size
+def _scan(win: BatchWindow, segment: SegmentFile, with_data: bool) -> Iterator[ScanItem]:
+    offsets = _ExpectedOffsets(segment)
+    bad: BadBatch | None = None
+    # The first offset a bad range may have lost. Not ``offsets.expected``: the walk has
+    # already accepted the batch after the range when it reports the range.
+    lost_from = segment.base_offset
+    for item in walk_batches(win, on_bad=OnBadBatch.RESYNC, check=offsets):
+        if type(item) is BadBatch:
+            bad = item
             continue
-        found = _resync(win, pos + 1, expected, segment.next_base_offset)
-        if found is None:
-            last = segment.next_base_offset - 1 if segment.next_base_offset is not None else None
-            yield CorruptRange(pos, size - pos, expected, last, problem, header, crc_valid)
-            tail_open = True
-            break
-        next_pos, next_header = found
+        pos, header = item
+        if bad is not None:
+            yield _corrupt(bad, lost_from, header.base_offset - 1)
+            bad = None
+        lost_from = header.next_offset
+        data = None
+        if with_data:
+            buf, rel = win.get(pos, header.size)
+            data = bytes(buf[rel : rel + header.size])
+        yield ValidBatch(pos, header, data)
+    if bad is not None:
+        nxt = segment.next_base_offset
+        yield _corrupt(bad, lost_from, nxt - 1 if nxt is not None else None)
+    elif segment.next_base_offset is not None and segment.next_base_offset > offsets.expected:
         yield CorruptRange(
-            pos, next_pos - pos, expected, next_header.base_offset - 1, problem, header, crc_valid
-        )
-        pos = next_pos
-    if (
-        not tail_open
-        and segment.next_base_offset is not None
-        and segment.next_base_offset > expected
-    ):
-        yield CorruptRange(
-            size,
+            win.size,
             0,
-            expected,
+            offsets.expected,
             segment.next_base_offset - 1,
-            f"offsets {expected}..{segment.next_base_offset - 1} are in no segment file "
+            f"offsets {offsets.expected}..{segment.next_base_offset - 1} are in no segment file "
             f"(the next segment starts at {segment.next_base_offset})",
             None,
             None,
         )
 
 
-def _check_at(
-    win: _Window, pos: int, expected: int, next_segment_base: int | None
-) -> tuple[str | None, BatchHeader | None, bool | None]:
-    """(problem, header, crc_valid) for the batch at ``pos``; problem None when it is valid."""
-    remaining = win.size - pos
-    if remaining < HEADER_SIZE:
-        return (
-            f"{remaining} bytes at the end of the file are too few for a batch header",
-            None,
-            None,
-        )
-    buf, rel = win.get(pos, HEADER_SIZE)
-    try:
-        header = BatchHeader.parse(buf, rel)
-    except InvalidBatchError as exc:  # the file shrank while being read
-        return str(exc), None, None
-    try:
-        validate_structure(header, available=win.size - pos)
-    except InvalidBatchError as exc:
-        return f"invalid batch header: {exc}", header, None
-    buf, rel = win.get(pos, header.size)
-    if compute_crc(buf, rel, header.size) != header.crc:
-        return (
-            f"CRC mismatch in batch at offset {header.base_offset} "
-            f"(stored {header.crc:#010x}, computed {compute_crc(buf, rel, header.size):#010x})",
-            header,
-            False,
-        )
-    # baseOffset lies outside the CRC: a scribbled one shows only against its neighbours.
-    if header.base_offset < expected:
-        return (
-            f"batch base offset {header.base_offset} is below the expected offset {expected}",
-            header,
-            True,
-        )
-    if _jumps_wrongly(win, pos, header, expected, next_segment_base):
-        return (
-            f"batch base offset {header.base_offset} jumps ahead of {expected}, but the offsets "
-            "after it go back: its base offset was overwritten",
-            header,
-            True,
-        )
-    return None, header, True
-
-
-def _jumps_wrongly(
-    win: _Window, pos: int, header: BatchHeader, expected: int, next_segment_base: int | None
-) -> bool:
-    """Whether a batch that skips offsets is contradicted by what follows it.
-
-    A real skip (compaction) is followed by offsets beyond the batch; when what follows starts
-    below this batch's base offset (yet not below the expected offset), the base offset is what
-    was overwritten.
-    """
-    if header.base_offset <= expected:
-        return False
-    following = _next_base_offset(win, pos + header.size)
-    if following is None and pos + header.size >= win.size:
-        following = next_segment_base
-    return following is not None and expected <= following < header.base_offset
-
-
-def _next_base_offset(win: _Window, pos: int) -> int | None:
-    if win.size - pos < HEADER_SIZE:
-        return None
-    buf, rel = win.get(pos, HEADER_SIZE)
-    if len(buf) - rel < HEADER_SIZE:
-        return None
-    header = BatchHeader.parse(buf, rel)
-    return header.base_offset if header.magic == MAGIC_V2 else None
-
-
-def _plausible(header: BatchHeader, remaining: int, expected: int) -> bool:
-    """Cheap filters that reject almost every random position before a CRC is computed."""
-    return (
-        header.base_offset >= expected
-        and header.attributes & ~_KNOWN_ATTRIBUTES == 0
-        and header.partition_leader_epoch >= -1
-        and header.producer_epoch >= -1
-        and header.base_sequence >= -1
-        and 0 <= header.records_count <= header.last_offset_delta + 1
-        and header.records_count * 7 <= header.batch_length
-        and HEADER_SIZE <= header.size <= remaining
-    )
-
-
-def _resync(
-    win: _Window, pos: int, expected: int, next_segment_base: int | None
-) -> tuple[int, BatchHeader] | None:
-    """The first position at or after ``pos`` where a valid batch starts, with its header."""
-    while win.size - pos >= HEADER_SIZE:
-        buf, rel = win.get(pos, HEADER_SIZE)
-        i = buf.find(_MAGIC, rel + _MAGIC_AT)
-        if i < 0:
-            # No magic byte in this chunk: continue where a header could still start.
-            pos = max(pos + 1, win.start + len(buf) - _MAGIC_AT)
-            continue
-        candidate = win.start + i - _MAGIC_AT
-        size = win.size
-        if size - candidate < HEADER_SIZE:
-            return None
-        buf, rel = win.get(candidate, HEADER_SIZE)
-        if len(buf) - rel < HEADER_SIZE:
-            return None
-        header = BatchHeader.parse(buf, rel)
-        if _plausible(header, size - candidate, expected):
-            try:
-                validate_structure(header, available=size - candidate)
-            except InvalidBatchError:
-                pass
-            else:
-                buf, rel = win.get(candidate, header.size)
-                if compute_crc(buf, rel, header.size) == header.crc and not _jumps_wrongly(
-                    win, candidate, header, expected, next_segment_base
-                ):
-                    return candidate, header
-        pos = candidate + 1
-    return None
+def _corrupt(bad: BadBatch, first: int, last: int | None) -> CorruptRange:
+    if bad.kind is BadKind.PARTIAL and bad.header is None:
+        reason = f"{bad.size} bytes at the end of the file are too few for a batch header"
+        crc_valid = None
+    elif bad.kind in (BadKind.INVALID, BadKind.PARTIAL):
+        reason, crc_valid = f"invalid batch header: {bad.reason}", None
+    else:
+        reason, crc_valid = bad.reason, bad.kind is not BadKind.CRC
+    return CorruptRange(bad.position, bad.size, first, last, reason, bad.header, crc_valid)
 
 
 # -- summaries for audits -----------------------------------------------------------------------

@@ -82,3 +82,31 @@ def io_guard(log_dir: str | Path, what: str) -> Iterator[None]:
 
 def is_disk_errno(exc: OSError) -> bool:
     return exc.errno in _DISK_ERRNOS
+
+
+# -- index files ---------------------------------------------------------------------------
+
+
+class InvalidIndexEntryError(StorageError, ValueError):
+    """An append would break the index's ordering or field ranges.
+
+    A StorageError so that rebuilding an index from a corrupt log (the incident in seeds/)
+    fails one partition, not the broker; a ValueError because for a healthy log it is a bug
+    in the caller.
+    """
+
+
+class InvalidOffsetError(InvalidIndexEntryError):
+    """Kafka's InvalidOffsetException: an offset no larger than the last one indexed."""
+
+
+class InvalidTimestampError(InvalidIndexEntryError):
+    """A timestamp smaller than the last one in a time index."""
+
+
+class IndexOffsetOverflowError(StorageError, ValueError):
+    """Kafka's IndexOffsetOverflowException: offset - base offset does not fit an int32."""
+
+
+class IndexFullError(StorageError, ValueError):
+    """An append to an index with no free slot; the segment should have been rolled."""

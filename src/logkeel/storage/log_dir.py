@@ -24,6 +24,9 @@ from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
+_DELETE_SUFFIX = "-delete"
+_NOT_DATA_SUFFIXES = (_DELETE_SUFFIX, "-future", "-stray")
+
 META_PROPERTIES = "meta.properties"
 # logkeel: what a clean start-up needs to know of each partition dir, written at clean
 # shutdown (see LogDir.write_manifest). Kafka ignores it.
@@ -210,22 +213,11 @@ class LogDir:
     # -- partitions ------------------------------------------------------------------------------
     def partition_dirs(self) -> list[Path]:
         """Partition directories; ones marked for deletion are removed on the way."""
-        found = []
         with io_guard(self.path, "listing log dir"):
             for entry in os.scandir(self.path):
-                if not entry.is_dir():
-                    continue
-                if entry.name.endswith("-delete"):
+                if entry.name.endswith(_DELETE_SUFFIX) and entry.is_dir():
                     _remove_tree(Path(entry.path))
-                    continue
-                try:
-                    TopicPartition.parse_dir_name(entry.name)
-                except ValueError:
-                    continue
-                if entry.name.endswith(("-future", "-stray")):
-                    continue
-                found.append(Path(entry.path))
-        return found
+        return list_partition_dirs(self.path)
 
     def read_checkpoint(self, which: OffsetCheckpointFile) -> dict[TopicPartition, int]:
         """A missing or corrupt checkpoint reads as empty: recovery then starts from scratch."""
@@ -235,6 +227,25 @@ class LogDir:
         except CorruptCheckpointError as exc:
             log.warning("%s: ignoring corrupt checkpoint: %s", self.path, exc)
             return {}
+
+
+def is_partition_dir_name(name: str) -> bool:
+    """``<topic>-<partition>``, and not a replica being deleted, moved in or set aside
+    (``-delete``, ``-future``, ``-stray``): those do not hold the replica's data."""
+    if name.endswith(_NOT_DATA_SUFFIXES):
+        return False
+    try:
+        TopicPartition.parse_dir_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+def list_partition_dirs(log_dir: Path) -> list[Path]:
+    """The partition directories of a log dir, in name order; read-only."""
+    with io_guard(log_dir, "listing log dir"):
+        entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
+        return [Path(e.path) for e in entries if is_partition_dir_name(e.name) and e.is_dir()]
 
 
 def _remove_tree(path: Path) -> None:

@@ -14,24 +14,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.storage.engine.cleaner import LogCleaner
 from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
-from logkeel.storage.engine.validation import SegmentValidator
+from logkeel.storage.engine.validation import LAZY, VALIDATION_MODES, SegmentValidator
 from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
 from logkeel.storage.log_dir import LogDir, random_uuid
-from logkeel.storage.recovery.loader import (
-    LAZY,
-    VALIDATION_MODES,
-    LoadReport,
-    RecoveryProgress,
-    Truncation,
-    load_partition,
-)
+from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
+from logkeel.storage.recovery.loader import load_partition
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -41,73 +35,6 @@ DEFAULT_VALIDATION_RATE = 50 * 1024 * 1024
 log = logging.getLogger(__name__)
 
 ConfigFor = Callable[[str], LogConfig]
-
-
-@dataclass(slots=True)
-class StartupReport:
-    partitions: int = 0
-    segments: int = 0
-    segments_opened: int = 0
-    segments_recovered: int = 0
-    segments_validated: int = 0
-    bytes_scanned: int = 0
-    replayed_batches: int = 0
-    truncations: list[Truncation] = field(default_factory=list)
-    offline: list[tuple[TopicPartition, str]] = field(default_factory=list)
-    offline_dirs: list[tuple[str, str]] = field(default_factory=list)
-    clean: bool = True
-    elapsed_ms: float = 0.0
-    validation: str = LAZY
-    removed_files: list[str] = field(default_factory=list)
-    rebuilt_indexes: list[str] = field(default_factory=list)
-    missing_segments: list[tuple[TopicPartition, int]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    progress: list[str] = field(default_factory=list)
-
-    def add(self, r: LoadReport, opened: int | None = None) -> None:
-        self.partitions += 1
-        self.segments += r.segments
-        self.segments_opened += r.segments_opened if opened is None else opened
-        self.segments_recovered += r.segments_recovered
-        self.segments_validated += r.segments_validated
-        self.bytes_scanned += r.bytes_scanned
-        self.replayed_batches += r.replayed_batches
-        self.truncations.extend(r.truncations)
-        self.removed_files.extend(f"{r.tp.dir_name}/{n}" for n in r.removed_files)
-        self.rebuilt_indexes.extend(f"{r.tp.dir_name}/{n}" for n in r.rebuilt_indexes)
-        self.missing_segments.extend((r.tp, b) for b in r.missing_segments)
-        self.problems.extend(f"{r.tp}: {p}" for p in r.problems)
-
-    def to_json(self) -> dict[str, object]:
-        """The `logkeel log load --json` object."""
-        return {
-            "partitions": self.partitions,
-            "segments": self.segments,
-            "segments_opened": self.segments_opened,
-            "segments_recovered": self.segments_recovered,
-            "segments_validated": self.segments_validated,
-            "bytes_scanned": self.bytes_scanned,
-            "replayed_batches": self.replayed_batches,
-            "truncations": [
-                {"topic": t.topic, "partition": t.partition, "offset": t.offset, "bytes": t.bytes}
-                for t in self.truncations
-            ],
-            "offline": [
-                {"topic": tp.topic, "partition": tp.partition, "reason": why}
-                for tp, why in self.offline
-            ],
-            "offline_dirs": [{"dir": d, "reason": why} for d, why in self.offline_dirs],
-            "missing_segments": [
-                {"topic": tp.topic, "partition": tp.partition, "base_offset": b}
-                for tp, b in self.missing_segments
-            ],
-            "removed_files": self.removed_files,
-            "rebuilt_indexes": self.rebuilt_indexes,
-            "problems": self.problems,
-            "validation": self.validation,
-            "clean": self.clean,
-            "elapsed_ms": round(self.elapsed_ms, 3),
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from logkeel.records.batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    InvalidBatchError,
-    compute_crc,
-    validate_structure,
+from logkeel.records.batch import HEADER_SIZE, BatchHeader
+from logkeel.records.walk import (
+    FILE_CHUNK,
+    BadBatch,
+    BatchCheck,
+    BatchPosition,
+    BatchWindow,
+    complete_batches,
+    walk_batches,
 )
 from logkeel.storage.errors import KafkaStorageError, io_guard
 
@@ -42,16 +45,6 @@ class FileRegion:
             pos += len(chunk)
             remaining -= len(chunk)
         return b"".join(chunks)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPosition:
-    position: int
-    header: BatchHeader
-
-    @property
-    def end(self) -> int:
-        return self.position + self.header.size
 
 
 class FileRecords:
@@ -168,68 +161,30 @@ class FileRecords:
             return None
         return BatchHeader.parse(raw)
 
+    def window(self, end_position: int | None = None, *, chunk: int = FILE_CHUNK) -> BatchWindow:
+        """The file up to ``end_position`` as a walkable window, read ``chunk`` bytes at a time."""
+        end = self.size if end_position is None else min(end_position, self.size)
+        return BatchWindow(pread=self._pread, size=end, chunk=chunk)
+
     def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
         """Headers of the complete, structurally valid batches from ``start_position`` on.
 
         Reads in 64 KiB chunks so that scanning many small batches costs few syscalls.
         Stops quietly at a partial tail; raises InvalidBatchError at a malformed header.
-        CRCs are not checked here (see ``verify``).
+        CRCs are not checked here (see ``scan_valid``).
         """
-        end = self.size if end_position is None else min(end_position, self.size)
-        fd = self.fd
-        pos = start_position
-        buf = b""
-        buf_start = pos
-        chunk = _SCAN_CHUNK
-        while end - pos >= HEADER_SIZE:
-            rel = pos - buf_start
-            if len(buf) - rel < HEADER_SIZE:
-                with io_guard(self.log_dir, f"read {self.path}"):
-                    buf = os.pread(fd, min(chunk, end - pos), pos)
-                buf_start, rel = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    return
-            header = BatchHeader.parse(buf, rel)
-            # Big batches: a chunk would hold one header and bytes we skip; read just headers.
-            chunk = HEADER_SIZE if header.size >= _SCAN_CHUNK // 8 else _SCAN_CHUNK
-            validate_structure(header)
-            if pos + header.size > end:
-                return
-            yield BatchPosition(pos, header)
-            pos += header.size
+        return complete_batches(self.window(end_position, chunk=_SCAN_CHUNK), start_position)
 
-    def scan_valid(self, start_position: int = 0) -> Iterator[BatchPosition]:
-        """Batches from ``start_position`` whose structure and CRC are valid, in order.
-
-        Ends at the first invalid or partial batch: everything after it is suspect.
+    def scan_valid(self, start_position: int = 0, check: BatchCheck | None = None) -> Iterator[BatchPosition]:
+        """Batches from ``start_position`` whose structure and CRC are valid and that ``check``
+        accepts, in order. Ends at the first other one: everything after it is suspect.
         Reads each byte once, in large chunks, so a full scan runs at disk speed.
         """
-        fd = self.fd
-        end = self.size
-        pos = start_position
-        chunk_size = 8 * 1024 * 1024
-        buf = memoryview(b"")
-        buf_start = pos
-        while end - pos >= HEADER_SIZE:
-            rel = pos - buf_start
-            if len(buf) - rel < HEADER_SIZE:
-                buf, buf_start, rel = self._refill(fd, pos, chunk_size, end), pos, 0
-            try:
-                header = BatchHeader.parse(buf, rel)
-                validate_structure(header, available=end - pos)
-            except InvalidBatchError:
+        for item in walk_batches(self.window(), start_position, check=check):
+            if type(item) is BadBatch:
                 return
-            if len(buf) - rel < header.size:
-                buf = self._refill(fd, pos, max(chunk_size, header.size), end)
-                buf_start, rel = pos, 0
-                if len(buf) < header.size:
-                    return
-            if compute_crc(buf, rel, header.size) != header.crc:
-                return
-            yield BatchPosition(pos, header)
-            pos += header.size
+            yield item  # type: ignore[misc]
 
-    def _refill(self, fd: int, pos: int, size: int, end: int) -> memoryview:
+    def _pread(self, position: int, size: int) -> bytes:
         with io_guard(self.log_dir, f"read {self.path}"):
-            return memoryview(os.pread(fd, min(size, end - pos), pos))
-
+            return os.pread(self.fd, size, position)

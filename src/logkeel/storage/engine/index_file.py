@@ -35,7 +35,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Generic, Self, TypeVar
 
-from logkeel.storage.errors import CorruptIndexError, StorageError, io_guard
+from logkeel.storage.errors import (
+    CorruptIndexError,
+    IndexFullError,
+    IndexOffsetOverflowError,
+    StorageError,
+    io_guard,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,31 +64,6 @@ _SCAN_CHUNK = 64 * 1024
 _MMAP_KWARGS: dict[str, bool] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
-
-
-class InvalidIndexEntryError(StorageError, ValueError):
-    """An append would break the index's ordering or field ranges.
-
-    A StorageError so that rebuilding an index from a corrupt log (the incident in seeds/)
-    fails one partition, not the broker; a ValueError because for a healthy log it is a bug
-    in the caller.
-    """
-
-
-class InvalidOffsetError(InvalidIndexEntryError):
-    """Kafka's InvalidOffsetException: an offset no larger than the last one indexed."""
-
-
-class InvalidTimestampError(InvalidIndexEntryError):
-    """A timestamp smaller than the last one in a time index."""
-
-
-class IndexOffsetOverflowError(StorageError, ValueError):
-    """Kafka's IndexOffsetOverflowException: offset - base offset does not fit an int32."""
-
-
-class IndexFullError(StorageError, ValueError):
-    """An append to an index with no free slot; the segment should have been rolled."""
 
 
 E = TypeVar("E", bound=tuple)

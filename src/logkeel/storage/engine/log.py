@@ -11,109 +11,41 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from logkeel.records.batch import (
-    HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
-    InvalidBatchError,
-    compute_crc,
     set_base_offset,
     set_partition_leader_epoch,
-    validate_structure,
 )
 from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
-from logkeel.storage.engine.file_records import FileRegion
 from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.log_results import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    AppendInfo,
+    FetchDataInfo,
+    TimestampAndOffset,
+)
+from logkeel.storage.engine.produce_batches import parse_batches, stamp_log_append_time
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
 from logkeel.storage.engine.segment import DELETED_SUFFIX, LogSegment
 from logkeel.storage.engine.txn_index import AbortedTxn
 from logkeel.storage.errors import (
     CorruptRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
-
-_ATTR_TIMESTAMP_TYPE = 0x08
 # baseOffset, batchLength, partitionLeaderEpoch: the bytes offset assignment rewrites
 _PREFIX = struct.Struct(">qii")
-
-
-class AppendInfo(NamedTuple):
-    """What an append did (a NamedTuple: one is made per produce request and partition)."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    log_start_offset: int
-    records: int
-    valid_bytes: int
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FetchDataInfo:
-    """What a read returns: whole batches as a file region, ready for sendfile."""
-
-    fetch_offset: int
-    region: FileRegion | None
-    aborted_transactions: tuple[AbortedTxn, ...] = ()
-
-    @property
-    def size(self) -> int:
-        return self.region.size if self.region else 0
-
-    def read_bytes(self) -> bytes:
-        return self.region.read_bytes() if self.region else b""
-
-
-@dataclass(frozen=True, slots=True)
-class TimestampAndOffset:
-    timestamp: int
-    offset: int
-    leader_epoch: int
-
-
-def parse_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[tuple[int, BatchHeader]]:
-    """Validates every batch of a produce or replication payload; (position, header) each.
-
-    Checks structure and CRC so that nothing corrupt reaches the disk; the distinct errors
-    map to CORRUPT_MESSAGE and MESSAGE_TOO_LARGE.
-    """
-    batches = []
-    pos, end = 0, len(data)
-    if end == 0:
-        raise CorruptRecordError("the request holds no record batch")
-    while pos < end:
-        if end - pos < HEADER_SIZE:
-            raise CorruptRecordError(f"{end - pos} trailing bytes after the last batch")
-        try:
-            header = BatchHeader.parse(data, pos)
-            validate_structure(header, available=end - pos)
-        except InvalidBatchError as exc:
-            raise CorruptRecordError(f"batch at byte {pos}: {exc}") from exc
-        if header.size > max_batch_bytes:
-            raise RecordTooLargeError(
-                f"batch of {header.size} bytes exceeds max.message.bytes={max_batch_bytes}"
-            )
-        if compute_crc(data, pos, header.size) != header.crc:
-            raise CorruptRecordError(f"batch at byte {pos} fails its CRC-32C check")
-        batches.append((pos, header))
-        pos += header.size
-    return batches
 
 
 class PartitionLog:
@@ -224,7 +156,7 @@ class PartitionLog:
                 if append_time >= 0:
                     # The timestamp is under the CRC: this batch is copied and re-checksummed.
                     batch = bytearray(view[pos : pos + header.size])
-                    _stamp_log_append_time(batch, header, append_time)
+                    stamp_log_append_time(batch, header, append_time)
                     set_base_offset(batch, next_offset)
                     set_partition_leader_epoch(batch, leader_epoch)
                     buffers.append(batch)
@@ -633,12 +565,14 @@ class PartitionLog:
                 segment.close()
 
     def close_without_flush(self) -> None:
-        """Closes file handles only: the dir failed, so nothing more can be written."""
+        """Closes file handles only, writing nothing: the dir failed (or the log is being
+        deleted). Blocking (close of a failing disk's files): run it on an IO thread."""
         with self.lock:
             for segment in self._segments:
                 try:
-                    segment.close()
-                except Exception:  # noqa: BLE001 - the dir is already failed; closing is best effort
+                    segment.close_handles()
+                except KafkaStorageError:
+                    # The dir is already failed; a close that errors releases nothing more.
                     log.debug("closing %s after dir failure", segment, exc_info=True)
 
     def delete(self) -> None:
@@ -648,17 +582,6 @@ class PartitionLog:
                 segment.delete()
             self._segments = []
             self._bases = []
-
-
-def _stamp_log_append_time(batch: bytearray, header: BatchHeader, now: int) -> None:
-    """LogAppendTime topics: the broker's time becomes the batch's max timestamp.
-
-    This changes bytes under the CRC, so (unlike offset assignment) the CRC is recomputed.
-    """
-    attributes = header.attributes | _ATTR_TIMESTAMP_TYPE
-    batch[21:23] = attributes.to_bytes(2, "big", signed=True)
-    batch[35:43] = now.to_bytes(8, "big", signed=True)
-    batch[17:21] = compute_crc(batch, 0, header.size).to_bytes(4, "big")
 
 
 def _epoch(epoch: int | None) -> int:

@@ -16,6 +16,8 @@ from typing import NamedTuple
 from logkeel.storage.engine.index_file import (
     INT32_MAX,
     AbstractIndex,
+)
+from logkeel.storage.errors import (
     InvalidIndexEntryError,
     InvalidOffsetError,
 )

@@ -26,6 +26,7 @@ from logkeel.storage.engine.segment import (
     TXN_INDEX_SUFFIX,
     file_name,
     parse_base_offset,
+    segment_bases,
 )
 from logkeel.storage.fileio import fsync_dir
 
@@ -207,11 +208,7 @@ def list_partition(directory: Path) -> PartitionListing:
 
 def recovery_plan(directory: Path, recovery_point: int | None) -> tuple[int, int]:
     """(segments, bytes) an unclean load of ``directory`` will rescan; read-only, for progress."""
-    bases = sorted(
-        int(n[:20])
-        for n in os.listdir(directory)
-        if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit()
-    )
+    bases = segment_bases(os.listdir(directory))
     rp = recovery_point or 0
     first = max((i for i, b in enumerate(bases) if b <= rp), default=0)
     todo = bases[first:]

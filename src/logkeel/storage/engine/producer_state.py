@@ -23,28 +23,33 @@ rebuilt from the newest good snapshot plus the log after it.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
-from collections import deque
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import IntEnum
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 from logkeel.records.batch import (
-    HEADER_SIZE,
     NO_PRODUCER_EPOCH,
     NO_SEQUENCE,
-    NO_TIMESTAMP,
     BatchHeader,
-    CompressionType,
-    TimestampType,
+)
+from logkeel.records.control import ControlRecordType
+from logkeel.storage.engine.producer_entry import (
+    Buffer,
+    CompletedTxn,
+    DuplicateBatch,
+    EndTxnMarker,
+    ProducerStateEntry,
+    SnapshotLoadResult,
+    StagedProducer,
+    TxnMetadata,
+    TxnsByOffset,
+    in_sequence,
+    read_end_txn_marker,
 )
 from logkeel.storage.engine.producer_snapshot import (
     SNAPSHOT_SUFFIX,
-    ProducerSnapshotEntry,
     list_snapshot_files,
     read_snapshot,
     snapshot_listing,
@@ -52,7 +57,6 @@ from logkeel.storage.engine.producer_snapshot import (
     write_snapshot,
 )
 from logkeel.storage.errors import (
-    CorruptRecordError,
     CorruptSnapshotError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
@@ -62,15 +66,9 @@ from logkeel.storage.errors import (
 
 log = logging.getLogger(__name__)
 
-NUM_BATCHES_TO_RETAIN = 5
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
-INT32_MAX = (1 << 31) - 1
-NO_COORDINATOR_EPOCH = -1
-
-Buffer = bytes | bytearray | memoryview
-
 
 class InvalidTxnStateError(StorageError):
     """A non-transactional batch from a producer with an open transaction (INVALID_TXN_STATE)."""
@@ -78,333 +76,6 @@ class InvalidTxnStateError(StorageError):
 
 class TransactionCoordinatorFencedError(StorageError):
     """A marker from an older transaction coordinator (TRANSACTION_COORDINATOR_FENCED)."""
-
-
-# -- end-transaction markers -----------------------------------------------------------------
-
-
-class ControlRecordType(IntEnum):
-    ABORT = 0
-    COMMIT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class EndTxnMarker:
-    control_type: ControlRecordType
-    coordinator_epoch: int
-    timestamp: int
-
-
-def read_end_txn_marker(header: BatchHeader, batch: Buffer) -> EndTxnMarker | None:
-    """Decodes the marker in a control batch; None for an empty one (cleaned by compaction).
-
-    ``batch`` holds the batch from its first byte. Only the first record matters: a marker
-    batch has exactly one. Kafka writes markers uncompressed. Raises CorruptRecordError.
-    """
-    if header.records_count == 0:
-        return None
-    if header.compression != CompressionType.NONE:
-        raise CorruptRecordError(
-            f"control batch at offset {header.base_offset} is compressed ({header.compression.name})"
-        )
-    view = memoryview(batch)[: header.size]
-    reader = _VarintReader(view, HEADER_SIZE)
-    try:
-        reader.varint()  # record length
-        reader.skip(1)  # record attributes
-        timestamp_delta = reader.varint()
-        reader.varint()  # offset delta
-        key = reader.sized_bytes()
-        value = reader.sized_bytes()
-    except IndexError as exc:
-        raise CorruptRecordError(
-            f"control record at offset {header.base_offset} runs past its batch"
-        ) from exc
-    if key is None or len(key) < 4:
-        raise CorruptRecordError(f"control record key at offset {header.base_offset} is too short")
-    key_version = int.from_bytes(key[0:2], "big", signed=True)
-    type_id = int.from_bytes(key[2:4], "big", signed=True)
-    if key_version < 0:
-        raise CorruptRecordError(
-            f"control record key version {key_version} at {header.base_offset}"
-        )
-    if type_id not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-        raise CorruptRecordError(
-            f"control record at offset {header.base_offset} has type {type_id}, "
-            "not an end-transaction marker"
-        )
-    if value is None or len(value) < 6:
-        raise CorruptRecordError(f"end-transaction marker at {header.base_offset} is too short")
-    if int.from_bytes(value[0:2], "big", signed=True) < 0:
-        raise CorruptRecordError(
-            f"end-transaction marker version at {header.base_offset} is negative"
-        )
-    coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True)
-    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-        timestamp = header.max_timestamp
-    else:
-        timestamp = header.base_timestamp + timestamp_delta
-    return EndTxnMarker(ControlRecordType(type_id), coordinator_epoch, timestamp)
-
-
-class _VarintReader:
-    """Just enough of the record encoding (zig-zag varints) to reach a control record's value."""
-
-    def __init__(self, buf: memoryview, pos: int):
-        self.buf = buf
-        self.pos = pos
-
-    def varint(self) -> int:
-        raw = 0
-        shift = 0
-        while True:
-            byte = self.buf[self.pos]
-            self.pos += 1
-            raw |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return (raw >> 1) ^ -(raw & 1)
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varint longer than 10 bytes")
-
-    def skip(self, n: int) -> None:
-        if self.pos + n > len(self.buf):
-            raise IndexError
-        self.pos += n
-
-    def sized_bytes(self) -> bytes | None:
-        length = self.varint()
-        if length < 0:
-            return None
-        if self.pos + length > len(self.buf):
-            raise IndexError
-        data = bytes(self.buf[self.pos : self.pos + length])
-        self.pos += length
-        return data
-
-
-# -- per-producer state ----------------------------------------------------------------------
-
-
-def _in_sequence(last_seq: int, next_seq: int) -> bool:
-    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """What is kept of one appended batch: enough to recognise and answer its retry."""
-
-    last_seq: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-
-    @property
-    def first_seq(self) -> int:
-        # Sequences wrap from Int32 max to 0, so the first is taken modulo 2**31.
-        return (self.last_seq - self.offset_delta) % (INT32_MAX + 1)
-
-    @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
-
-
-class ProducerStateEntry:
-    """One producer id's state. ``batches`` is oldest first, at most NUM_BATCHES_TO_RETAIN."""
-
-    __slots__ = (
-        "producer_id",
-        "producer_epoch",
-        "coordinator_epoch",
-        "last_timestamp",
-        "current_txn_first_offset",
-        "batches",
-    )
-
-    def __init__(
-        self,
-        producer_id: int,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-        coordinator_epoch: int = NO_COORDINATOR_EPOCH,
-        last_timestamp: int = NO_TIMESTAMP,
-        current_txn_first_offset: int | None = None,
-        batches: Iterable[BatchMetadata] = (),
-    ):
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.coordinator_epoch = coordinator_epoch
-        self.last_timestamp = last_timestamp
-        self.current_txn_first_offset = current_txn_first_offset
-        self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.batches
-
-    @property
-    def first_seq(self) -> int:
-        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def first_data_offset(self) -> int:
-        return self.batches[0].first_offset if self.batches else -1
-
-    @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
-
-    @property
-    def last_offset_delta(self) -> int:
-        return self.batches[-1].offset_delta if self.batches else 0
-
-    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        if epoch != self.producer_epoch:
-            return None
-        for batch in self.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                return batch
-        return None
-
-    def maybe_update_producer_epoch(self, epoch: int) -> bool:
-        # Sequences restart with each epoch, so the old epoch's batches can no longer match.
-        if epoch == self.producer_epoch:
-            return False
-        self.batches.clear()
-        self.producer_epoch = epoch
-        return True
-
-    def add_batch(
-        self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
-    ) -> None:
-        self.maybe_update_producer_epoch(epoch)
-        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
-        self.last_timestamp = timestamp
-
-    def end_txn(self, epoch: int, coordinator_epoch: int, timestamp: int) -> None:
-        self.maybe_update_producer_epoch(epoch)
-        self.coordinator_epoch = coordinator_epoch
-        self.current_txn_first_offset = None
-        self.last_timestamp = timestamp
-
-    def to_snapshot_entry(self) -> ProducerSnapshotEntry:
-        return ProducerSnapshotEntry(
-            producer_id=self.producer_id,
-            epoch=self.producer_epoch,
-            last_sequence=self.last_seq,
-            last_offset=self.last_data_offset,
-            offset_delta=self.last_offset_delta,
-            timestamp=self.last_timestamp,
-            coordinator_epoch=self.coordinator_epoch,
-            current_txn_first_offset=(
-                -1 if self.current_txn_first_offset is None else self.current_txn_first_offset
-            ),
-        )
-
-    @classmethod
-    def from_snapshot_entry(cls, e: ProducerSnapshotEntry) -> ProducerStateEntry:
-        batches = (
-            [BatchMetadata(e.last_sequence, e.last_offset, e.offset_delta, e.timestamp)]
-            if e.last_offset >= 0
-            else []
-        )
-        return cls(
-            e.producer_id,
-            e.epoch,
-            e.coordinator_epoch,
-            e.timestamp,
-            e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None,
-            batches,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
-            f"coordinator_epoch={self.coordinator_epoch}, last_timestamp={self.last_timestamp}, "
-            f"current_txn_first_offset={self.current_txn_first_offset}, batches={list(self.batches)})"
-        )
-
-
-# -- results ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DuplicateBatch:
-    """A retried batch: the log answers with these instead of appending it again."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class CompletedTxn:
-    producer_id: int
-    first_offset: int
-    last_offset: int  # the offset of the COMMIT/ABORT marker
-    is_aborted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotLoadResult:
-    """What ``load_latest_snapshot`` did: the snapshot offset used (None: none usable) and the
-    corrupt snapshot files it deleted on the way."""
-
-    offset: int | None
-    discarded: list[Path] = field(default_factory=list)
-    producers: int = 0
-
-
-@dataclass(slots=True)
-class _TxnMetadata:
-    producer_id: int
-    first_offset: int
-    last_offset: int | None = None
-
-
-class _TxnsByOffset:
-    """Transactions keyed and ordered by first offset (Kafka uses a TreeMap)."""
-
-    def __init__(self) -> None:
-        self._by_offset: dict[int, _TxnMetadata] = {}
-        self._offsets: list[int] = []
-
-    def put(self, txn: _TxnMetadata) -> None:
-        if txn.first_offset not in self._by_offset:
-            bisect.insort(self._offsets, txn.first_offset)
-        self._by_offset[txn.first_offset] = txn
-
-    def pop(self, first_offset: int) -> _TxnMetadata | None:
-        txn = self._by_offset.pop(first_offset, None)
-        if txn is not None:
-            del self._offsets[bisect.bisect_left(self._offsets, first_offset)]
-        return txn
-
-    def first(self) -> _TxnMetadata | None:
-        return self._by_offset[self._offsets[0]] if self._offsets else None
-
-    def clear(self) -> None:
-        self._by_offset.clear()
-        self._offsets.clear()
-
-    def __iter__(self) -> Iterator[_TxnMetadata]:
-        return (self._by_offset[o] for o in list(self._offsets))
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-
-@dataclass(slots=True)
-class _Staged:
-    """A producer's state as validation sees it partway through one append."""
-
-    epoch: int
-    last_seq: int | None  # None: no batch of this append yet in the current epoch
-    txn_open: bool
-    coordinator_epoch: int
 
 
 # -- the manager -----------------------------------------------------------------------------
@@ -432,9 +103,9 @@ class ProducerStateManager:
         self.max_producer_id_expiration_ms = max_producer_id_expiration_ms
         self.max_transaction_timeout_ms = max_transaction_timeout_ms
         self._producers: dict[int, ProducerStateEntry] = {}
-        self._ongoing = _TxnsByOffset()
+        self._ongoing = TxnsByOffset()
         # Completed, but the marker may be above the high watermark: still unstable.
-        self._unreplicated = _TxnsByOffset()
+        self._unreplicated = TxnsByOffset()
         self._snapshots: dict[int, Path] = {}
         self.malformed_snapshot_files: list[Path] = []
         self._last_map_offset = 0
@@ -482,7 +153,7 @@ class ProducerStateManager:
         """``prepare_append`` for the batches of one request, each checked against the state the
         earlier ones would leave. Raises at the first invalid batch; returns the duplicate if any
         batch is a retry (the whole append then is one, as in Kafka)."""
-        staged: dict[int, _Staged] = {}
+        staged: dict[int, StagedProducer] = {}
         for header, data in batches:
             if not header.has_producer_id:
                 continue
@@ -496,7 +167,7 @@ class ProducerStateManager:
                     return DuplicateBatch(dup.first_offset, dup.last_offset, dup.timestamp)
             stage = staged.get(pid)
             if stage is None:
-                stage = staged[pid] = _Staged(
+                stage = staged[pid] = StagedProducer(
                     current.producer_epoch,
                     None,
                     current.current_txn_first_offset is not None,
@@ -552,7 +223,7 @@ class ProducerStateManager:
         self._last_map_offset = offset
 
     def _validate_data(
-        self, header: BatchHeader, current: ProducerStateEntry, stage: _Staged, client: bool
+        self, header: BatchHeader, current: ProducerStateEntry, stage: StagedProducer, client: bool
     ) -> None:
         pid, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
         where = f"producer {pid} at offset {header.base_offset} in {self.partition_dir.name}"
@@ -573,7 +244,7 @@ class ProducerStateManager:
                     last_seq = NO_SEQUENCE
                 # With no known epoch (state gone with retention or DeleteRecords) Kafka accepts
                 # any sequence rather than answering UNKNOWN_PRODUCER_ID.
-                if current.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(
+                if current.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(
                     last_seq, first_seq
                 ):
                     raise OutOfOrderSequenceError(
@@ -589,7 +260,7 @@ class ProducerStateManager:
             stage.txn_open = True
 
     def _validate_marker(
-        self, header: BatchHeader, marker: EndTxnMarker | None, stage: _Staged
+        self, header: BatchHeader, marker: EndTxnMarker | None, stage: StagedProducer
     ) -> None:
         if marker is None:
             return
@@ -607,7 +278,7 @@ class ProducerStateManager:
         stage.txn_open = False
 
     @staticmethod
-    def _check_epoch(epoch: int, stage: _Staged, where: str) -> None:
+    def _check_epoch(epoch: int, stage: StagedProducer, where: str) -> None:
         if epoch < stage.epoch:
             raise InvalidProducerEpochError(
                 f"{where}: epoch {epoch} is older than the last seen epoch {stage.epoch}"
@@ -640,7 +311,7 @@ class ProducerStateManager:
         if entry.current_txn_first_offset is None:
             if header.is_transactional:
                 entry.current_txn_first_offset = first_offset
-                self._ongoing.put(_TxnMetadata(header.producer_id, first_offset))
+                self._ongoing.put(TxnMetadata(header.producer_id, first_offset))
         elif not header.is_transactional:
             log.warning(
                 "%s: non-transactional batch at %d from producer %d inside its transaction",
@@ -832,7 +503,7 @@ class ProducerStateManager:
     def _load_entry(self, entry: ProducerStateEntry) -> None:
         self._producers[entry.producer_id] = entry
         if entry.current_txn_first_offset is not None:
-            self._ongoing.put(_TxnMetadata(entry.producer_id, entry.current_txn_first_offset))
+            self._ongoing.put(TxnMetadata(entry.producer_id, entry.current_txn_first_offset))
 
     def truncate_and_reload(
         self, log_start_offset: int, log_end_offset: int, now_ms: int | None = None

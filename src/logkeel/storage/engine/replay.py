@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.batch import BatchHeader
-from logkeel.storage.engine.file_records import BatchPosition
+from logkeel.records.walk import BatchPosition
+from logkeel.storage.engine.producer_entry import ProducerStateEntry
 from logkeel.storage.engine.producer_snapshot import read_snapshot
-from logkeel.storage.engine.producer_state import ProducerStateEntry, ProducerStateManager
+from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.segment import LogSegment
 from logkeel.storage.engine.txn_index import AbortedTxn
 from logkeel.storage.errors import CorruptIndexError, CorruptSnapshotError, io_guard

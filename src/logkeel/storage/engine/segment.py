@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.batch import NO_TIMESTAMP, BatchHeader
-from logkeel.storage.engine.file_records import BatchPosition, FileRecords, FileRegion
+from logkeel.records.walk import BatchPosition, BatchWindow
+from logkeel.storage.engine.file_records import FileRecords, FileRegion
 from logkeel.storage.engine.offset_index import OffsetIndex
 from logkeel.storage.engine.time_index import TimeIndex
 from logkeel.storage.engine.txn_index import AbortedTxn, TransactionIndex
@@ -38,6 +39,19 @@ def parse_base_offset(name: str) -> int | None:
     return int(stem) if len(stem) == 20 and stem.isdigit() else None
 
 
+def log_file_base(name: str) -> int | None:
+    """The base offset when ``name`` is a segment's `.log` file (not `.log.deleted` and the
+    like, which are not data), else None."""
+    if len(name) != 24 or not name.endswith(LOG_SUFFIX):
+        return None
+    return parse_base_offset(name)
+
+
+def segment_bases(names: Iterable[str]) -> list[int]:
+    """Base offsets of the segments among a partition dir's file names, ascending."""
+    return sorted(b for b in map(log_file_base, names) if b is not None)
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentReadInfo:
     """Where a read starting at ``start_offset`` begins in the segment file."""
@@ -53,6 +67,34 @@ class RecoveryResult:
     truncated_bytes: int
     batches: list[BatchHeader]
     next_offset: int = -1  # the offset after the last valid batch (base offset when none)
+
+
+class OffsetRule:
+    """The offsets a segment's batches must carry, as a walk check (``walk_batches``).
+
+    Strictly rising from ``last_offset`` (a batch that goes back is the 0.11 incident in
+    seeds/), within the segment's int32 relative offsets, and below ``upper_bound`` (the next
+    segment's base offset). Validation and index rebuild both walk with it, so they agree on
+    where a segment's valid data ends.
+    """
+
+    __slots__ = ("base_offset", "last_offset", "upper_bound")
+
+    def __init__(self, base_offset: int, last_offset: int, upper_bound: int | None) -> None:
+        self.base_offset = base_offset
+        self.last_offset = last_offset  # of the last batch accepted
+        self.upper_bound = upper_bound
+
+    def __call__(self, _window: BatchWindow, _position: int, header: BatchHeader) -> str | None:
+        last = header.last_offset
+        if header.base_offset <= self.last_offset:
+            return f"batch offsets [{header.base_offset}, {last}] do not follow offset {self.last_offset}"
+        if not 0 <= last - self.base_offset <= _INT32_MAX:
+            return f"offset {last} does not fit a segment based at {self.base_offset}"
+        if self.upper_bound is not None and last >= self.upper_bound:
+            return f"offset {last} reaches the next segment's base offset {self.upper_bound}"
+        self.last_offset = last
+        return None
 
 
 class LogSegment:
@@ -427,13 +469,9 @@ class LogSegment:
         last_offset = start_offset - 1 if start_offset is not None else self.base_offset - 1
         if min_offset is not None:
             last_offset = max(last_offset, min_offset - 1)
-        for batch in self.log.scan_valid(start_position):
+        offsets = OffsetRule(self.base_offset, last_offset, upper_bound)
+        for batch in self.log.scan_valid(start_position, offsets):
             header = batch.header
-            # The 0.11 incident: offsets must rise strictly; a batch that goes back is corrupt.
-            if header.base_offset <= last_offset or not self.can_hold(header.last_offset):
-                break
-            if upper_bound is not None and header.last_offset >= upper_bound:
-                break
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
                 self._rolling_timestamp = header.max_timestamp
             self._note_batch(batch.position, header)
@@ -441,8 +479,8 @@ class LogSegment:
                 on_batch(batch)
             if keep_batches:
                 batches.append(header)
-            last_offset = header.last_offset
             valid_end = batch.end
+        last_offset = offsets.last_offset
         truncated = self.log.truncate_to(valid_end)
         if valid_end > 0:
             # As Kafka's recover(): the max timestamp so far goes in, so retention and
@@ -507,6 +545,18 @@ class LogSegment:
         for f in (self._offset_index, self._time_index, self._txn_index, self._log):
             if f is not None:
                 f.close()
+
+    def close_handles(self) -> None:
+        """Releases descriptors and mappings, writing nothing: its dir failed (no time-index
+        entry, no trimming of the preallocated indexes)."""
+        self._grow_pending = False
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close_handler()
+        if self._txn_index is not None:
+            self._txn_index.close()
+        if self._log is not None:
+            self._log.close()
 
     def change_suffix(self, old: str, new: str) -> None:
         """Renames all four files, e.g. to `.deleted` before background removal."""

@@ -20,8 +20,8 @@ import struct
 from typing import NamedTuple
 
 from logkeel.records.batch import NO_TIMESTAMP
-from logkeel.storage.engine.index_file import (
-    AbstractIndex,
+from logkeel.storage.engine.index_file import AbstractIndex
+from logkeel.storage.errors import (
     IndexFullError,
     InvalidOffsetError,
     InvalidTimestampError,

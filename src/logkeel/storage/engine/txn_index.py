@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from logkeel.storage.engine.index_file import InvalidOffsetError
-from logkeel.storage.errors import CorruptIndexError, StorageError, io_guard
+from logkeel.storage.errors import CorruptIndexError, InvalidOffsetError, StorageError, io_guard
 
 ABORTED_TXN_SIZE = 34
 ABORTED_TXN_VERSION = 0

@@ -19,26 +19,15 @@ function on every segment at start-up, so both modes end in the same state.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import os
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from logkeel.records.batch import (
-    HEADER_SIZE,
-    NO_TIMESTAMP,
-    BatchHeader,
-    InvalidBatchError,
-    compute_crc,
-    validate_structure,
-)
-from logkeel.storage.engine.offset_index import OffsetPosition
 from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -46,207 +35,28 @@ from logkeel.storage.engine.segment import (
     LogSegment,
     file_name,
 )
-from logkeel.storage.engine.time_index import TimestampOffset
+from logkeel.storage.engine.segment_check import (
+    Throttle,
+    offset_index_problem,
+    scan_segment,
+    time_index_problem,
+    txn_index_problem,
+)
 from logkeel.storage.engine.txn_index import AbortedTxn
 from logkeel.storage.errors import (
     CorruptIndexError,
     KafkaStorageError,
     StorageError,
-    io_guard,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 8 * 1024 * 1024
-_INT32_MAX = (1 << 31) - 1
-
-Throttle = Callable[[int], None]
-
-
-# -- scanning -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class SegmentScan:
-    """What one CRC-checking pass over a segment file learnt."""
-
-    size: int
-    valid_end: int = 0
-    next_offset: int = 0
-    batches: int = 0
-    stop_reason: str | None = None  # why the valid data ends before the file does
-    stop_offset: int | None = None  # base offset of the first invalid batch, if readable
-    positions: array = field(default_factory=lambda: array("q"))
-    last_offsets: array = field(default_factory=lambda: array("q"))
-    max_timestamps: array = field(default_factory=lambda: array("q"))
-    running_max: array = field(default_factory=lambda: array("q"))
-    controls: dict[int, int] = field(default_factory=dict)  # base offset -> producer id
-    # marker offset -> first offset of the transaction it ends, when that began in this
-    # segment (a transaction begun in an earlier segment has no entry)
-    txn_starts: dict[int, int] = field(default_factory=dict)
-    base_offset: int = 0
-    canonical_offsets: list[tuple[int, int]] = field(default_factory=list)
-    max_timestamp: int = NO_TIMESTAMP
-
-    @property
-    def truncated(self) -> bool:
-        return self.valid_end < self.size
-
-
-def scan_segment(
-    fd: int,
-    size: int,
-    base_offset: int,
-    *,
-    index_interval_bytes: int,
-    upper_bound: int | None = None,
-    min_offset: int | None = None,
-    throttle: Throttle | None = None,
-    where: tuple[Path, str] | None = None,
-) -> SegmentScan:
-    """Reads the segment once, in large chunks, checking every batch (see module doc).
-
-    The stop rules are the same as ``LogSegment.rebuild_indexes_from``'s, so a scan and a
-    rebuild agree on where the valid data ends. ``where`` is (log dir, file) for IO errors.
-    """
-    log_dir, path = where if where else (Path("."), "segment")
-    scan = SegmentScan(size, base_offset=base_offset)
-    open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
-    pos = 0
-    buf = memoryview(b"")
-    buf_start = 0
-    last_offset = max(base_offset, min_offset if min_offset is not None else base_offset) - 1
-    counter = 0
-    running = NO_TIMESTAMP
-    append_pos, append_last = scan.positions.append, scan.last_offsets.append
-    append_max, append_run = scan.max_timestamps.append, scan.running_max.append
-
-    def refill(at: int, want: int) -> memoryview:
-        n = min(max(want, _CHUNK), size - at)
-        with io_guard(log_dir, f"read {path}"):
-            data = os.pread(fd, n, at)
-        if throttle is not None:
-            throttle(len(data))
-        return memoryview(data)
-
-    while True:
-        if size - pos < HEADER_SIZE:
-            if size > pos:
-                scan.stop_reason = f"{size - pos} trailing bytes hold no complete batch header"
-            break
-        rel = pos - buf_start
-        if len(buf) - rel < HEADER_SIZE:
-            buf, buf_start, rel = refill(pos, HEADER_SIZE), pos, 0
-        try:
-            header = BatchHeader.parse(buf, rel)
-            validate_structure(header, available=size - pos)
-        except InvalidBatchError as exc:
-            scan.stop_reason = f"invalid batch header: {exc}"
-            break
-        if len(buf) - rel < header.size:
-            buf, buf_start, rel = refill(pos, header.size), pos, 0
-            if len(buf) < header.size:
-                scan.stop_reason = "batch runs past the end of the file"
-                break
-        if compute_crc(buf, rel, header.size) != header.crc:
-            scan.stop_reason = "CRC-32C mismatch"
-            scan.stop_offset = header.base_offset
-            break
-        last = header.last_offset
-        if header.base_offset <= last_offset:
-            scan.stop_reason = (
-                f"batch offsets [{header.base_offset}, {last}] do not follow offset {last_offset}"
-            )
-            scan.stop_offset = header.base_offset
-            break
-        if not 0 <= last - base_offset <= _INT32_MAX:
-            scan.stop_reason = f"offset {last} does not fit a segment based at {base_offset}"
-            scan.stop_offset = header.base_offset
-            break
-        if upper_bound is not None and last >= upper_bound:
-            scan.stop_reason = f"offset {last} reaches the next segment's base offset {upper_bound}"
-            scan.stop_offset = header.base_offset
-            break
-        if header.max_timestamp > running:
-            running = header.max_timestamp
-        if counter > index_interval_bytes:
-            scan.canonical_offsets.append((last, pos))
-            counter = 0
-        counter += header.size
-        append_pos(pos)
-        append_last(last)
-        append_max(header.max_timestamp)
-        append_run(running)
-        if header.is_control:
-            scan.controls[header.base_offset] = header.producer_id
-            start = open_txns.pop(header.producer_id, None)
-            if start is not None:
-                scan.txn_starts[header.base_offset] = start
-        elif header.is_transactional and header.producer_id not in open_txns:
-            open_txns[header.producer_id] = header.base_offset
-        scan.batches += 1
-        last_offset = last
-        pos += header.size
-    scan.valid_end = pos
-    scan.next_offset = last_offset + 1 if scan.batches else base_offset
-    scan.max_timestamp = running
-    return scan
-
-
-# -- judging indexes ------------------------------------------------------------------------
-
-
-def offset_index_problem(
-    scan: SegmentScan, entries: list[OffsetPosition], *, complete: bool = True
-) -> str | None:
-    positions, lasts = scan.positions, scan.last_offsets
-    for n, (offset, position) in enumerate(entries):
-        i = bisect.bisect_left(positions, position)
-        if i >= len(positions) or positions[i] != position:
-            return f"entry {n} ({offset}, {position}) does not point at a batch"
-        if lasts[i] != offset:
-            return f"entry {n} ({offset}, {position}): the batch there ends at offset {lasts[i]}"
-    if complete and scan.canonical_offsets:
-        want = scan.canonical_offsets[-1][0]
-        have = entries[-1].offset if entries else None
-        if have is None or have < want:
-            return f"index stops at offset {have}; the log is indexed up to {want}"
-    return None
-
-
-def time_index_problem(
-    scan: SegmentScan, entries: list[TimestampOffset], *, inactive: bool
-) -> str | None:
-    lasts = scan.last_offsets
-    for n, (timestamp, offset) in enumerate(entries):
-        i = bisect.bisect_left(lasts, offset)
-        if i >= len(lasts) or lasts[i] != offset:
-            return f"entry {n} ({timestamp}, {offset}) does not name a batch's last offset"
-        if scan.max_timestamps[i] != timestamp or scan.running_max[i] != timestamp:
-            return (
-                f"entry {n} ({timestamp}, {offset}) is not the max timestamp at that batch "
-                f"({scan.running_max[i]})"
-            )
-    if inactive and scan.max_timestamp > NO_TIMESTAMP:
-        have = entries[-1].timestamp if entries else None
-        if have != scan.max_timestamp:
-            return f"last entry holds {have}, not the segment's max timestamp {scan.max_timestamp}"
-    return None
-
-
-def txn_index_problem(scan: SegmentScan, entries: list[AbortedTxn]) -> str | None:
-    for n, txn in enumerate(entries):
-        if scan.controls.get(txn.last_offset) != txn.producer_id:
-            return f"entry {n} {txn} does not end at a marker of producer {txn.producer_id}"
-        # The first offset is checkable too: where the transaction began in this segment, it
-        # must name that batch; otherwise it must lie before the segment.
-        start = scan.txn_starts.get(txn.last_offset)
-        if start is not None and txn.first_offset != start:
-            return f"entry {n} {txn} does not start where the transaction does ({start})"
-        if start is None and txn.first_offset >= scan.base_offset:
-            return f"entry {n} {txn} starts in this segment, where no transaction begins"
-    return None
+# log.startup.validation: segments trusted after a clean shutdown are validated lazily (on
+# first access or in the background) or eagerly (all before the partition serves).
+LAZY = "lazy"
+EAGER = "eager"
+VALIDATION_MODES = (LAZY, EAGER)
 
 
 # -- validating (and repairing) one segment -------------------------------------------------

@@ -40,15 +40,16 @@ from logkeel.storage.engine.segment import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     file_name,
+    segment_bases,
 )
-from logkeel.storage.engine.time_index import TimeIndex
-from logkeel.storage.engine.txn_index import TransactionIndex
-from logkeel.storage.engine.validation import (
+from logkeel.storage.engine.segment_check import (
     offset_index_problem,
     scan_segment,
     time_index_problem,
     txn_index_problem,
 )
+from logkeel.storage.engine.time_index import TimeIndex
+from logkeel.storage.engine.txn_index import TransactionIndex
 from logkeel.storage.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
@@ -60,6 +61,7 @@ from logkeel.storage.log_dir import (
     META_PROPERTIES,
     MetaProperties,
     MetaPropertiesError,
+    list_partition_dirs,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -117,7 +119,7 @@ def log_bytes(dirs: Iterable[Path]) -> int:
     """Total size of the `.log` files (what a check reads), for a progress bar."""
     total = 0
     for d in dirs:
-        for part in _partition_dirs(d):
+        for part in list_partition_dirs(d):
             for name in os.listdir(part):
                 if name.endswith(LOG_SUFFIX):
                     total += os.stat(part / name).st_size
@@ -137,19 +139,6 @@ def check_dirs(
         _check_log_dir(Path(d), report, index_interval_bytes or _UNKNOWN_INTERVAL, progress)
     report.elapsed_ms = (time.monotonic() - started) * 1000
     return report
-
-
-def _partition_dirs(d: Path) -> list[Path]:
-    found = []
-    for entry in sorted(os.scandir(d), key=lambda e: e.name):
-        if not entry.is_dir() or entry.name.endswith(("-delete", "-future", "-stray")):
-            continue
-        try:
-            TopicPartition.parse_dir_name(entry.name)
-        except ValueError:
-            continue
-        found.append(Path(entry.path))
-    return found
 
 
 def _check_log_dir(d: Path, report: CheckReport, interval: int, progress: Progress | None) -> None:
@@ -191,7 +180,7 @@ def _check_log_dir(d: Path, report: CheckReport, interval: int, progress: Progre
         if name == RECOVERY_POINT_CHECKPOINT_FILE:
             recovery_points = values
     ends: dict[TopicPartition, int] = {}
-    for part in _partition_dirs(d):
+    for part in list_partition_dirs(d):
         report.partitions += 1
         tp = TopicPartition.parse_dir_name(part.name)
         try:
@@ -215,9 +204,7 @@ def _check_partition(
     part: Path, report: CheckReport, interval: int, progress: Progress | None
 ) -> int:
     names = sorted(os.listdir(part))
-    bases = sorted(
-        int(n[:20]) for n in names if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()
-    )
+    bases = segment_bases(names)
     present = set(names)
     for n in names:
         if n.endswith((SWAP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)) or n.endswith(".tmp"):
