@@ -43,7 +43,8 @@ from prometheus_client.registry import Collector
 
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.network.connection import RequestRecord
-from logkeel.storage.log_manager import LogManager, StartupReport
+from logkeel.storage.log_manager import LogManager
+from logkeel.storage.recovery.load_report import StartupReport
 
 __all__ = ["BrokerMetrics", "MetricsSources"]
 

@@ -44,7 +44,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from logkeel.records.varint import encode_unsigned_varint
+from logkeel.records.batch import InvalidBatchError
+from logkeel.records.varint import decode_unsigned_varint, encode_unsigned_varint
 
 __all__ = [
     "ApiKey",
@@ -324,17 +325,10 @@ _INT32 = struct.Struct(">i")
 
 
 def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Reads an unsigned varint of at most 5 bytes, as Kafka and kio do."""
-    result = 0
-    for i in range(5):
-        if pos >= len(buf):
-            raise _Malformed("varint runs past the end of the data")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << (7 * i)
-        if not byte & 0x80:
-            return result, pos
-    raise _Malformed("varint longer than 5 bytes")
+    try:
+        return decode_unsigned_varint(buf, pos)
+    except InvalidBatchError as exc:
+        raise _Malformed(str(exc)) from None
 
 
 def _skip_tagged_fields(buf: bytes, pos: int) -> int:

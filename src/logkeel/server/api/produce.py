@@ -22,7 +22,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import MetadataStore, TopicState, topic_id_text
-from logkeel.records.batch import MAGIC_V2, InvalidBatchError, iter_headers
+from logkeel.records.batch import MAGIC_V2, InvalidBatchError
+from logkeel.records.walk import iter_headers
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
 from logkeel.server.errors import CloseConnection, error_name

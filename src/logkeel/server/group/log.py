@@ -275,14 +275,16 @@ class BrokerOffsetsStore:
 
     async def read(self, partition: int) -> list[CoordinatorRecord]:
         def load() -> list[CoordinatorRecord]:
-            return list(read_partition_records(self._log(partition)))
+            try:
+                return list(read_partition_records(self._log(partition)))
+            except KafkaStorageError as exc:
+                # Taking the dir offline closes its logs: done here, off the event loop.
+                self._broker.log_manager.handle_dir_failure(exc)
+                raise StoreError(ErrorCode.kafka_storage_error, str(exc)) from exc
 
         try:
             return await asyncio.to_thread(load)
         except StoreError:
             raise
-        except KafkaStorageError as exc:
-            self._broker.log_manager.handle_dir_failure(exc)
-            raise StoreError(ErrorCode.kafka_storage_error, str(exc)) from exc
         except Exception as exc:
             raise StoreError(error_code_for(exc), str(exc)) from exc

@@ -18,6 +18,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from logkeel.records.batch import InvalidBatchError
+from logkeel.records.varint import decode_unsigned_varint
+
 __all__ = [
     "OFFSETS_TOPIC",
     "GROUP_METADATA_KEY_VERSION",
@@ -237,13 +240,11 @@ class _Reader:
         return out
 
     def _uvarint(self) -> int:
-        result = 0
-        for i in range(5):
-            (b,) = self._take(1)
-            result |= (b & 0x7F) << (7 * i)
-            if not b & 0x80:
-                return result
-        raise RecordFormatError("varint longer than 5 bytes")
+        try:
+            value, self.pos = decode_unsigned_varint(self.buf, self.pos)
+        except InvalidBatchError as exc:
+            raise RecordFormatError(str(exc)) from None
+        return value
 
     def int32(self) -> int:
         return int(_I32.unpack(self._take(4))[0])

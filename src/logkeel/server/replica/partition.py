@@ -17,7 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import PartitionState
 from logkeel.config import TopicConfig
-from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError, iter_headers
+from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError
+from logkeel.records.walk import iter_headers
 from logkeel.server.replica.results import (
     DEBUGGING_CONSUMER_ID,
     EARLIEST_LOCAL_TIMESTAMP,
@@ -30,12 +31,12 @@ from logkeel.server.replica.results import (
     RegionRecords,
 )
 from logkeel.storage import errors as storage_errors
-from logkeel.storage.engine.log import (
+from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.log_results import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     AppendInfo,
-    PartitionLog,
 )
 from logkeel.storage.topic_partition import TopicPartition
 

@@ -83,7 +83,7 @@ from logkeel.server.replica.results import (
     close_records,
 )
 from logkeel.storage import errors as storage_errors
-from logkeel.storage.engine.log import AppendInfo
+from logkeel.storage.engine.log_results import AppendInfo
 from logkeel.storage.engine.producer_state import (
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
