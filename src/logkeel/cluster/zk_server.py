@@ -2,7 +2,8 @@
 `logkeel cluster up`.
 
 ZooKeeper is started the way the package's jars allow without systemd: a generated `zoo.cfg`
-and `ZooKeeperServerMain`. Readiness is ZooKeeper's own `ruok` four-letter word answering `imok`.
+and `ZooKeeperServerMain`. Readiness is ZooKeeper's own four-letter words: `ruok` answering `imok`, then
+`srvr` showing a serving mode.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class ZooKeeperServer:
                     f"ZooKeeper exited with code {self.process.returncode}: {self._log_tail()}"
                 )
             try:
-                if four_letter_word(self.host, self.port, "ruok", timeout=1.0) == "imok":
+                if self.is_serving():
                     return
             except OSError:
                 pass
@@ -136,6 +137,13 @@ class ZooKeeperServer:
                     f"{self._log_tail()}"
                 )
             time.sleep(0.1)
+
+    def is_serving(self) -> bool:
+        """`ruok` answers `imok` as soon as the port is open, before the server has loaded its
+        database; `srvr` tells when it is actually serving."""
+        if four_letter_word(self.host, self.port, "ruok", timeout=1.0) != "imok":
+            return False
+        return "Mode: " in four_letter_word(self.host, self.port, "srvr", timeout=1.0)
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
