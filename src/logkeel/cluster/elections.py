@@ -118,18 +118,17 @@ def elect_leader(
                 retry_at_ms=started + unclean_wait_ms,
             )
 
-    candidates = [
-        r
+    order = {r: i for i, r in enumerate(state.replicas)}
+    ranked = [
+        (log.position, -order[r], r)
         for r in state.replicas
-        if _eligible(views, r, partition_had_data) and view_of(views, r).log
+        if _eligible(views, r, partition_had_data) and (log := view_of(views, r).log) is not None
     ]
-    if not candidates:
+    if not ranked:
         return _offline(
             state, views, partition_had_data, "no eligible replica has reported its log"
         )
-    order = {r: i for i, r in enumerate(state.replicas)}
-    chosen = max(candidates, key=lambda r: (view_of(views, r).log.position, -order[r]))  # type: ignore[union-attr]
-    position = view_of(views, chosen).log.position  # type: ignore[union-attr]
+    position, _, chosen = max(ranked)
     return _lead_alone(
         state,
         views,

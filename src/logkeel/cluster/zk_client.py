@@ -13,8 +13,9 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
@@ -27,6 +28,8 @@ from kazoo.protocol.states import ZnodeStat
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_data import BrokerRegistration, LeaderIsr, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
+
+T = TypeVar("T")
 
 
 class ZooKeeperUnavailable(Exception):
@@ -103,12 +106,10 @@ class ZkMetadataClient:
 
     def add_session_listener(self, fn: Callable[[str], None]) -> None:
         """``fn`` gets "CONNECTED", "SUSPENDED" (connection lost, session may live on) or
-        "LOST" (session expired: ephemeral nodes are gone). Called on kazoo's thread."""
+        "LOST" (session expired: ephemeral nodes are gone). Called on kazoo's thread. After
+        LOST kazoo connects again with a new session, in which the broker must register anew
+        (and a controller must be elected again)."""
         self.zk.add_listener(lambda state: fn(str(state)))
-
-    @property
-    def connected(self) -> bool:
-        return self.zk.state == KazooState.CONNECTED
 
     # ---- brokers ---------------------------------------------------------------------------
 
@@ -298,9 +299,9 @@ class ZkMetadataClient:
     def _notify(self, parent: str, prefix: str, data: bytes) -> str:
         return str(self.zk.create(f"{parent}/{prefix}", data, sequence=True))
 
-    def _drain(self, parent: str, decode: Callable[[bytes], object]) -> list[tuple[str, object]]:
+    def _drain(self, parent: str, decode: Callable[[bytes], T]) -> list[T]:
         """Reads every notification under ``parent`` in sequence order, deleting each."""
-        out = []
+        out: list[T] = []
         for child in sorted(self.zk.get_children(parent)):
             path = f"{parent}/{child}"
             try:
@@ -308,7 +309,7 @@ class ZkMetadataClient:
                 self.zk.delete(path)
             except NoNodeError:
                 continue  # another reader (an old controller) took it
-            out.append((child, decode(data)))
+            out.append(decode(data))
         return out
 
     def notify_isr_change(self, partitions: Iterable[TopicPartition]) -> str:
@@ -318,8 +319,8 @@ class ZkMetadataClient:
 
     def take_isr_changes(self) -> set[TopicPartition]:
         changed: set[TopicPartition] = set()
-        for _, tps in self._drain(zd.ISR_CHANGE_NOTIFICATION, zd.decode_partitions):
-            changed |= tps  # type: ignore[operator]
+        for tps in self._drain(zd.ISR_CHANGE_NOTIFICATION, zd.decode_partitions):
+            changed |= tps
         return changed
 
     def notify_log_dir_failure(self, broker_id: int) -> str:
@@ -330,7 +331,8 @@ class ZkMetadataClient:
         )
 
     def take_log_dir_failures(self) -> list[int]:
-        return [b for _, b in self._drain(zd.LOG_DIR_EVENT_NOTIFICATION, zd.decode_log_dir_event)]  # type: ignore[misc]
+        """Brokers that reported a failed log dir, in the order they reported."""
+        return self._drain(zd.LOG_DIR_EVENT_NOTIFICATION, zd.decode_log_dir_event)
 
     def request_preferred_election(self, partitions: Iterable[TopicPartition]) -> None:
         """Raises NodeExistsError while an earlier request is still pending, as Kafka does."""
@@ -345,7 +347,3 @@ class ZkMetadataClient:
         except NoNodeError:
             return set()
         return zd.decode_partitions(data)
-
-    def watch_children(self, path: str, fn: Callable[[list[str]], None]) -> None:
-        """Calls ``fn`` with the children of ``path`` now and on every change (kazoo's thread)."""
-        self.zk.ChildrenWatch(path, fn)
