@@ -1,0 +1,264 @@
+"""Leader elections as pure functions, in the manner of the ZooKeeper-era controller's
+PartitionStateMachine: each takes a partition's registration and what the controller knows of
+its replicas, and returns a `Decision` (new registration, reason, or Kafka's error name).
+
+Eligibility is the same everywhere: a leader must be live, have its log dir online, not be
+shutting down, and not have lost its storage (`storage_wiped`) -- only an operator's forced
+designation may pick a wiped replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from logkeel.cluster.partition_state import (
+    NO_LEADER,
+    Decision,
+    PartitionRegistration,
+    Views,
+    storage_wiped,
+    unchanged,
+    view_of,
+)
+
+
+def _eligible(views: Views, replica: int, partition_had_data: bool) -> bool:
+    return view_of(views, replica).can_lead and not storage_wiped(
+        views, replica, partition_had_data=partition_had_data
+    )
+
+
+def _remaining_isr(
+    state: PartitionRegistration, views: Views, partition_had_data: bool
+) -> tuple[int, ...]:
+    return tuple(r for r in state.isr if _eligible(views, r, partition_had_data))
+
+
+def _lead_alone(state: PartitionRegistration, views: Views, leader: int, why: str) -> Decision:
+    """An out-of-sync replica leads with an ISR of itself; the others truncate to its log."""
+    truncated = _truncated(views, leader)
+    loss = f"; replicas will truncate {truncated}" if truncated else ""
+    return Decision(
+        state.with_leader(leader, (leader,)), why + loss, changed=True, truncated=truncated
+    )
+
+
+def _truncated(views: Views, leader: int) -> dict[int, int]:
+    """Replicas whose logs reach past the new leader's end, and by how many offsets: what the
+    followers will at least lose when they truncate to it."""
+    lead = view_of(views, leader).log
+    if lead is None:
+        return {}
+    return {
+        r: v.log.log_end_offset - lead.log_end_offset
+        for r, v in views.items()
+        if r != leader and v.log is not None and v.log.log_end_offset > lead.log_end_offset
+    }
+
+
+def _offline(
+    state: PartitionRegistration, views: Views, partition_had_data: bool, why: str
+) -> Decision:
+    """No eligible leader: record the partition as offline. As Kafka does, the ISR keeps its last
+    member rather than going empty, so that replica can still be elected cleanly when it returns."""
+    isr = _remaining_isr(state, views, partition_had_data)
+    if not isr:
+        isr = (state.leader,) if state.leader in state.isr else state.isr[:1]
+    if state.offline and isr == state.isr:
+        return unchanged(state, f"partition stays offline: {why}", "ELIGIBLE_LEADERS_NOT_AVAILABLE")
+    return Decision(state.with_leader(NO_LEADER, isr), f"partition offline: {why}", changed=True)
+
+
+def elect_leader(
+    state: PartitionRegistration,
+    views: Views,
+    *,
+    unclean_allowed: bool = False,
+    partition_had_data: bool = False,
+    now_ms: int = 0,
+    unclean_wait_started_ms: int | None = None,
+    unclean_wait_ms: int = 0,
+) -> Decision:
+    """Leader election for a partition whose leader may be gone (broker death, log dir failure,
+    broker start-up of an offline partition's replica).
+
+    Clean: the first replica in assignment order that is in the ISR and eligible. Unclean (only
+    when allowed and no clean candidate): the eligible replica with the highest (last leader
+    epoch, log end offset), ties going to assignment order -- never simply the first live one.
+    Before an unclean choice it waits up to ``unclean_wait_ms`` from ``unclean_wait_started_ms``
+    for every replica to report its log (as KIP-966's unclean recovery does), ending early once
+    all have reported; meanwhile the decision asks to be retried at ``retry_at_ms``.
+    """
+    if (
+        state.leader != NO_LEADER
+        and state.leader in state.isr
+        and _eligible(views, state.leader, partition_had_data)
+    ):
+        return unchanged(state, f"leader {state.leader} is eligible", "ELECTION_NOT_NEEDED")
+
+    for replica in state.replicas:
+        if replica in state.isr and _eligible(views, replica, partition_had_data):
+            isr = _remaining_isr(state, views, partition_had_data)
+            return Decision(
+                state.with_leader(replica, isr),
+                f"clean election: {replica} is the first eligible in-sync replica",
+                changed=True,
+            )
+
+    if not unclean_allowed:
+        return _offline(state, views, partition_had_data, "no eligible in-sync replica")
+
+    unreported = [r for r in state.replicas if view_of(views, r).log is None]
+    if unreported and unclean_wait_ms > 0:
+        started = now_ms if unclean_wait_started_ms is None else unclean_wait_started_ms
+        if now_ms < started + unclean_wait_ms:
+            return Decision(
+                state,
+                f"unclean election waits for replicas {unreported} to report their logs",
+                retry_at_ms=started + unclean_wait_ms,
+            )
+
+    order = {r: i for i, r in enumerate(state.replicas)}
+    ranked = [
+        (log.position, -order[r], r)
+        for r in state.replicas
+        if _eligible(views, r, partition_had_data) and (log := view_of(views, r).log) is not None
+    ]
+    if not ranked:
+        return _offline(
+            state, views, partition_had_data, "no eligible replica has reported its log"
+        )
+    position, _, chosen = max(ranked)
+    return _lead_alone(
+        state,
+        views,
+        chosen,
+        f"unclean election: {chosen} has the highest (last epoch, log end offset) {position}",
+    )
+
+
+def on_replicas_offline(
+    state: PartitionRegistration,
+    views: Views,
+    *,
+    unclean_allowed: bool = False,
+    partition_had_data: bool = False,
+) -> Decision:
+    """Brokers died or log dirs failed (their views say so): elect a new leader if the leader is
+    affected, otherwise drop the affected followers from the ISR (it may shrink to the leader
+    alone: min.insync.replicas only gates acks=all produce, never the ISR)."""
+    if state.leader == NO_LEADER or not _eligible(views, state.leader, partition_had_data):
+        return elect_leader(
+            state, views, unclean_allowed=unclean_allowed, partition_had_data=partition_had_data
+        )
+    isr = _remaining_isr(state, views, partition_had_data)
+    if isr == state.isr:
+        return unchanged(state, "every in-sync replica is still eligible")
+    gone = [r for r in state.isr if r not in isr]
+    return Decision(state.with_isr(isr), f"replicas {gone} left the ISR: offline", changed=True)
+
+
+def preferred_election(
+    state: PartitionRegistration, views: Views, *, partition_had_data: bool = False
+) -> Decision:
+    """Move leadership back to the first replica in the assignment, if it is in sync."""
+    preferred = state.preferred_leader
+    if state.leader == preferred:
+        return unchanged(
+            state, f"preferred replica {preferred} already leads", "ELECTION_NOT_NEEDED"
+        )
+    if preferred not in state.isr:
+        return unchanged(
+            state,
+            f"preferred replica {preferred} is not in the ISR",
+            "PREFERRED_LEADER_NOT_AVAILABLE",
+        )
+    if not _eligible(views, preferred, partition_had_data):
+        return unchanged(
+            state,
+            f"preferred replica {preferred} is not eligible",
+            "PREFERRED_LEADER_NOT_AVAILABLE",
+        )
+    return Decision(
+        state.with_leader(preferred, state.isr),
+        f"preferred election: {preferred} leads again",
+        changed=True,
+    )
+
+
+def controlled_shutdown(
+    state: PartitionRegistration, views: Views, broker: int, *, partition_had_data: bool = False
+) -> Decision:
+    """A broker asks to shut down: leadership moves to another eligible in-sync replica first,
+    and the broker leaves the ISR. When it is the only in-sync replica its leadership stays (the
+    broker retries, and finally shuts down uncleanly as Kafka does)."""
+    if broker not in state.replicas:
+        return unchanged(state, f"broker {broker} holds no replica")
+    isr = tuple(r for r in state.isr if r != broker)
+    if state.leader != broker:
+        if broker not in state.isr:
+            return unchanged(state, f"broker {broker} is a follower outside the ISR")
+        return Decision(
+            state.with_isr(isr), f"shutting-down follower {broker} leaves the ISR", changed=True
+        )
+    for replica in state.replicas:
+        if replica != broker and replica in isr and _eligible(views, replica, partition_had_data):
+            return Decision(
+                state.with_leader(replica, isr),
+                f"controlled shutdown of {broker}: {replica} leads",
+                changed=True,
+            )
+    return unchanged(
+        state,
+        f"controlled shutdown of {broker}: no other eligible in-sync replica",
+        "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+    )
+
+
+def designated_election(
+    state: PartitionRegistration,
+    views: Views,
+    replica: int,
+    *,
+    force: bool = False,
+    partition_had_data: bool = False,
+) -> Decision:
+    """An operator makes a chosen replica leader (`logkeel elect --replica`), in or out of the ISR.
+
+    Refused, with the reason, when the replica is not assigned, not live, its log dir is offline,
+    or it is shutting down; and -- unless ``force`` -- when its storage was wiped while others
+    hold data. Out of the ISR it leads alone and the others truncate to its log.
+    """
+    if replica not in state.replicas:
+        return unchanged(
+            state, f"{replica} is not a replica of the partition", "INVALID_REPLICA_ASSIGNMENT"
+        )
+    view = view_of(views, replica)
+    refusal = None
+    if not view.live:
+        refusal = f"broker {replica} is not live"
+    elif not view.log_dir_online:
+        refusal = f"the log dir of replica {replica} is offline"
+    elif view.shutting_down:
+        refusal = f"broker {replica} is shutting down"
+    elif not force and storage_wiped(views, replica, partition_had_data=partition_had_data):
+        refusal = (
+            f"replica {replica} lost its storage (empty log or new directory id) while the "
+            "partition holds data elsewhere; force the election to accept the loss"
+        )
+    if refusal is not None:
+        return unchanged(state, refusal, "ELIGIBLE_LEADERS_NOT_AVAILABLE")
+    if state.leader == replica:
+        return unchanged(state, f"{replica} already leads", "ELECTION_NOT_NEEDED")
+    if replica in state.isr:
+        isr: Iterable[int] = (replica,) + tuple(
+            r for r in _remaining_isr(state, views, partition_had_data) if r != replica
+        )
+        return Decision(
+            state.with_leader(replica, isr),
+            f"designated election: in-sync {replica} leads",
+            changed=True,
+        )
+    return _lead_alone(
+        state, views, replica, f"designated election: out-of-sync {replica} leads alone"
+    )

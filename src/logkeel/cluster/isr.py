@@ -1,0 +1,262 @@
+"""In-sync replica tracking as pure functions: the leader's view of each follower's fetches, ISR
+shrink and expand proposals, the high watermark, the controller's check of an AlterPartition
+proposal, and the slow-leader rule.
+
+Follower state follows Kafka's Replica.updateFetchState; KIP-501
+(`follower.fetch.pending.reads.insync.enable`) adds pending fetches: a fetch that started at or
+past the leader's log end as of the follower's previous fetch keeps the follower in sync while the
+leader is still serving it, and a fetch that took at least
+``replica.lag.time.max.ms * replica.read.time.insync.factor`` to serve counts as caught up at its
+completion rather than its start. The ISR may shrink to the leader alone; `min.insync.replicas`
+only gates acks=all produce (`check_min_insync`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from logkeel.cluster.partition_state import (
+    Decision,
+    PartitionRegistration,
+    Views,
+    unchanged,
+    view_of,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IsrConfig:
+    replica_lag_time_max_ms: int = 30_000
+    follower_fetch_pending_reads_insync_enable: bool = False
+    replica_read_time_insync_factor: float = 0.5  # KIP-501: in (0, 1]
+    follower_fetch_process_time_max_ms: int = 500  # KIP-501 solution 2: leader gives up
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFetch:
+    fetch_offset: int
+    started_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerState:
+    """The leader's record of one follower (Kafka's Replica state)."""
+
+    log_end_offset: int = 0
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_log_end_offset: int = 0
+    pending: tuple[PendingFetch, ...] = ()
+
+
+def fetch_started(
+    follower: FollowerState, fetch_offset: int, now_ms: int, config: IsrConfig
+) -> FollowerState:
+    """A follower fetch begins to be served. Under KIP-501 it is recorded as pending when it
+    starts at or past the leader's log end as of the previous fetch (the follower had caught up
+    to what it last saw)."""
+    if not config.follower_fetch_pending_reads_insync_enable:
+        return follower
+    if fetch_offset < follower.last_fetch_leader_log_end_offset:
+        return follower
+    return replace(follower, pending=(*follower.pending, PendingFetch(fetch_offset, now_ms)))
+
+
+def _without_pending(
+    follower: FollowerState, fetch_offset: int, started_ms: int
+) -> tuple[PendingFetch, ...]:
+    mine = PendingFetch(fetch_offset, started_ms)
+    rest = list(follower.pending)
+    if mine in rest:
+        rest.remove(mine)
+    return tuple(rest)
+
+
+def fetch_completed(
+    follower: FollowerState,
+    fetch_offset: int,
+    started_ms: int,
+    now_ms: int,
+    leader_log_end_offset: int,
+    config: IsrConfig,
+) -> FollowerState:
+    """A follower fetch was served: its fetch offset is the follower's log end offset, and it
+    counts as caught up at the fetch's start time when it reached the leader's current log end,
+    or at the previous fetch's time when it reached the log end seen then."""
+    slow_read = now_ms - started_ms >= (
+        config.replica_lag_time_max_ms * config.replica_read_time_insync_factor
+    )
+    # KIP-501: a follower that had reached what it last saw is not lagging because the leader
+    # took long to serve it; it counts as caught up when the read completes.
+    leader_was_slow = (
+        config.follower_fetch_pending_reads_insync_enable
+        and slow_read
+        and fetch_offset >= follower.last_fetch_leader_log_end_offset
+    )
+    fetch_time = now_ms if leader_was_slow else started_ms
+    caught_up = follower.last_caught_up_ms
+    if fetch_offset >= leader_log_end_offset:
+        caught_up = max(caught_up, fetch_time)
+    elif fetch_offset >= follower.last_fetch_leader_log_end_offset:
+        caught_up = max(caught_up, now_ms if leader_was_slow else follower.last_fetch_ms)
+    return FollowerState(
+        log_end_offset=fetch_offset,
+        last_caught_up_ms=caught_up,
+        last_fetch_ms=fetch_time,
+        last_fetch_leader_log_end_offset=leader_log_end_offset,
+        pending=_without_pending(follower, fetch_offset, started_ms),
+    )
+
+
+def fetch_failed(follower: FollowerState, fetch_offset: int, started_ms: int) -> FollowerState:
+    """A fetch ended in an error: it no longer counts as pending (KIP-501), nothing else moves."""
+    return replace(follower, pending=_without_pending(follower, fetch_offset, started_ms))
+
+
+def in_sync(
+    follower: FollowerState, leader_log_end_offset: int, now_ms: int, config: IsrConfig
+) -> tuple[bool, str]:
+    if follower.log_end_offset >= leader_log_end_offset:
+        return True, "at the leader's log end"
+    lag = now_ms - follower.last_caught_up_ms
+    if lag <= config.replica_lag_time_max_ms:
+        return True, f"caught up {lag} ms ago"
+    if config.follower_fetch_pending_reads_insync_enable and follower.pending:
+        return True, "a fetch that started caught up is still being served"
+    return (
+        False,
+        f"last caught up {lag} ms ago (replica.lag.time.max.ms={config.replica_lag_time_max_ms})",
+    )
+
+
+def shrink_isr(
+    state: PartitionRegistration,
+    followers: Mapping[int, FollowerState],
+    leader_log_end_offset: int,
+    now_ms: int,
+    config: IsrConfig,
+) -> Decision:
+    """The leader's periodic check: propose an ISR without the followers that fell behind.
+    The proposal keeps the partition epoch it was made against; the controller bumps it."""
+    out: dict[int, str] = {}
+    for replica in state.isr:
+        if replica == state.leader:
+            continue
+        ok, why = in_sync(
+            followers.get(replica, FollowerState()), leader_log_end_offset, now_ms, config
+        )
+        if not ok:
+            out[replica] = why
+    if not out:
+        return unchanged(state, "every follower in the ISR is in sync")
+    isr = tuple(r for r in state.isr if r not in out)
+    return Decision(replace(state, isr=isr), f"shrink ISR: {out}", changed=True)
+
+
+def expand_isr(
+    state: PartitionRegistration,
+    replica: int,
+    follower: FollowerState,
+    high_watermark: int,
+    leader_epoch_start_offset: int,
+) -> Decision:
+    """A follower rejoins once it has fetched up to the high watermark and into the current
+    leader epoch (so it holds nothing the new term might have truncated)."""
+    if replica in state.isr:
+        return unchanged(state, f"{replica} is already in the ISR")
+    if replica not in state.replicas:
+        return unchanged(state, f"{replica} is not a replica", "INELIGIBLE_REPLICA")
+    if follower.log_end_offset < max(high_watermark, leader_epoch_start_offset):
+        return unchanged(
+            state,
+            f"{replica} at {follower.log_end_offset} has not reached the high watermark "
+            f"{high_watermark} and the leader epoch start {leader_epoch_start_offset}",
+        )
+    return Decision(
+        replace(state, isr=(*state.isr, replica)), f"expand ISR: {replica} caught up", changed=True
+    )
+
+
+def high_watermark(
+    current: int,
+    leader: int,
+    leader_log_end_offset: int,
+    isr: tuple[int, ...],
+    followers: Mapping[int, FollowerState],
+) -> int:
+    """The smallest log end offset over the ISR; it never moves backwards."""
+    ends = [leader_log_end_offset]
+    ends += [followers.get(r, FollowerState()).log_end_offset for r in isr if r != leader]
+    return max(current, min(ends))
+
+
+def check_min_insync(isr_size: int, min_insync_replicas: int) -> str | None:
+    """acks=all produce is refused below min.insync.replicas (Kafka's NOT_ENOUGH_REPLICAS)."""
+    return "NOT_ENOUGH_REPLICAS" if isr_size < min_insync_replicas else None
+
+
+def alter_partition(
+    current: PartitionRegistration, proposal: PartitionRegistration, requester: int, views: Views
+) -> Decision:
+    """The controller's answer to a leader's AlterPartition: applied only when it comes from the
+    current leader in the current leader epoch and was made against the current partition epoch,
+    and every replica it adds is live with its log dir online."""
+    if requester != current.leader:
+        return unchanged(
+            current, f"{requester} is not the leader ({current.leader})", "NOT_LEADER_OR_FOLLOWER"
+        )
+    if proposal.leader_epoch != current.leader_epoch:
+        return unchanged(
+            current,
+            f"leader epoch {proposal.leader_epoch} is not the current {current.leader_epoch}",
+            "FENCED_LEADER_EPOCH",
+        )
+    if proposal.partition_epoch != current.partition_epoch:
+        return unchanged(
+            current,
+            f"partition epoch {proposal.partition_epoch} is not the current {current.partition_epoch}",
+            "INVALID_UPDATE_VERSION",
+        )
+    if current.leader not in proposal.isr:
+        return unchanged(current, "the ISR must contain the leader", "INVALID_REQUEST")
+    for replica in proposal.isr:
+        if replica not in current.replicas:
+            return unchanged(current, f"{replica} is not a replica", "INELIGIBLE_REPLICA")
+        if replica not in current.isr and not view_of(views, replica).can_lead:
+            return unchanged(
+                current, f"{replica} is not live with an online log dir", "INELIGIBLE_REPLICA"
+            )
+    if proposal.isr == current.isr:
+        return unchanged(current, "the ISR is unchanged")
+    return Decision(
+        current.with_isr(proposal.isr), f"ISR is now {list(proposal.isr)}", changed=True
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SlowLeader:
+    """Since when the leader has been too slow serving follower fetches (None: it is not)."""
+
+    slow_since_ms: int | None = None
+
+
+def slow_leader_check(
+    previous: SlowLeader,
+    followers: Mapping[int, FollowerState],
+    now_ms: int,
+    config: IsrConfig,
+) -> tuple[SlowLeader, bool, str]:
+    """Beyond KIP-501: a leader with a follower fetch pending longer than
+    `follower.fetch.process.time.max.ms`, continuously for longer than `replica.lag.time.max.ms`,
+    should hand leadership to an in-sync follower. Returns the new tracking state, whether to
+    resign, and why."""
+    limit = config.follower_fetch_process_time_max_ms
+    slowest = max((now_ms - p.started_ms for f in followers.values() for p in f.pending), default=0)
+    if slowest <= limit:
+        return SlowLeader(), False, f"follower fetches are served within {limit} ms"
+    since = previous.slow_since_ms if previous.slow_since_ms is not None else now_ms
+    slow_for = now_ms - since
+    if slow_for > config.replica_lag_time_max_ms:
+        return SlowLeader(since), True, f"fetches slower than {limit} ms for {slow_for} ms"
+    return SlowLeader(since), False, f"fetches slower than {limit} ms for {slow_for} ms so far"

@@ -1,0 +1,140 @@
+"""Value types the controller's pure decisions work on: a partition's registration (assignment,
+leader, epochs, ISR), what the controller knows of each replica, and a decision's outcome.
+
+Nothing here does IO; `elections` and `isr` take these and return new ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    """One partition as the controller records it (Kafka's LeaderAndIsr plus the assignment).
+
+    ``replicas`` is in assignment order, its first entry the preferred leader. ``partition_epoch``
+    is the version of the partition state (the znode's zkVersion in ZooKeeper mode): every
+    change bumps it, and an AlterPartition proposal made against an older one is refused.
+    """
+
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+    @property
+    def offline(self) -> bool:
+        return self.leader == NO_LEADER
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    def with_leader(self, leader: int, isr: Iterable[int]) -> PartitionRegistration:
+        """A new leadership term: the leader epoch and the partition epoch both move on, even
+        when the same broker is elected again (its followers must fence the old term)."""
+        return replace(
+            self,
+            leader=leader,
+            leader_epoch=self.leader_epoch + 1,
+            isr=tuple(isr),
+            partition_epoch=self.partition_epoch + 1,
+        )
+
+    def with_isr(self, isr: Iterable[int]) -> PartitionRegistration:
+        """An ISR change within the same leadership term (AlterPartition)."""
+        return replace(self, isr=tuple(isr), partition_epoch=self.partition_epoch + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLog:
+    """What a replica reported of its log for this partition."""
+
+    last_epoch: int  # latest epoch in its leader-epoch cache; -1 when the cache is empty
+    log_end_offset: int
+    # The partition's log dir carries a different directory id than when it was assigned:
+    # the disk was replaced or reformatted.
+    dir_id_changed: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return self.log_end_offset == 0 and self.last_epoch < 0
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """What an unclean election ranks replicas by: highest leader epoch, then longest log."""
+        return (self.last_epoch, self.log_end_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """What the controller knows of one replica of one partition."""
+
+    live: bool  # the broker is registered (its ephemeral znode exists)
+    log_dir_online: bool = True  # False once the broker reported the dir holding it failed
+    shutting_down: bool = False  # controlled shutdown in progress
+    log: ReplicaLog | None = None  # None: not reported (yet)
+
+    @property
+    def can_lead(self) -> bool:
+        """A leader must be reachable and able to serve its log."""
+        return self.live and self.log_dir_online and not self.shutting_down
+
+
+Views = Mapping[int, ReplicaView]
+OFFLINE_VIEW = ReplicaView(live=False)
+
+
+def view_of(views: Views, replica: int) -> ReplicaView:
+    return views.get(replica, OFFLINE_VIEW)
+
+
+def storage_wiped(views: Views, replica: int, *, partition_had_data: bool = False) -> bool:
+    """The replica lost its data: a new directory id, or an empty log (no offsets, no epochs)
+    while another replica holds data or the partition is known to have had data. Such a replica
+    must never be made leader by the controller on its own (the incident: every follower
+    truncated to an empty leader)."""
+    log = view_of(views, replica).log
+    if log is None:
+        return False
+    if log.dir_id_changed:
+        return True
+    if not log.empty:
+        return False
+    others_hold_data = any(
+        other != replica and v.log is not None and not v.log.empty for other, v in views.items()
+    )
+    return partition_had_data or others_hold_data
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one controller or leader decision.
+
+    ``state`` is the new registration (the old one, unchanged, when nothing is to be written);
+    ``error`` is Kafka's error name when the request is refused; ``retry_at_ms`` asks the caller
+    to decide again at that time (an unclean election waiting for replicas to report);
+    ``truncated`` maps replicas to how many offsets past the new leader's log end they will lose.
+    """
+
+    state: PartitionRegistration
+    reason: str
+    changed: bool = False
+    error: str | None = None
+    retry_at_ms: int | None = None
+    truncated: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def unchanged(state: PartitionRegistration, reason: str, error: str | None = None) -> Decision:
+    return Decision(state, reason, changed=False, error=error)

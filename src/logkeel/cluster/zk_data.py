@@ -1,0 +1,308 @@
+"""Kafka's ZooKeeper layout: znode paths and the JSON each holds, as pure encode/decode
+functions (Kafka's ZkData), so Kafka's tools reading a logkeel ZooKeeper see familiar data.
+
+Beyond Kafka, a broker registration carries the ids of the broker's log dirs and which of them
+are offline (for KIP-18/KIP-112 status). Its broker epoch is, as in Kafka (KIP-380), the
+creation zxid of its ephemeral znode, so it is read from the znode's stat, not its data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from logkeel.cluster.partition_state import PartitionRegistration
+from logkeel.storage.topic_partition import TopicPartition
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+TOPIC_CONFIGS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
+
+# Persistent parents created once per cluster (Kafka's ZkData.PersistentZkPaths).
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    TOPICS,
+    TOPIC_CONFIGS,
+    DELETE_TOPICS,
+    ISR_CHANGE_NOTIFICATION,
+    LOG_DIR_EVENT_NOTIFICATION,
+)
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{partitions_path(topic)}/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def _dump(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    obj = json.loads(data.decode())
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {data[:80]!r}")
+    return obj
+
+
+# ---- /brokers/ids/<id> -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EndPoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+    jmx_port: int = -1
+    timestamp_ms: int = 0
+    log_dir_ids: tuple[str, ...] = ()
+    offline_log_dir_ids: tuple[str, ...] = ()
+    broker_epoch: int = -1  # the registration znode's czxid; -1 until registered
+
+    @property
+    def plaintext(self) -> EndPoint | None:
+        return next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
+
+
+def encode_broker(reg: BrokerRegistration) -> bytes:
+    """Version 5 of Kafka's registration; top-level host/port name the first PLAINTEXT endpoint
+    for old clients (null/-1 without one), as Kafka writes them."""
+    plain = reg.plaintext
+    obj: dict[str, Any] = {
+        "version": 5,
+        "host": plain.host if plain else None,
+        "port": plain.port if plain else -1,
+        "endpoints": [e.connection_string for e in reg.endpoints],
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in reg.endpoints},
+        "jmx_port": reg.jmx_port,
+        "timestamp": str(reg.timestamp_ms),
+        "features": {},
+        "log_dir_ids": list(reg.log_dir_ids),
+        "offline_log_dir_ids": list(reg.offline_log_dir_ids),
+    }
+    if reg.rack is not None:
+        obj["rack"] = reg.rack
+    return _dump(obj)
+
+
+def _parse_endpoint(text: str, protocols: Mapping[str, str]) -> EndPoint:
+    listener, _, address = text.partition("://")
+    host, _, port = address.rpartition(":")
+    return EndPoint(listener, host.strip("[]"), int(port), protocols.get(listener, listener))
+
+
+def decode_broker(broker_id: int, data: bytes, czxid: int = -1) -> BrokerRegistration:
+    obj = _load(data)
+    protocols = obj.get("listener_security_protocol_map") or {}
+    if "endpoints" in obj:
+        endpoints = tuple(_parse_endpoint(e, protocols) for e in obj["endpoints"])
+    else:  # version 1: host and port only
+        endpoints = (EndPoint("PLAINTEXT", obj["host"], int(obj["port"])),)
+    return BrokerRegistration(
+        broker_id=broker_id,
+        endpoints=endpoints,
+        rack=obj.get("rack"),
+        jmx_port=int(obj.get("jmx_port", -1)),
+        timestamp_ms=int(obj.get("timestamp", 0)),
+        log_dir_ids=tuple(obj.get("log_dir_ids", ())),
+        offline_log_dir_ids=tuple(obj.get("offline_log_dir_ids", ())),
+        broker_epoch=czxid,
+    )
+
+
+# ---- /brokers/topics/<t> ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    topic: str
+    topic_id: str | None
+    partitions: Mapping[int, tuple[int, ...]]
+    adding_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    removing_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _by_partition(assignment: Mapping[int, Iterable[int]]) -> dict[str, list[int]]:
+    return {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+
+
+def _from_json(obj: Mapping[str, Iterable[int]] | None) -> dict[int, tuple[int, ...]]:
+    return {int(p): tuple(int(r) for r in rs) for p, rs in (obj or {}).items()}
+
+
+def encode_topic(a: TopicAssignment) -> bytes:
+    obj: dict[str, Any] = {
+        "version": 2,
+        "partitions": _by_partition(a.partitions),
+        "adding_replicas": _by_partition(a.adding_replicas),
+        "removing_replicas": _by_partition(a.removing_replicas),
+    }
+    if a.topic_id is not None:
+        obj["topic_id"] = a.topic_id
+    return _dump(obj)
+
+
+def decode_topic(topic: str, data: bytes) -> TopicAssignment:
+    obj = _load(data)
+    return TopicAssignment(
+        topic=topic,
+        topic_id=obj.get("topic_id"),
+        partitions=_from_json(obj.get("partitions")),
+        adding_replicas=_from_json(obj.get("adding_replicas")),
+        removing_replicas=_from_json(obj.get("removing_replicas")),
+    )
+
+
+# ---- /brokers/topics/<t>/partitions/<p>/state ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIsr:
+    """A partition state znode (Kafka's LeaderIsrAndControllerEpoch); ``zk_version`` is the
+    znode's version, which is the partition epoch."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = 0
+
+
+def encode_partition_state(s: LeaderIsr) -> bytes:
+    return _dump(
+        {
+            "controller_epoch": s.controller_epoch,
+            "leader": s.leader,
+            "version": 1,
+            "leader_epoch": s.leader_epoch,
+            "isr": list(s.isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
+    obj = _load(data)
+    return LeaderIsr(
+        leader=int(obj["leader"]),
+        leader_epoch=int(obj["leader_epoch"]),
+        isr=tuple(int(r) for r in obj["isr"]),
+        controller_epoch=int(obj["controller_epoch"]),
+        zk_version=zk_version,
+    )
+
+
+def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegistration:
+    """The controller's value for a partition: its assignment and its state znode."""
+    return PartitionRegistration(
+        tuple(replicas), state.leader, state.leader_epoch, state.isr, state.zk_version
+    )
+
+
+def leader_isr_of(reg: PartitionRegistration, controller_epoch: int) -> LeaderIsr:
+    return LeaderIsr(reg.leader, reg.leader_epoch, reg.isr, controller_epoch, reg.partition_epoch)
+
+
+# ---- /controller, /controller_epoch ----------------------------------------------------------
+
+
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_load(data)["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode())
+
+
+# ---- /config/topics/<t> ----------------------------------------------------------------------
+
+
+def encode_topic_config(configs: Mapping[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(configs)})
+
+
+def decode_topic_config(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    return {k: str(v) for k, v in (_load(data).get("config") or {}).items()}
+
+
+# ---- notifications: ISR changes, preferred election, log dir events ----------------------------
+
+
+def encode_partitions(partitions: Iterable[TopicPartition]) -> bytes:
+    """The body of /isr_change_notification/isr_change_<seq> and
+    /admin/preferred_replica_election."""
+    items = sorted(set(partitions))
+    return _dump(
+        {
+            "version": 1,
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in items],
+        }
+    )
+
+
+def decode_partitions(data: bytes) -> set[TopicPartition]:
+    return {TopicPartition(p["topic"], int(p["partition"])) for p in _load(data)["partitions"]}
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dump({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes) -> int:
+    """The broker that had a log dir fail."""
+    return int(_load(data)["broker"])

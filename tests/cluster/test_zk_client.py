@@ -1,0 +1,212 @@
+"""The ZooKeeper metadata layer against a real ZooKeeper server (session fixture, chroot per test)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.elections import elect_leader
+from logkeel.cluster.partition_state import ReplicaView
+from logkeel.cluster.zk_client import (
+    BrokerIdInUse,
+    ControllerMoved,
+    StalePartitionState,
+    ZkMetadataClient,
+    ZooKeeperUnavailable,
+)
+from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_server import free_port
+from logkeel.storage.topic_partition import TopicPartition
+
+WAIT = 15.0  # upper bound for anything ZooKeeper does asynchronously in these tests
+
+
+@pytest.fixture
+def clients(zk_connect: str) -> Iterator[Callable[[], ZkMetadataClient]]:
+    made: list[ZkMetadataClient] = []
+
+    def make() -> ZkMetadataClient:
+        client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
+        made.append(client.start())
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def registration(broker_id: int) -> BrokerRegistration:
+    return BrokerRegistration(
+        broker_id,
+        (EndPoint("PLAINTEXT", "127.0.0.1", 9090 + broker_id),),
+        rack=f"r{broker_id}",
+        log_dir_ids=(f"dir{broker_id}",),
+    )
+
+
+def expire_session(client: ZkMetadataClient) -> None:
+    """Expire a session for real: a second connection with the same session id and password
+    closes it on the server, as an expiry would."""
+    session_id, password = client.zk.client_id
+    thief = KazooClient(hosts=client.connect, client_id=(session_id, password), timeout=6.0)
+    thief.start(timeout=WAIT)
+    thief.stop()
+    thief.close()
+
+
+def wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_unreachable_zookeeper_is_a_clear_error() -> None:
+    client = ZkMetadataClient(f"127.0.0.1:{free_port()}", connection_timeout_ms=1000)
+    started = time.monotonic()
+    with pytest.raises(ZooKeeperUnavailable, match="zookeeper.connection.timeout.ms=1000"):
+        client.start()
+    assert time.monotonic() - started < WAIT
+
+
+def test_broker_registration_is_ephemeral_and_watched(clients) -> None:
+    a, b = clients(), clients()
+    seen: list[list[int]] = []
+    assert a.brokers(watch=seen.append) == {}
+    epoch = b.register_broker(registration(2))
+    assert epoch > 0
+    wait_for(lambda: seen and seen[-1] == [2], "the watch to see broker 2")
+    found = a.brokers()[2]
+    assert found.broker_epoch == epoch and found.rack == "r2" and found.log_dir_ids == ("dir2",)
+    with pytest.raises(BrokerIdInUse):
+        a.register_broker(registration(2))
+    b.update_broker(dataclasses.replace(registration(2), offline_log_dir_ids=("dir2",)))
+    assert a.broker(2).offline_log_dir_ids == ("dir2",)
+
+    lost = threading.Event()
+    b.add_session_listener(lambda state: state == "LOST" and lost.set())
+    expire_session(b)
+    assert lost.wait(WAIT), "the expired session was not reported as LOST"
+    wait_for(lambda: seen[-1] == [], "the watch to see broker 2 vanish")
+    assert a.broker(2) is None
+    # The broker id is free again for a new session, with a newer broker epoch.
+    assert clients().register_broker(registration(2)) > epoch
+
+
+def test_controller_election_fencing_and_failover(clients) -> None:
+    a, b = clients(), clients()
+    ctl_a = a.try_become_controller(1)
+    assert ctl_a is not None and ctl_a.epoch == 1
+    assert b.try_become_controller(2) is None
+    assert b.controller() == 1 and b.controller_epoch()[0] == 1
+
+    a.create_topic(
+        TopicAssignment("t", "AAAAAAAAAAAAAAAAAAAAAA", {0: (1, 2)}), {"min.insync.replicas": "2"}
+    )
+    a.create_partition_states(ctl_a, "t", {0: LeaderIsr(1, 0, (1, 2), ctl_a.epoch)})
+
+    controllers: list[int | None] = []
+    b.controller(watch=controllers.append)
+    expire_session(a)
+    wait_for(lambda: controllers and controllers[-1] is None, "/controller to vanish")
+    ctl_b = b.try_become_controller(2)
+    assert ctl_b is not None and ctl_b.epoch == 2 and b.controller() == 2
+
+    # The old controller's session is gone; a new session of it still holds the stale epoch.
+    stale = clients()
+    with pytest.raises(ControllerMoved):
+        stale.update_partition_state(
+            ctl_a, "t", 0, LeaderIsr(2, 1, (2,), ctl_a.epoch), expected_version=0
+        )
+    assert b.partition_state("t", 0) == LeaderIsr(1, 0, (1, 2), 1, zk_version=0)
+    b.resign_controller(ctl_b)
+    assert b.controller() is None
+    with pytest.raises(ControllerMoved):
+        stale.resign_controller(ctl_a)
+
+
+def test_partition_state_writes_are_conditional_on_the_partition_epoch(clients) -> None:
+    zk = clients()
+    ctl = zk.try_become_controller(1)
+    assert ctl is not None
+    zk.create_topic(TopicAssignment("t", None, {0: (1, 2, 3)}), {})
+    zk.create_partition_states(ctl, "t", {0: LeaderIsr(1, 0, (1, 2, 3), ctl.epoch)})
+    current = zd.registration_of(zk.topic_assignment("t").partitions[0], zk.partition_state("t", 0))
+    assert current.partition_epoch == 0
+
+    views = {1: ReplicaView(live=False), 2: ReplicaView(live=True), 3: ReplicaView(live=True)}
+    decision = elect_leader(current, views)
+    version = zk.update_partition_state(
+        ctl,
+        "t",
+        0,
+        zd.leader_isr_of(decision.state, ctl.epoch),
+        expected_version=current.partition_epoch,
+    )
+    assert version == decision.state.partition_epoch == 1
+    stored = zd.registration_of((1, 2, 3), zk.partition_state("t", 0))
+    assert stored == decision.state and stored.leader == 2
+
+    # A second decision made against the old epoch loses: nothing it decided is written.
+    rival = elect_leader(current, {**views, 2: ReplicaView(live=False)})
+    with pytest.raises(StalePartitionState):
+        zk.update_partition_state(
+            ctl, "t", 0, zd.leader_isr_of(rival.state, ctl.epoch), expected_version=0
+        )
+    assert zk.partition_state("t", 0).leader == 2
+
+
+def test_topics_configs_and_deletion(clients) -> None:
+    zk = clients()
+    ctl = zk.try_become_controller(1)
+    assert ctl is not None
+    names: list[list[str]] = []
+    zk.topics(watch=names.append)
+    zk.create_topic(
+        TopicAssignment("t", "AAAAAAAAAAAAAAAAAAAAAA", {0: (1,), 1: (1,)}), {"retention.ms": "1000"}
+    )
+    with pytest.raises(NodeExistsError):
+        zk.create_topic(TopicAssignment("t", None, {0: (1,)}), {})
+    zk.create_partition_states(ctl, "t", {p: LeaderIsr(1, 0, (1,), ctl.epoch) for p in (0, 1)})
+    wait_for(lambda: names and names[-1] == ["t"], "the topics watch")
+    assert zk.topic_config("t") == {"retention.ms": "1000"}
+    zk.set_topic_config("t", {"retention.ms": "2000"})
+    assert zk.topic_config("t") == {"retention.ms": "2000"}
+    assert zk.topic_assignment("t").topic_id == "AAAAAAAAAAAAAAAAAAAAAA"
+
+    zk.request_topic_deletion("t")
+    zk.request_topic_deletion("t")
+    assert zk.topics_to_delete() == ["t"]
+    zk.delete_topic(ctl, "t")
+    assert zk.topics() == [] and zk.topics_to_delete() == [] and zk.topic_config("t") == {}
+    wait_for(lambda: names[-1] == [], "the topics watch to see the deletion")
+
+
+def test_notifications_are_read_in_order_and_once(clients) -> None:
+    broker, controller = clients(), clients()
+    first = broker.notify_isr_change([TopicPartition("t", 0)])
+    broker.notify_isr_change([TopicPartition("t", 1), TopicPartition("u", 0)])
+    assert first.startswith("/isr_change_notification/isr_change_")
+    assert controller.take_isr_changes() == {
+        TopicPartition("t", 0),
+        TopicPartition("t", 1),
+        TopicPartition("u", 0),
+    }
+    assert controller.take_isr_changes() == set()
+
+    broker.notify_log_dir_failure(3)
+    broker.notify_log_dir_failure(1)
+    assert controller.take_log_dir_failures() == [3, 1]
+
+    broker.request_preferred_election([TopicPartition("t", 0)])
+    with pytest.raises(NodeExistsError):
+        broker.request_preferred_election([TopicPartition("t", 1)])
+    assert controller.take_preferred_election() == {TopicPartition("t", 0)}
+    assert controller.take_preferred_election() == set()
