@@ -23,7 +23,13 @@ from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
 from logkeel.storage.engine.validation import LAZY, VALIDATION_MODES, SegmentValidator
 from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
-from logkeel.storage.log_dir import LogDir, random_uuid
+from logkeel.storage.log_dir import (
+    META_PROPERTIES,
+    LogDir,
+    MetaProperties,
+    MetaPropertiesError,
+    random_uuid,
+)
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
 from logkeel.storage.recovery.loader import load_partition
 from logkeel.storage.scheduler import Scheduler
@@ -174,8 +180,6 @@ class LogManager:
         return report
 
     def _find_cluster_id(self) -> str | None:
-        from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
-
         for d in self.dirs:
             try:
                 return MetaProperties.parse((d.path / META_PROPERTIES).read_text()).cluster_id
