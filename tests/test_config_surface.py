@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 import logkeel
 from logkeel.config import (
@@ -27,6 +28,7 @@ from logkeel.config import (
 )
 from logkeel.config.definitions import KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED
 from logkeel.config.types import OneOf, format_value
+from tests.brokerproc import BrokerProcess
 
 PACKAGE = Path(logkeel.__file__).parent
 README = PACKAGE.parents[1] / "README.md"
@@ -202,6 +204,49 @@ def test_kafka_topic_config_logkeel_lacks_is_refused_as_not_supported(name: str)
 def test_unknown_topic_config_is_still_called_unknown() -> None:
     with pytest.raises(ConfigError, match="unknown topic config"):
         validate_topic_overrides({"segment.byte": "1024"})
+
+
+# ---- end to end: the broker process and the admin APIs ------------------------------------------
+
+
+def test_broker_process_refuses_to_start_with_an_unsupported_setting(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, overrides={"unclean.leader.election.enable": "true"})
+    with pytest.raises(RuntimeError, match="exited with 2") as err:
+        broker.start()
+    assert "unclean.leader.election.enable" in str(err.value)
+    assert "not supported yet" in str(err.value)
+
+
+def test_admin_apis_refuse_unsupported_topic_configs(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+        try:
+            created = admin.create_topics(
+                {
+                    "surface-a": {"configs": {"unclean.leader.election.enable": "true"}},
+                    "surface-b": {"configs": {"segment.jitter.ms": "1000"}},
+                    "surface-ok": {"configs": {"compression.type": "producer"}},
+                },
+                raise_errors=False,
+            )
+            by_name = {t["name"]: t for t in created["topics"]}
+            for name in ("surface-a", "surface-b"):
+                assert by_name[name]["error_code"] == 40, by_name[name]  # INVALID_CONFIG
+                assert "not supported yet" in by_name[name]["error_message"]
+            assert by_name["surface-ok"]["error_code"] == 0
+            assert "surface-a" not in admin.list_topics()
+
+            change = ConfigResource(
+                ConfigResourceType.TOPIC, "surface-ok", configs={"compression.type": "gzip"}
+            )
+            altered = admin.alter_configs([change])["topic"]["surface-ok"]
+            assert "InvalidConfigurationError" in str(altered), altered
+            assert "compression.type='gzip': not supported yet" in str(altered)
+            topic = ConfigResource(ConfigResourceType.TOPIC, "surface-ok")
+            described = admin.describe_configs([topic], config_filter="all")["topic"]["surface-ok"]
+            assert described["compression.type"]["value"] == "producer"
+        finally:
+            admin.close()
 
 
 # ---- the README lists only settings that work ---------------------------------------------------
