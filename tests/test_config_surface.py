@@ -117,7 +117,6 @@ def non_default(key: ConfigKey) -> str:
 def test_the_reader_check_can_fail() -> None:
     assert is_read("log.segment.bytes") or is_read("segment.bytes")
     assert not is_read("log.no.such.setting.ms")
-    assert not is_read("replica.read.time.insync.factor")  # KIP-501, not implemented yet
 
 
 def test_rejected_keys_are_exactly_the_listed_ones() -> None:
