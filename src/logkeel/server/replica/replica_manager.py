@@ -36,14 +36,14 @@ of a dir that failed (at start-up or later), and, at start-up, a partition whose
 missing while some log dir is offline (its log may be there; it is never replaced by an
 empty one, as Kafka refuses to as well).
 
-One partition's state and log access is ``Partition`` (``partition``); the map of partitions,
-kept in line with metadata, is ``partition_table``; request and result types are in
-``results``, the delayed produce and fetch in ``delayed``.
+Siblings: ``partition`` (one partition's state and log access), ``partition_table`` (the map,
+kept in line with metadata), ``fetcher_manager``/``fetcher`` (following other leaders),
+``results`` (request and result types), ``delayed`` (delayed produce and fetch).
 
-High watermark: ``Partition.maybe_increment_high_watermark`` sets it to the smallest log end
-offset over the ISR (the leader's own, and what followers reported in their fetches). With a
-single replica that is the leader's log end, right after each append; acks=all still goes
-through the produce purgatory, so replication plugs in without changing the Produce path.
+High watermark: the smallest log end offset over the ISR (``Partition``), moved by appends and
+by followers' fetches; acks=all waits for it in the produce purgatory. As leader, a periodic
+check every ``replica.lag.time.max.ms / 2`` proposes ISR shrinks through the context's
+``isr_change_requested`` hook (expansions are proposed as followers' fetches catch up).
 
 Ordering: the network layer serves one request per connection at a time, so the produce
 requests of one connection reach ``append_to_partitions`` in order and each append finishes
@@ -57,6 +57,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -68,6 +69,7 @@ from logkeel.records.batch import InvalidBatchError
 from logkeel.server.errors import error_code_for
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.delayed import DelayedFetch, DelayedProduce
+from logkeel.server.replica.fetcher_manager import ReplicaFetcherManager
 from logkeel.server.replica.partition import AppendRejected, Partition
 from logkeel.server.replica.partition_table import PartitionTable
 from logkeel.server.replica.purgatory import DelayedOperationPurgatory
@@ -132,6 +134,14 @@ class ReplicaManager:
         )
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._fetchers = ReplicaFetcherManager(
+            ctx.node_id,
+            ctx.replication,
+            ctx.metadata.brokers,
+            self.run_in_io,
+            self._storage_failure,
+        )
+        self._isr_task: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
 
@@ -145,6 +155,8 @@ class ReplicaManager:
         await self.run_in_io(self._table.sync_all)
         self._table.started = self._started = True
         partitions = self._table.all()
+        self._fetchers.partitions_changed([p.tp for p in partitions], self._table.get)
+        self._isr_task = self._loop.create_task(self._check_isr_shrinks(), name="isr-expiration")
         offline = [p for p in partitions if p.offline_reason is not None]
         log.info(
             "replica manager started: %d partition(s), %d led here, %d offline",
@@ -167,6 +179,9 @@ class ReplicaManager:
         if self._stopped:
             return
         self._stopped = True
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        await self._fetchers.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
         # Let the woken requests take their turn on the loop before the threads go.
@@ -185,6 +200,18 @@ class ReplicaManager:
 
     def partitions(self) -> list[Partition]:
         return self._table.all()
+
+    async def _check_isr_shrinks(self) -> None:
+        """Kafka's isr-expiration task: leaders propose dropping followers that fell behind."""
+        interval = self._ctx.replication.isr.replica_lag_time_max_ms / 2000
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            for p in self._table.all():
+                try:
+                    p.maybe_shrink_isr(now_ms)
+                except Exception:
+                    log.exception("checking the ISR of %s failed", p.tp)
 
     def _on_metadata_change(self, name: str, state: TopicState | None) -> None:
         """Metadata listener; runs in the thread that changed the metadata."""
@@ -210,6 +237,8 @@ class ReplicaManager:
             return
 
         def wake() -> None:
+            if not self._stopped:
+                self._fetchers.partitions_changed(tps, self._table.get)
             for tp in tps:
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)
