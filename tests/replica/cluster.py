@@ -25,6 +25,7 @@ from logkeel.cluster.metadata import (
     PartitionState,
     TopicState,
 )
+from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.config import BrokerConfig
 from logkeel.records.walk import iter_headers
 from logkeel.server.broker import Broker
@@ -144,6 +145,8 @@ class Cluster:
 
     def __init__(self, root: Path, size: int, overrides: dict[str, str] | None = None) -> None:
         self.root = root
+        # The ISR changes leaders asked for: (broker, tp, proposed ISR), as a controller gets them.
+        self.isr_requests: list[tuple[int, TopicPartition, tuple[int, ...]]] = []
         self.ports = [free_port() for _ in range(size)]
         self.metadata = SharedMetadata(
             [BrokerInfo(i, "127.0.0.1", port) for i, port in enumerate(self.ports)]
@@ -168,7 +171,12 @@ class Cluster:
         )
 
     def start(self, node: int) -> Broker:
-        proc = InProcessBroker(self.config(node), metadata=self.metadata)
+        def requested(tp: TopicPartition, proposal: PartitionRegistration, reason: str) -> None:
+            self.isr_requests.append((node, tp, proposal.isr))
+
+        proc = InProcessBroker(
+            self.config(node), metadata=self.metadata, isr_change_requested=requested
+        )
         self.procs[node] = proc
         return proc.start()
 

@@ -3,11 +3,12 @@ controller will use): confluent-kafka clients produce with acks=all and read bac
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from logkeel.storage.topic_partition import TopicPartition
@@ -107,3 +108,115 @@ def test_records_replicate_with_the_leaders_offsets_and_epochs(cluster: Cluster)
     assert high_watermark(cluster, 0) == 20
     wait_until(lambda: high_watermark(cluster, 1) == 20, what="the follower learns the HW")
     assert consume_all(cluster, 20) == [(i, f"v{i}".encode()) for i in range(20)]
+
+
+def test_acks_all_waits_for_the_follower(cluster: Cluster) -> None:
+    create_topic(cluster)
+    cluster.stop(1)  # the follower is down but still in the ISR: the leader must wait for it
+    p = producer(cluster, bootstrap=f"127.0.0.1:{cluster.ports[0]}")
+    reports: list[tuple[int, object]] = []
+    p.produce(
+        TOPIC,
+        b"waits",
+        partition=0,
+        on_delivery=lambda err, msg: reports.append((msg.offset(), err)),
+    )
+    leader = cluster.broker(0).replica_manager.partition(TP)
+    assert leader is not None and leader.log is not None
+    wait_until(lambda: (p.poll(0.05), leader.log.log_end_offset == 1)[1], what="appended")
+    for _ in range(10):  # a second: still unanswered, the high watermark has not moved
+        p.poll(0.1)
+    assert reports == []
+    assert leader.high_watermark == 0
+    cluster.start(1)
+    wait_until(lambda: (p.poll(0.05), reports)[1], 15, "the produce is answered")
+    assert reports == [(0, None)]
+    assert leader.high_watermark == 1
+    assert log_batches(cluster.broker(1), TP) == log_batches(cluster.broker(0), TP)
+
+
+def test_min_insync_replicas(cluster: Cluster) -> None:
+    create_topic(cluster, {"min.insync.replicas": "2"})
+    p = producer(cluster, retries=0, **{"enable.idempotence": False})
+    assert produce(p, [b"both"]) == [(0, None)]
+
+    # Below min.insync.replicas before the append: refused, nothing written.
+    cluster.metadata.set_isr(TP, [0])
+    [(_, err)] = produce(p, [b"refused"])
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.NOT_ENOUGH_REPLICAS
+    leader = cluster.broker(0).replica_manager.partition(TP)
+    assert leader is not None and leader.log is not None
+    assert leader.log.log_end_offset == 1
+
+    # Enough at the append, too few by the time the high watermark passes it.
+    cluster.metadata.set_isr(TP, [0, 1])
+    cluster.stop(1)
+    reports: list[tuple[int, object]] = []
+    p.produce(TOPIC, b"late", partition=0, on_delivery=lambda e, m: reports.append((0, e)))
+    wait_until(lambda: (p.poll(0.05), leader.log.log_end_offset == 2)[1], what="appended")
+    cluster.metadata.set_isr(TP, [0])
+    wait_until(lambda: (p.poll(0.05), reports)[1], 10, "the produce is answered")
+    [(_, err)] = reports
+    assert isinstance(err, KafkaError)
+    assert err.code() == KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def test_old_leader_truncates_its_divergent_tail_by_epoch(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="logkeel.storage")
+    create_topic(cluster)
+    p = producer(cluster)
+    assert produce(p, [f"v{i}".encode() for i in range(5)]) == [(i, None) for i in range(5)]
+
+    # The follower goes away and leaves the ISR; the leader takes writes only it holds.
+    cluster.stop(1)
+    cluster.metadata.set_isr(TP, [0])
+    solo = producer(cluster, bootstrap=f"127.0.0.1:{cluster.ports[0]}", acks="1")
+    assert produce(solo, [f"x{i}".encode() for i in range(3)]) == [(i, None) for i in range(5, 8)]
+    old = cluster.broker(0)
+    assert log_batches(old, TP)[-1][1:] == (0, 7)
+
+    # The controller elects broker 1 (epoch 1); broker 0 becomes its follower while it is down.
+    cluster.metadata.set_leader(TP, 1, [1])
+    new = cluster.start(1)
+    p2 = producer(cluster, bootstrap=f"127.0.0.1:{cluster.ports[1]}")
+    assert produce(p2, [b"w0", b"w1"]) == [(5, None), (6, None)]
+
+    wanted = log_batches(new, TP)
+    assert [(e, last) for b, e, last in wanted if b >= 5][-1] == (1, 6)
+    assert all(e == 1 for b, e, _ in wanted if b >= 5)
+    wait_until(lambda: log_batches(old, TP) == wanted, 15, "the old leader follows")
+    epochs = old.replica_manager.partition(TP).log.leader_epochs.entries  # type: ignore[union-attr]
+    assert [(e.epoch, e.start_offset) for e in epochs] == [(0, 0), (1, 5)]
+    # Cut at the end of epoch 0 on the new leader, the 3 records only the old leader had.
+    assert f"{TP}: truncated to offset 5" in caplog.text
+    values = [v for _, v in consume_all(cluster, 7)]
+    assert values == [b"v0", b"v1", b"v2", b"v3", b"v4", b"w0", b"w1"]
+
+
+def test_isr_shrinks_and_a_follower_that_was_down_catches_up(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, 2, {"replica.lag.time.max.ms": "1000"})
+    try:
+        c.start(0)
+        c.start(1)
+        create_topic(c)
+        p = producer(c, bootstrap=f"127.0.0.1:{c.ports[0]}")
+        assert produce(p, [b"a"]) == [(0, None)]
+        c.stop(1)
+        # A follower at the leader's log end stays in sync (Kafka's rule) until the log moves on.
+        one = producer(c, bootstrap=f"127.0.0.1:{c.ports[0]}", acks="1")
+        assert produce(one, [b"b"]) == [(1, None)]
+        # Then the leader's periodic check wants the silent follower out of the ISR.
+        wait_until(lambda: (0, TP, (0,)) in c.isr_requests, 10, "a shrink is proposed")
+        c.metadata.set_isr(TP, [0])  # the controller applies it
+        reports = produce(p, [f"m{i}".encode() for i in range(200)])
+        assert [off for off, _ in reports] == list(range(2, 202))
+        c.start(1)
+        wait_until(lambda: (0, TP, (0, 1)) in c.isr_requests, 15, "an expansion is proposed")
+        assert log_batches(c.broker(1), TP) == log_batches(c.broker(0), TP)
+        follower = c.broker(0).replica_manager.partition(TP).follower_states()[1]  # type: ignore[union-attr]
+        assert follower.log_end_offset == 202
+        assert follower.last_caught_up_ms > 0
+    finally:
+        c.stop_all()

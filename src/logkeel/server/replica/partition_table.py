@@ -146,6 +146,14 @@ class PartitionTable:
             log.exception("applying the configs of topic %s failed", name)
         return changed
 
+    def check_isr_shrinks(self, now_ms: int) -> None:
+        """Each leader proposes an ISR without the followers that fell behind (the hook)."""
+        for p in self.all():
+            try:
+                p.maybe_shrink_isr(now_ms)
+            except Exception:
+                log.exception("checking the ISR of %s failed", p.tp)
+
     def take_dir_offline(self, log_dir: str, reason: str) -> list[TopicPartition]:
         """The partitions of a failed log dir answer KAFKA_STORAGE_ERROR from now on; returns
         them. In-memory only, so safe on any thread."""

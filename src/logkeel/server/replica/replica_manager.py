@@ -1,10 +1,7 @@
 """The replica manager: routes the data path to partitions and takes failed log dirs offline.
 
-The replica manager owns one ``Partition`` (``partition``) per partition this broker holds a
-replica of, built from the cluster metadata (it listens for changes) over the log manager's logs. API
-handlers (Produce, Fetch, ListOffsets, ...) and the group coordinator go through it, never to
-the logs directly, so that leadership, offline log dirs and the high watermark are respected
-everywhere.
+API handlers and the group coordinator go through it, never to the logs directly, so that
+leadership, offline log dirs and the high watermark are respected everywhere.
 
 Public API (all ``async`` methods run on the event loop; disk work goes to the IO threads):
 
@@ -18,8 +15,7 @@ Public API (all ``async`` methods run on the event loop; disk work goes to the I
   are a ``RegionRecords`` (a file region for sendfile; ``read_bytes()`` gives the bytes) or
   None. Call ``close_records(results)`` if the results are not sent.
 - ``async read_records(tp, offset, max_bytes, read_committed=False)
-  -> (error, bytes, high_watermark)`` (a convenience for internal readers such as the group
-  coordinator: leader-only, whole batches up to the high watermark)
+  -> (error, bytes, high_watermark)`` (for internal readers such as the group coordinator)
 - ``async offset_for_timestamp(tp, timestamp, ...) -> ListOffsetResult``
 - ``async delete_records(tp, offset, timeout_ms) -> (error, low_watermark)``
 - ``end_offset_for_epoch(tp, current_leader_epoch, leader_epoch, replica_id)
@@ -31,10 +27,8 @@ Public API (all ``async`` methods run on the event loop; disk work goes to the I
   ``prepare_shutdown()`` (answer every parked request now; call before stopping the
   listener), ``stop()``.
 
-Offline partitions answer KAFKA_STORAGE_ERROR: those the log manager could not load, those
-of a dir that failed (at start-up or later), and, at start-up, a partition whose log is
-missing while some log dir is offline (its log may be there; it is never replaced by an
-empty one, as Kafka refuses to as well).
+Offline partitions (not loaded, in a failed dir, or missing while a dir is offline: never
+replaced by an empty log) answer KAFKA_STORAGE_ERROR.
 
 Siblings: ``partition`` (one partition's state and log access), ``partition_table`` (the map,
 kept in line with metadata), ``fetcher_manager``/``fetcher`` (following other leaders),
@@ -203,15 +197,9 @@ class ReplicaManager:
 
     async def _check_isr_shrinks(self) -> None:
         """Kafka's isr-expiration task: leaders propose dropping followers that fell behind."""
-        interval = self._ctx.replication.isr.replica_lag_time_max_ms / 2000
         while True:
-            await asyncio.sleep(interval)
-            now_ms = int(time.time() * 1000)
-            for p in self._table.all():
-                try:
-                    p.maybe_shrink_isr(now_ms)
-                except Exception:
-                    log.exception("checking the ISR of %s failed", p.tp)
+            await asyncio.sleep(self._ctx.replication.isr.replica_lag_time_max_ms / 2000)
+            self._table.check_isr_shrinks(int(time.time() * 1000))
 
     def _on_metadata_change(self, name: str, state: TopicState | None) -> None:
         """Metadata listener; runs in the thread that changed the metadata."""
