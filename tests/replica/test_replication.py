@@ -220,3 +220,54 @@ def test_isr_shrinks_and_a_follower_that_was_down_catches_up(tmp_path: Path) -> 
         assert follower.last_caught_up_ms > 0
     finally:
         c.stop_all()
+
+
+def test_three_brokers_with_two_fetchers_per_source(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, 3, {"num.replica.fetchers": "2"})
+    try:
+        for node in range(3):
+            c.start(node)
+        c.metadata.create_topic("wide", 6, 3, {"min.insync.replicas": "2"})
+        tps = [TopicPartition("wide", i) for i in range(6)]
+        wait_until(
+            lambda: all(
+                c.broker(n).replica_manager.partition(tp) is not None
+                for n in range(3)
+                for tp in tps
+            ),
+            what="every broker holds every partition",
+        )
+        p = producer(c)
+        delivered: list[object] = []
+        for i in range(120):
+            p.produce(
+                "wide",
+                f"r{i}".encode(),
+                partition=i % 6,
+                on_delivery=lambda e, m: delivered.append(e),
+            )
+        assert p.flush(15) == 0
+        assert delivered == [None] * 120
+        for tp in tps:
+            state = c.metadata.partition(tp)
+            assert state is not None
+            leader_log = log_batches(c.broker(state.leader), tp)
+            assert sum(last - base + 1 for base, _, last in leader_log) == 20
+            for follower in state.replicas:
+                assert log_batches(c.broker(follower), tp) == leader_log
+        for node in range(3):
+            fetchers = c.broker(node).replica_manager.fetcher_manager.fetchers()
+            by_source: dict[int, int] = {}
+            for f in fetchers:
+                by_source[f.source.node_id] = by_source.get(f.source.node_id, 0) + 1
+                assert f.fetcher_id in (0, 1)
+            assert node not in by_source
+            assert all(count <= 2 for count in by_source.values())
+            followed = sorted(tp for f in fetchers for tp in f.partitions)
+            assert followed == sorted(
+                tp
+                for tp in tps
+                if c.metadata.partition(tp).leader != node  # type: ignore[union-attr]
+            )
+    finally:
+        c.stop_all()

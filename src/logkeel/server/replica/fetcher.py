@@ -344,6 +344,7 @@ class ReplicaFetcher:
                 records,
                 s.leader_epoch,
                 int(part.high_watermark),
+                int(part.log_start_offset),
             )
         except KafkaStorageError as exc:
             self._storage_failure(s.partition, exc)

@@ -9,6 +9,7 @@ truncate by epoch before it fetches again. Everything here runs on the event loo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from collections.abc import Callable, Iterable
@@ -49,6 +50,7 @@ class ReplicaFetcherManager:
         self._fetchers: dict[FetcherKey, ReplicaFetcher] = {}
         # tp -> (fetcher, the partition object and leader epoch it was handed over with)
         self._assigned: dict[TopicPartition, tuple[FetcherKey, Partition, int]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def fetchers(self) -> list[ReplicaFetcher]:
         return list(self._fetchers.values())
@@ -105,11 +107,20 @@ class ReplicaFetcherManager:
         if entry is None:
             return
         fetcher = self._fetchers.get(entry[0])
-        if fetcher is not None:
-            fetcher.remove(tp)
+        if fetcher is None:
+            return
+        fetcher.remove(tp)
+        if not fetcher.partitions:
+            # Idle: close its connection (the source may be gone, or move to a new address).
+            del self._fetchers[entry[0]]
+            task = asyncio.get_running_loop().create_task(fetcher.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     async def shutdown(self) -> None:
         fetchers, self._fetchers = list(self._fetchers.values()), {}
         self._assigned.clear()
         for fetcher in fetchers:
             await fetcher.stop()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)

@@ -241,11 +241,16 @@ class Partition:
         return plog.log_end_offset, -1 if latest is None else latest, plog.log_start_offset
 
     def append_as_follower(
-        self, records: bytes, leader_epoch: int, leader_high_watermark: int
+        self,
+        records: bytes,
+        leader_epoch: int,
+        leader_high_watermark: int,
+        leader_log_start_offset: int = -1,
     ) -> AppendInfo | None:
         """Appends the leader's batches with their offsets and epochs unchanged, then takes the
-        leader's high watermark (never above our own log end). None: the partition moved on
-        (no longer a follower in ``leader_epoch``) and nothing was written."""
+        leader's high watermark (never above our own log end) and log start offset (never above
+        our high watermark). None: the partition moved on (no longer a follower in
+        ``leader_epoch``) and nothing was written."""
         plog = self.log
         if plog is None:
             return None
@@ -254,6 +259,9 @@ class Partition:
                 return None
             info = plog.append_as_follower(records) if records else None
             self._follower_high_watermark_locked(leader_high_watermark)
+            new_start = min(leader_log_start_offset, plog.high_watermark)
+            if new_start > plog.log_start_offset:
+                plog.maybe_increment_log_start_offset(new_start)
         if info is not None:
             self.appended_bytes += info.valid_bytes
         return info

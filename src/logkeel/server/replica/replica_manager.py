@@ -128,7 +128,7 @@ class ReplicaManager:
         )
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._fetchers = ReplicaFetcherManager(
+        self.fetcher_manager = ReplicaFetcherManager(
             ctx.node_id,
             ctx.replication,
             ctx.metadata.brokers,
@@ -149,7 +149,7 @@ class ReplicaManager:
         await self.run_in_io(self._table.sync_all)
         self._table.started = self._started = True
         partitions = self._table.all()
-        self._fetchers.partitions_changed([p.tp for p in partitions], self._table.get)
+        self.fetcher_manager.partitions_changed([p.tp for p in partitions], self._table.get)
         self._isr_task = self._loop.create_task(self._check_isr_shrinks(), name="isr-expiration")
         offline = [p for p in partitions if p.offline_reason is not None]
         log.info(
@@ -175,7 +175,7 @@ class ReplicaManager:
         self._stopped = True
         if self._isr_task is not None:
             self._isr_task.cancel()
-        await self._fetchers.shutdown()
+        await self.fetcher_manager.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
         # Let the woken requests take their turn on the loop before the threads go.
@@ -226,7 +226,7 @@ class ReplicaManager:
 
         def wake() -> None:
             if not self._stopped:
-                self._fetchers.partitions_changed(tps, self._table.get)
+                self.fetcher_manager.partitions_changed(tps, self._table.get)
             for tp in tps:
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)
