@@ -211,14 +211,31 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        topic="message.timestamp.after.max.ms"),
     # ---- replication ------------------------------------------------------------------------
     _K("replica.lag.time.max.ms", LONG, 30000,
-       "A follower that has not caught up to the leader's end within this time leaves the ISR.",
-       unsupported=SINGLE_NODE),
+       "A follower that has not caught up to the leader's end within this time leaves the ISR."),
     _K("replica.fetch.max.bytes", INT, 1048576,
        "Bytes a follower asks for per partition (a larger first batch is still returned).",
-       Range(0),
-       unsupported=SINGLE_NODE),
+       Range(0)),
     _K("replica.fetch.response.max.bytes", INT, 10485760,
        "Bytes a follower asks for per fetch response.", Range(0)),
+    _K("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches.", Range(1)),
+    _K("replica.fetch.wait.max.ms", INT, 500,
+       "Longest a follower fetch waits on the leader; must not exceed replica.lag.time.max.ms.",
+       Range(0)),
+    _K("replica.fetch.min.bytes", INT, 1, "Bytes a follower fetch waits for.", Range(1)),
+    _K("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", Range(0)),
+    _K("num.replica.fetchers", INT, 1, "Fetchers per source broker.", Range(1)),
+    _K("follower.fetch.pending.reads.insync.enable", BOOLEAN, True,
+       "logkeel (from KIP-501): a follower with a fetch pending at or beyond the leader's log "
+       "end stays in the ISR while the leader is slow to serve it. The KIP proposes false as "
+       "its default; logkeel enables it because a slow leader must not shrink the ISR."),
+    _K("replica.read.time.insync.factor", DOUBLE, 0.5,
+       "logkeel (from KIP-501): a fetch whose processing took at least this fraction of "
+       "replica.lag.time.max.ms counts as caught up at its completion time, not its start.",
+       Range(0, 1, min_exclusive=True)),
+    _K("follower.fetch.process.time.max.ms", LONG, 500,
+       "logkeel (from KIP-501): a leader that takes longer than this to serve follower fetches "
+       "gives up leadership to an in-sync follower (not built yet: the availability issue).",
+       Range(1), unsupported="a slow leader does not hand over leadership yet"),
     # ---- groups and offsets ---------------------------------------------------------------
     _K("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", Range(1)),
     _K("offsets.topic.replication.factor", SHORT, 1,
