@@ -48,11 +48,6 @@ REJECTED_UNLESS_DEFAULT = {
     "unclean.leader.election.enable",
     "log.cleaner.enable",
     "follower.fetch.process.time.max.ms",
-    "transaction.state.log.num.partitions",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
-    "transaction.state.log.segment.bytes",
-    "transaction.max.timeout.ms",
     "transactional.id.expiration.ms",
 }
 REJECTED_TOPIC_KEYS = {"compression.type", "unclean.leader.election.enable"}

@@ -19,6 +19,7 @@ from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import (
     CoordinatorRecord,
     LogManagerOffsetsStore,
+    OpenTxns,
     read_partition_records,
 )
 from logkeel.server.group.membership import GroupMembership
@@ -641,9 +642,11 @@ class GatedStore(LogManagerOffsetsStore):
 
     gate: asyncio.Event
 
-    async def read(self, partition: int) -> list[tuple[bytes, bytes | None]]:
+    async def read(
+        self, partition: int, open_txns: OpenTxns | None = None
+    ) -> list[tuple[bytes, bytes | None]]:
         await self.gate.wait()
-        return await super().read(partition)
+        return await super().read(partition, open_txns)
 
 
 def test_requests_during_load_get_load_in_progress(tmp_path: Path) -> None:

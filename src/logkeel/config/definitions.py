@@ -49,7 +49,7 @@ SINGLE_NODE = "logkeel runs as a single node without replicas (the cluster work 
 NOT_ENFORCED = "logkeel does not enforce this network setting"
 NO_RECOMPRESSION = "the broker stores batches as the producer compressed them"
 CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
-NO_TRANSACTIONS = "transactions are not implemented (InitProducerId refuses transactional ids)"
+NO_TRANSACTIONS = "transactional ids are never expired yet"
 
 _K = ConfigKey
 
@@ -255,22 +255,19 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("group.max.size", INT, INT32_MAX, "Most members of one group.", Range(1)),
     # ---- transactions and producers -------------------------------------------------------
     _K("transaction.state.log.num.partitions", INT, 50,
-       "Partitions of __transaction_state.", Range(1),
-       unsupported=NO_TRANSACTIONS),
+       "Partitions of __transaction_state.", Range(1)),
     _K("transaction.state.log.replication.factor", SHORT, 1,
        "Replication factor of __transaction_state. logkeel: defaults to 1 for a single node "
-       "(Kafka: 3).", Range(1),
-       unsupported=NO_TRANSACTIONS),
+       "(Kafka: 3).", Range(1)),
     _K("transaction.state.log.min.isr", INT, 1,
        "min.insync.replicas of __transaction_state. logkeel: defaults to 1 (Kafka: 2).",
-       Range(1),
-       unsupported=NO_TRANSACTIONS),
+       Range(1)),
     _K("transaction.state.log.segment.bytes", INT, 104857600,
-       "Segment size of __transaction_state.", Range(1),
-       unsupported=NO_TRANSACTIONS),
+       "Segment size of __transaction_state.", Range(1)),
     _K("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout allowed.",
-       Range(1),
-       unsupported=NO_TRANSACTIONS),
+       Range(1)),
+    _K("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000,
+       "How often transactions open past their timeout are looked for and aborted.", Range(1)),
     _K("transactional.id.expiration.ms", INT, 604800000,
        "A transactional id idle this long is expired.", Range(1),
        unsupported=NO_TRANSACTIONS),

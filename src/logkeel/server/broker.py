@@ -44,8 +44,11 @@ from logkeel.server.api import offsets as offsets_api
 from logkeel.server.api import produce as produce_api
 from logkeel.server.api import producer_id as producer_id_api
 from logkeel.server.api import topic_admin
+from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import versions as api_versions
 from logkeel.server.group.coordinator import GroupCoordinator
+from logkeel.server.group.log import BrokerOffsetsStore
+from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
 from logkeel.server.network.server import Server
@@ -55,10 +58,11 @@ from logkeel.server.replica.context import (
     ReplicationSettings,
 )
 from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
-from logkeel.storage.topic_partition import validate_topic_name
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["Broker", "BrokerStartError", "register_api_families"]
 
@@ -151,6 +155,17 @@ class Broker:
             )
         )
         self.group_coordinator = GroupCoordinator(self)
+        self.producer_ids = producer_id_api.InitProducerIdApi(self.log_manager)
+        txn_settings = TxnSettings.from_broker_config(config)
+        self.txn_coordinator = TransactionCoordinator(
+            txn_settings,
+            BrokerOffsetsStore(self, txn_settings.topic),
+            self.metadata,
+            self.replica_manager,
+            self.producer_ids.next_producer_id,
+            self._on_txn_completed,
+        )
+        self.producer_ids.txn_coordinator = self.txn_coordinator
 
         self.registry = HandlerRegistry()
         register_api_families(self.registry, self)
@@ -287,6 +302,8 @@ class Broker:
             started.append(self.replica_manager.stop)
             await self.group_coordinator.start()
             started.append(self.group_coordinator.stop)
+            await self.txn_coordinator.start()
+            started.append(self.txn_coordinator.stop)
             try:
                 await self.server.start()
             except OSError as exc:
@@ -338,6 +355,7 @@ class Broker:
             await asyncio.to_thread(_close_metrics_server, self._metrics_server)
             self._metrics_server = None
         for name, component in (
+            ("transaction coordinator", self.txn_coordinator),
             ("group coordinator", self.group_coordinator),
             ("replica manager", self.replica_manager),
         ):
@@ -350,6 +368,15 @@ class Broker:
         await asyncio.to_thread(self.log_manager.shutdown)
         self._started = False
         log.info("broker %d shut down", self.node_id)
+
+    def _on_txn_completed(
+        self, producer_id: int, partitions: list[TopicPartition], committed: bool
+    ) -> None:
+        """A transaction's markers are written: its offsets in ``__consumer_offsets`` partitions
+        become visible (commit) or are dropped (abort)."""
+        for tp in partitions:
+            if tp.topic == OFFSETS_TOPIC:
+                self.group_coordinator.complete_txn(producer_id, tp.partition, committed)
 
     # -- storage failures -----------------------------------------------------------------------
 
@@ -372,8 +399,11 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     produce_api.register(registry, broker.metadata, broker.replica_manager, broker.ensure_topic)
     fetch_api.register(registry, broker.config, broker.metadata, broker.replica_manager)
     offsets_api.register(registry, broker.replica_manager)
-    producer_id_api.register(registry, broker.log_manager)
-    groups_api.register(registry, broker, broker.group_coordinator)
+    producer_id_api.register(registry, broker.producer_ids)
+    groups_api.register(registry, broker, broker.group_coordinator, broker.txn_coordinator)
+    transactions_api.register(
+        registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
+    )
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:

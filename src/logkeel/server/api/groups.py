@@ -11,7 +11,6 @@ this broker (creating ``__consumer_offsets`` on first use, as Kafka does).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +22,7 @@ from logkeel.server.api.responses import (
     OPERATIONS_NOT_REQUESTED,
     Endpoint,
     build,
+    duration_ms,
     nested,
     register_family,
     response,
@@ -32,9 +32,10 @@ from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.group.results import CommitOffset
 from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
+from logkeel.server.txn.coordinator import TransactionCoordinator
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "register"]
+__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "commit_offsets_of", "register"]
 
 # Versions served, per API (kio has schemas for all of them).
 VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -59,12 +60,6 @@ _COORDINATOR_KEY_TRANSACTION = 1
 _COORDINATOR_KEY_SHARE = 2
 
 
-def _ms(value: Any) -> int:
-    if isinstance(value, timedelta):
-        return int(round(value / timedelta(milliseconds=1)))
-    return int(value)
-
-
 class CoordinatorHost(Protocol):
     """What FindCoordinator needs of the broker: its id and address, and who leads each
     ``__consumer_offsets`` partition."""
@@ -80,9 +75,15 @@ class CoordinatorHost(Protocol):
 
 
 class GroupApi:
-    def __init__(self, host: CoordinatorHost, coordinator: GroupCoordinator) -> None:
+    def __init__(
+        self,
+        host: CoordinatorHost,
+        coordinator: GroupCoordinator,
+        txn_coordinator: TransactionCoordinator | None = None,
+    ) -> None:
         self._broker = host
         self.coordinator = coordinator
+        self.txn_coordinator = txn_coordinator
 
     # -- FindCoordinator ------------------------------------------------------------------------
 
@@ -129,8 +130,13 @@ class GroupApi:
             host, port = self._broker.advertised
             return ErrorCode.none, self._broker.node_id, host, port
         if key_type == _COORDINATOR_KEY_TRANSACTION:
-            # Transactions (and so a transaction coordinator) are not implemented.
-            return (ErrorCode.coordinator_not_available, *none)
+            if self.txn_coordinator is None:
+                return (ErrorCode.coordinator_not_available, *none)
+            code = await self.txn_coordinator.ensure_state_topic()
+            if code != ErrorCode.none:
+                return (code, *none)
+            host, port = self._broker.advertised
+            return ErrorCode.none, self._broker.node_id, host, port
         if key_type == _COORDINATOR_KEY_SHARE and ctx.api_version >= 6:
             return (ErrorCode.invalid_request, *none)
         return (ErrorCode.invalid_request, *none)
@@ -171,8 +177,8 @@ class GroupApi:
             getattr(request, "group_instance_id", None),
             request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols],
-            _ms(request.session_timeout),
-            -1 if rebalance is None else _ms(rebalance),
+            duration_ms(request.session_timeout),
+            -1 if rebalance is None else duration_ms(rebalance),
             client_id=ctx.client_id,
             client_host=f"/{ctx.peer[0]}",
             api_version=ctx.api_version,
@@ -273,23 +279,7 @@ class GroupApi:
         return self._broker.metadata.partition(TopicPartition(topic, partition)) is not None
 
     async def offset_commit(self, ctx: RequestContext, request: Any) -> Any:
-        offsets: list[CommitOffset] = []
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        for topic in request.topics:
-            for p in topic.partitions:
-                tp = (topic.name, p.partition_index)
-                if not self._partition_exists(*tp):
-                    errors[tp] = ErrorCode.unknown_topic_or_partition
-                    continue
-                offsets.append(
-                    CommitOffset(
-                        topic.name,
-                        p.partition_index,
-                        p.committed_offset,
-                        getattr(p, "committed_leader_epoch", -1),
-                        p.committed_metadata,
-                    )
-                )
+        offsets, errors = commit_offsets_of(request.topics, self._partition_exists)
         retention = getattr(request, "retention_time", None)
         code, per_partition = await self.coordinator.commit_offsets(
             request.group_id,
@@ -297,7 +287,7 @@ class GroupApi:
             request.member_id,
             getattr(request, "group_instance_id", None),
             offsets,
-            retention_time_ms=-1 if retention is None else _ms(retention),
+            retention_time_ms=-1 if retention is None else duration_ms(retention),
             api_version=ctx.api_version,
         )
         for o in offsets:
@@ -534,10 +524,38 @@ class GroupApi:
         )
 
 
+def commit_offsets_of(
+    topics: Any, partition_exists: Callable[[str, int], bool]
+) -> tuple[list[CommitOffset], dict[tuple[str, int], ErrorCode]]:
+    """The offsets of an OffsetCommit/TxnOffsetCommit request's topics, and
+    UNKNOWN_TOPIC_OR_PARTITION for those of partitions that do not exist."""
+    offsets: list[CommitOffset] = []
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic in topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not partition_exists(*tp):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            offsets.append(
+                CommitOffset(
+                    topic.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata,
+                )
+            )
+    return offsets, errors
+
+
 def register(
-    registry: HandlerRegistry, host: CoordinatorHost, coordinator: GroupCoordinator
+    registry: HandlerRegistry,
+    host: CoordinatorHost,
+    coordinator: GroupCoordinator,
+    txn_coordinator: TransactionCoordinator | None = None,
 ) -> GroupApi:
-    api = GroupApi(host, coordinator)
+    api = GroupApi(host, coordinator, txn_coordinator)
     table: dict[ApiKey, tuple[Handler, ErrorResponder]] = {
         ApiKey.FIND_COORDINATOR: (api.find_coordinator, api.find_coordinator_error),
         ApiKey.JOIN_GROUP: (api.join_group, api.join_group_error),

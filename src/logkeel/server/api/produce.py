@@ -99,16 +99,11 @@ class ProduceApi:
                 if problem is not None:
                     slots.append((key, index, tp, ErrorCode.invalid_record, problem))
                     continue
-                if _is_transactional(pdata.records):
-                    # No transaction coordinator: no transactional id is authorised, and
-                    # transactional records without one are invalid (Kafka's rules). Letting
-                    # them in would open transactions nobody can end, freezing the LSO.
-                    code = (
-                        ErrorCode.transactional_id_authorization_failed
-                        if request.transactional_id is not None
-                        else ErrorCode.invalid_record
+                if request.transactional_id is None and _is_transactional(pdata.records):
+                    # Transactional records come with their transactional id (Kafka's rule).
+                    slots.append(
+                        (key, index, tp, ErrorCode.invalid_record, "no transactional id")
                     )
-                    slots.append((key, index, tp, code, "transactions are not supported"))
                     continue
                 entries[tp] = pdata.records
                 slots.append((key, index, tp, None, None))

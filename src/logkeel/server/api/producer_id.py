@@ -9,9 +9,9 @@ for an old producer's retries and dropped. So ids are reserved in blocks
 given out; at start-up the largest reservation found, and every producer id already in the
 logs, bound the next block from below.
 
-Transactions are not implemented: a request with a transactional id is answered with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error that makes the client stop at once
-(``init_transactions`` fails) rather than retry for ever.
+A request with a transactional id goes to the transaction coordinator, which keeps one
+producer id per transactional id and bumps its epoch at each initialisation (fencing older
+incarnations); it takes new ids from the same manager.
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.api.responses import response
+from logkeel.server.api.responses import duration_ms, response
+from logkeel.server.api.transactions import visible_code
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
+from logkeel.server.txn.coordinator import TransactionCoordinator
+from logkeel.server.txn.state import TxnError
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_manager import LogManager
@@ -113,27 +116,39 @@ class InitProducerIdApi:
     def __init__(self, log_manager: LogManager) -> None:
         self.manager = ProducerIdManager(log_manager)
         self._lock = asyncio.Lock()
+        self.txn_coordinator: TransactionCoordinator | None = None
+
+    async def next_producer_id(self) -> int:
+        """A fresh producer id; raises KafkaStorageError."""
+        async with self._lock:
+            return await asyncio.to_thread(self.manager.next_producer_id)
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         if request.transactional_id is not None:
-            log.info(
-                "InitProducerId for transactional id %r from %s: transactions are not supported",
-                request.transactional_id,
-                ctx.client_id,
-            )
-            code = (
-                ErrorCode.invalid_request
-                if request.transactional_id == ""
-                else ErrorCode.transactional_id_authorization_failed
-            )
-            return self._response(ctx, code, -1, -1)
-        async with self._lock:
-            try:
-                pid = await asyncio.to_thread(self.manager.next_producer_id)
-            except KafkaStorageError as exc:
-                log.error("cannot allocate a producer id: %s", exc)
-                return self._response(ctx, ErrorCode.kafka_storage_error, -1, -1)
+            return await self._transactional(ctx, request)
+        try:
+            pid = await self.next_producer_id()
+        except KafkaStorageError as exc:
+            log.error("cannot allocate a producer id: %s", exc)
+            return self._response(ctx, ErrorCode.kafka_storage_error, -1, -1)
         return self._response(ctx, ErrorCode.none, pid, 0)
+
+    async def _transactional(self, ctx: RequestContext, request: Any) -> Any:
+        if self.txn_coordinator is None:
+            return self._response(ctx, ErrorCode.coordinator_not_available, -1, -1)
+        try:
+            pid, epoch = await self.txn_coordinator.init_producer_id(
+                request.transactional_id,
+                duration_ms(request.transaction_timeout),
+                int(getattr(request, "producer_id", -1)),
+                int(getattr(request, "producer_epoch", -1)),
+            )
+        except TxnError as exc:
+            return self._response(ctx, visible_code(ctx, exc.code), -1, -1)
+        except KafkaStorageError as exc:
+            log.error("cannot allocate a producer id: %s", exc)
+            return self._response(ctx, ErrorCode.kafka_storage_error, -1, -1)
+        return self._response(ctx, ErrorCode.none, pid, epoch)
 
     @staticmethod
     def _response(ctx: RequestContext, code: ErrorCode, pid: int, epoch: int) -> Any:
@@ -150,8 +165,7 @@ class InitProducerIdApi:
         return self._response(ctx, code, -1, -1)
 
 
-def register(registry: HandlerRegistry, log_manager: LogManager) -> InitProducerIdApi:
-    api = InitProducerIdApi(log_manager)
+def register(registry: HandlerRegistry, api: InitProducerIdApi) -> InitProducerIdApi:
     registry.register(
         ApiKey.INIT_PRODUCER_ID,
         api.MIN_VERSION,

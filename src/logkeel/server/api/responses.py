@@ -35,6 +35,7 @@ __all__ = [
     "Endpoint",
     "EntryError",
     "build",
+    "duration_ms",
     "nested",
     "nested_types",
     "node_endpoints",
@@ -77,6 +78,13 @@ def response(ctx: RequestContext, **values: Any) -> Any:
     cls = response_schema(ctx.api_key, ctx.api_version)
     assert cls is not None, "the registry only admits versions kio has"
     return build(cls, throttle_time=NO_THROTTLE, **values)
+
+
+def duration_ms(value: Any) -> int:
+    """A kio duration field (a timedelta) in milliseconds; a plain number is taken as ms."""
+    if isinstance(value, timedelta):
+        return int(round(value / timedelta(milliseconds=1)))
+    return int(value)
 
 
 class EntryError(Exception):

@@ -5,13 +5,12 @@ run a task). Membership, rebalance and offsets get this instead of the coordinat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.group.log import CoordinatorRecord
 from logkeel.server.group.results import CoordinatorSettings
 from logkeel.server.group.state import ClassicGroup
 from logkeel.server.group.timers import Timer
@@ -28,8 +27,9 @@ class GroupContext:
     check_group: Callable[[str], ErrorCode]
     # Creates ``__consumer_offsets`` on first use.
     ensure_offsets_topic: Callable[[], Awaitable[ErrorCode]]
-    # Appends records to the group's partition; NONE once they are in the log.
-    write: Callable[[str, Sequence[CoordinatorRecord]], Awaitable[ErrorCode]]
+    # Appends records to the group's partition (a transactional batch for a producer, see
+    # txn_offsets); NONE once they are in the log.
+    write: Callable[..., Awaitable[ErrorCode]]
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]
     is_active: Callable[[], bool]
 

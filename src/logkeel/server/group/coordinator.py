@@ -22,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -34,7 +33,9 @@ from logkeel.server.group.log import (
     CoordinatorRecord,
     OffsetsTopicHost,
     OffsetsTopicStore,
+    OpenTxns,
     StoreError,
+    TxnProducer,
 )
 from logkeel.server.group.membership import GroupMembership
 from logkeel.server.group.offsets import GroupOffsets
@@ -54,6 +55,8 @@ from logkeel.server.group.results import (
 )
 from logkeel.server.group.state import ClassicGroup, GroupState, JoinResult, SyncResult
 from logkeel.server.group.timers import LoopTimer, Timer
+from logkeel.server.group.txn_offsets import GroupTxnOffsets
+from logkeel.server.tasks import BackgroundTasks
 
 __all__ = ["GroupCoordinator"]
 
@@ -92,7 +95,7 @@ class GroupCoordinator:
         self._groups: dict[str, ClassicGroup] = {}
         self._partitions: dict[int, str] = {}  # partition -> _LOADING / _LOADED / _FAILED
         self._num_partitions: int | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = BackgroundTasks("group coordinator", log)
         self._active = False
         self._loop: asyncio.AbstractEventLoop | None = None
         ctx = GroupContext(
@@ -102,11 +105,12 @@ class GroupCoordinator:
             check_group=self._check_group,
             ensure_offsets_topic=self.ensure_offsets_topic,
             write=self._write,
-            spawn=self._spawn,
+            spawn=self._tasks.spawn,
             is_active=lambda: self._active,
         )
         self.membership = GroupMembership(ctx)
         self.offsets = GroupOffsets(ctx, self.membership)
+        self.txn_offsets = GroupTxnOffsets(ctx, self.offsets, self.partition_for)
         # The requests, served by the part that owns them.
         self.join_group = self.membership.join_group
         self.sync_group = self.membership.sync_group
@@ -116,6 +120,8 @@ class GroupCoordinator:
         self.fetch_offsets = self.offsets.fetch_offsets
         self.delete_offsets = self.offsets.delete_offsets
         self.expire_offsets = self.offsets.expire_offsets
+        self.txn_commit_offsets = self.txn_offsets.txn_commit_offsets
+        self.complete_txn = self.txn_offsets.complete_txn
 
     async def start(self) -> None:
         """Starts loading every existing ``__consumer_offsets`` partition (in the background)."""
@@ -126,7 +132,7 @@ class GroupCoordinator:
             for p in range(n):
                 self._partitions[p] = _LOADING
             for p in range(n):
-                self._spawn(self._load_partition(p))
+                self._tasks.spawn(self._load_partition(p))
         self.offsets.schedule_expiry()
         if self._broker is not None:
             self._loop = asyncio.get_running_loop()
@@ -140,7 +146,7 @@ class GroupCoordinator:
 
         def schedule() -> None:
             if self._active:
-                self._spawn(self.offsets.delete_topic_offsets(topic))
+                self._tasks.spawn(self.offsets.delete_topic_offsets(topic))
 
         try:
             running = asyncio.get_running_loop()
@@ -159,23 +165,8 @@ class GroupCoordinator:
             for member in list(group.members.values()):
                 group.complete_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
                 group.complete_sync(member, SyncResult(ErrorCode.not_coordinator))
-        tasks = [t for t in self._tasks if not t.done()]
-        if tasks:
-            # In-flight writes finish (their records are already on their way to the log).
-            await asyncio.wait(tasks, timeout=10)
-        for t in list(self._tasks):
-            t.cancel()
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("group coordinator task failed", exc_info=task.exception())
+        # In-flight writes finish (their records are already on their way to the log).
+        await self._tasks.finish(10)
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
@@ -225,12 +216,14 @@ class GroupCoordinator:
     async def _load_partition(self, partition: int) -> None:
         started = time.monotonic()
         try:
-            records = await self._store.read(partition)
+            open_txns: OpenTxns = {}
+            records = await self._store.read(partition, open_txns)
         except StoreError as exc:
             log.error("cannot load __consumer_offsets-%d: %s", partition, exc)
             self._partitions[partition] = _FAILED
             return
         loaded = await replay(self._groups, records, self._timer.now_ms(), partition)
+        self.txn_offsets.load_open_txns(open_txns)
         for group_id in loaded:
             group = self._groups.get(group_id)
             if group is None:
@@ -249,15 +242,21 @@ class GroupCoordinator:
                 (time.monotonic() - started) * 1000,
             )
 
-    async def _write(self, group_id: str, records: Sequence[CoordinatorRecord]) -> ErrorCode:
-        """Appends records to the group's partition; NONE once they are in the log."""
+    async def _write(
+        self,
+        group_id: str,
+        records: Sequence[CoordinatorRecord],
+        producer: TxnProducer | None = None,
+    ) -> ErrorCode:
+        """Appends records to the group's partition (transactional for ``producer``); NONE once
+        they are in the log."""
         code = await self.ensure_offsets_topic()
         if code != ErrorCode.none:
             return code
         p = self.partition_for(group_id)
         assert p is not None
         try:
-            await self._store.append(p, records)
+            await self._store.append(p, records, producer)
         except StoreError as exc:
             log.warning("group %s: writing to __consumer_offsets-%d failed: %s", group_id, p, exc)
             return store_error_to_response_error(exc.code)

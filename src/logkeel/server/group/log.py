@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +34,7 @@ from logkeel.cluster.metadata import MetadataError, MetadataStore
 from logkeel.config import BrokerConfig
 from logkeel.records.batch import CompressionType
 from logkeel.records.builder import BatchBuilder
+from logkeel.records.control import decode_end_txn_marker
 from logkeel.records.record import iter_batches
 from logkeel.server.errors import error_code_for
 from logkeel.server.group.records import OFFSETS_TOPIC
@@ -46,6 +48,9 @@ __all__ = [
     "BrokerOffsetsStore",
     "OffsetsTopicHost",
     "CoordinatorRecord",
+    "InternalTopic",
+    "OpenTxns",
+    "TxnProducer",
     "LogManagerOffsetsStore",
     "OffsetsTopicStore",
     "StoreError",
@@ -56,6 +61,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CoordinatorRecord = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+TxnProducer = tuple[int, int]  # (producer id, epoch) of a transactional write
+OpenTxns = dict[int, list[CoordinatorRecord]]  # records of open transactions by producer id
 
 # Reads at load time: whole batches, this many bytes at a time.
 _LOAD_READ_BYTES = 4 * 1024 * 1024
@@ -76,51 +83,84 @@ class OffsetsTopicStore(Protocol):
     async def ensure_topic(self) -> int:
         """Creates the topic if it is missing; returns its partition count."""
 
-    async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
-        """Appends ``records`` as one batch; raises StoreError."""
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[CoordinatorRecord],
+        producer: TxnProducer | None = None,
+    ) -> None:
+        """Appends ``records`` as one batch (transactional for ``producer``); raises
+        StoreError."""
 
-    async def read(self, partition: int) -> list[CoordinatorRecord]:
-        """Every record of the partition, oldest first; raises StoreError."""
+    async def read(
+        self, partition: int, open_txns: OpenTxns | None = None
+    ) -> list[CoordinatorRecord]:
+        """Every record of the partition, oldest first, with transactions resolved (see
+        ``read_partition_records``); raises StoreError."""
 
 
-def build_records_batch(records: Sequence[CoordinatorRecord], timestamp_ms: int) -> bytes:
+def build_records_batch(
+    records: Sequence[CoordinatorRecord], timestamp_ms: int, producer: TxnProducer | None = None
+) -> bytes:
     """One uncompressed batch of coordinator records, as Kafka's coordinator writes them
-    (no producer id, CreateTime timestamps)."""
-    builder = BatchBuilder(compression=CompressionType.NONE)
+    (CreateTime timestamps; no producer id, or a transactional batch of ``producer``)."""
+    if producer is None:
+        builder = BatchBuilder(compression=CompressionType.NONE)
+    else:
+        builder = BatchBuilder(
+            compression=CompressionType.NONE,
+            producer_id=producer[0],
+            producer_epoch=producer[1],
+            is_transactional=True,
+        )
     for key, value in records:
         builder.append(timestamp_ms, key, value)
     return builder.build()
 
 
-def read_partition_records(plog: PartitionLog) -> Iterator[CoordinatorRecord]:
-    """Every (key, value) in ``plog`` from its log start to its end, control records skipped.
+def read_partition_records(
+    plog: PartitionLog, open_txns: OpenTxns | None = None
+) -> Iterator[CoordinatorRecord]:
+    """Every (key, value) in ``plog`` from its log start to its end.
+
+    A transaction's records (TxnOffsetCommit) come out where its commit marker is, and not at
+    all if it was aborted; those of transactions still open at the end are put in
+    ``open_txns`` by producer id (the transaction coordinator completes them later).
 
     Blocking: run it in a thread. Reads up to the log end, not the high watermark: on one node
     every acknowledged write is below the end, and an unacknowledged one that reached the log
     is kept, as Kafka's loader does.
     """
+    pending: OpenTxns = {}
     offset = plog.log_start_offset
     while True:
         end = plog.log_end_offset
         if offset >= end:
-            return
+            break
         info = plog.read(offset, _LOAD_READ_BYTES, max_offset=end, min_one_message=True)
         data = info.read_bytes()
         if not data:
-            return
+            break
         advanced = False
         for _, header, records in iter_batches(data):
             advanced = True
             offset = header.next_offset
             if header.is_control:
+                done = pending.pop(header.producer_id, [])
+                if records and decode_end_txn_marker(records[0].key, records[0].value).committed:
+                    yield from done
                 continue
-            for record in records:
-                if record.key is not None:
-                    yield record.key, record.value
+            found = [(r.key, r.value) for r in records if r.key is not None]
+            if header.is_transactional:
+                pending.setdefault(header.producer_id, []).extend(found)
+            else:
+                yield from found
         if not advanced:
             raise StoreError(
                 ErrorCode.corrupt_message, f"{plog.tp}: no complete batch at offset {offset}"
             )
+    if open_txns is not None:
+        open_txns.update(pending)
 
 
 class _PartitionLocks:
@@ -155,8 +195,13 @@ class LogManagerOffsetsStore:
     def _log(self, partition: int) -> PartitionLog:
         return self._log_manager.get_or_create_log(TopicPartition(OFFSETS_TOPIC, partition))
 
-    async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
-        batch = build_records_batch(records, int(time.time() * 1000))
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[CoordinatorRecord],
+        producer: TxnProducer | None = None,
+    ) -> None:
+        batch = build_records_batch(records, int(time.time() * 1000), producer)
         async with self._locks(partition):
             try:
                 await asyncio.to_thread(self._append_sync, partition, batch)
@@ -168,10 +213,12 @@ class LogManagerOffsetsStore:
         plog.append_as_leader(batch, 0, origin_is_client=False)
         plog.high_watermark = plog.log_end_offset
 
-    async def read(self, partition: int) -> list[CoordinatorRecord]:
+    async def read(
+        self, partition: int, open_txns: OpenTxns | None = None
+    ) -> list[CoordinatorRecord]:
         try:
             return await asyncio.to_thread(
-                lambda: list(read_partition_records(self._log(partition)))
+                lambda: list(read_partition_records(self._log(partition), open_txns))
             )
         except StoreError:
             raise
@@ -197,16 +244,37 @@ class OffsetsTopicHost(Protocol):
     def log_manager(self) -> LogManager: ...
 
 
-class BrokerOffsetsStore:
-    """``__consumer_offsets`` of a running broker."""
+@dataclass(frozen=True, slots=True)
+class InternalTopic:
+    """A coordinator's internal, compacted topic and the settings it is created with."""
 
-    def __init__(self, broker: OffsetsTopicHost) -> None:
+    name: str
+    partitions: int
+    replication_factor: int
+    segment_bytes: int
+    min_insync_replicas: int | None = None
+
+    @classmethod
+    def offsets(cls, config: BrokerConfig) -> InternalTopic:
+        return cls(
+            OFFSETS_TOPIC,
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
+            config.offsets_topic_segment_bytes,
+        )
+
+
+class BrokerOffsetsStore:
+    """A coordinator's internal topic (``__consumer_offsets`` by default) of a running broker."""
+
+    def __init__(self, broker: OffsetsTopicHost, topic: InternalTopic | None = None) -> None:
         self._broker = broker
+        self._topic = topic or InternalTopic.offsets(broker.config)
         self._create_lock = asyncio.Lock()
         self._locks = _PartitionLocks()
 
     def num_partitions(self) -> int | None:
-        state = self._broker.metadata.topic(OFFSETS_TOPIC)
+        state = self._broker.metadata.topic(self._topic.name)
         return None if state is None else len(state.partitions)
 
     async def ensure_topic(self) -> int:
@@ -216,37 +284,36 @@ class BrokerOffsetsStore:
             n = self.num_partitions()
             if n is not None:
                 return n
-            config = self._broker.config
+            topic = self._topic
             configs = {
                 "cleanup.policy": "compact",
                 "compression.type": "producer",
-                "segment.bytes": str(config.offsets_topic_segment_bytes),
+                "segment.bytes": str(topic.segment_bytes),
             }
+            if topic.min_insync_replicas is not None:
+                configs["min.insync.replicas"] = str(topic.min_insync_replicas)
             try:
                 state = await asyncio.to_thread(
                     self._broker.metadata.create_topic,
-                    OFFSETS_TOPIC,
-                    config.offsets_topic_num_partitions,
-                    min(
-                        config.offsets_topic_replication_factor,
-                        len(self._broker.metadata.brokers()),
-                    ),
+                    topic.name,
+                    topic.partitions,
+                    min(topic.replication_factor, len(self._broker.metadata.brokers())),
                     configs,
                     internal=True,
                 )
             except MetadataError as exc:
                 if exc.error_name == "TOPIC_ALREADY_EXISTS":
-                    return self.num_partitions() or config.offsets_topic_num_partitions
-                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                    return self.num_partitions() or topic.partitions
+                log.error("cannot create %s: %s", topic.name, exc)
                 raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from exc
             except (KafkaStorageError, OSError) as exc:
-                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                log.error("cannot create %s: %s", topic.name, exc)
                 raise StoreError(ErrorCode.coordinator_not_available, str(exc)) from exc
-            log.info("created %s with %d partitions", OFFSETS_TOPIC, len(state.partitions))
+            log.info("created %s with %d partitions", topic.name, len(state.partitions))
             return len(state.partitions)
 
     def _tp(self, partition: int) -> TopicPartition:
-        return TopicPartition(OFFSETS_TOPIC, partition)
+        return TopicPartition(self._topic.name, partition)
 
     def _log(self, partition: int) -> PartitionLog:
         # Never get_or_create_log: for a partition in an offline dir that would create an
@@ -257,8 +324,13 @@ class BrokerOffsetsStore:
             raise StoreError(ErrorCode.kafka_storage_error, f"{tp} is offline or missing")
         return plog
 
-    async def append(self, partition: int, records: Sequence[CoordinatorRecord]) -> None:
-        batch = build_records_batch(records, int(time.time() * 1000))
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[CoordinatorRecord],
+        producer: TxnProducer | None = None,
+    ) -> None:
+        batch = build_records_batch(records, int(time.time() * 1000), producer)
         timeout_ms = 5000  # Kafka's offsets.commit.timeout.ms default
         async with self._locks(partition):
             try:
@@ -273,10 +345,12 @@ class BrokerOffsetsStore:
                     f"append to {self._tp(partition)} failed: {result.error.name.upper()}",
                 )
 
-    async def read(self, partition: int) -> list[CoordinatorRecord]:
+    async def read(
+        self, partition: int, open_txns: OpenTxns | None = None
+    ) -> list[CoordinatorRecord]:
         def load() -> list[CoordinatorRecord]:
             try:
-                return list(read_partition_records(self._log(partition)))
+                return list(read_partition_records(self._log(partition), open_txns))
             except KafkaStorageError as exc:
                 # Taking the dir offline closes its logs: done here, off the event loop.
                 self._broker.log_manager.handle_dir_failure(exc)

@@ -42,7 +42,7 @@ class GroupOffsets(CoordinatorPart):
         # Commits keep members' sessions alive; expiry removes empty groups.
         self._membership = membership
 
-    def _validate_offset_commit(
+    def validate_offset_commit(
         self, group: ClassicGroup, member_id: str, instance_id: str | None, generation_id: int
     ) -> None:
         if group.is_in(GroupState.DEAD):
@@ -57,6 +57,22 @@ class GroupOffsets(CoordinatorPart):
             raise GroupError(ErrorCode.unknown_member_id)
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             raise GroupError(ErrorCode.rebalance_in_progress)
+
+    def commit_values(
+        self, offsets: Sequence[CommitOffset], now: int, expire: int
+    ) -> tuple[dict[tuple[str, int], OffsetCommitValue], dict[tuple[str, int], ErrorCode]]:
+        """The values to store for ``offsets``, and the errors of those refused."""
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        values: dict[tuple[str, int], OffsetCommitValue] = {}
+        for o in offsets:
+            metadata = o.metadata or ""
+            if len(metadata) > self.settings.offset_metadata_max_bytes:
+                errors[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            values[(o.topic, o.partition)] = OffsetCommitValue(
+                o.offset, o.leader_epoch, metadata, now, expire
+            )
+        return values, errors
 
     async def commit_offsets(
         self,
@@ -85,7 +101,7 @@ class GroupOffsets(CoordinatorPart):
                 ), {}
             group = ClassicGroup(group_id, self._timer.now_ms())
         try:
-            self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
+            self.validate_offset_commit(group, member_id, group_instance_id, generation_id)
         except GroupError as exc:
             return exc.code, {}
         if self._groups.get(group_id) is None:
@@ -98,17 +114,8 @@ class GroupOffsets(CoordinatorPart):
             self._membership.reschedule_heartbeat(group, group.member(member_id))
         now = self._timer.now_ms()
         expire = now + retention_time_ms if retention_time_ms >= 0 else -1
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        records: list[CoordinatorRecord] = []
-        values: dict[tuple[str, int], OffsetCommitValue] = {}
-        for o in offsets:
-            metadata = o.metadata or ""
-            if len(metadata) > self.settings.offset_metadata_max_bytes:
-                errors[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
-                continue
-            value = OffsetCommitValue(o.offset, o.leader_epoch, metadata, now, expire)
-            values[(o.topic, o.partition)] = value
-            records.append(offset_commit_record(group_id, o.topic, o.partition, value))
+        values, errors = self.commit_values(offsets, now, expire)
+        records = [offset_commit_record(group_id, t, p, v) for (t, p), v in values.items()]
         if records:
             code = await self._write(group_id, records)
             current = self._groups.get(group_id)

@@ -22,6 +22,9 @@ from logkeel.records.batch import InvalidBatchError
 from logkeel.records.varint import decode_unsigned_varint
 
 __all__ = [
+    "RecordReader",
+    "RecordWriter",
+    "record_version",
     "OFFSETS_TOPIC",
     "GROUP_METADATA_KEY_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
@@ -53,6 +56,7 @@ OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
 
+_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -136,11 +140,17 @@ class GroupMetadataValue:
 # Writing
 
 
-class _Writer:
+class RecordWriter:
     __slots__ = ("parts",)
 
     def __init__(self, version: int) -> None:
         self.parts: list[bytes] = [_I16.pack(version)]
+
+    def int8(self, v: int) -> None:
+        self.parts.append(_I8.pack(v))
+
+    def int16(self, v: int) -> None:
+        self.parts.append(_I16.pack(v))
 
     def int32(self, v: int) -> None:
         self.parts.append(_I32.pack(v))
@@ -167,7 +177,7 @@ class _Writer:
 
 
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = _Writer(OFFSET_COMMIT_KEY_VERSION)
+    w = RecordWriter(OFFSET_COMMIT_KEY_VERSION)
     w.string(group)
     w.string(topic)
     w.int32(partition)
@@ -175,7 +185,7 @@ def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def encode_group_metadata_key(group: str) -> bytes:
-    w = _Writer(GROUP_METADATA_KEY_VERSION)
+    w = RecordWriter(GROUP_METADATA_KEY_VERSION)
     w.string(group)
     return w.build()
 
@@ -183,13 +193,13 @@ def encode_group_metadata_key(group: str) -> bytes:
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
     """v3, or v1 when the commit has an explicit expiry (v1 is the only version that keeps it)."""
     if value.expire_timestamp >= 0:
-        w = _Writer(OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY)
+        w = RecordWriter(OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY)
         w.int64(value.offset)
         w.string(value.metadata)
         w.int64(value.commit_timestamp)
         w.int64(value.expire_timestamp)
         return w.build()
-    w = _Writer(OFFSET_COMMIT_VALUE_VERSION)
+    w = RecordWriter(OFFSET_COMMIT_VALUE_VERSION)
     w.int64(value.offset)
     w.int32(value.leader_epoch)
     w.string(value.metadata)
@@ -198,7 +208,7 @@ def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
 
 
 def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
-    w = _Writer(GROUP_METADATA_VALUE_VERSION)
+    w = RecordWriter(GROUP_METADATA_VALUE_VERSION)
     w.string(value.protocol_type)
     w.int32(value.generation)
     w.string(value.protocol)
@@ -221,7 +231,7 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
 # Reading
 
 
-class _Reader:
+class RecordReader:
     """Reads one message; ``flexible`` switches to compact lengths and tagged fields."""
 
     __slots__ = ("buf", "pos", "flexible")
@@ -245,6 +255,12 @@ class _Reader:
         except InvalidBatchError as exc:
             raise RecordFormatError(str(exc)) from None
         return value
+
+    def int8(self) -> int:
+        return int(_I8.unpack(self._take(1))[0])
+
+    def int16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
 
     def int32(self) -> int:
         return int(_I32.unpack(self._take(4))[0])
@@ -290,7 +306,7 @@ class _Reader:
             self._take(self._uvarint())
 
 
-def _version(buf: bytes) -> int:
+def record_version(buf: bytes) -> int:
     if len(buf) < 2:
         raise RecordFormatError("record shorter than its version")
     return int(_I16.unpack_from(buf, 0)[0])
@@ -298,8 +314,8 @@ def _version(buf: bytes) -> int:
 
 def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     """The key of a ``__consumer_offsets`` record; None for record types of other protocols."""
-    version = _version(key)
-    r = _Reader(key, 2, False)
+    version = record_version(key)
+    r = RecordReader(key, 2, False)
     if version in (0, 1):
         return OffsetCommitKey(r.string(), r.string(), r.int32())
     if version == 2:
@@ -308,10 +324,10 @@ def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
 
 
 def decode_offset_commit_value(value: bytes) -> OffsetCommitValue:
-    version = _version(value)
+    version = record_version(value)
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown OffsetCommitValue version {version}")
-    r = _Reader(value, 2, version >= 4)
+    r = RecordReader(value, 2, version >= 4)
     offset = r.int64()
     leader_epoch = r.int32() if version >= 3 else -1
     metadata = r.string()
@@ -322,10 +338,10 @@ def decode_offset_commit_value(value: bytes) -> OffsetCommitValue:
 
 
 def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
-    version = _version(value)
+    version = record_version(value)
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown GroupMetadataValue version {version}")
-    r = _Reader(value, 2, version >= 4)
+    r = RecordReader(value, 2, version >= 4)
     protocol_type = r.string()
     generation = r.int32()
     protocol = r.nullable_string()

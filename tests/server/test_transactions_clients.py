@@ -1,0 +1,255 @@
+"""Transactions with a real client (confluent-kafka / librdkafka) against `logkeel serve`:
+commit and abort seen by read_committed and read_uncommitted consumers, zombie fencing,
+consume-transform-produce with send_offsets_to_transaction, and broker restarts (SIGTERM and
+kill -9) with a transaction open."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from tests.brokerproc import BrokerProcess
+
+OVERRIDES = {
+    "num.partitions": "1",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+}
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "b", overrides=OVERRIDES)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: object) -> Producer:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 10_000,
+            "message.timeout.ms": 10_000,
+            "socket.timeout.ms": 5_000,
+            **extra,
+        }
+    )
+    p.init_transactions(TIMEOUT)
+    return p
+
+
+def send(p: Producer, topic: str, values: list[bytes]) -> None:
+    for v in values:
+        p.produce(topic, v)
+    assert p.flush(TIMEOUT) == 0
+
+
+def consume_all(
+    bootstrap: str, topic: str, isolation: str, expected: int, wait: float = 10.0
+) -> list[bytes]:
+    """The values of ``topic`` from the start, reading until ``expected`` arrive or ``wait``
+    passes with nothing new (then what was read)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    c.subscribe([topic])
+    out: list[bytes] = []
+    deadline = time.monotonic() + wait
+    try:
+        while time.monotonic() < deadline and len(out) < expected:
+            msg = c.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append(msg.value())
+        # Anything beyond the expected count would be a bug: look a little longer for it.
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append(msg.value())
+    finally:
+        c.close()
+    return out
+
+
+def test_commit_and_abort_seen_by_read_committed_and_read_uncommitted(
+    broker: BrokerProcess,
+) -> None:
+    p = txn_producer(broker.bootstrap, "txn-basic")
+    p.begin_transaction()
+    send(p, "t", [b"c1", b"c2"])
+    p.commit_transaction(TIMEOUT)
+    p.begin_transaction()
+    send(p, "t", [b"a1", b"a2"])
+    p.abort_transaction(TIMEOUT)
+    p.begin_transaction()
+    send(p, "t", [b"c3"])
+    p.commit_transaction(TIMEOUT)
+
+    assert consume_all(broker.bootstrap, "t", "read_committed", 3) == [b"c1", b"c2", b"c3"]
+    assert consume_all(broker.bootstrap, "t", "read_uncommitted", 5) == [
+        b"c1",
+        b"c2",
+        b"a1",
+        b"a2",
+        b"c3",
+    ]
+
+
+def test_open_transaction_holds_back_read_committed_until_commit(broker: BrokerProcess) -> None:
+    p = txn_producer(broker.bootstrap, "txn-lso")
+    p.begin_transaction()
+    send(p, "lso", [b"pending"])
+    assert consume_all(broker.bootstrap, "lso", "read_committed", 1, wait=3.0) == []
+    assert consume_all(broker.bootstrap, "lso", "read_uncommitted", 1) == [b"pending"]
+    p.commit_transaction(TIMEOUT)
+    assert consume_all(broker.bootstrap, "lso", "read_committed", 1) == [b"pending"]
+
+
+def test_second_producer_fences_the_first(broker: BrokerProcess) -> None:
+    first = txn_producer(broker.bootstrap, "txn-zombie")
+    first.begin_transaction()
+    send(first, "z", [b"zombie"])
+    # The new incarnation aborts the zombie's open transaction and fences it.
+    second = txn_producer(broker.bootstrap, "txn-zombie")
+    with pytest.raises(KafkaException) as failure:
+        first.commit_transaction(TIMEOUT)
+    err = failure.value.args[0]
+    assert err.fatal() or err.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), err
+    second.begin_transaction()
+    send(second, "z", [b"live"])
+    second.commit_transaction(TIMEOUT)
+    assert consume_all(broker.bootstrap, "z", "read_committed", 1) == [b"live"]
+    assert consume_all(broker.bootstrap, "z", "read_uncommitted", 2) == [b"zombie", b"live"]
+
+
+def committed_offset(bootstrap: str, group: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        [tp] = c.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)
+        return int(tp.offset)
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_offsets_visible_only_after_commit(
+    broker: BrokerProcess,
+) -> None:
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        plain.produce("in", f"m{i}".encode())
+    assert plain.flush(TIMEOUT) == 0
+
+    group = "ctp"
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    c.subscribe(["in"])
+    p = txn_producer(broker.bootstrap, "txn-ctp")
+    try:
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 3 and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+        assert len(got) == 3
+        p.begin_transaction()
+        send(p, "out", [v.upper() for v in got])
+        p.send_offsets_to_transaction(
+            [TopicPartition("in", 0, 3)], c.consumer_group_metadata(), TIMEOUT
+        )
+        # Pending: not visible before the commit.
+        assert committed_offset(broker.bootstrap, group, "in") < 0
+        p.commit_transaction(TIMEOUT)
+        assert committed_offset(broker.bootstrap, group, "in") == 3
+
+        # An aborted transaction's offsets never become visible.
+        p.begin_transaction()
+        send(p, "out", [b"DISCARDED"])
+        p.send_offsets_to_transaction(
+            [TopicPartition("in", 0, 6)], c.consumer_group_metadata(), TIMEOUT
+        )
+        p.abort_transaction(TIMEOUT)
+        assert committed_offset(broker.bootstrap, group, "in") == 3
+    finally:
+        c.close()
+    assert consume_all(broker.bootstrap, "out", "read_committed", 3) == [b"M0", b"M1", b"M2"]
+    # The committed offsets survive a restart; the aborted ones stay invisible.
+    assert broker.stop() == 0
+    broker.start()
+    assert committed_offset(broker.bootstrap, group, "in") == 3
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill9"])
+def test_restart_with_an_open_transaction_aborts_it(broker: BrokerProcess, how: str) -> None:
+    p = txn_producer(broker.bootstrap, "txn-restart")
+    p.begin_transaction()
+    send(p, "r", [b"committed"])
+    p.commit_transaction(TIMEOUT)
+    p.begin_transaction()
+    send(p, "r", [b"open-1", b"open-2"])
+    if how == "sigterm":
+        assert broker.stop() == 0
+    else:
+        broker.kill()
+    broker.start()
+    # The application restarts: a new producer with the same id aborts what was left open.
+    again = txn_producer(broker.bootstrap, "txn-restart")
+    again.begin_transaction()
+    send(again, "r", [b"after"])
+    again.commit_transaction(TIMEOUT)
+    assert consume_all(broker.bootstrap, "r", "read_committed", 2) == [b"committed", b"after"]
+    assert consume_all(broker.bootstrap, "r", "read_uncommitted", 4) == [
+        b"committed",
+        b"open-1",
+        b"open-2",
+        b"after",
+    ]
+
+
+def test_transaction_past_its_timeout_is_aborted(broker: BrokerProcess) -> None:
+    p = txn_producer(
+        broker.bootstrap,
+        "txn-timeout",
+        **{
+            "transaction.timeout.ms": 2_000,
+            "socket.timeout.ms": 1_000,
+            "message.timeout.ms": 2_000,
+        },
+    )
+    p.begin_transaction()
+    send(p, "to", [b"abandoned"])
+    # Nobody ends it: the coordinator aborts it, and read_committed readers move past it.
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce("to", b"plain")
+    assert plain.flush(TIMEOUT) == 0
+    assert consume_all(broker.bootstrap, "to", "read_committed", 1, wait=15.0) == [b"plain"]
