@@ -379,11 +379,16 @@ def test_idempotent_retry_returns_the_original_offsets(client: RawClient) -> Non
     assert [r.value for r in fetch_records(client, "idem", 0, 0)] == [b"a", b"b", b"c"]
 
 
-def test_producer_ids_are_unique_and_transactional_ids_are_refused(client: RawClient) -> None:
+def test_producer_ids_are_unique_and_transactional_ids_get_epochs(client: RawClient) -> None:
     ids = {init_producer_id(client, v).producer_id for v in range(0, 7)}
     assert len(ids) == 7
-    refused = init_producer_id(client, 4, transactional_id="txn-1")
-    assert refused.error_code == ErrorCode.transactional_id_authorization_failed
+    first = init_producer_id(client, 4, transactional_id="txn-1")
+    assert first.error_code == ErrorCode.none and first.producer_id not in ids
+    again = init_producer_id(client, 4, transactional_id="txn-1")
+    assert (again.producer_id, again.producer_epoch) == (
+        first.producer_id,
+        first.producer_epoch + 1,
+    )
 
 
 def test_pipelined_requests_on_one_connection_append_in_order(client: RawClient) -> None:
@@ -411,7 +416,7 @@ def test_timestamps_far_in_the_future_are_invalid(client: RawClient) -> None:
     assert produce_one(client, 9, "future", 0, build_batch([(old, None, b"x", ())])).error_code == 0
 
 
-def test_transactional_records_are_refused(client: RawClient) -> None:
+def test_transactional_records_outside_a_transaction_are_refused(client: RawClient) -> None:
     txn = batch([b"t"], producer_id=1, producer_epoch=0, base_sequence=0, is_transactional=True)
     p = produce_one(client, 9, "no-txn", 0, txn)
     assert p.error_code == ErrorCode.invalid_record
@@ -423,7 +428,8 @@ def test_transactional_records_are_refused(client: RawClient) -> None:
         topic_data=request.topic_data,
     )
     (t,) = client.call(request).responses
-    assert t.partition_responses[0].error_code == ErrorCode.transactional_id_authorization_failed
+    # No transaction of "my-txn" holds the partition (KIP-890's verification).
+    assert t.partition_responses[0].error_code == ErrorCode.invalid_txn_state
     # Nothing was written, so read_committed readers are not held back.
     response = client.call(fetch_request(12, "no-txn", {0: 0}, isolation_level=1))
     partition = response.responses[0].partitions[0]

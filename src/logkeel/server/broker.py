@@ -396,7 +396,13 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     topic_admin.register(registry, broker)
     configs_api.register(registry, broker)
     log_dirs_api.register(registry, broker.log_manager)
-    produce_api.register(registry, broker.metadata, broker.replica_manager, broker.ensure_topic)
+    produce_api.register(
+        registry,
+        broker.metadata,
+        broker.replica_manager,
+        broker.ensure_topic,
+        broker.txn_coordinator.verify_partition,
+    )
     fetch_api.register(registry, broker.config, broker.metadata, broker.replica_manager)
     offsets_api.register(registry, broker.replica_manager)
     producer_id_api.register(registry, broker.producer_ids)

@@ -22,7 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import MetadataStore, TopicState, topic_id_text
-from logkeel.records.batch import MAGIC_V2, InvalidBatchError
+from logkeel.records.batch import MAGIC_V2, BatchHeader, InvalidBatchError
 from logkeel.records.walk import iter_headers
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
@@ -49,6 +49,10 @@ _ATTRIBUTES_OFFSET = 21
 _TRANSACTIONAL_FLAG = 0x10
 
 
+# (transactional id, producer id, epoch, partition) -> NONE if the batch may be appended.
+TxnVerifier = Callable[[str, int, int, TopicPartition], ErrorCode]
+
+
 def _timestamp(ms: int) -> datetime.datetime | None:
     if ms < 0:
         return None
@@ -61,10 +65,29 @@ class ProduceApi:
         metadata: MetadataStore,
         replica_manager: ReplicaManager,
         ensure_topic: Callable[[str], Awaitable[TopicState | None]],
+        verify_txn: TxnVerifier | None = None,
     ) -> None:
         self._metadata = metadata
         self._replica_manager = replica_manager
         self._ensure_topic = ensure_topic
+        self._verify_txn = verify_txn
+
+    def _txn_error(
+        self, transactional_id: str | None, records: bytes, tp: TopicPartition
+    ) -> tuple[ErrorCode, str | None]:
+        """Transactional records come with their transactional id (Kafka's rule), from its
+        current producer, for a partition added to its open transaction (KIP-890's
+        verification): a stray batch would open a transaction nobody ends, holding back
+        read_committed readers for good."""
+        if transactional_id is None:
+            return ErrorCode.invalid_record, "transactional records without a transactional id"
+        header = _first_header(records)
+        if header is None or self._verify_txn is None:
+            return ErrorCode.none, None
+        code = self._verify_txn(
+            transactional_id, header.producer_id, header.producer_epoch, tp
+        )
+        return code, None if code == ErrorCode.none else f"{tp} is not in the transaction"
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
@@ -99,12 +122,11 @@ class ProduceApi:
                 if problem is not None:
                     slots.append((key, index, tp, ErrorCode.invalid_record, problem))
                     continue
-                if request.transactional_id is None and _is_transactional(pdata.records):
-                    # Transactional records come with their transactional id (Kafka's rule).
-                    slots.append(
-                        (key, index, tp, ErrorCode.invalid_record, "no transactional id")
-                    )
-                    continue
+                if _is_transactional(pdata.records):
+                    code, why = self._txn_error(request.transactional_id, pdata.records, tp)
+                    if code != ErrorCode.none:
+                        slots.append((key, index, tp, code, why))
+                        continue
                 entries[tp] = pdata.records
                 slots.append((key, index, tp, None, None))
 
@@ -232,6 +254,15 @@ def _check_records(records: bytes | None) -> str | None:
     return None
 
 
+def _first_header(records: bytes) -> BatchHeader | None:
+    try:
+        for _, header in iter_headers(records):
+            return header
+    except InvalidBatchError:
+        pass  # malformed: the log reports CORRUPT_MESSAGE
+    return None
+
+
 def _is_transactional(records: bytes) -> bool:
     if len(records) < _ATTRIBUTES_OFFSET + 2:
         return False
@@ -243,9 +274,10 @@ def register(
     metadata: MetadataStore,
     replica_manager: ReplicaManager,
     ensure_topic: Callable[[str], Awaitable[TopicState | None]],
+    verify_txn: TxnVerifier | None = None,
 ) -> ProduceApi:
     """``ensure_topic`` returns a topic, auto-created if the broker allows, or None."""
-    api = ProduceApi(metadata, replica_manager, ensure_topic)
+    api = ProduceApi(metadata, replica_manager, ensure_topic, verify_txn)
     registry.register(
         ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

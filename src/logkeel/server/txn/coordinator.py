@@ -203,7 +203,7 @@ class TransactionCoordinator:
         ):
             # KIP-360: a producer re-initialising itself must still be the current one.
             raise TxnError(ErrorCode.producer_fenced)
-        if meta.state == TxnStatus.ONGOING:
+        if meta.state in (TxnStatus.ONGOING, TxnStatus.PREPARE_EPOCH_FENCE):
             # The previous incarnation left a transaction open: fence it and abort it; the
             # client retries until the abort is complete.
             self._tasks.spawn(self._abort_fenced(meta))
@@ -265,6 +265,23 @@ class TransactionCoordinator:
         # The decision is durable: answer once the markers are written, or after a bound while
         # they are retried (the id answers CONCURRENT_TRANSACTIONS until then).
         await asyncio.wait([task], timeout=_END_WAIT_S)
+
+    def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> ErrorCode:
+        """Produce's check of a transactional batch: NONE if ``tp`` is in the open transaction
+        of this producer, INVALID_PRODUCER_EPOCH for an older incarnation, else
+        INVALID_TXN_STATE."""
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.invalid_txn_state
+        if producer_epoch != meta.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if meta.state != TxnStatus.ONGOING or tp.partition not in meta.value.partitions.get(
+            tp.topic, ()
+        ):
+            return ErrorCode.invalid_txn_state
+        return ErrorCode.none
 
     # -- completion ---------------------------------------------------------------------------
 

@@ -1,0 +1,151 @@
+"""Transactions on the wire: Kafka's error codes for bad input (nothing written), ListOffsets
+and Fetch with isolation levels while a transaction is open, and the markers' effect on the
+last stable offset and the aborted-transaction list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from logkeel.server.protocol import ApiKey
+from tests.brokerproc import BrokerProcess
+from tests.server.test_fetch_api import list_offsets
+from tests.server.test_produce_api import (
+    RawClient,
+    _fill,
+    batch,
+    fetch_request,
+    init_producer_id,
+    produce_one,
+    produce_request,
+    schema_module,
+)
+
+OVERRIDES = {
+    "num.partitions": "1",
+    "offsets.topic.num.partitions": "2",
+    "transaction.state.log.num.partitions": "2",
+}
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[RawClient]:
+    broker = BrokerProcess(tmp_path / "b", overrides=OVERRIDES)
+    broker.start()
+    try:
+        with RawClient(broker.port) as c:
+            yield c
+    finally:
+        broker.kill()
+
+
+def add_partitions(
+    c: RawClient, txn: str, pid: int, epoch: int, topic: str, version: int = 3
+) -> ErrorCode:
+    mod = schema_module(ApiKey.ADD_PARTITIONS_TO_TXN, version)
+    r = c.call(
+        mod.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(mod.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),
+        )
+    )
+    (t,) = r.results_by_topic_v3_and_below
+    (p,) = t.results_by_partition
+    return ErrorCode(p.partition_error_code)
+
+
+def end_txn(c: RawClient, txn: str, pid: int, epoch: int, commit: bool, version: int = 3) -> Any:
+    mod = schema_module(ApiKey.END_TXN, version)
+    r = c.call(
+        mod.EndTxnRequest(
+            transactional_id=txn, producer_id=pid, producer_epoch=epoch, committed=commit
+        )
+    )
+    return r.error_code
+
+
+def txn_produce(c: RawClient, txn: str, topic: str, records: bytes) -> Any:
+    request = produce_request(9, topic, {0: records})
+    request = _fill(
+        type(request),
+        transactional_id=txn,
+        acks=request.acks,
+        timeout=request.timeout,
+        topic_data=request.topic_data,
+    )
+    (t,) = c.call(request).responses
+    return t.partition_responses[0]
+
+
+def fetch(c: RawClient, topic: str, isolation: int) -> Any:
+    return (
+        c.call(fetch_request(12, topic, {0: 0}, isolation_level=isolation))
+        .responses[0]
+        .partitions[0]
+    )
+
+
+def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> None:
+    assert produce_one(client, 9, "bad", 0, batch([b"plain"])).error_code == ErrorCode.none
+    init = init_producer_id(client, 4, transactional_id="bad-txn")
+    pid, epoch = init.producer_id, init.producer_epoch
+    # An unknown producer id, a wrong epoch, an unknown topic, an EndTxn without a transaction.
+    assert add_partitions(client, "bad-txn", pid + 1000, epoch, "bad") == (
+        ErrorCode.invalid_producer_id_mapping
+    )
+    assert add_partitions(client, "bad-txn", pid, epoch + 1, "bad") == ErrorCode.producer_fenced
+    assert add_partitions(client, "bad-txn", pid, epoch + 1, "bad", version=1) == (
+        ErrorCode.invalid_producer_epoch
+    )
+    assert add_partitions(client, "bad-txn", pid, epoch, "no-such-topic") == (
+        ErrorCode.unknown_topic_or_partition
+    )
+    assert add_partitions(client, "unknown-txn", pid, epoch, "bad") == (
+        ErrorCode.invalid_producer_id_mapping
+    )
+    assert end_txn(client, "bad-txn", pid, epoch, True) == ErrorCode.invalid_txn_state
+    # A transactional batch for a partition never added: refused, nothing written.
+    records = batch(
+        [b"x"], producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True
+    )
+    assert txn_produce(client, "bad-txn", "bad", records).error_code == ErrorCode.invalid_txn_state
+    p = fetch(client, "bad", 1)
+    assert (p.high_watermark, p.last_stable_offset) == (1, 1)
+
+
+def test_open_transaction_sets_the_lso_and_abort_lists_it(client: RawClient) -> None:
+    assert produce_one(client, 9, "iso", 0, batch([b"before"])).error_code == ErrorCode.none
+    init = init_producer_id(client, 4, transactional_id="iso-txn")
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert add_partitions(client, "iso-txn", pid, epoch, "iso") == ErrorCode.none
+    records = batch(
+        [b"t1", b"t2"],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    assert txn_produce(client, "iso-txn", "iso", records).error_code == ErrorCode.none
+
+    # Open: read_committed stops at the transaction's first offset.
+    assert list_offsets(client, 5, "iso", -1, isolation_level=1).offset == 1
+    assert list_offsets(client, 5, "iso", -1, isolation_level=0).offset == 3
+    p = fetch(client, "iso", 1)
+    assert (p.high_watermark, p.last_stable_offset) == (3, 1)
+
+    assert end_txn(client, "iso-txn", pid, epoch, False) == ErrorCode.none
+    # The abort marker takes offset 3; the aborted range is listed for read_committed readers.
+    assert list_offsets(client, 5, "iso", -1, isolation_level=1).offset == 4
+    p = fetch(client, "iso", 1)
+    assert (p.high_watermark, p.last_stable_offset) == (4, 4)
+    assert [(t.producer_id, t.first_offset) for t in p.aborted_transactions] == [(pid, 1)]
+    assert not fetch(client, "iso", 0).aborted_transactions
+    # Ending it again: the retry of an abort succeeds, a commit is refused.
+    assert end_txn(client, "iso-txn", pid, epoch, False) == ErrorCode.none
+    assert end_txn(client, "iso-txn", pid, epoch, True) == ErrorCode.invalid_txn_state
