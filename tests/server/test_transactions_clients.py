@@ -145,10 +145,18 @@ def test_second_producer_fences_the_first(broker: BrokerProcess) -> None:
     assert consume_all(broker.bootstrap, "z", "read_uncommitted", 2) == [b"zombie", b"live"]
 
 
-def committed_offset(bootstrap: str, group: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+def committed_offset(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    isolation: str = "read_uncommitted",
+    timeout: float = TIMEOUT,
+) -> int:
+    """The group's committed offset; a read_committed consumer asks for stable offsets only
+    (KIP-447), which waits while a transaction holds offsets of the partition pending."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation})
     try:
-        [tp] = c.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)
+        [tp] = c.committed([TopicPartition(topic, 0)], timeout=timeout)
         return int(tp.offset)
     finally:
         c.close()
@@ -187,10 +195,13 @@ def test_consume_transform_produce_offsets_visible_only_after_commit(
         p.send_offsets_to_transaction(
             [TopicPartition("in", 0, 3)], c.consumer_group_metadata(), TIMEOUT
         )
-        # Pending: not visible before the commit.
+        # Pending: not visible before the commit, and not stable.
         assert committed_offset(broker.bootstrap, group, "in") < 0
+        with pytest.raises(KafkaException):
+            committed_offset(broker.bootstrap, group, "in", "read_committed", timeout=2.0)
         p.commit_transaction(TIMEOUT)
         assert committed_offset(broker.bootstrap, group, "in") == 3
+        assert committed_offset(broker.bootstrap, group, "in", "read_committed") == 3
 
         # An aborted transaction's offsets never become visible.
         p.begin_transaction()

@@ -329,7 +329,7 @@ class GroupApi:
                 topics = (
                     None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
                 )
-                code, topic_entries = self._fetch_group(ctx, g.group_id, topics)
+                code, topic_entries = self._fetch_group(ctx, request, g.group_id, topics)
                 groups.append(
                     group_type(group_id=g.group_id, topics=topic_entries, error_code=code)
                 )
@@ -339,11 +339,15 @@ class GroupApi:
             if request.topics is None
             else [(t.name, t.partition_indexes) for t in request.topics]
         )
-        code, topic_entries = self._fetch_group(ctx, request.group_id, topics)
+        code, topic_entries = self._fetch_group(ctx, request, request.group_id, topics)
         return response(ctx, topics=topic_entries, error_code=code)
 
     def _fetch_group(
-        self, ctx: RequestContext, group_id: str, topics: list[tuple[str, Any]] | None
+        self,
+        ctx: RequestContext,
+        request: Any,
+        group_id: str,
+        topics: list[tuple[str, Any]] | None,
     ) -> tuple[ErrorCode, tuple[Any, ...]]:
         if ctx.api_version >= 8:
             topic_type = nested(ctx, "OffsetFetchResponseTopics")
@@ -351,7 +355,10 @@ class GroupApi:
         else:
             topic_type = nested(ctx, "OffsetFetchResponseTopic")
             partition_type = nested(ctx, "OffsetFetchResponsePartition")
-        code, fetched = self.coordinator.fetch_offsets(group_id, topics)
+        if getattr(request, "require_stable", False):
+            code, fetched = self.coordinator.fetch_stable_offsets(group_id, topics)
+        else:
+            code, fetched = self.coordinator.fetch_offsets(group_id, topics)
         if code != ErrorCode.none:
             if ctx.api_version >= 2 or topics is None:
                 return code, ()

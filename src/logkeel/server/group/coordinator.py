@@ -122,6 +122,7 @@ class GroupCoordinator:
         self.expire_offsets = self.offsets.expire_offsets
         self.txn_commit_offsets = self.txn_offsets.txn_commit_offsets
         self.complete_txn = self.txn_offsets.complete_txn
+        self.fetch_stable_offsets = self.txn_offsets.fetch_stable_offsets
 
     async def start(self) -> None:
         """Starts loading every existing ``__consumer_offsets`` partition (in the background)."""

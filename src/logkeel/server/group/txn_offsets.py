@@ -26,7 +26,7 @@ from logkeel.server.group.records import (
     decode_offset_commit_value,
     offset_commit_record,
 )
-from logkeel.server.group.results import CommitOffset
+from logkeel.server.group.results import CommitOffset, FetchedOffset
 from logkeel.server.group.state import ClassicGroup, GroupError
 
 __all__ = ["GroupTxnOffsets"]
@@ -49,8 +49,22 @@ class GroupTxnOffsets(CoordinatorPart):
         self._partition_for = partition_for
         self._pending: _Pending = {}
 
-    def pending_for(self, producer_id: int) -> dict[str, dict[tuple[str, int], OffsetCommitValue]]:
-        return self._pending.get(producer_id, {})
+    def fetch_stable_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None
+    ) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """OffsetFetch with ``require_stable`` (KIP-447): a partition with an offset pending in
+        an open transaction answers UNSTABLE_OFFSET_COMMIT (the client retries), so a consumer
+        taking over never resumes before offsets that are about to be committed."""
+        code, fetched = self._offsets.fetch_offsets(group_id, topics)
+        unstable = {tp for groups in self._pending.values() for tp in groups.get(group_id, {})}
+        if code != ErrorCode.none or not unstable:
+            return code, fetched
+        return code, [
+            FetchedOffset(f.topic, f.partition, error=ErrorCode.unstable_offset_commit)
+            if (f.topic, f.partition) in unstable
+            else f
+            for f in fetched
+        ]
 
     async def txn_commit_offsets(
         self,
