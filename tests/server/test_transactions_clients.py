@@ -1,17 +1,21 @@
-"""Transactions with a real client (confluent-kafka / librdkafka) against `logkeel serve`:
+"""Transactions with real clients against `logkeel serve`: with confluent-kafka (librdkafka),
 commit and abort seen by read_committed and read_uncommitted consumers, zombie fencing,
-consume-transform-produce with send_offsets_to_transaction, and broker restarts (SIGTERM and
-kill -9) with a transaction open."""
+consume-transform-produce with send_offsets_to_transaction, broker restarts (SIGTERM and
+kill -9) with a transaction open, and timeout aborts; kafka-python's and aiokafka's
+transactional producers (older API versions)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka import KafkaProducer
 
 from tests.brokerproc import BrokerProcess
 
@@ -264,3 +268,39 @@ def test_transaction_past_its_timeout_is_aborted(broker: BrokerProcess) -> None:
     plain.produce("to", b"plain")
     assert plain.flush(TIMEOUT) == 0
     assert consume_all(broker.bootstrap, "to", "read_committed", 1, wait=15.0) == [b"plain"]
+
+
+def test_kafka_python_transactional_producer(broker: BrokerProcess) -> None:
+    p = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        transactional_id="txn-kafka-python",
+        request_timeout_ms=10_000,
+    )
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("kp", b"kp-aborted")
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send("kp", b"kp-committed")
+        p.commit_transaction()
+    finally:
+        p.close(timeout=5)
+    assert consume_all(broker.bootstrap, "kp", "read_committed", 1) == [b"kp-committed"]
+
+
+def test_aiokafka_transactional_producer(broker: BrokerProcess) -> None:
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="txn-aiokafka")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait("ak", b"ak-committed")
+            await p.begin_transaction()
+            await p.send_and_wait("ak", b"ak-aborted")
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    assert consume_all(broker.bootstrap, "ak", "read_committed", 1) == [b"ak-committed"]
