@@ -70,6 +70,23 @@ def end_txn(c: RawClient, txn: str, pid: int, epoch: int, commit: bool, version:
     return r.error_code
 
 
+def txn_offset_commit(c: RawClient, txn: str, pid: int, epoch: int, topic: str) -> ErrorCode:
+    mod = schema_module(ApiKey.TXN_OFFSET_COMMIT, 3)
+    part = mod.TxnOffsetCommitRequestPartition(
+        partition_index=0, committed_offset=1, committed_metadata=None
+    )
+    r = c.call(
+        mod.TxnOffsetCommitRequest(
+            transactional_id=txn,
+            group_id="g",
+            producer_id=pid,
+            producer_epoch=epoch,
+            topics=(mod.TxnOffsetCommitRequestTopic(name=topic, partitions=(part,)),),
+        )
+    )
+    return ErrorCode(r.topics[0].partitions[0].error_code)
+
+
 def txn_produce(c: RawClient, txn: str, topic: str, records: bytes) -> Any:
     request = produce_request(9, topic, {0: records})
     request = _fill(
@@ -110,6 +127,8 @@ def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> No
         ErrorCode.invalid_producer_id_mapping
     )
     assert end_txn(client, "bad-txn", pid, epoch, True) == ErrorCode.invalid_txn_state
+    # Offsets of a transaction that did not add the group's partition (AddOffsetsToTxn).
+    assert txn_offset_commit(client, "bad-txn", pid, epoch, "bad") == ErrorCode.invalid_txn_state
     # A transactional batch for a partition never added: refused, nothing written.
     records = batch(
         [b"x"], producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True

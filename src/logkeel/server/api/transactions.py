@@ -17,10 +17,12 @@ from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.api.groups import commit_offsets_of
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
 from logkeel.server.group.coordinator import GroupCoordinator
+from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
 from logkeel.server.txn.state import TxnError
+from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["TransactionsApi", "register", "visible_code"]
 
@@ -143,6 +145,11 @@ class TransactionsApi:
 
     async def txn_offset_commit(self, ctx: RequestContext, request: Any) -> Any:
         offsets, errors = commit_offsets_of(request.topics, self._partition_exists)
+        code = self._verify_offsets_partition(request)
+        if code != ErrorCode.none:
+            for o in offsets:
+                errors[(o.topic, o.partition)] = visible_code(ctx, code)
+            return self._txn_offset_commit_response(ctx, errors)
         code, per_partition = await self._groups.txn_commit_offsets(
             request.group_id,
             request.producer_id,
@@ -158,6 +165,21 @@ class TransactionsApi:
                 ctx, code if code != ErrorCode.none else per_partition.get(tp, ErrorCode.none)
             )
         return self._txn_offset_commit_response(ctx, errors)
+
+    def _verify_offsets_partition(self, request: Any) -> ErrorCode:
+        """The group's ``__consumer_offsets`` partition must be in the producer's open
+        transaction (AddOffsetsToTxn came first), or the offsets would stay pending for ever:
+        no marker would ever reach that partition (e.g. a fenced zombie's late commit)."""
+        partition = self._groups.partition_for(request.group_id)
+        if partition is None:
+            return ErrorCode.invalid_txn_state
+        code = self._txns.verify_partition(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            TopicPartition(OFFSETS_TOPIC, partition),
+        )
+        return ErrorCode.producer_fenced if code == ErrorCode.invalid_producer_epoch else code
 
     def _txn_offset_commit_response(
         self, ctx: RequestContext, errors: dict[tuple[str, int], ErrorCode]
