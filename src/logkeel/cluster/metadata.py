@@ -136,6 +136,15 @@ class MetadataStore(ABC):
         """Leader, epoch or ISR change (the controller's decisions)."""
 
     @abstractmethod
+    def pending_deletions(self) -> list[TopicPartition]:
+        """Partitions of deleted topics whose dirs a crash may have left; the broker deletes
+        them at start-up, before serving anything, then calls ``forget_deletions``."""
+
+    @abstractmethod
+    def forget_deletions(self, topics: Iterable[str]) -> None:
+        """The dirs of ``topics``' pending deletions are gone (or set aside for removal)."""
+
+    @abstractmethod
     def add_listener(self, fn: Listener) -> None:
         """``fn(topic_name, state_or_None)`` after each topic change (None: deleted)."""
 
@@ -155,6 +164,10 @@ class EmbeddedMetadataStore(MetadataStore):
         self.controller_id = node_id
         self._version = 0
         self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
+        # Deleted topics whose partition dirs may still be on disk: {name, topic_id,
+        # partitions}. Written in the same document that removes the topic, so a deletion a
+        # crash interrupts before its dirs were renamed is finished at the next start.
+        self._pending_deletions: list[dict[str, object]] = []
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -179,6 +192,7 @@ class EmbeddedMetadataStore(MetadataStore):
             return
         self._version = best.get("version", 0)
         self.cluster_id = self.cluster_id or best.get("cluster_id", "")
+        self._pending_deletions = list(best.get("pending_deletions", []))
         topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
@@ -186,8 +200,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._snapshot = MappingProxyType(topics)
 
     def _publish(self, topics: dict[str, TopicState]) -> None:
-        """Writes ``topics`` to every log dir, then makes it the snapshot readers see.
-        Call with ``_write_lock`` held."""
+        """Writes ``topics`` (and the pending deletions) to every log dir, then makes it the
+        snapshot readers see. Call with ``_write_lock`` held."""
         self._version += 1
         doc = {
             "version": self._version,
@@ -196,6 +210,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 {**asdict(t), "partitions": [asdict(p) for p in t.partitions.values()]}
                 for t in topics.values()
             ],
+            "pending_deletions": self._pending_deletions,
         }
         data = json.dumps(doc, indent=1).encode()
         written = 0
@@ -226,6 +241,21 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
+
+    def pending_deletions(self) -> list[TopicPartition]:
+        return [
+            TopicPartition(str(e["name"]), int(i))
+            for e in self._pending_deletions
+            for i in e["partitions"]  # type: ignore[attr-defined]
+        ]
+
+    def forget_deletions(self, topics: Iterable[str]) -> None:
+        done = set(topics)
+        with self._write_lock:
+            if not any(e["name"] in done for e in self._pending_deletions):
+                return
+            self._pending_deletions = [e for e in self._pending_deletions if e["name"] not in done]
+            self._publish(dict(self._snapshot))
 
     # -- changes ----------------------------------------------------------------------------------
     def create_topic(
@@ -264,6 +294,8 @@ class EmbeddedMetadataStore(MetadataStore):
             )
             if validate_only:
                 return state
+            # Dirs an earlier topic of this name left are the log manager's to set aside now.
+            self._pending_deletions = [e for e in self._pending_deletions if e["name"] != name]
             self._publish({**current, name: state})
         self._notify(name, state)
         return state
@@ -274,6 +306,10 @@ class EmbeddedMetadataStore(MetadataStore):
             state = topics.pop(name, None)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+            self._pending_deletions = [
+                *self._pending_deletions,
+                {"name": name, "topic_id": state.topic_id, "partitions": sorted(state.partitions)},
+            ]
             self._publish(topics)
         self._notify(name, None)
         return state

@@ -52,9 +52,10 @@ from logkeel.server.network.server import Server
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
-from logkeel.storage.topic_partition import validate_topic_name
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["Broker", "BrokerStartError", "register_api_families"]
 
@@ -127,6 +128,7 @@ class Broker:
             validation_rate_bytes_per_sec=config.log_startup_validation_rate_bytes_per_sec,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
+        self.log_manager.add_partition_failure_listener(self._on_partition_failure)
 
         self.replica_manager = ReplicaManager(
             ReplicaManagerContext(
@@ -262,6 +264,7 @@ class Broker:
         self.started_at = time.time()
         t0 = time.monotonic()
         report = await asyncio.to_thread(self.log_manager.startup)
+        await asyncio.to_thread(self._finish_topic_deletions)
         self.metrics.record_startup(report)
         if not self.log_manager.online_dirs:
             await asyncio.to_thread(self.log_manager.shutdown)
@@ -340,6 +343,33 @@ class Broker:
         log.info("broker %d shut down", self.node_id)
 
     # -- storage failures -----------------------------------------------------------------------
+
+    def _finish_topic_deletions(self) -> None:
+        """Deletes the logs of topics whose deletion a crash interrupted (the metadata records
+        a deletion in the write that removes the topic; the dirs are renamed after), before
+        anything is served: a deleted topic's data is never served or adopted again."""
+        pending = self.metadata.pending_deletions()
+        failed: set[str] = set()
+        for tp in pending:
+            try:
+                self.log_manager.delete_log(tp)
+            except KafkaStorageError as exc:
+                self.log_manager.handle_dir_failure(exc)
+                failed.add(tp.topic)
+        if pending:
+            log.info("finished deleting %d partition(s) of deleted topics", len(pending))
+        try:
+            self.metadata.forget_deletions({tp.topic for tp in pending} - failed)
+        except MetadataError as exc:
+            log.error("could not record the finished deletions: %s", exc)
+
+    def _on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
+        """One partition's log went offline for an error that is not a device fault (its
+        dir keeps serving): it answers KAFKA_STORAGE_ERROR from now on."""
+        p = self.replica_manager.partition(tp)
+        if p is not None and p.offline_reason is None:
+            p.offline_reason = reason
+            p.log = None
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
         """Called by the log manager when a dir goes offline, in the thread that hit the error
