@@ -237,9 +237,7 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
             st = os.lstat(real(path))
             keys = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks")
             attrs: dict[str, Any] = {k: getattr(st, k) for k in keys}
-            attrs.update(
-                st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns
-            )
+            attrs.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
             return attrs
 
         @passthrough
