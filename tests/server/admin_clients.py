@@ -110,3 +110,39 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(0.1)
+
+
+def read_all(
+    bootstrap: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, list[bytes]]]:
+    """``read_partition`` for many partitions with one consumer."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "hardening-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        out: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
+        wanted: dict[tuple[str, int], int] = {}
+        starts = []
+        for topic, p in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), TIMEOUT)
+            out[(topic, p)] = (low, [])
+            if high > low:
+                wanted[(topic, p)] = high - low
+                starts.append(TopicPartition(topic, p, low))
+        if starts:
+            c.assign(starts)
+        deadline = time.monotonic() + TIMEOUT
+        while any(len(out[k][1]) < n for k, n in wanted.items()) and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            out[(msg.topic(), msg.partition())][1].append(msg.value())
+        return out
+    finally:
+        c.close()
