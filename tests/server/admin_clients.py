@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.admin import KafkaAdminClient
 
 TIMEOUT = 15
@@ -27,6 +27,14 @@ def outcome(future: Any) -> str:
         err: KafkaError = exc.args[0]
         return err.name()
     return "OK"
+
+
+def set_topic_config(client: AdminClient, topic: str, key: str, value: str) -> str:
+    """IncrementalAlterConfigs SET of one topic config; its outcome."""
+    entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource("topic", topic, incremental_configs=[entry])
+    [future] = client.incremental_alter_configs([resource]).values()
+    return outcome(future)
 
 
 def produce(

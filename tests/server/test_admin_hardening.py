@@ -17,13 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import (
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewPartitions,
-    NewTopic,
-)
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from tests.brokerproc import BrokerProcess
 from tests.server.admin_clients import (
@@ -34,6 +28,7 @@ from tests.server.admin_clients import (
     partition_dirs,
     produce,
     read_partition,
+    set_topic_config,
     wait_until,
 )
 
@@ -44,16 +39,6 @@ FAST_BACKGROUND = {"log.retention.check.interval.ms": "200"}
 
 def _values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}-{i}".encode() for i in range(n)]
-
-
-def _set(admin_client, topic: str, **configs: str) -> str:
-    entries = [
-        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-        for k, v in configs.items()
-    ]
-    resource = ConfigResource("topic", topic, incremental_configs=entries)
-    [future] = admin_client.incremental_alter_configs([resource]).values()
-    return outcome(future)
 
 
 def test_the_longest_topic_names_live_and_die_without_costing_the_dir(tmp_path: Path) -> None:
@@ -82,7 +67,7 @@ def test_the_longest_topic_names_live_and_die_without_costing_the_dir(tmp_path: 
         assert len(list((logs / rolled[0]).glob("*.log"))) > 3  # rolled many times
 
         # Retention on the '.' name, DeleteRecords on a compacted partition.
-        assert _set(a, LONG_B, retention_ms="1") == "OK"
+        assert set_topic_config(a, LONG_B, "retention.ms", "1") == "OK"
         wait_until(lambda: read_partition(broker.bootstrap, LONG_B, 0)[0] > 0, what="retention")
         [deleted] = a.delete_records([KafkaTopicPartition(LONG_A, 2, 30)]).values()
         assert deleted.result(TIMEOUT).low_watermark == 30
