@@ -28,7 +28,11 @@ from types import MappingProxyType
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid
-from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
+from logkeel.storage.topic_partition import (
+    TopicPartition,
+    partition_dirs_fit,
+    validate_topic_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +271,9 @@ class EmbeddedMetadataStore(MetadataStore):
             raise MetadataError("INVALID_TOPIC_EXCEPTION", problem)
         if num_partitions < 1:
             raise MetadataError("INVALID_PARTITIONS", f"number of partitions must be at least 1, got {num_partitions}")
+        too_long = partition_dirs_fit(name, num_partitions)
+        if too_long:
+            raise MetadataError("INVALID_PARTITIONS", too_long)
         if replication_factor < 1:
             raise MetadataError(
                 "INVALID_REPLICATION_FACTOR", f"replication factor must be at least 1, got {replication_factor}"
@@ -326,6 +333,9 @@ class EmbeddedMetadataStore(MetadataStore):
                     "INVALID_PARTITIONS",
                     f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
                 )
+            too_long = partition_dirs_fit(name, total)
+            if too_long:
+                raise MetadataError("INVALID_PARTITIONS", too_long)
             if validate_only:
                 return state
             partitions = dict(state.partitions)

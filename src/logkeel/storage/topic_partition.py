@@ -40,6 +40,19 @@ class TopicPartition(NamedTuple):
         return cls(topic, int(part))
 
 
+def partition_dirs_fit(topic: str, partitions: int) -> str | None:
+    """Why ``partitions`` partitions of ``topic`` cannot have dirs (``<topic>-<n>`` longer
+    than ``MAX_NAME_BYTES``), or None when they can. Only the longest names are limited: a
+    249-character topic can have up to 100,000 partitions."""
+    longest = TopicPartition(topic, partitions - 1).dir_name
+    if len(longest.encode()) <= MAX_NAME_BYTES:
+        return None
+    return (
+        f"the dir of partition {partitions - 1} ({len(longest)} characters) would be longer "
+        f"than the {MAX_NAME_BYTES} a file name may have"
+    )
+
+
 def set_aside_dir_name(tp: TopicPartition, suffix: str) -> str:
     """``<topic>-<partition>.<uniqueId><suffix>`` (Kafka's ``logDirNameWithSuffixCappedLength``),
     with the topic cut so the name fits in ``MAX_NAME_BYTES`` for every legal topic name: the
