@@ -73,6 +73,8 @@ def audit_command(dirs: tuple[Path, ...], as_json: bool, master: str | None) -> 
     from (the longest run of valid batches without a hole, then the highest leader epoch).
     Files are only read, so live brokers' dirs can be audited.
     """
+    # pyspark is the optional [spark] extra: imported when the command runs, so that the rest of
+    # the CLI works without it.
     from pyspark.sql import SparkSession
 
     from logkeel.spark.audit import audit, audit_json

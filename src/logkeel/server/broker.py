@@ -49,7 +49,11 @@ from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
 from logkeel.server.network.server import Server
-from logkeel.server.replica.context import ReplicaManagerContext
+from logkeel.server.replica.context import (
+    IsrChangeRequested,
+    ReplicaManagerContext,
+    ReplicationSettings,
+)
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.errors import KafkaStorageError
@@ -75,7 +79,10 @@ class Broker:
     """A single-node Kafka-protocol broker built from a ``BrokerConfig``.
 
     Nothing touches the network until ``start()``. ``metrics_port`` (None: off) serves
-    Prometheus metrics over HTTP on the listener's host.
+    Prometheus metrics over HTTP on the listener's host. ``metadata``: the cluster's metadata
+    store (partition states from a controller); None keeps embedded single-node metadata.
+    ``isr_change_requested``: where this broker's leaders send the ISR changes they want (the
+    controller's AlterPartition); it must hand the proposal off without blocking.
     """
 
     def __init__(
@@ -84,6 +91,8 @@ class Broker:
         *,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
+        metadata: MetadataStore | None = None,
+        isr_change_requested: IsrChangeRequested | None = None,
     ) -> None:
         self.config = config
         self.node_id: int = config.node_id
@@ -107,7 +116,8 @@ class Broker:
         self._stopped = False
 
         cluster_id = _cluster_id_in_meta_properties(self.log_dirs)
-        self.metadata: MetadataStore = EmbeddedMetadataStore(
+        # A cluster's store (shared by its brokers) is given; one node keeps its own.
+        self.metadata: MetadataStore = metadata or EmbeddedMetadataStore(
             self.log_dirs,
             self.node_id,
             self._advertised_host,
@@ -138,6 +148,8 @@ class Broker:
                 topic_config=self.topic_config,
                 log_config=self.log_config,
                 num_io_threads=config.num_io_threads,
+                replication=ReplicationSettings.from_broker_config(config),
+                isr_change_requested=isr_change_requested,
             )
         )
         self.group_coordinator = GroupCoordinator(self)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from logkeel.spark.kafka_source import KafkaDataSource
+from logkeel.spark.segments import SegmentDataSource
+
 __all__ = ["register"]
 
 
 def register(spark: SparkSession) -> None:
     """Registers the ``logkeel`` and ``logkeel-segments`` formats on ``spark``."""
-    from logkeel.spark.kafka_source import KafkaDataSource
-    from logkeel.spark.segments import SegmentDataSource
-
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(SegmentDataSource)

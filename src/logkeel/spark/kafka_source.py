@@ -48,6 +48,7 @@ from logkeel.spark.kafka_client import (
     Partition,
     consumer_config,
 )
+from logkeel.spark.kafka_sink import KafkaStreamWriter, KafkaWriter
 from logkeel.spark.schema import arrow_schema, batch_from_columns, kafka_schema
 
 ROWS_PER_ARROW_BATCH = 10_000
@@ -514,11 +515,7 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from logkeel.spark.kafka_sink import KafkaWriter
-
         return KafkaWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from logkeel.spark.kafka_sink import KafkaStreamWriter
-
         return KafkaStreamWriter(self.options, schema, overwrite)

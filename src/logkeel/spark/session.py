@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from logkeel.spark import register
+
 JAVA_PACKAGE = "openjdk-17-jre-headless"
 
 
@@ -54,7 +56,5 @@ def spark_session(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    from logkeel.spark import register
-
     register(spark)
     return spark

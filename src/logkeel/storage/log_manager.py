@@ -22,7 +22,14 @@ from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
 from logkeel.storage.engine.validation import LAZY, VALIDATION_MODES, SegmentValidator
 from logkeel.storage.errors import KafkaStorageError, io_guard
-from logkeel.storage.log_dir import LogDir, mark_for_deletion, random_uuid
+from logkeel.storage.log_dir import (
+    META_PROPERTIES,
+    LogDir,
+    MetaProperties,
+    MetaPropertiesError,
+    mark_for_deletion,
+    random_uuid,
+)
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
 from logkeel.storage.recovery.loader import load_partition
 from logkeel.storage.scheduler import Scheduler
@@ -179,8 +186,6 @@ class LogManager:
         return report
 
     def _find_cluster_id(self) -> str | None:
-        from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
-
         for d in self.dirs:
             try:
                 return MetaProperties.parse((d.path / META_PROPERTIES).read_text()).cluster_id

@@ -66,11 +66,8 @@ class ProducerIdManager:
         # If the reservation file was lost (a wiped dir), ids already in the logs still bound
         # the next block: reusing one could turn a new producer's batches into "duplicates".
         for plog in list(self._log_manager.logs.values()):
-            try:
-                with plog.lock:
-                    pids = list(plog.producer_state.active_producers)
-            except Exception:  # noqa: BLE001 - a log being closed: the file bound still holds
-                continue
+            with plog.lock:
+                pids = list(plog.producer_state.active_producers)
             if pids:
                 floor = max(floor, max(pids) + 1)
         self._next = self._block_end = floor

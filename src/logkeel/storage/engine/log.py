@@ -19,6 +19,7 @@ from logkeel.records.batch import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from logkeel.records.record import decode_records
 from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
 from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.engine.log_config import LogConfig
@@ -323,8 +324,6 @@ class PartitionLog:
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or a real timestamp."""
-        from logkeel.records.record import decode_records  # records decode is only needed here
-
         with self.lock:
             if timestamp == EARLIEST_TIMESTAMP:
                 epoch = self.leader_epochs.epoch_for_offset(self.log_start_offset)
