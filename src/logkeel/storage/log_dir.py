@@ -251,6 +251,20 @@ def list_partition_dirs(log_dir: Path) -> list[Path]:
         return [Path(e.path) for e in entries if is_partition_dir_name(e.name) and e.is_dir()]
 
 
+def partition_dir_named(log_dir: Path, cause: OSError | None) -> str | None:
+    """The name of the partition dir of ``log_dir`` holding a file that ``cause`` names."""
+    for name in (getattr(cause, "filename", None), getattr(cause, "filename2", None)):
+        if not isinstance(name, str | Path):
+            continue
+        try:
+            first = Path(name).absolute().relative_to(log_dir).parts[0]
+        except (ValueError, IndexError):
+            continue
+        if is_partition_dir_name(first):
+            return first
+    return None
+
+
 def mark_for_deletion(log_dir: Path, partition_dir: Path) -> Path | None:
     """Renames ``partition_dir`` (in ``log_dir``) to its ``-delete`` name and makes the rename
     durable; returns the new path, or None when there is no such dir. From then on nothing

@@ -28,6 +28,7 @@ from logkeel.storage.log_dir import (
     MetaProperties,
     MetaPropertiesError,
     mark_for_deletion,
+    partition_dir_named,
     random_uuid,
 )
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
@@ -161,26 +162,7 @@ class LogManager:
                 list(pool.map(load_dir, online))
         report.elapsed_ms = (time.monotonic() - started) * 1000
         self.startup_report = report
-        log.info(
-            "loaded %d partitions (%d segments, %d opened, %d recovered, %d bytes scanned) from %d "
-            "log dir(s) in %.0f ms%s",
-            report.partitions,
-            report.segments,
-            report.segments_opened,
-            report.segments_recovered,
-            report.bytes_scanned,
-            len(self.dirs),
-            report.elapsed_ms,
-            "" if report.clean else " after an unclean shutdown",
-        )
-        for t in report.truncations:
-            log.warning(
-                "start-up truncated %s-%d at offset %d (%d bytes)",
-                t.topic,
-                t.partition,
-                t.offset,
-                t.bytes,
-            )
+        report.log_summary(log, len(self.dirs))
         if start_background:
             self.start_background()
         return report
@@ -343,33 +325,22 @@ class LogManager:
         return min(online, key=lambda d: counts[id(d)])
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Removes a partition: its dir is renamed to a ``-delete`` name that fits the
-        filesystem (``delete_dir_name``) and removed in the background; a start-up removes
-        any such dir left by a crash. The dir of an offline partition (one that could not be
-        loaded) in an online log dir is removed the same way."""
+        """Removes a partition: its dir in every online log dir (an offline partition's too)
+        is renamed to a ``-delete`` name that fits the filesystem and removed in the
+        background; a start-up removes any such dir a crash left."""
         with self._lock:
             plog = self.logs.pop(tp, None)
             d = self._dir_of.pop(tp, None)
             self.offline_partitions.pop(tp, None)
         self.validator.forget(tp)
-        targets: list[Path] = []
-        if plog is not None and d is not None:
-            with plog.lock:
-                plog.close_without_flush()
-                with io_guard(d.path, f"deleting {plog.dir}"):
-                    target = mark_for_deletion(d.path, plog.dir)
-                if target is not None:
-                    targets.append(target)
-        for other in self.online_dirs:
-            if other is d:
-                continue
-            with io_guard(other.path, f"deleting {tp}"):
-                target = mark_for_deletion(other.path, other.path / tp.dir_name)
+        if plog is not None:
+            plog.close_without_flush()
+        for each in self.online_dirs:
+            with io_guard(each.path, f"deleting {tp}"):
+                target = mark_for_deletion(each.path, each.path / tp.dir_name)
             if target is not None:
-                targets.append(target)
-        for target in targets:
-            self.scheduler.schedule(lambda t=target: shutil.rmtree(t, ignore_errors=True))
-        if d is not None:
+                self.scheduler.schedule(lambda t=target: shutil.rmtree(t, ignore_errors=True))
+        if d is not None and d.online:
             self._write_checkpoints(d)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
@@ -566,18 +537,14 @@ class LogManager:
 
     def _partition_named(self, d: LogDir, cause: OSError | None) -> TopicPartition | None:
         """The loaded partition of ``d`` that a file named by ``cause`` belongs to."""
-        for name in (getattr(cause, "filename", None), getattr(cause, "filename2", None)):
-            if not isinstance(name, str | Path):
-                continue
-            try:
-                first = Path(name).absolute().relative_to(d.path).parts[0]
-                tp = TopicPartition.parse_dir_name(first)
-            except (ValueError, IndexError):
-                continue
-            plog = self.logs.get(tp)
-            if plog is not None and self._dir_of.get(tp) is d and plog.dir.name == first:
-                return tp
-        return None
+        name = partition_dir_named(d.path, cause)
+        if name is None:
+            return None
+        tp = TopicPartition.parse_dir_name(name)
+        plog = self.logs.get(tp)
+        if plog is None or self._dir_of.get(tp) is not d or plog.dir.name != name:
+            return None
+        return tp
 
     def take_partition_offline(self, tp: TopicPartition, reason: str) -> None:
         """One partition stops serving (its files are closed, nothing is written), the rest
