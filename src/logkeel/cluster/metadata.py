@@ -139,14 +139,15 @@ class MetadataStore(ABC):
     def update_partition(self, state: PartitionState) -> None:
         """Leader, epoch or ISR change (the controller's decisions)."""
 
-    @abstractmethod
     def pending_deletions(self) -> list[TopicPartition]:
         """Partitions of deleted topics whose dirs a crash may have left; the broker deletes
-        them at start-up, before serving anything, then calls ``forget_deletions``."""
+        them at start-up, before serving anything, then calls ``forget_deletions``. A store
+        that does not record deletions has none."""
+        return []
 
-    @abstractmethod
     def forget_deletions(self, topics: Iterable[str]) -> None:
         """The dirs of ``topics``' pending deletions are gone (or set aside for removal)."""
+        return None
 
     @abstractmethod
     def add_listener(self, fn: Listener) -> None:
