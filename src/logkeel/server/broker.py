@@ -378,10 +378,7 @@ class Broker:
     def _on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
         """One partition's log went offline for an error that is not a device fault (its
         dir keeps serving): it answers KAFKA_STORAGE_ERROR from now on."""
-        p = self.replica_manager.partition(tp)
-        if p is not None and p.offline_reason is None:
-            p.offline_reason = reason
-            p.log = None
+        self.replica_manager.on_partition_failure(tp, reason)
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
         """Called by the log manager when a dir goes offline, in the thread that hit the error
