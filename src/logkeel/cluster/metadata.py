@@ -249,14 +249,7 @@ class EmbeddedMetadataStore(MetadataStore):
         node = self._self.node_id
         with self._write_lock:
             current = self._snapshot
-            if name in current:
-                raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
-            collision = _collides(name, current)
-            if collision:
-                raise MetadataError(
-                    "INVALID_TOPIC_EXCEPTION",
-                    f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
-                )
+            check_topic_absent(name, current)
             state = TopicState(
                 name, random_uuid(),
                 {i: PartitionState(name, i, [node], node, 0, [node]) for i in range(num_partitions)},
@@ -285,11 +278,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
             current = len(state.partitions)
-            if total <= current:
-                raise MetadataError(
-                    "INVALID_PARTITIONS",
-                    f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
-                )
+            check_partition_increase(name, current, total)
             if validate_only:
                 return state
             partitions = dict(state.partitions)
@@ -320,6 +309,28 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(new.topic, state)
 
 
-def _collides(name: str, topics: Mapping[str, TopicState]) -> str | None:
+def check_partition_increase(name: str, current: int, total: int) -> None:
+    if total <= current:
+        raise MetadataError(
+            "INVALID_PARTITIONS",
+            f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
+        )
+
+
+def check_topic_absent(name: str, existing: Iterable[str]) -> None:
+    """Raises TOPIC_ALREADY_EXISTS, or INVALID_TOPIC_EXCEPTION for a name that collides with an
+    existing one ('.' and '_' are interchangeable in metric names)."""
+    names = set(existing)
+    if name in names:
+        raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
+    collision = _collision(name, names)
+    if collision:
+        raise MetadataError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
+        )
+
+
+def _collision(name: str, topics: Iterable[str]) -> str | None:
     key = name.replace(".", "_")
     return next((t for t in topics if t != name and t.replace(".", "_") == key), None)

@@ -28,6 +28,10 @@ ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
+CLUSTER_ID = "/cluster/id"
+# logkeel's own: a broker stopping on SIGTERM creates an ephemeral child named by its id and the
+# controller moves its leaderships away (Kafka used a ControlledShutdown request instead).
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 
 # Persistent parents created once per cluster (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = (
@@ -37,6 +41,7 @@ PERSISTENT_PATHS = (
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
     LOG_DIR_EVENT_NOTIFICATION,
+    CONTROLLED_SHUTDOWN,
 )
 
 
@@ -66,6 +71,10 @@ def topic_config_path(topic: str) -> str:
 
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def _dump(obj: Mapping[str, Any]) -> bytes:
@@ -265,6 +274,17 @@ def encode_controller_epoch(epoch: int) -> bytes:
 
 def decode_controller_epoch(data: bytes) -> int:
     return int(data.decode())
+
+
+# ---- /cluster/id ------------------------------------------------------------------------------
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_load(data)["id"])
 
 
 # ---- /config/topics/<t> ----------------------------------------------------------------------

@@ -68,6 +68,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("zookeeper.connection.timeout.ms", INT, None,
        "How long to wait for a ZooKeeper connection; unset means zookeeper.session.timeout.ms.",
        Range(1)),
+    # ---- controlled shutdown --------------------------------------------------------------
+    _K("controlled.shutdown.enable", BOOLEAN, True,
+       "On SIGTERM, ask the controller to move this broker's leaderships to other in-sync "
+       "replicas before stopping (waits at most zookeeper.session.timeout.ms)."),
     # ---- network --------------------------------------------------------------------------
     _K("listeners", STRING, DEFAULT_LISTENERS,
        "Comma-separated NAME://host:port endpoints to bind; an empty host binds all interfaces. "

@@ -45,6 +45,7 @@ from logkeel.server.api import produce as produce_api
 from logkeel.server.api import producer_id as producer_id_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import versions as api_versions
+from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
@@ -106,13 +107,23 @@ class Broker:
         self._stopped = False
 
         cluster_id = _cluster_id_in_meta_properties(self.log_dirs)
-        self.metadata: MetadataStore = EmbeddedMetadataStore(
-            self.log_dirs,
-            self.node_id,
-            self._advertised_host,
-            self._advertised_port,
-            cluster_id=cluster_id,
-        )
+        # With zookeeper.connect the broker joins a cluster; without, it is a single node.
+        self.cluster: ClusterNode | None = None
+        self.metadata: MetadataStore
+        if config.embedded_metadata:
+            self.metadata = EmbeddedMetadataStore(
+                self.log_dirs,
+                self.node_id,
+                self._advertised_host,
+                self._advertised_port,
+                cluster_id=cluster_id,
+            )
+        else:
+            try:
+                self.cluster = ClusterNode(config, cluster_id)
+            except ClusterJoinError as exc:
+                raise BrokerStartError(str(exc)) from exc
+            self.metadata = self.cluster.store
         self.cluster_id: str = self.metadata.cluster_id
 
         self.log_manager = LogManager(
@@ -280,6 +291,8 @@ class Broker:
             except OSError as exc:
                 raise BrokerStartError(_bind_error(self.bind_host, self._bind_port, exc)) from exc
             self._started = True
+            if self.cluster is not None:
+                await self.cluster.join(*self.advertised, self._log_dir_ids())
             if self.metrics_port is not None:
                 try:
                     self._metrics_server = self.metrics.serve(self.metrics_host, self.metrics_port)
@@ -291,6 +304,9 @@ class Broker:
                         + _bind_error(self.metrics_host, self.metrics_port, exc)
                     ) from exc
         except BaseException:
+            if self.cluster is not None:
+                with contextlib.suppress(Exception):
+                    await self.cluster.leave()
             for stop in reversed(started):
                 with contextlib.suppress(Exception):
                     await stop()
@@ -318,6 +334,11 @@ class Broker:
             return
         self._stopped = True
         log.info("shutting down broker %d", self.node_id)
+        if self.cluster is not None:
+            try:
+                await self.cluster.leave()
+            except Exception:
+                log.exception("error leaving the cluster")
         if self._started:
             # Parked long polls are answered now, or they would hold the stop until their deadline.
             self.replica_manager.prepare_shutdown()
@@ -338,6 +359,9 @@ class Broker:
         await asyncio.to_thread(self.log_manager.shutdown)
         self._started = False
         log.info("broker %d shut down", self.node_id)
+
+    def _log_dir_ids(self) -> list[str]:
+        return [d.meta.directory_id for d in self.log_manager.dirs if d.meta is not None]
 
     # -- storage failures -----------------------------------------------------------------------
 

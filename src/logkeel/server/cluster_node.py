@@ -1,0 +1,77 @@
+"""A broker's membership of a ZooKeeper cluster: its metadata cache (`ZkMetadataStore`), its
+registration, and the `Controller` every broker runs (one of them active).
+
+Order matters at both ends: the cache is loaded before the partitions are built from it; the
+registration is written once the listener is bound (others may route clients here from then
+on) and only then does the broker stand for controller; at shutdown the controller first moves
+this broker's leaderships away, then this broker resigns as controller, and the session ends last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from logkeel.cluster.controller import Controller
+from logkeel.cluster.metadata import MetadataError
+from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cluster.zk_store import ZkMetadataStore
+from logkeel.config import BrokerConfig
+
+__all__ = ["ClusterNode", "ClusterJoinError"]
+
+log = logging.getLogger(__name__)
+
+
+class ClusterJoinError(Exception):
+    """ZooKeeper is unreachable, or holds another cluster than the log dirs belong to."""
+
+
+class ClusterNode:
+    def __init__(self, config: BrokerConfig, cluster_id: str | None) -> None:
+        """Connects to ZooKeeper and loads the metadata cache (blocking: call before the event
+        loop runs, or in a thread)."""
+        self.config = config
+        client = ZkMetadataClient(
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        )
+        self.store = ZkMetadataStore(
+            client, config.node_id, rack=config.broker_rack, cluster_id=cluster_id
+        )
+        try:
+            self.store.start()
+        except (ZooKeeperUnavailable, MetadataError) as exc:
+            raise ClusterJoinError(str(exc)) from exc
+        self.controller = Controller(
+            client, config.node_id,
+            unclean_leader_election=config.unclean_leader_election_enable,
+        )
+        self._joined = False
+        self._left = False
+
+    async def join(self, host: str, port: int, log_dir_ids: Iterable[str]) -> None:
+        """Registers this broker (listener bound) and starts its controller."""
+        await asyncio.to_thread(self.store.register, host, port, list(log_dir_ids))
+        self.controller.start()
+        self._joined = True
+
+    async def leave(self) -> None:
+        """Controlled shutdown (when enabled), resignation, end of the session. Idempotent."""
+        if self._left:
+            return
+        self._left = True
+        if self._joined and self.config.controlled_shutdown_enable:
+            timeout_s = self.config.zookeeper_session_timeout_ms / 1000
+            moved = await asyncio.to_thread(self.store.controlled_shutdown, timeout_s)
+            if moved:
+                log.info("controlled shutdown: leaderships moved to other brokers")
+            else:
+                log.warning(
+                    "controlled shutdown: leaderships not all moved within %.0fs", timeout_s
+                )
+        if self._joined:
+            await asyncio.to_thread(self.controller.stop)
+        await asyncio.to_thread(self.store.close)
