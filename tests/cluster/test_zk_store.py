@@ -18,10 +18,10 @@ from tests.cluster.test_zk_client import expire_session, wait_for
 
 
 class Node:
-    def __init__(self, connect: str, broker_id: int) -> None:
+    def __init__(self, connect: str, broker_id: int, rebalance_s: float | None = None) -> None:
         client = ZkMetadataClient(connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
         self.store = ZkMetadataStore(client, broker_id, rack=None)
-        self.controller = Controller(client, broker_id)
+        self.controller = Controller(client, broker_id, rebalance_interval_s=rebalance_s)
         self.events: list[tuple[str, TopicState | None]] = []
         self.store.add_listener(lambda name, state: self.events.append((name, state)))
         self.store.start()
@@ -37,8 +37,8 @@ class Node:
 def nodes(zk_connect: str) -> Iterator[Callable[[int], Node]]:
     made: list[Node] = []
 
-    def make(broker_id: int) -> Node:
-        made.append(Node(zk_connect, broker_id))
+    def make(broker_id: int, rebalance_s: float | None = None) -> Node:
+        made.append(Node(zk_connect, broker_id, rebalance_s))
         return made[-1]
 
     yield make
@@ -103,3 +103,29 @@ def test_registration_returns_after_session_expiry(nodes) -> None:
     wait_for(registered_again, "a to register again, with a new broker epoch")
     assert time.monotonic() - started < 15
     wait_for(lambda: a.store.controller_id in (1, 2), "a controller again")
+
+
+def test_leadership_returns_to_the_preferred_replica(nodes) -> None:
+    a, b = nodes(1, 0.2), nodes(2, 0.2)
+    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    created = a.store.create_topic("r", 2, 2, {})
+    preferred_by_b = next(p for p in created.partitions.values() if p.replicas[0] == 2)
+    b.close()
+    wait_for(
+        lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 1,
+        "broker 1 to take over",
+    )
+    nodes(2, 0.2)
+    current = a.store.partition(preferred_by_b.tp)
+    assert current is not None and current.isr == [1]
+    # The leader takes the returned follower back into the ISR (replication does this).
+    a.store.update_partition(
+        type(current)(
+            current.topic, current.partition, current.replicas, 1, current.leader_epoch, [1, 2],
+            current.partition_epoch + 1,
+        )
+    )
+    wait_for(
+        lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 2,
+        "the auto leader rebalance to give it back",
+    )

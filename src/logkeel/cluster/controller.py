@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from logkeel.cluster.zk_client import (
 from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["Controller", "initial_state"]
+__all__ = ["Controller", "LiveBrokers", "decide", "imbalanced_partitions", "initial_state"]
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,15 @@ _IDLE_RECONCILE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
-class _Cluster:
+class LiveBrokers:
+    """What the controller's decisions need of the brokers: who is registered, and who asked
+    for a controlled shutdown."""
+
     live: frozenset[int]
     shutting_down: frozenset[int]
 
 
-def initial_state(replicas: tuple[int, ...], cluster: _Cluster) -> PartitionRegistration:
+def initial_state(replicas: tuple[int, ...], cluster: LiveBrokers) -> PartitionRegistration:
     """A new partition: the first live replica (in assignment order, not shutting down) leads,
     every live replica is in sync (the log is empty everywhere). With no live replica, the
     partition starts offline with every replica in the ISR, so whichever returns first may lead."""
@@ -66,11 +70,18 @@ class Controller:
     """Runs in every broker of a cluster; acts only while it holds the controller's office."""
 
     def __init__(
-        self, client: ZkMetadataClient, broker_id: int, *, unclean_leader_election: bool = False
+        self, client: ZkMetadataClient, broker_id: int, *, unclean_leader_election: bool = False,
+        rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
     ) -> None:
+        """``rebalance_interval_s`` (None: off) is auto.leader.rebalance.enable with
+        leader.imbalance.check.interval.seconds; ``imbalance_percentage`` is
+        leader.imbalance.per.broker.percentage."""
         self.client = client
         self.broker_id = broker_id
         self.unclean_default = unclean_leader_election
+        self.rebalance_interval_s = rebalance_interval_s
+        self.imbalance_percentage = imbalance_percentage
+        self._next_rebalance = 0.0
         self.epoch: ControllerEpoch | None = None
         self._events: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -187,7 +198,7 @@ class Controller:
     def reconcile(self, ctl: ControllerEpoch) -> None:
         """Brings every partition in line with the live brokers and pending requests."""
         c = self.client
-        cluster = _Cluster(frozenset(c.brokers()), frozenset(c.shutting_down()))
+        cluster = LiveBrokers(frozenset(c.brokers()), frozenset(c.shutting_down()))
         for topic in c.topics_to_delete():
             if c.topic_assignment(topic) is not None:
                 c.delete_topic(ctl, topic)
@@ -196,13 +207,27 @@ class Controller:
                 c.zk.delete(zd.delete_topic_path(topic))
         c.take_isr_changes()  # brokers watch the state znodes; the notifications are drained
         preferred = c.take_preferred_election()
+        if self.rebalance_interval_s is not None and time.monotonic() >= self._next_rebalance:
+            self._next_rebalance = time.monotonic() + self.rebalance_interval_s
+            preferred |= imbalanced_partitions(self._registrations(), cluster.live,
+                                               self.imbalance_percentage)
         for topic in c.topics():
             assignment = c.topic_assignment(topic)
             if assignment is not None:
                 self._reconcile_topic(ctl, assignment, cluster, preferred)
 
+    def _registrations(self) -> dict[TopicPartition, PartitionRegistration]:
+        out = {}
+        for topic in self.client.topics():
+            a = self.client.topic_assignment(topic)
+            for p, replicas in (a.partitions.items() if a is not None else ()):
+                state = self.client.partition_state(topic, p)
+                if state is not None:
+                    out[TopicPartition(topic, p)] = zd.registration_of(replicas, state)
+        return out
+
     def _reconcile_topic(
-        self, ctl: ControllerEpoch, a: TopicAssignment, cluster: _Cluster,
+        self, ctl: ControllerEpoch, a: TopicAssignment, cluster: LiveBrokers,
         preferred: set[TopicPartition],
     ) -> None:
         c = self.client
@@ -242,8 +267,27 @@ class Controller:
         return self.unclean_default if value is None else value.strip().lower() == "true"
 
 
+def imbalanced_partitions(
+    regs: Mapping[TopicPartition, PartitionRegistration], live: frozenset[int], percentage: int
+) -> set[TopicPartition]:
+    """Kafka's auto leader rebalance: for each live broker, the share of the partitions it is
+    preferred leader of that it does not lead; above ``percentage``, those of them where it is
+    in sync go back to it."""
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for tp, reg in regs.items():
+        by_preferred.setdefault(reg.preferred_leader, []).append(tp)
+    out: set[TopicPartition] = set()
+    for broker, tps in by_preferred.items():
+        if broker not in live:
+            continue
+        not_led = [tp for tp in tps if regs[tp].leader != broker]
+        if len(not_led) * 100 > percentage * len(tps):
+            out.update(tp for tp in not_led if broker in regs[tp].isr)
+    return out
+
+
 def decide(
-    reg: PartitionRegistration, cluster: _Cluster, unclean: bool, preferred: bool
+    reg: PartitionRegistration, cluster: LiveBrokers, unclean: bool, preferred: bool
 ) -> PartitionRegistration:
     """One partition's next registration (``reg`` itself when nothing changes): elections when
     replicas died or returned, then controlled shutdowns, then a requested preferred election."""

@@ -48,6 +48,12 @@ class ClusterNode:
         self.controller = Controller(
             client, config.node_id,
             unclean_leader_election=config.unclean_leader_election_enable,
+            rebalance_interval_s=(
+                config.leader_imbalance_check_interval_seconds
+                if config.auto_leader_rebalance_enable
+                else None
+            ),
+            imbalance_percentage=config.leader_imbalance_per_broker_percentage,
         )
         self._joined = False
         self._left = False
