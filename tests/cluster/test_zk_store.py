@@ -129,3 +129,26 @@ def test_leadership_returns_to_the_preferred_replica(nodes) -> None:
         lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 2,
         "the auto leader rebalance to give it back",
     )
+
+
+def test_replicas_of_a_failed_log_dir_lose_leadership(nodes) -> None:
+    a, b = nodes(1), nodes(2)
+    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    created = a.store.create_topic("disk", 2, 2, {})
+    led_by_a = [p.tp for p in created.partitions.values() if p.leader == 1]
+    assert led_by_a
+    a.store.report_offline_replicas(led_by_a, ["dir-1"])
+
+    def moved() -> bool:
+        states = [b.store.partition(tp) for tp in led_by_a]
+        return all(s is not None and s.leader == 2 and s.isr == [2] for s in states)
+
+    wait_for(moved, "the controller to move leadership off the failed dir")
+    wait_for(
+        lambda: b.store.registrations()[1].offline_log_dir_ids == ("dir-1",),
+        "the offline dir in broker 1's registration",
+    )
+    wait_for(
+        lambda: all(1 in b.store.partition(tp).offline_replicas for tp in led_by_a),  # type: ignore[union-attr]
+        "broker 1 listed as an offline replica",
+    )

@@ -21,14 +21,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 
 from kazoo.exceptions import NoNodeError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.elections import controlled_shutdown, on_replicas_offline, preferred_election
-from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration, ReplicaView
+from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration, ReplicaView, Views
 from logkeel.cluster.zk_client import (
     ControllerEpoch,
     ControllerMoved,
@@ -48,11 +49,22 @@ _IDLE_RECONCILE_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class LiveBrokers:
-    """What the controller's decisions need of the brokers: who is registered, and who asked
-    for a controlled shutdown."""
+    """What the controller's decisions need of the brokers: who is registered, who asked for a
+    controlled shutdown, and which replicas each cannot serve (failed log dir)."""
 
     live: frozenset[int]
     shutting_down: frozenset[int]
+    offline_replicas: Mapping[int, AbstractSet[TopicPartition]] = field(default_factory=dict)
+
+    def views(self, tp: TopicPartition, replicas: Iterable[int], *, shutdown: bool) -> Views:
+        return {
+            r: ReplicaView(
+                live=r in self.live,
+                log_dir_online=tp not in self.offline_replicas.get(r, ()),
+                shutting_down=shutdown and r in self.shutting_down,
+            )
+            for r in replicas
+        }
 
 
 def initial_state(replicas: tuple[int, ...], cluster: LiveBrokers) -> PartitionRegistration:
@@ -100,7 +112,7 @@ class Controller:
         c.brokers(watch=lambda _ids: self._events.put("brokers"))
         c.topics(watch=self._on_topics)
         c.shutting_down(watch=lambda _ids: self._events.put("shutdown"))
-        for parent in (zd.DELETE_TOPICS, zd.ISR_CHANGE_NOTIFICATION):
+        for parent in (zd.DELETE_TOPICS, zd.ISR_CHANGE_NOTIFICATION, zd.LOG_DIR_EVENT_NOTIFICATION):
             c.zk.ChildrenWatch(parent, lambda _children: self._events.put("admin"))
         c.zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, lambda _d, _s: self._events.put("admin"))
         c.add_session_listener(self._on_session)
@@ -198,7 +210,10 @@ class Controller:
     def reconcile(self, ctl: ControllerEpoch) -> None:
         """Brings every partition in line with the live brokers and pending requests."""
         c = self.client
-        cluster = LiveBrokers(frozenset(c.brokers()), frozenset(c.shutting_down()))
+        c.take_log_dir_failures()  # the offline replicas are read whole below
+        cluster = LiveBrokers(
+            frozenset(c.brokers()), frozenset(c.shutting_down()), c.offline_replicas()
+        )
         for topic in c.topics_to_delete():
             if c.topic_assignment(topic) is not None:
                 c.delete_topic(ctl, topic)
@@ -241,7 +256,8 @@ class Controller:
             if unclean is None:
                 unclean = self._unclean_allowed(a.topic)
             reg = zd.registration_of(replicas, current)
-            decided = decide(reg, cluster, unclean, TopicPartition(a.topic, p) in preferred)
+            tp = TopicPartition(a.topic, p)
+            decided = decide(tp, reg, cluster, unclean=unclean, preferred=tp in preferred)
             if decided == reg:
                 continue
             try:
@@ -287,18 +303,16 @@ def imbalanced_partitions(
 
 
 def decide(
-    reg: PartitionRegistration, cluster: LiveBrokers, unclean: bool, preferred: bool
+    tp: TopicPartition, reg: PartitionRegistration, cluster: LiveBrokers, *, unclean: bool,
+    preferred: bool,
 ) -> PartitionRegistration:
     """One partition's next registration (``reg`` itself when nothing changes): elections when
-    replicas died or returned, then controlled shutdowns, then a requested preferred election."""
-    live_views: Mapping[int, ReplicaView] = {
-        r: ReplicaView(live=r in cluster.live) for r in reg.replicas
-    }
-    state = on_replicas_offline(reg, live_views, unclean_allowed=unclean).state
-    shutdown_views = {
-        r: ReplicaView(live=r in cluster.live, shutting_down=r in cluster.shutting_down)
-        for r in reg.replicas
-    }
+    replicas died, returned or lost their log dir, then controlled shutdowns, then a requested
+    preferred election."""
+    state = on_replicas_offline(
+        reg, cluster.views(tp, reg.replicas, shutdown=False), unclean_allowed=unclean
+    ).state
+    shutdown_views = cluster.views(tp, reg.replicas, shutdown=True)
     for broker in sorted(cluster.shutting_down & set(reg.replicas)):
         state = controlled_shutdown(state, shutdown_views, broker).state
     if preferred:

@@ -366,6 +366,26 @@ class ZkMetadataClient:
             changed |= tps
         return changed
 
+    def set_offline_replicas(self, broker_id: int, partitions: Iterable[TopicPartition]) -> None:
+        """This broker's replicas that cannot serve (ephemeral: they go with the broker)."""
+        path = zd.offline_replicas_path(broker_id)
+        data = zd.encode_partitions(partitions)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, ephemeral=True)
+
+    def offline_replicas(self) -> dict[int, set[TopicPartition]]:
+        """Every live broker's replicas that cannot serve."""
+        out: dict[int, set[TopicPartition]] = {}
+        for child in self.zk.get_children(zd.OFFLINE_REPLICAS):
+            try:
+                data, _ = self.zk.get(f"{zd.OFFLINE_REPLICAS}/{child}")
+            except NoNodeError:
+                continue
+            out[int(child)] = zd.decode_partitions(data)
+        return out
+
     def notify_log_dir_failure(self, broker_id: int) -> str:
         return self._notify(
             zd.LOG_DIR_EVENT_NOTIFICATION,

@@ -32,6 +32,10 @@ CLUSTER_ID = "/cluster/id"
 # logkeel's own: a broker stopping on SIGTERM creates an ephemeral child named by its id and the
 # controller moves its leaderships away (Kafka used a ControlledShutdown request instead).
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# logkeel's own: each broker's replicas it cannot serve (their log dir failed, or their log could
+# not be loaded), as an ephemeral znode per broker; Kafka's controller learned this from
+# LeaderAndIsr responses instead.
+OFFLINE_REPLICAS = "/logkeel/offline_replicas"
 
 # Persistent parents created once per cluster (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = (
@@ -42,6 +46,7 @@ PERSISTENT_PATHS = (
     ISR_CHANGE_NOTIFICATION,
     LOG_DIR_EVENT_NOTIFICATION,
     CONTROLLED_SHUTDOWN,
+    OFFLINE_REPLICAS,
 )
 
 
@@ -75,6 +80,10 @@ def delete_topic_path(topic: str) -> str:
 
 def controlled_shutdown_path(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def offline_replicas_path(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{broker_id}"
 
 
 def _dump(obj: Mapping[str, Any]) -> bytes:

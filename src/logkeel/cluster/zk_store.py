@@ -38,7 +38,7 @@ from logkeel.cluster.metadata import (
 from logkeel.cluster.zk_client import BrokerIdInUse, StalePartitionState, ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
 from logkeel.storage.log_dir import random_uuid
-from logkeel.storage.topic_partition import validate_topic_name
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["ZkMetadataStore"]
 
@@ -73,6 +73,9 @@ class ZkMetadataStore(MetadataStore):
         self._changed = threading.Condition()
         self._worker: threading.Thread | None = None
         self._session_lost = False
+        self._closing = False
+        self._cannot_serve: dict[int, set[TopicPartition]] = {}
+        self._offline: frozenset[TopicPartition] = frozenset()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -94,6 +97,10 @@ class ZkMetadataStore(MetadataStore):
         for name in self.client.topics():
             self._refresh_topic(name, notify=False)
         self.client.brokers(watch=lambda _ids: self._tasks.put(("brokers", "")))
+        # A registration's data changes (offline log dirs) come with a log dir event.
+        self.client.zk.ChildrenWatch(
+            zd.LOG_DIR_EVENT_NOTIFICATION, lambda _events: self._tasks.put(("brokers", ""))
+        )
         self.client.topics(watch=self._on_topics)
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
@@ -127,10 +134,27 @@ class ZkMetadataStore(MetadataStore):
                 time.sleep(0.2)
                 continue
             log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id, epoch)
+            if self._offline:  # ephemeral, so gone with an expired session
+                self.client.set_offline_replicas(self.node_id, self._offline)
             return epoch
+
+    def report_offline_replicas(
+        self, partitions: Iterable[TopicPartition], offline_log_dir_ids: Iterable[str]
+    ) -> None:
+        """This broker cannot serve ``partitions`` (a log dir failed): the controller elects
+        other leaders for them and drops this broker from their ISRs (KIP-18)."""
+        self._offline = frozenset(partitions)
+        self.client.set_offline_replicas(self.node_id, self._offline)
+        if self._registration is not None:
+            self._registration = replace(
+                self._registration, offline_log_dir_ids=tuple(offline_log_dir_ids)
+            )
+            self.client.update_broker(self._registration)
+        self.client.notify_log_dir_failure(self.node_id)
 
     def close(self) -> None:
         """Ends the session: the registration (and /controller, if held) goes at once."""
+        self._closing = True
         if self._worker is not None:
             self._tasks.put(("stop", ""))
             self._worker.join(10)
@@ -178,7 +202,7 @@ class ZkMetadataStore(MetadataStore):
         self.controller_id = -1 if controller is None else controller
 
     def _on_session(self, state: str) -> None:
-        if state == "LOST":
+        if state == "LOST" and not self._closing:
             self._session_lost = True
             log.error("ZooKeeper session expired; registering again once reconnected")
         elif state == "CONNECTED" and self._session_lost:
@@ -230,6 +254,7 @@ class ZkMetadataStore(MetadataStore):
 
     def _refresh_brokers(self) -> None:
         self._live = MappingProxyType(self.client.brokers())
+        self._cannot_serve = self.client.offline_replicas()
         # offline_replicas depend on liveness: rebuild every topic from the cached states.
         for name in list(self._snapshot):
             self._refresh_topic(name)
@@ -259,7 +284,11 @@ class ZkMetadataStore(MetadataStore):
             self._leader_isr[(name, p)] = state
             partitions[p] = PartitionState(
                 name, p, list(replicas), state.leader, state.leader_epoch, list(state.isr),
-                state.zk_version, [r for r in replicas if r not in self._live],
+                state.zk_version,
+                [
+                    r for r in replicas
+                    if r not in self._live or TopicPartition(name, p) in self._cannot_serve.get(r, ())
+                ],
             )
         if not partitions:
             if old is not None:

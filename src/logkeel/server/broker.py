@@ -55,7 +55,7 @@ from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
-from logkeel.storage.topic_partition import validate_topic_name
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["Broker", "BrokerStartError", "register_api_families"]
 
@@ -292,7 +292,9 @@ class Broker:
                 raise BrokerStartError(_bind_error(self.bind_host, self._bind_port, exc)) from exc
             self._started = True
             if self.cluster is not None:
-                await self.cluster.join(*self.advertised, self._log_dir_ids())
+                await self.cluster.join(
+                    *self.advertised, self._log_dir_ids(), *self._offline_replicas()
+                )
             if self.metrics_port is not None:
                 try:
                     self._metrics_server = self.metrics.serve(self.metrics_host, self.metrics_port)
@@ -360,18 +362,28 @@ class Broker:
         self._started = False
         log.info("broker %d shut down", self.node_id)
 
-    def _log_dir_ids(self) -> list[str]:
-        return [d.meta.directory_id for d in self.log_manager.dirs if d.meta is not None]
+    def _log_dir_ids(self, *, offline: bool = False) -> list[str]:
+        return [
+            d.meta.directory_id
+            for d in self.log_manager.dirs
+            if d.meta is not None and (not offline or not d.online)
+        ]
+
+    def _offline_replicas(self) -> tuple[list[TopicPartition], list[str]]:
+        return list(self.log_manager.offline_partitions), self._log_dir_ids(offline=True)
 
     # -- storage failures -----------------------------------------------------------------------
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
         """Called by the log manager when a dir goes offline, in the thread that hit the error
         (an IO or metadata thread: the replica manager never lets it happen on the event
-        loop); the replica manager makes its partitions answer KAFKA_STORAGE_ERROR. Both
-        calls change memory only, and wake waiting requests through the loop."""
+        loop); the replica manager makes its partitions answer KAFKA_STORAGE_ERROR (memory
+        only; waiting requests are woken through the loop). In a cluster the controller is then
+        told through ZooKeeper, so it elects other leaders for them (KIP-18)."""
         self.metrics.log_dir_failed(log_dir)
         self.replica_manager.on_log_dir_failure(log_dir, reason)
+        if self.cluster is not None:
+            self.cluster.report_offline(*self._offline_replicas())
 
 
 def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:

@@ -18,6 +18,7 @@ from logkeel.cluster.metadata import MetadataError
 from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
+from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["ClusterNode", "ClusterJoinError"]
 
@@ -58,11 +59,26 @@ class ClusterNode:
         self._joined = False
         self._left = False
 
-    async def join(self, host: str, port: int, log_dir_ids: Iterable[str]) -> None:
-        """Registers this broker (listener bound) and starts its controller."""
+    async def join(
+        self, host: str, port: int, log_dir_ids: Iterable[str],
+        offline: Iterable[TopicPartition] = (), offline_dir_ids: Iterable[str] = (),
+    ) -> None:
+        """Registers this broker (listener bound), reports the replicas it could not load, and
+        starts its controller."""
+        offline = list(offline)
         await asyncio.to_thread(self.store.register, host, port, list(log_dir_ids))
+        if offline:
+            await asyncio.to_thread(self.report_offline, offline, offline_dir_ids)
         self.controller.start()
         self._joined = True
+
+    def report_offline(self, partitions: Iterable[TopicPartition], dir_ids: Iterable[str]) -> None:
+        """Replicas this broker cannot serve (blocking: from the IO thread that hit the error,
+        or in a thread)."""
+        try:
+            self.store.report_offline_replicas(partitions, dir_ids)
+        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+            log.exception("could not report offline replicas to the controller")
 
     async def leave(self) -> None:
         """Controlled shutdown (when enabled), resignation, end of the session. Idempotent."""
