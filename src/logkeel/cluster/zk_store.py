@@ -75,6 +75,7 @@ class ZkMetadataStore(MetadataStore):
         self._session_lost = False
         self._closing = False
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
+        self._known_topics: set[str] = set()
         self._offline: frozenset[TopicPartition] = frozenset()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -94,7 +95,8 @@ class ZkMetadataStore(MetadataStore):
             )
         self.cluster_id = actual
         self._refresh_brokers()
-        for name in self.client.topics():
+        self._known_topics = set(self.client.topics())
+        for name in self._known_topics:
             self._refresh_topic(name, notify=False)
         self.client.brokers(watch=lambda _ids: self._tasks.put(("brokers", "")))
         # A registration's data changes (offline log dirs) come with a log dir event.
@@ -195,8 +197,11 @@ class ZkMetadataStore(MetadataStore):
     # -- watches (kazoo's thread: enqueue only) ---------------------------------------------------
 
     def _on_topics(self, names: list[str]) -> None:
-        for name in set(names) | set(self._snapshot):
+        """Topics created or deleted; changes within a topic come through its own watches."""
+        current = set(names)
+        for name in current ^ self._known_topics:
             self._tasks.put(("topic", name))
+        self._known_topics = current
 
     def _on_controller(self, controller: int | None) -> None:
         self.controller_id = -1 if controller is None else controller
