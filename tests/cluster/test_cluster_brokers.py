@@ -246,6 +246,12 @@ def test_cluster_up_and_status_json(tmp_path: Path) -> None:
 
         doc = wait_until(status, "both brokers in cluster status", 30)
         assert [b["id"] for b in doc["brokers"]] == [1, 2]
+        assert all(len(b["log_dirs_online"]) == 1 and not b["log_dirs_offline"] for b in doc["brokers"])
+        table = subprocess.run(
+            [*serve_command()[:-1], "cluster", "status", "--bootstrap-server", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+        assert "controller" in table and f"127.0.0.1:{port + 1}" in table
     finally:
         up.terminate()
         rest, _ = up.communicate(timeout=60)

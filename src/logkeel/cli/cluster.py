@@ -5,9 +5,9 @@
 port counting up from ``--port``; it prints the bootstrap servers and stops everything cleanly
 on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper last).
 
-``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and shows the
-brokers, the controller and every partition's replicas, leader, leader epoch and ISR, flagging
-offline and under-replicated partitions.
+``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and each broker
+for its log dirs (DescribeLogDirs), and shows the brokers, the controller and every partition's
+replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from kio.schema.errors import ErrorCode
 from rich.console import Console
 from rich.table import Table
 
@@ -110,19 +111,13 @@ def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]
 def cluster_status(bootstrap: str, timeout: float = 10.0) -> dict[str, Any]:
     """The cluster as one broker sees it, as plain data (what ``--json`` prints)."""
     host, _, port = bootstrap.rpartition(":")
-    request_type = request_schema(ApiKey.METADATA, _METADATA_VERSION)
-    assert request_type is not None
-    request = request_type(
-        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    response = _call(
+        host or "127.0.0.1", int(port), ApiKey.METADATA, _METADATA_VERSION, timeout,
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
     )
-    with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout) as sock:
-        sock.sendall(encode_request(request, 1, "logkeel-cluster-status"))
-        size = int.from_bytes(_recv(sock, 4), "big", signed=True)
-        _, response = decode_response(
-            response_schema(ApiKey.METADATA, _METADATA_VERSION), _recv(sock, size)
-        )
     brokers = [
-        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack}
+        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
+         **_log_dirs(b.host, int(b.port), timeout)}
         for b in sorted(response.brokers, key=lambda b: b.node_id)
     ]
     partitions = []
@@ -147,6 +142,28 @@ def cluster_status(bootstrap: str, timeout: float = 10.0) -> dict[str, Any]:
         "brokers": brokers,
         "partitions": partitions,
     }
+
+
+def _call(host: str, port: int, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
+    """One request on a connection of its own, and its decoded response."""
+    request_type = request_schema(api, version)
+    assert request_type is not None
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(encode_request(request_type(**fields), 1, "logkeel-cluster-status"))
+        size = int.from_bytes(_recv(sock, 4), "big", signed=True)
+        _, response = decode_response(response_schema(api, version), _recv(sock, size))
+    return response
+
+
+def _log_dirs(host: str, port: int, timeout: float) -> dict[str, list[str]]:
+    """The broker's log dirs, online and offline (DescribeLogDirs); empty when unreachable."""
+    try:
+        response = _call(host, port, ApiKey.DESCRIBE_LOG_DIRS, 1, timeout, topics=None)
+    except OSError:
+        return {"log_dirs_online": [], "log_dirs_offline": []}
+    online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
+    offline = [r.log_dir for r in response.results if r.error_code != ErrorCode.none]
+    return {"log_dirs_online": online, "log_dirs_offline": offline}
 
 
 def _recv(sock: socket.socket, n: int) -> bytes:
@@ -175,11 +192,14 @@ def status_command(bootstrap: str, as_json: bool) -> None:
         return
     console = Console()
     brokers = Table(title=f"cluster {status['cluster_id']}")
-    for column in ("broker", "address", "rack", "role"):
+    for column in ("broker", "address", "rack", "log dirs", "role"):
         brokers.add_column(column)
     for b in status["brokers"]:
         role = "controller" if b["id"] == status["controller"] else ""
-        brokers.add_row(str(b["id"]), f"{b['host']}:{b['port']}", b["rack"] or "-", role)
+        dirs = f"{len(b['log_dirs_online'])} online"
+        if b["log_dirs_offline"]:
+            dirs += f", [red]offline: {', '.join(b['log_dirs_offline'])}[/]"
+        brokers.add_row(str(b["id"]), f"{b['host']}:{b['port']}", b["rack"] or "-", dirs, role)
     console.print(brokers)
     parts = Table(title="partitions")
     for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "state"):
