@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.zk_server import ZooKeeperServer, free_port
 from logkeel.testing.broker_process import serve_command
@@ -143,12 +144,27 @@ def test_every_broker_lists_all_three_and_topics_spread_leaders(running: Cluster
     assert {p.leader_id for p in running.partitions("spread").values()} == {1, 2, 3}
 
 
-def test_replication_factor_above_live_brokers_is_refused(running: Cluster) -> None:
+def test_bad_replication_factor_or_assignment_is_refused(running: Cluster) -> None:
     admin = running.admin()
     future = admin.create_topics([NewTopic("too-many", 1, 4)])["too-many"]
     with pytest.raises(Exception, match="INVALID_REPLICATION_FACTOR"):
         future.result(20)
     assert "too-many" not in {t.name for t in running.metadata().topics}
+
+    wire = Wire(running.brokers[1].port)
+    try:
+        [unknown, manual] = wire.create_topics([
+            {"name": "unknown-broker", "assignments": {0: [1, 9]}},
+            {"name": "manual", "assignments": {0: [3, 1], 1: [2, 3]}},
+        ])
+    finally:
+        wire.close()
+    assert unknown.error_code == ErrorCode.invalid_replica_assignment
+    assert manual.error_code == ErrorCode.none
+    parts = running.partitions("manual")
+    assert [(list(p.replica_nodes), p.leader_id) for _, p in sorted(parts.items())] == [
+        ([3, 1], 3), ([2, 3], 2),
+    ]
 
 
 def test_sigkill_of_a_leader_elects_another_from_the_isr(running: Cluster) -> None:

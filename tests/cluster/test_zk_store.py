@@ -152,3 +152,17 @@ def test_replicas_of_a_failed_log_dir_lose_leadership(nodes) -> None:
         lambda: all(1 in b.store.partition(tp).offline_replicas for tp in led_by_a),  # type: ignore[union-attr]
         "broker 1 listed as an offline replica",
     )
+
+
+def test_manual_assignments_are_kept_and_checked(nodes) -> None:
+    a, _ = nodes(1), nodes(2)
+    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    created = a.store.create_topic("manual", 2, 2, {}, assignment={0: [2, 1], 1: [1, 2]})
+    assert {p: (s.replicas, s.leader) for p, s in created.partitions.items()} == {
+        0: ([2, 1], 2), 1: ([1, 2], 1),
+    }
+    grown = a.store.create_partitions("manual", 3, assignment={2: [2, 1]})
+    assert grown.partitions[2].replicas == [2, 1]
+    with pytest.raises(MetadataError) as unknown:
+        a.store.create_topic("bad", 1, 2, {}, assignment={0: [1, 7]})
+    assert unknown.value.error_name == "INVALID_REPLICA_ASSIGNMENT"

@@ -20,7 +20,7 @@ import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -119,13 +119,20 @@ class MetadataStore(ABC):
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
-    ) -> TopicState: ...
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        """``assignment`` (partition -> replicas, already checked against the live brokers) is
+        an operator's manual placement; without it the store places the replicas."""
 
     @abstractmethod
     def delete_topic(self, name: str) -> TopicState: ...
 
     @abstractmethod
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState: ...
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        """``assignment`` places the new partitions only, as in ``create_topic``."""
 
     @abstractmethod
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
@@ -231,7 +238,9 @@ class EmbeddedMetadataStore(MetadataStore):
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
+        # One node: a valid manual assignment can only name this node, as the default does.
         problem = validate_topic_name(name)
         if problem:
             raise MetadataError("INVALID_TOPIC_EXCEPTION", problem)
@@ -271,7 +280,10 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(name, None)
         return state
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
         node = self._self.node_id
         with self._write_lock:
             state = self._snapshot.get(name)

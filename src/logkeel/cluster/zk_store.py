@@ -16,14 +16,14 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from logkeel.cluster import zk_data as zd
-from logkeel.cluster.assignment import assign_replicas
+from logkeel.cluster.assignment import assign_replicas, validate_assignment
 from logkeel.cluster.metadata import (
     INTERNAL_TOPICS,
     BrokerInfo,
@@ -332,24 +332,21 @@ class ZkMetadataStore(MetadataStore):
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         _check_new_name(name, self.client.topics())
         brokers = self._live_racks()
-        assignment = assign_replicas(
-            brokers, num_partitions, replication_factor,
-            start_index=random.randrange(max(len(brokers), 1)),
-            shift=random.randrange(max(len(brokers), 1)),
-        )
+        placed = self._place(brokers, num_partitions, replication_factor, assignment, 0)
         topic_id = random_uuid()
         planned = TopicState(
             name, topic_id,
-            {p: PartitionState(name, p, list(rs), -1) for p, rs in assignment.items()},
+            {p: PartitionState(name, p, list(rs), -1) for p, rs in placed.items()},
             dict(configs), internal or name in INTERNAL_TOPICS,
         )
         if validate_only:
             return planned
         try:
-            self.client.create_topic(TopicAssignment(name, topic_id, assignment), configs)
+            self.client.create_topic(TopicAssignment(name, topic_id, placed), configs)
         except NodeExistsError:
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists") from None
         self._tasks.put(("topic", name))
@@ -368,7 +365,24 @@ class ZkMetadataStore(MetadataStore):
         self.wait_for(lambda: name not in self._snapshot, ADMIN_WAIT_S)
         return state
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
+    @staticmethod
+    def _place(
+        brokers: Mapping[int, str | None], partitions: int, replication_factor: int,
+        manual: Mapping[int, Sequence[int]] | None, first: int,
+    ) -> dict[int, tuple[int, ...]]:
+        if manual is not None:
+            validate_assignment(manual, list(brokers), first_partition=first)
+            return {p: tuple(rs) for p, rs in manual.items()}
+        return assign_replicas(
+            brokers, partitions, replication_factor, first_partition=first,
+            start_index=random.randrange(max(len(brokers), 1)),
+            shift=random.randrange(max(len(brokers), 1)),
+        )
+
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
         current = self.client.topic_assignment(name)
         state = self._snapshot.get(name)
         if current is None or state is None:
@@ -377,10 +391,7 @@ class ZkMetadataStore(MetadataStore):
         check_partition_increase(name, have, total)
         brokers = self._live_racks()
         replication = len(next(iter(current.partitions.values())))
-        added = assign_replicas(
-            brokers, total - have, replication, first_partition=have,
-            start_index=random.randrange(max(len(brokers), 1)),
-        )
+        added = self._place(brokers, total - have, replication, assignment, have)
         if validate_only:
             return state
         self.client.set_topic_assignment(
