@@ -401,7 +401,8 @@ class ZkMetadataStore(MetadataStore):
         return self._snapshot.get(name) or state
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
-        if self._snapshot.get(name) is None:
+        before = self._snapshot.get(name)
+        if before is None:
             raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
         try:
             self.client.set_topic_config(name, configs)
@@ -413,7 +414,7 @@ class ZkMetadataStore(MetadataStore):
             return current is None or current.configs == configs
 
         self.wait_for(applied, ADMIN_WAIT_S)
-        return self._snapshot.get(name) or self._snapshot[name]
+        return self._snapshot.get(name) or replace(before, configs=dict(configs))
 
     def update_partition(self, state: PartitionState) -> None:
         """A leader's ISR change (AlterPartition semantics): ``state.partition_epoch`` is the
