@@ -63,7 +63,6 @@ KAFKA_DEFAULTS = {
     "log.flush.interval.ms": None,
     "log.flush.scheduler.interval.ms": 2**63 - 1,
     "log.flush.offset.checkpoint.interval.ms": 60000,
-    "log.flush.start.offset.checkpoint.interval.ms": 60000,
     "log.message.timestamp.type": "CreateTime",
     "log.message.timestamp.before.max.ms": 2**63 - 1,
     "log.message.timestamp.after.max.ms": 3600000,
@@ -78,7 +77,6 @@ KAFKA_DEFAULTS = {
     "unclean.leader.election.enable": False,
     "replica.lag.time.max.ms": 30000,
     "replica.fetch.max.bytes": 1048576,
-    "replica.fetch.wait.max.ms": 500,
     "fetch.max.bytes": 57671680,
     "offsets.topic.num.partitions": 50,
     "offsets.retention.minutes": 10080,
@@ -139,7 +137,6 @@ def test_topic_defaults_match_kafka_topic_defaults() -> None:
     expected = {
         "segment.bytes": 1073741824,
         "segment.ms": 604800000,
-        "segment.jitter.ms": 0,
         "segment.index.bytes": 10485760,
         "index.interval.bytes": 4096,
         "retention.ms": 604800000,
@@ -166,10 +163,8 @@ def test_topic_defaults_match_kafka_topic_defaults() -> None:
 
 def test_attributes_are_generated_for_every_key() -> None:
     cfg = BrokerConfig({"log.segment.bytes": "2048", "log.retention.hours": "5"})
-    derived = {"log_dirs", "log_retention_ms", "log_roll_ms", "log_roll_jitter_ms",
-               "log_flush_interval_ms", "listeners", "advertised_listeners",
-               "listener_security_protocol_map", "inter_broker_listener_name",
-               "zookeeper_connection_timeout_ms"}  # fmt: skip
+    derived = {"log_dirs", "log_retention_ms", "log_roll_ms", "log_flush_interval_ms",
+               "listeners", "advertised_listeners", "listener_security_protocol_map"}  # fmt: skip
     for key in BROKER_CONFIG_DEF.values():
         assert hasattr(cfg, key.attr), key.name
         if key.attr not in derived:
@@ -225,26 +220,23 @@ def test_zero_retention_is_rejected_naming_the_key_that_set_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("props", "roll", "jitter"),
+    ("props", "roll"),
     [
-        ({}, 168 * HOUR_MS, 0),
-        ({"log.roll.hours": "1"}, HOUR_MS, 0),
-        ({"log.roll.hours": "1", "log.roll.ms": "500"}, 500, 0),
-        ({"log.roll.jitter.hours": "2"}, 168 * HOUR_MS, 2 * HOUR_MS),
-        ({"log.roll.jitter.hours": "2", "log.roll.jitter.ms": "9"}, 168 * HOUR_MS, 9),
+        ({}, 168 * HOUR_MS),
+        ({"log.roll.hours": "1"}, HOUR_MS),
+        ({"log.roll.hours": "1", "log.roll.ms": "500"}, 500),
     ],
 )
-def test_roll_ms_beats_hours(props: dict[str, str], roll: int, jitter: int) -> None:
+def test_roll_ms_beats_hours(props: dict[str, str], roll: int) -> None:
     cfg = BrokerConfig(props)
-    assert (cfg.log_roll_ms, cfg.log_roll_jitter_ms) == (roll, jitter)
-    topic = TopicConfig.from_broker(cfg)
-    assert (topic.segment_ms, topic.segment_jitter_ms) == (roll, jitter)
+    assert cfg.log_roll_ms == roll
+    assert TopicConfig.from_broker(cfg).segment_ms == roll
 
 
 def test_roll_ms_below_one_is_rejected() -> None:
     with pytest.raises(ConfigError) as err:
-        BrokerConfig({"log.roll.ms": "0", "log.roll.jitter.ms": "-5"})
-    assert set(err.value.keys) == {"log.roll.ms", "log.roll.jitter.ms"}
+        BrokerConfig({"log.roll.ms": "0"})
+    assert set(err.value.keys) == {"log.roll.ms"}
 
 
 def test_flush_interval_falls_back_to_scheduler_interval() -> None:
@@ -569,12 +561,6 @@ def test_int_parsing_respects_java_int_width(number: int) -> None:
         assert not in_range
 
 
-def test_replica_fetch_wait_must_fit_in_lag_time() -> None:
-    with pytest.raises(ConfigError) as err:
-        BrokerConfig({"replica.lag.time.max.ms": "400"})
-    assert err.value.keys == ("replica.fetch.wait.max.ms",)
-
-
 def test_new_logkeel_settings_are_validated() -> None:
     cfg = BrokerConfig({"log.startup.validation": "eager",
                         "log.startup.validation.rate.bytes.per.sec": "0"})  # fmt: skip
@@ -585,9 +571,8 @@ def test_new_logkeel_settings_are_validated() -> None:
     with pytest.raises(ConfigError) as err:
         BrokerConfig({"log.startup.validation": "sometimes",
                       "log.startup.validation.rate.bytes.per.sec": "-1",
-                      "producer.state.snapshot.interval.ms": "-5",
-                      "replica.read.time.insync.factor": "0"})  # fmt: skip
-    assert len(err.value.problems) == 4
+                      "producer.state.snapshot.interval.ms": "-5"})  # fmt: skip
+    assert len(err.value.problems) == 3
 
 
 # ---- listeners --------------------------------------------------------------------------------
@@ -619,15 +604,12 @@ def test_parse_listener_rejects(text: str) -> None:
 
 def test_listener_rules() -> None:
     cfg = BrokerConfig({
-        "listeners": "PLAINTEXT://:9092, INTERNAL://127.0.0.1:9093",
+        "listeners": "INTERNAL://127.0.0.1:9093",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-        "advertised.listeners": "PLAINTEXT://broker1:9092",
-        "inter.broker.listener.name": "internal",
+        "advertised.listeners": "INTERNAL://broker1:9092",
     })  # fmt: skip
-    assert [listener.name for listener in cfg.listeners] == ["PLAINTEXT", "INTERNAL"]
-    assert cfg.advertised_listeners == [Listener("PLAINTEXT", "broker1", 9092)]
-    assert cfg.inter_broker_listener_name == "INTERNAL"
-    assert BrokerConfig({"listeners": "PLAINTEXT://[::1]:9092,SSL://127.0.0.1:9092"}).listeners
+    assert [listener.name for listener in cfg.listeners] == ["INTERNAL"]
+    assert cfg.advertised_listeners == [Listener("INTERNAL", "broker1", 9092)]
 
     bad = [
         ({"listeners": "CUSTOM://:9092"}, "listeners"),
@@ -636,7 +618,6 @@ def test_listener_rules() -> None:
         ({"listeners": ""}, "listeners"),
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "advertised.listeners"),
         ({"advertised.listeners": "SSL://h:9093"}, "advertised.listeners"),
-        ({"inter.broker.listener.name": "OTHER"}, "inter.broker.listener.name"),
         ({"listener.security.protocol.map": "PLAINTEXT:QUIC"}, "listener.security.protocol.map"),
     ]
     for props, key in bad:
@@ -736,17 +717,14 @@ def test_topic_override_validation_reports_every_problem() -> None:
 
 def test_validate_topic_overrides() -> None:
     validate_topic_overrides({})
-    validate_topic_overrides({"segment.ms": "60000", "compression.gzip.level": "-1",
-                              "unclean.leader.election.enable": "TRUE"})  # fmt: skip
+    validate_topic_overrides({"segment.ms": "60000", "compression.type": "producer",
+                              "unclean.leader.election.enable": "FALSE"})  # fmt: skip
     with pytest.raises(ConfigError) as err:
         validate_topic_overrides({"segment.ms": "0"})
     assert err.value.keys == ("segment.ms",)
     with pytest.raises(ConfigError) as err:
         validate_topic_overrides({"num.partitions": "3"})
     assert "broker config" in str(err.value)
-    with pytest.raises(ConfigError) as err:
-        validate_topic_overrides({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
-    assert err.value.keys == ("min.compaction.lag.ms",)
 
 
 def test_broker_describe_and_synonyms() -> None:
@@ -807,19 +785,22 @@ transaction.state.log.min.isr=1
 log.retention.hours=168
 log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
-zookeeper.connect=localhost:2181/logkeel
 zookeeper.connection.timeout.ms=18000
 group.initial.rebalance.delay.ms=0
 """,
     )
     cfg = BrokerConfig.from_properties(path)
-    assert cfg.unknown_keys == ()
+    # Settings of features logkeel does not have are not defined: warned and ignored.
+    assert cfg.unknown_keys == ("num.network.threads",)
+    assert cfg.zookeeper_connection_timeout_ms == 18000
     assert cfg.node_id == 1
     assert cfg.log_dirs == ["/var/lib/logkeel/a", "/var/lib/logkeel/b"]
     assert cfg.listeners == [Listener("PLAINTEXT", "0.0.0.0", 19092)]
     assert cfg.advertised_listeners == [Listener("PLAINTEXT", "localhost", 19092)]
-    assert not cfg.embedded_metadata and cfg.zookeeper_connection_timeout_ms == 18000
     assert cfg.group_initial_rebalance_delay_ms == 0
+    clustered = BrokerConfig.from_properties(path, ["zookeeper.connect=localhost:2181/logkeel"])
+    assert clustered.zookeeper_connect == "localhost:2181/logkeel"
+    assert not clustered.embedded_metadata and cfg.embedded_metadata
 
 
 def test_config_reference_lists_logkeel_settings() -> None:
@@ -829,6 +810,6 @@ def test_config_reference_lists_logkeel_settings() -> None:
     assert "| `log.cleaner.min.cleanable.ratio` | double | `0.5` | [0,...,1] |" in full
     ours = config_reference(BROKER_CONFIG_DEF, only_logkeel=True)
     for name in ("log.startup.validation", "producer.state.snapshot.interval.ms", "log.dir",
-                 "node.id", "follower.fetch.pending.reads.insync.enable"):  # fmt: skip
+                 "node.id"):  # fmt: skip
         assert f"`{name}`" in ours
     assert "`num.partitions`" not in ours

@@ -134,20 +134,15 @@ class BrokerConfig(TypedConfig):
         return self._roll_ms
 
     @property
-    def log_roll_jitter_ms(self) -> int:
-        """``log.roll.jitter.ms`` if set, else ``log.roll.jitter.hours`` in ms."""
-        return self._roll_jitter_ms
-
-    @property
     def log_flush_interval_ms(self) -> int:
         """``log.flush.interval.ms`` if set, else ``log.flush.scheduler.interval.ms``."""
         return self._flush_interval_ms
 
+    # ---- cluster membership (read by server/cluster_node.py) ----------------------------------
     @property
-    def zookeeper_connection_timeout_ms(self) -> int:
-        """``zookeeper.connection.timeout.ms`` if set, else the session timeout."""
-        value = self._values["zookeeper.connection.timeout.ms"]
-        return self._values["zookeeper.session.timeout.ms"] if value is None else value
+    def embedded_metadata(self) -> bool:
+        """True for a single-node broker (no ``zookeeper.connect``)."""
+        return not self._values["zookeeper.connect"]
 
     @property
     def listeners(self) -> list[Listener]:
@@ -161,16 +156,6 @@ class BrokerConfig(TypedConfig):
     @property
     def listener_security_protocol_map(self) -> dict[str, str]:
         return dict(self._protocol_map)
-
-    @property
-    def inter_broker_listener_name(self) -> str:
-        """``inter.broker.listener.name`` if set, else the first listener's name."""
-        return self._values["inter.broker.listener.name"] or self._listeners[0].name
-
-    @property
-    def embedded_metadata(self) -> bool:
-        """True for a single-node broker (no ``zookeeper.connect``)."""
-        return not self._values["zookeeper.connect"]
 
     def topic_default(self, topic_name: str) -> Any:
         """The server default of a topic-level config, resolved through its broker synonyms."""
@@ -250,29 +235,9 @@ class BrokerConfig(TypedConfig):
         if self._roll_ms < 1 and ok(roll_key):
             problems.append(ConfigProblem(roll_key, str(self._roll_ms), "must be at least 1"))
 
-        self._roll_jitter_ms, jitter_key = _first_set(
-            values, ("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", HOUR_MS)
-        )
-        if self._roll_jitter_ms < 0 and ok(jitter_key):
-            problems.append(
-                ConfigProblem(jitter_key, str(self._roll_jitter_ms), "must be at least 0")
-            )
-
         self._flush_interval_ms, _ = _first_set(
             values, ("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)
         )
-
-        wait = values["replica.fetch.wait.max.ms"]
-        for bound, why in (
-            ("replica.socket.timeout.ms", "fetches would time out while waiting"),
-            ("replica.lag.time.max.ms", "followers would drop out of the ISR while waiting"),
-        ):
-            if ok("replica.fetch.wait.max.ms", bound) and wait > values[bound]:
-                problems.append(
-                    ConfigProblem(
-                        "replica.fetch.wait.max.ms", str(wait), f"must not exceed {bound}: {why}"
-                    )
-                )
 
         problems.extend(self._derive_listeners(values))
         return problems
@@ -310,6 +275,7 @@ class BrokerConfig(TypedConfig):
         if len(problems) == before and not self._listeners:
             problems.append(ConfigProblem("listeners", values["listeners"], "no listener given"))
         problems.extend(check_listener_ports(list(self._listeners)))
+        problems.extend(self._unsupported_listeners(values["listeners"]))
 
         if values["advertised.listeners"] is None:
             self._advertised = self._listeners
@@ -340,14 +306,26 @@ class BrokerConfig(TypedConfig):
                             f"listener {listener.name} is not one of listeners",
                         )
                     )
+        return problems
 
-        inter = values["inter.broker.listener.name"]
-        if inter is not None and self._listeners:
-            if inter.upper() not in {listener.name for listener in self._listeners}:
+    def _unsupported_listeners(self, given: str) -> list[ConfigProblem]:
+        """The broker binds one PLAINTEXT listener; more, or TLS/SASL, would be silently absent."""
+        problems = []
+        if len(self._listeners) > 1:
+            problems.append(
+                ConfigProblem("listeners", given, "not supported yet: more than one listener")
+            )
+        for listener in self._listeners:
+            protocol = self._protocol_map.get(listener.name, "PLAINTEXT")
+            if protocol != "PLAINTEXT":
                 problems.append(
-                    ConfigProblem("inter.broker.listener.name", inter, "not one of listeners")
+                    ConfigProblem(
+                        "listeners",
+                        given,
+                        f"not supported yet: security protocol {protocol} of listener "
+                        f"{listener.name} (only PLAINTEXT)",
+                    )
                 )
-            values["inter.broker.listener.name"] = inter.upper()
         return problems
 
 

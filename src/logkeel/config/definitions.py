@@ -15,7 +15,6 @@ from __future__ import annotations
 from logkeel.config.types import (
     INT32_MAX,
     LONG_MAX,
-    AnyOf,
     ConfigDef,
     ConfigKey,
     ConfigType,
@@ -45,6 +44,13 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("compact", "delete")
 STARTUP_VALIDATION_MODES = ("lazy", "eager")
 
+# Why a Kafka setting is refused unless left at its default (``ConfigKey.unsupported``).
+SINGLE_NODE = "logkeel runs as a single node without replicas (the cluster work brings it)"
+NOT_ENFORCED = "logkeel does not enforce this network setting"
+NO_RECOMPRESSION = "the broker stores batches as the producer compressed them"
+CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
+NO_TRANSACTIONS = "transactions are not implemented (InitProducerId refuses transactional ids)"
+
 _K = ConfigKey
 
 # fmt: off
@@ -64,14 +70,23 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("zookeeper.connect", STRING, None,
        "ZooKeeper connection string (host:port[,host:port][/chroot]) for cluster metadata. "
        "Unset means a single-node broker with embedded metadata."),
-    _K("zookeeper.session.timeout.ms", INT, 18000, "ZooKeeper session timeout.", Range(1)),
+    # ---- cluster membership and controller (read by server/cluster_node.py) ----------------
+    _K("zookeeper.session.timeout.ms", INT, 18000,
+       "ZooKeeper session timeout: how long a broker that stopped answering stays registered "
+       "(and leads its partitions) before the controller elects other leaders.", Range(1)),
     _K("zookeeper.connection.timeout.ms", INT, None,
        "How long to wait for a ZooKeeper connection; unset means zookeeper.session.timeout.ms.",
        Range(1)),
-    # ---- controlled shutdown --------------------------------------------------------------
     _K("controlled.shutdown.enable", BOOLEAN, True,
        "On SIGTERM, ask the controller to move this broker's leaderships to other in-sync "
        "replicas before stopping (waits at most zookeeper.session.timeout.ms)."),
+    _K("auto.leader.rebalance.enable", BOOLEAN, True,
+       "The controller moves leadership back to preferred replicas in the background."),
+    _K("leader.imbalance.check.interval.seconds", LONG, 300,
+       "How often the controller checks the preferred-leader balance.", Range(1)),
+    _K("leader.imbalance.per.broker.percentage", INT, 10,
+       "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+       Range(0, 100)),
     # ---- network --------------------------------------------------------------------------
     _K("listeners", STRING, DEFAULT_LISTENERS,
        "Comma-separated NAME://host:port endpoints to bind; an empty host binds all interfaces. "
@@ -83,23 +98,26 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
        "Maps each listener name to its security protocol (NAME:PROTOCOL,...)."),
     _K("inter.broker.listener.name", STRING, None,
-       "Listener that brokers use to reach each other; unset means the first listener."),
-    _K("num.network.threads", INT, 3, "Threads that handle network IO.", Range(1)),
+       "Listener that brokers use to reach each other; unset means the first listener.",
+       unsupported=SINGLE_NODE),
     _K("num.io.threads", INT, 8, "Threads for request work that may block on disk.", Range(1)),
-    _K("background.threads", INT, 10, "Threads for background tasks.", Range(1)),
-    _K("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of server sockets; -1 = OS default."),
+    _K("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of server sockets; -1 = OS default.",
+       unsupported=NOT_ENFORCED),
     _K("socket.receive.buffer.bytes", INT, 102400,
-       "SO_RCVBUF of server sockets; -1 = OS default."),
+       "SO_RCVBUF of server sockets; -1 = OS default.",
+       unsupported=NOT_ENFORCED),
     _K("socket.request.max.bytes", INT, 104857600,
        "Largest request accepted on a socket; guards memory against bogus size prefixes.",
        Range(1)),
     _K("socket.listen.backlog.size", INT, 50, "Listen backlog of server sockets.", Range(1)),
     _K("queued.max.requests", INT, 500,
-       "Requests that may wait for processing before the network stops reading.", Range(1)),
-    _K("max.connections", INT, INT32_MAX, "Most connections the broker accepts.", Range(0)),
-    _K("max.connections.per.ip", INT, INT32_MAX, "Most connections from one IP.", Range(0)),
+       "Requests that may wait for processing before the network stops reading.", Range(1),
+       unsupported=NOT_ENFORCED),
+    _K("max.connections", INT, INT32_MAX, "Most connections the broker accepts.", Range(0),
+       unsupported=NOT_ENFORCED),
+    _K("max.connections.per.ip", INT, INT32_MAX, "Most connections from one IP.", Range(0),
+       unsupported=NOT_ENFORCED),
     _K("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
-    _K("request.timeout.ms", INT, 30000, "Timeout of the broker's own requests to other nodes."),
     # ---- requests and topics --------------------------------------------------------------
     _K("message.max.bytes", INT, 1048588,
        "Largest record batch the broker accepts (after compression).", Range(0),
@@ -116,13 +134,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Final compression of stored batches: producer keeps the producer's codec, uncompressed "
        "stores none, or one of gzip, snappy, lz4, zstd.", OneOf(COMPRESSION_TYPES),
        topic="compression.type",
-       topic_doc="Final compression of this topic's batches (producer = keep the producer's)."),
-    _K("compression.gzip.level", INT, -1, "gzip level when compression.type=gzip.",
-       AnyOf((Range(1, 9), OneOf((-1,)))), topic="compression.gzip.level"),
-    _K("compression.lz4.level", INT, 9, "lz4 level when compression.type=lz4.", Range(1, 17),
-       topic="compression.lz4.level"),
-    _K("compression.zstd.level", INT, 3, "zstd level when compression.type=zstd.",
-       Range(-131072, 22), topic="compression.zstd.level"),
+       topic_doc="Final compression of this topic's batches (producer = keep the producer's).",
+       unsupported=NO_RECOMPRESSION),
     _K("min.insync.replicas", INT, 1,
        "With acks=all, the fewest in-sync replicas that must have a write for it to succeed; "
        "fewer gives NOT_ENOUGH_REPLICAS.", Range(1), topic="min.insync.replicas"),
@@ -145,20 +158,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        topic_doc="Age at which this topic's active segment is rolled even if not full."),
     _K("log.roll.hours", INT, 168, "Segment roll age in hours, used when log.roll.ms is unset.",
        Range(1), topic="segment.ms", topic_scale=HOUR_MS),
-    _K("log.roll.jitter.ms", LONG, None,
-       "Most random time subtracted from the roll age so partitions do not roll together; "
-       "unset means log.roll.jitter.hours.", topic="segment.jitter.ms", topic_validator=Range(0),
-       topic_doc="Most random time subtracted from this topic's segment roll age."),
-    _K("log.roll.jitter.hours", INT, 0, "Roll jitter in hours, used when log.roll.jitter.ms is "
-       "unset.", Range(0), topic="segment.jitter.ms", topic_scale=HOUR_MS),
     _K("log.index.size.max.bytes", INT, 10485760,
        "Size of the preallocated offset index (and time index) of a segment; a full index rolls "
        "the segment.", Range(4), topic="segment.index.bytes"),
     _K("log.index.interval.bytes", INT, 4096,
        "Bytes of log between offset-index entries; smaller means denser indexes.", Range(0),
        topic="index.interval.bytes"),
-    _K("log.preallocate", BOOLEAN, False, "Preallocate segment files when they are created.",
-       topic="preallocate"),
     # ---- retention --------------------------------------------------------------------------
     _K("log.retention.ms", LONG, None,
        "Age after which a segment is deleted; -1 = no limit. Takes precedence over "
@@ -182,16 +187,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("log.segment.delete.delay.ms", LONG, 60000,
        "Delay between marking a segment deleted (.deleted suffix) and removing its files, so "
        "in-flight reads finish.", Range(0), topic="file.delete.delay.ms"),
-    _K("log.cleaner.enable", BOOLEAN, True, "Run the log cleaner for compacted topics."),
-    _K("log.cleaner.threads", INT, 1, "Log cleaner threads.", Range(0)),
+    _K("log.cleaner.enable", BOOLEAN, True, "Run the log cleaner for compacted topics.",
+       unsupported=CLEANER_ALWAYS_ON),
     _K("log.cleaner.delete.retention.ms", LONG, 86400000,
        "How long tombstones are kept in compacted topics.", Range(0),
        topic="delete.retention.ms"),
     _K("log.cleaner.min.compaction.lag.ms", LONG, 0,
        "Least time a record stays uncompacted.", Range(0), topic="min.compaction.lag.ms"),
-    _K("log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX,
-       "Most time a record may stay ineligible for compaction.", Range(1),
-       topic="max.compaction.lag.ms"),
     _K("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5,
        "Dirty fraction of a log at which the cleaner compacts it.", Range(0, 1),
        topic="min.cleanable.dirty.ratio"),
@@ -208,14 +210,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("log.flush.offset.checkpoint.interval.ms", INT, 60000,
        "How often the recovery point (last flushed offset) of every partition is checkpointed.",
        Range(0)),
-    _K("log.flush.start.offset.checkpoint.interval.ms", INT, 60000,
-       "How often log start offsets are checkpointed.", Range(0)),
     _K("num.recovery.threads.per.data.dir", INT, 2,
        "Threads per log dir that load and recover logs at start-up and flush them at shutdown "
        "(Kafka 4.0 default; 1 before).", Range(1)),
-    _K("log.dir.failure.timeout.ms", LONG, 30000,
-       "If the controller cannot be told about a failed log dir within this time, the broker "
-       "shuts down.", Range(1)),
     # ---- timestamps ----------------------------------------------------------------------
     _K("log.message.timestamp.type", STRING, "CreateTime",
        "Which timestamp batches keep: the producer's CreateTime or the broker's LogAppendTime.",
@@ -230,37 +227,30 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # ---- replication ------------------------------------------------------------------------
     _K("replica.lag.time.max.ms", LONG, 30000,
        "A follower that has not caught up to the leader's end within this time leaves the ISR."),
-    _K("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches."),
     _K("replica.fetch.max.bytes", INT, 1048576,
        "Bytes a follower asks for per partition (a larger first batch is still returned).",
        Range(0)),
     _K("replica.fetch.response.max.bytes", INT, 10485760,
        "Bytes a follower asks for per fetch response.", Range(0)),
+    _K("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches.", Range(1)),
     _K("replica.fetch.wait.max.ms", INT, 500,
-       "Longest a follower fetch waits on the leader; must not exceed replica.lag.time.max.ms."),
-    _K("replica.fetch.min.bytes", INT, 1, "Bytes a follower fetch waits for."),
+       "Longest a follower fetch waits on the leader; must not exceed replica.lag.time.max.ms.",
+       Range(0)),
+    _K("replica.fetch.min.bytes", INT, 1, "Bytes a follower fetch waits for.", Range(1)),
     _K("replica.fetch.backoff.ms", INT, 1000, "Pause after a failed follower fetch.", Range(0)),
-    _K("num.replica.fetchers", INT, 1, "Fetcher threads per source broker."),
-    _K("replica.high.watermark.checkpoint.interval.ms", LONG, 5000,
-       "How often high watermarks are checkpointed (replication-offset-checkpoint)."),
-    _K("auto.leader.rebalance.enable", BOOLEAN, True,
-       "Move leadership back to preferred replicas in the background."),
-    _K("leader.imbalance.check.interval.seconds", LONG, 300,
-       "How often preferred-leader balance is checked.", Range(1)),
-    _K("leader.imbalance.per.broker.percentage", INT, 10,
-       "Leader imbalance per broker that triggers a rebalance."),
+    _K("num.replica.fetchers", INT, 1, "Fetchers per source broker.", Range(1)),
     _K("follower.fetch.pending.reads.insync.enable", BOOLEAN, True,
        "logkeel (from KIP-501): a follower with a fetch pending at or beyond the leader's log "
        "end stays in the ISR while the leader is slow to serve it. The KIP proposes false as "
        "its default; logkeel enables it because a slow leader must not shrink the ISR."),
-    _K("follower.fetch.process.time.max.ms", LONG, 500,
-       "logkeel (from KIP-501): a leader that takes longer than this to serve follower fetches "
-       "gives up leadership to an in-sync follower. Applies only with "
-       "follower.fetch.pending.reads.insync.enable.", Range(1)),
     _K("replica.read.time.insync.factor", DOUBLE, 0.5,
        "logkeel (from KIP-501): a fetch whose processing took at least this fraction of "
        "replica.lag.time.max.ms counts as caught up at its completion time, not its start.",
        Range(0, 1, min_exclusive=True)),
+    _K("follower.fetch.process.time.max.ms", LONG, 500,
+       "logkeel (from KIP-501): a leader that takes longer than this to serve follower fetches "
+       "gives up leadership to an in-sync follower (not built yet: the availability issue).",
+       Range(1), unsupported="a slow leader does not hand over leadership yet"),
     # ---- groups and offsets ---------------------------------------------------------------
     _K("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", Range(1)),
     _K("offsets.topic.replication.factor", SHORT, 1,
@@ -280,19 +270,25 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("group.max.size", INT, INT32_MAX, "Most members of one group.", Range(1)),
     # ---- transactions and producers -------------------------------------------------------
     _K("transaction.state.log.num.partitions", INT, 50,
-       "Partitions of __transaction_state.", Range(1)),
+       "Partitions of __transaction_state.", Range(1),
+       unsupported=NO_TRANSACTIONS),
     _K("transaction.state.log.replication.factor", SHORT, 1,
        "Replication factor of __transaction_state. logkeel: defaults to 1 for a single node "
-       "(Kafka: 3).", Range(1)),
+       "(Kafka: 3).", Range(1),
+       unsupported=NO_TRANSACTIONS),
     _K("transaction.state.log.min.isr", INT, 1,
        "min.insync.replicas of __transaction_state. logkeel: defaults to 1 (Kafka: 2).",
-       Range(1)),
+       Range(1),
+       unsupported=NO_TRANSACTIONS),
     _K("transaction.state.log.segment.bytes", INT, 104857600,
-       "Segment size of __transaction_state.", Range(1)),
+       "Segment size of __transaction_state.", Range(1),
+       unsupported=NO_TRANSACTIONS),
     _K("transaction.max.timeout.ms", INT, 900000, "Largest transaction timeout allowed.",
-       Range(1)),
+       Range(1),
+       unsupported=NO_TRANSACTIONS),
     _K("transactional.id.expiration.ms", INT, 604800000,
-       "A transactional id idle this long is expired.", Range(1)),
+       "A transactional id idle this long is expired.", Range(1),
+       unsupported=NO_TRANSACTIONS),
     _K("producer.id.expiration.ms", INT, 86400000,
        "Idempotent producer state idle this long is dropped.", Range(1)),
     # ---- logkeel start-up and recovery ----------------------------------------------------
@@ -338,6 +334,7 @@ def derive_topic_keys(broker_keys: tuple[ConfigKey, ...]) -> tuple[ConfigKey, ..
                 doc=primary.topic_doc or primary.doc,
                 validator=primary.topic_validator or primary.validator,
                 synonyms=tuple((s.name, s.topic_scale) for s in synonyms),
+                unsupported=primary.unsupported,
             )
         )
     return tuple(topic_keys)
@@ -345,6 +342,18 @@ def derive_topic_keys(broker_keys: tuple[ConfigKey, ...]) -> tuple[ConfigKey, ..
 
 BROKER_CONFIG_DEF = ConfigDef(BROKER_KEYS)
 TOPIC_CONFIG_DEF = ConfigDef(derive_topic_keys(BROKER_KEYS))
+
+
+# Kafka's topic-level configs that logkeel does not define: a CreateTopics or AlterConfigs that
+# sets one is refused as "not supported yet" rather than as an unknown name.
+KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED = frozenset({
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
+    "message.downconversion.enable", "message.format.version",
+    "message.timestamp.difference.max.ms", "preallocate", "remote.log.copy.disable",
+    "remote.log.delete.on.disable", "remote.storage.enable", "segment.jitter.ms",
+})  # fmt: skip
 
 
 def broker_synonyms(topic_name: str) -> tuple[str, ...]:

@@ -18,6 +18,8 @@ def config_reference(definition: ConfigDef, only_logkeel: bool = False) -> str:
             continue
         default = format_value(key.type, key.default)
         valid = key.validator.describe() if key.validator is not None else ""
+        if key.unsupported is not None:
+            valid = f"not supported yet: {key.accepted()}"
         cells = [
             f"`{key.name}`",
             key.type.name.lower(),

@@ -8,7 +8,11 @@ from typing import Any
 
 from logkeel.config.base import ConfigEntry, TypedConfig, install_attributes
 from logkeel.config.broker import BrokerConfig
-from logkeel.config.definitions import BROKER_CONFIG_DEF, TOPIC_CONFIG_DEF
+from logkeel.config.definitions import (
+    BROKER_CONFIG_DEF,
+    KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED,
+    TOPIC_CONFIG_DEF,
+)
 from logkeel.config.types import (
     ConfigError,
     ConfigProblem,
@@ -36,9 +40,6 @@ class TopicConfig(TypedConfig):
             name: parsed[name] if name in parsed else broker.topic_default(name)
             for name in self.DEFINITION
         }
-        problems = _cross_check(values, raw)
-        if problems:
-            raise ConfigError(problems)
         self._broker = broker
         self._overrides = MappingProxyType(raw)
         self._values = MappingProxyType(values)
@@ -98,19 +99,17 @@ class TopicConfig(TypedConfig):
 
 def validate_topic_overrides(overrides: Mapping[str, object]) -> None:
     """Check topic configs as CreateTopics/AlterConfigs would; raise ConfigError (Kafka's
-    INVALID_CONFIG) naming every unknown key and bad value."""
-    raw = {str(k): to_property_string(v) for k, v in overrides.items()}
-    parsed = _parse_overrides(raw)
-    values = {name: parsed.get(name, key.default) for name, key in TOPIC_CONFIG_DEF.items()}
-    problems = _cross_check(values, raw)
-    if problems:
-        raise ConfigError(problems)
+    INVALID_CONFIG) naming every unknown key, bad value and setting not supported yet."""
+    _parse_overrides({str(k): to_property_string(v) for k, v in overrides.items()})
 
 
 def _parse_overrides(raw: Mapping[str, str]) -> dict[str, Any]:
     problems: list[ConfigProblem] = []
     for name, value in raw.items():
         if name in TOPIC_CONFIG_DEF:
+            continue
+        if name in KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED:
+            problems.append(ConfigProblem(name, value, "not supported yet by logkeel"))
             continue
         reason = "unknown topic config"
         topic_name = BROKER_CONFIG_DEF[name].topic if name in BROKER_CONFIG_DEF else None
@@ -124,22 +123,6 @@ def _parse_overrides(raw: Mapping[str, str]) -> dict[str, Any]:
     if problems:
         raise ConfigError(problems)
     return {name: values[name] for name in raw}
-
-
-def _cross_check(values: Mapping[str, Any], raw: Mapping[str, str]) -> list[ConfigProblem]:
-    """Rules spanning topic keys; only checked when the topic overrides one of the keys, so a
-    broker default cannot make every topic invalid."""
-    problems = []
-    lo, hi = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
-    if ("min.compaction.lag.ms" in raw or "max.compaction.lag.ms" in raw) and lo > hi:
-        problems.append(
-            ConfigProblem(
-                "min.compaction.lag.ms",
-                str(lo),
-                f"must not exceed max.compaction.lag.ms ({hi})",
-            )
-        )
-    return problems
 
 
 install_attributes(TopicConfig)

@@ -216,25 +216,6 @@ class EachOneOf:
 
 
 @dataclass(frozen=True, slots=True)
-class AnyOf:
-    """Valid if any one of the validators accepts the value (e.g. a level range or the -1 sentinel)."""
-
-    validators: tuple[Validator, ...]
-
-    def check(self, value: Any) -> str | None:
-        reasons = []
-        for validator in self.validators:
-            reason = validator.check(value)
-            if reason is None:
-                return None
-            reasons.append(reason)
-        return " or ".join(reasons)
-
-    def describe(self) -> str:
-        return " or ".join(v.describe() for v in self.validators)
-
-
-@dataclass(frozen=True, slots=True)
 class ConfigKey:
     """One row of a definition table.
 
@@ -242,6 +223,8 @@ class ConfigKey:
     ``topic_scale`` converts the broker unit into the topic unit (``log.roll.hours`` -> ms);
     ``topic_validator``/``topic_doc`` apply when the topic-level rule or text differs.
     ``synonyms`` is filled in on derived topic keys: (broker name, scale) in priority order.
+    ``unsupported`` marks a Kafka setting logkeel does not implement yet (saying why, or what
+    brings it): any value but the default is refused, so that a user who sets it is not misled.
     """
 
     name: str
@@ -254,6 +237,7 @@ class ConfigKey:
     topic_validator: Validator | None = None
     topic_doc: str | None = None
     synonyms: tuple[tuple[str, int], ...] = ()
+    unsupported: str | None = None
 
     @property
     def attr(self) -> str:
@@ -266,7 +250,15 @@ class ConfigKey:
             reason = self.validator.check(value)
             if reason is not None:
                 raise ValueError(reason)
+        if self.unsupported is not None and value != self.default:
+            raise ValueError(f"not supported yet: {self.unsupported}; {self.accepted()}")
         return value
+
+    def accepted(self) -> str:
+        """What an unsupported key accepts: its default only."""
+        if self.default is None:
+            return "leave it unset"
+        return f"only the default {format_value(self.type, self.default)!r} is accepted"
 
 
 class ConfigDef(Mapping[str, ConfigKey]):

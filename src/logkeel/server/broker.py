@@ -50,7 +50,11 @@ from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
 from logkeel.server.network.server import Server
-from logkeel.server.replica.context import ReplicaManagerContext
+from logkeel.server.replica.context import (
+    IsrChangeRequested,
+    ReplicaManagerContext,
+    ReplicationSettings,
+)
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
@@ -72,10 +76,16 @@ class BrokerStartError(Exception):
 
 
 class Broker:
-    """A single-node Kafka-protocol broker built from a ``BrokerConfig``.
+    """A Kafka-protocol broker built from a ``BrokerConfig``: a single node, or a member of a
+    ZooKeeper cluster when ``zookeeper.connect`` is set.
 
-    Nothing touches the network until ``start()``. ``metrics_port`` (None: off) serves
-    Prometheus metrics over HTTP on the listener's host.
+    Nothing touches the network until ``start()`` (except connecting to ZooKeeper, which
+    raises ``BrokerStartError`` when it cannot). ``metrics_port`` (None: off) serves
+    Prometheus metrics over HTTP on the listener's host. ``metadata``: a metadata store shared
+    by in-process brokers (tests); None means ZooKeeper's or embedded single-node metadata.
+    ``isr_change_requested``: where this broker's leaders send the ISR changes they want (the
+    controller's AlterPartition; in a cluster, a conditional write of the partition state); it
+    must hand the proposal off without blocking.
     """
 
     def __init__(
@@ -84,6 +94,8 @@ class Broker:
         *,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
+        metadata: MetadataStore | None = None,
+        isr_change_requested: IsrChangeRequested | None = None,
     ) -> None:
         self.config = config
         self.node_id: int = config.node_id
@@ -107,10 +119,13 @@ class Broker:
         self._stopped = False
 
         cluster_id = _cluster_id_in_meta_properties(self.log_dirs)
-        # With zookeeper.connect the broker joins a cluster; without, it is a single node.
+        # A given store is shared by in-process brokers (tests); with zookeeper.connect the
+        # broker joins a cluster; otherwise it is a single node with embedded metadata.
         self.cluster: ClusterNode | None = None
         self.metadata: MetadataStore
-        if config.embedded_metadata:
+        if metadata is not None:
+            self.metadata = metadata
+        elif config.embedded_metadata:
             self.metadata = EmbeddedMetadataStore(
                 self.log_dirs,
                 self.node_id,
@@ -124,6 +139,7 @@ class Broker:
             except ClusterJoinError as exc:
                 raise BrokerStartError(str(exc)) from exc
             self.metadata = self.cluster.store
+            isr_change_requested = isr_change_requested or self.cluster.isr_change_requested
         self.cluster_id: str = self.metadata.cluster_id
 
         self.log_manager = LogManager(
@@ -147,6 +163,8 @@ class Broker:
                 topic_config=self.topic_config,
                 log_config=self.log_config,
                 num_io_threads=config.num_io_threads,
+                replication=ReplicationSettings.from_broker_config(config),
+                isr_change_requested=isr_change_requested,
             )
         )
         self.group_coordinator = GroupCoordinator(self)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from logkeel.cluster.controller import Controller
-from logkeel.cluster.metadata import MetadataError
+from logkeel.cluster.metadata import MetadataError, PartitionState
+from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
@@ -37,6 +39,7 @@ class ClusterNode:
         client = ZkMetadataClient(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
+            # Unset: the session timeout (ZkMetadataClient's default).
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
         )
         self.store = ZkMetadataStore(
@@ -58,6 +61,7 @@ class ClusterNode:
         )
         self._joined = False
         self._left = False
+        self._isr_writer = ThreadPoolExecutor(1, thread_name_prefix="isr-writer")
 
     async def join(
         self, host: str, port: int, log_dir_ids: Iterable[str],
@@ -71,6 +75,29 @@ class ClusterNode:
             await asyncio.to_thread(self.report_offline, offline, offline_dir_ids)
         self.controller.start()
         self._joined = True
+
+    def isr_change_requested(
+        self, tp: TopicPartition, proposal: PartitionRegistration, reason: str
+    ) -> None:
+        """A leader's ISR change (the replica manager's hook; may be called on the event loop):
+        written to ZooKeeper on a thread of its own, conditional on the partition epoch."""
+        self._isr_writer.submit(self._write_isr, tp, proposal, reason)
+
+    def _write_isr(self, tp: TopicPartition, proposal: PartitionRegistration, reason: str) -> None:
+        # AlterPartition semantics: the proposal carries the partition epoch it was made
+        # against; the state it asks for is the next one.
+        state = PartitionState(
+            tp.topic, tp.partition, list(proposal.replicas), proposal.leader,
+            proposal.leader_epoch, list(proposal.isr), proposal.partition_epoch + 1,
+        )
+        try:
+            self.store.update_partition(state)
+            log.info("%s: ISR -> %s (%s)", tp, list(proposal.isr), reason)
+        except MetadataError as exc:
+            # Stale: the state moved on meanwhile; the leader decides again from the new one.
+            log.info("%s: ISR change %s refused: %s", tp, list(proposal.isr), exc)
+        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+            log.exception("%s: writing the ISR change failed", tp)
 
     def report_offline(self, partitions: Iterable[TopicPartition], dir_ids: Iterable[str]) -> None:
         """Replicas this broker cannot serve (blocking: from the IO thread that hit the error,
@@ -96,4 +123,5 @@ class ClusterNode:
                 )
         if self._joined:
             await asyncio.to_thread(self.controller.stop)
+        await asyncio.to_thread(self._isr_writer.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self.store.close)

@@ -227,4 +227,3 @@ class _StateCollector(Collector):
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=float(value))
-

@@ -5,12 +5,58 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import MetadataStore
-from logkeel.config import TopicConfig
+from logkeel.cluster.partition_state import PartitionRegistration
+from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
+from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["ReplicaManagerContext"]
+__all__ = ["IsrChangeRequested", "ReplicaManagerContext", "ReplicationSettings"]
+
+# The leader's hook for an ISR change it wants (an expansion seen on a follower's fetch, or a
+# shrink found by the periodic check), with the reason: the controller decides and publishes.
+IsrChangeRequested = Callable[[TopicPartition, PartitionRegistration, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    """The broker configs of follower fetching and ISR tracking (Kafka's names)."""
+
+    fetch_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
+    fetch_response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    fetch_wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    fetch_min_bytes: int = 1  # replica.fetch.min.bytes
+    fetch_backoff_ms: int = 1_000  # replica.fetch.backoff.ms
+    socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    num_fetchers: int = 1  # num.replica.fetchers
+    isr: IsrConfig = IsrConfig()
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> ReplicationSettings:
+        def get(name: str) -> int:
+            return int(config.get(name))
+
+        return cls(
+            fetch_max_bytes=get("replica.fetch.max.bytes"),
+            fetch_response_max_bytes=get("replica.fetch.response.max.bytes"),
+            fetch_wait_max_ms=get("replica.fetch.wait.max.ms"),
+            fetch_min_bytes=get("replica.fetch.min.bytes"),
+            fetch_backoff_ms=get("replica.fetch.backoff.ms"),
+            socket_timeout_ms=get("replica.socket.timeout.ms"),
+            num_fetchers=max(1, get("num.replica.fetchers")),
+            isr=IsrConfig(
+                replica_lag_time_max_ms=get("replica.lag.time.max.ms"),
+                follower_fetch_pending_reads_insync_enable=bool(
+                    config.get("follower.fetch.pending.reads.insync.enable")
+                ),
+                replica_read_time_insync_factor=float(
+                    config.get("replica.read.time.insync.factor")
+                ),
+                follower_fetch_process_time_max_ms=get("follower.fetch.process.time.max.ms"),
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +69,6 @@ class ReplicaManagerContext:
     topic_config: Callable[[str], TopicConfig]
     log_config: Callable[[str], LogConfig]
     num_io_threads: int  # num.io.threads
+    replication: ReplicationSettings = ReplicationSettings()
+    # The controller's seam for ISR changes; None: proposals are only logged.
+    isr_change_requested: IsrChangeRequested | None = None

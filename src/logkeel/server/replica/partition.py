@@ -10,15 +10,21 @@ Methods that touch the log run on the IO threads and take ``log.lock``.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster import isr as isr_rules
+from logkeel.cluster.isr import FollowerState, IsrConfig
 from logkeel.cluster.metadata import PartitionState
+from logkeel.cluster.partition_state import Decision, PartitionRegistration
 from logkeel.config import TopicConfig
 from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError
 from logkeel.records.walk import iter_headers
+from logkeel.server.replica.context import IsrChangeRequested
 from logkeel.server.replica.results import (
     DEBUGGING_CONSUMER_ID,
     EARLIEST_LOCAL_TIMESTAMP,
@@ -77,7 +83,14 @@ class Partition:
     watermark) or by metadata changes; each write is a single attribute store.
     """
 
-    def __init__(self, tp: TopicPartition, topic_id: str, node_id: int) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        topic_id: str,
+        node_id: int,
+        isr_config: IsrConfig | None = None,
+        isr_change_requested: IsrChangeRequested | None = None,
+    ) -> None:
         self.tp = tp
         self.topic_id = topic_id
         self.node_id = node_id
@@ -88,8 +101,13 @@ class Partition:
         self.isr: list[int] = []
         self.log: PartitionLog | None = None
         self.offline_reason: str | None = None
-        # Log end offsets followers reported in their fetches (replica id -> offset).
-        self.follower_end_offsets: dict[int, int] = {}
+        # As leader: each follower's fetch state (Kafka's Replica), replaced on every change.
+        self.followers: dict[int, FollowerState] = {}
+        self.isr_config = isr_config or IsrConfig()
+        self._isr_change_requested = isr_change_requested
+        # The last ISR asked for in this partition epoch, so a proposal is made once.
+        self._proposed_isr: tuple[int, ...] | None = None
+        self._followers_lock = threading.Lock()
         # Bytes appended since start: delayed fetches compare it to decide they have enough.
         self.appended_bytes = 0
         # Cached under the log's lock after every change, for cheap reads on the event loop.
@@ -119,14 +137,25 @@ class Partition:
     def apply_state(self, state: PartitionState) -> bool:
         """Takes leader, epoch, replicas and ISR from metadata; True if the epoch moved."""
         moved = state.leader_epoch != self.leader_epoch or state.leader != self.leader_id
+        if moved or state.partition_epoch != self.partition_epoch:
+            self._proposed_isr = None
+        if moved and state.leader == self.node_id:
+            # A new term: followers start unknown; ISR members count as caught up now, so the
+            # periodic check gives them replica.lag.time.max.ms to fetch (Kafka does the same).
+            now = _now_ms()
+            with self._followers_lock:
+                self.followers = {
+                    r: FollowerState(last_caught_up_ms=now if r in state.isr else 0)
+                    for r in state.replicas
+                    if r != self.node_id
+                }
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.partition_epoch = state.partition_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
-        for replica in list(self.follower_end_offsets):
-            if replica not in self.replicas:
-                del self.follower_end_offsets[replica]
+        with self._followers_lock:
+            self.followers = {r: f for r, f in self.followers.items() if r in self.replicas}
         return moved
 
     def state_error(self, *, leader_only: bool = True) -> ErrorCode | None:
@@ -157,10 +186,9 @@ class Partition:
         plog = self.log
         if plog is None or not self.is_leader:
             return False
-        new_hw = plog.log_end_offset
-        for replica in self.isr:
-            if replica != self.node_id:
-                new_hw = min(new_hw, self.follower_end_offsets.get(replica, plog.high_watermark))
+        new_hw = isr_rules.high_watermark(
+            plog.high_watermark, self.node_id, plog.log_end_offset, tuple(self.isr), self.followers
+        )
         changed = new_hw > plog.high_watermark
         if changed:
             plog.high_watermark = new_hw
@@ -201,6 +229,68 @@ class Partition:
             )
             self.maybe_increment_high_watermark()
         return info
+
+    # -- as a follower (IO threads) ---------------------------------------------------------
+
+    def fetch_position(self) -> tuple[int, int, int] | None:
+        """(log end offset, latest epoch or -1, log start offset) a follower fetches from."""
+        plog = self.log
+        if plog is None:
+            return None
+        latest = plog.leader_epochs.latest_epoch
+        return plog.log_end_offset, -1 if latest is None else latest, plog.log_start_offset
+
+    def append_as_follower(
+        self,
+        records: bytes,
+        leader_epoch: int,
+        leader_high_watermark: int,
+        leader_log_start_offset: int = -1,
+    ) -> AppendInfo | None:
+        """Appends the leader's batches with their offsets and epochs unchanged, then takes the
+        leader's high watermark (never above our own log end) and log start offset (never above
+        our high watermark). None: the partition moved on (no longer a follower in
+        ``leader_epoch``) and nothing was written."""
+        plog = self.log
+        if plog is None:
+            return None
+        with plog.lock:
+            if self.log is not plog or self.is_leader or self.leader_epoch != leader_epoch:
+                return None
+            info = plog.append_as_follower(records) if records else None
+            self._follower_high_watermark_locked(leader_high_watermark)
+            new_start = min(leader_log_start_offset, plog.high_watermark)
+            if new_start > plog.log_start_offset:
+                plog.maybe_increment_log_start_offset(new_start)
+        if info is not None:
+            self.appended_bytes += info.valid_bytes
+        return info
+
+    def _follower_high_watermark_locked(self, leader_high_watermark: int) -> None:
+        plog = self.log
+        assert plog is not None
+        hw = max(plog.log_start_offset, min(leader_high_watermark, plog.log_end_offset))
+        if hw != plog.high_watermark:
+            plog.high_watermark = hw
+            plog.producer_state.on_high_watermark_updated(hw)
+        self.last_stable_offset = plog.last_stable_offset()
+
+    def truncate_as_follower(self, offset: int, leader_epoch: int, *, fully: bool = False) -> bool:
+        """Removes our records at and above ``offset`` (a divergent tail), or with ``fully``
+        empties the log to restart at ``offset`` (we fell below the leader's log start).
+        False if the partition moved on meanwhile."""
+        plog = self.log
+        if plog is None:
+            return False
+        with plog.lock:
+            if self.log is not plog or self.is_leader or self.leader_epoch != leader_epoch:
+                return False
+            if fully:
+                plog.truncate_fully_and_start_at(offset)
+            else:
+                plog.truncate_to(offset)
+            self.last_stable_offset = plog.last_stable_offset()
+        return True
 
     def _validate_client_batches(self, records: bytes | bytearray | memoryview) -> None:
         """What Kafka's LogValidator checks beyond structure and CRC (the log checks those):
@@ -258,18 +348,22 @@ class Partition:
         plog = self.log
         assert plog is not None
         hw_moved = False
+        now = _now_ms()
+        if follower:
+            self._update_follower(
+                replica_id,
+                lambda f: isr_rules.fetch_started(f, r.fetch_offset, now, self.isr_config),
+            )
+        served = False
         try:
             with plog.lock:
                 if self.log is not plog:
                     return FetchPartitionResult(tp, ErrorCode.kafka_storage_error), False
-                if follower:
-                    hw_moved = self._update_follower_locked(replica_id, r.fetch_offset)
-                hw = plog.high_watermark
                 lso = plog.last_stable_offset()
                 self.last_stable_offset = lso
                 result = FetchPartitionResult(
                     tp,
-                    high_watermark=hw,
+                    high_watermark=plog.high_watermark,
                     last_stable_offset=lso,
                     log_start_offset=plog.log_start_offset,
                 )
@@ -279,13 +373,14 @@ class Partition:
                     )
                     if end < r.fetch_offset or epoch < r.last_fetched_epoch:
                         result.diverging_epoch = (epoch, end)
-                        return result, hw_moved
+                        return result, False
                 if follower:
                     max_offset = None
                 elif isolation_level == READ_COMMITTED:
                     max_offset = lso
                 else:
-                    max_offset = hw
+                    max_offset = plog.high_watermark
+                leader_end = plog.log_end_offset
                 info = plog.read(
                     r.fetch_offset,
                     limit,
@@ -299,6 +394,14 @@ class Partition:
                     )
                 if isolation_level == READ_COMMITTED and not follower:
                     result.aborted_transactions = info.aborted_transactions
+                if follower:
+                    served = True
+                    hw_moved = self._follower_fetched_locked(
+                        replica_id, r.fetch_offset, now, leader_end
+                    )
+                    # The follower learns the high watermark its own fetch just moved.
+                    result.high_watermark = plog.high_watermark
+                    result.last_stable_offset = self.last_stable_offset
                 return result, hw_moved
         except storage_errors.OffsetOutOfRangeError:
             result = FetchPartitionResult(
@@ -309,17 +412,92 @@ class Partition:
                 log_start_offset=plog.log_start_offset,
             )
             return result, hw_moved
+        finally:
+            if follower and not served:
+                self._update_follower(
+                    replica_id, lambda f: isr_rules.fetch_failed(f, r.fetch_offset, now)
+                )
 
-    def _update_follower_locked(self, replica_id: int, fetch_offset: int) -> bool:
-        """A follower fetching from ``fetch_offset`` has everything below it; True if the high
-        watermark moved."""
-        if replica_id not in self.replicas or replica_id == self.node_id:
+    # -- the leader's view of its followers -------------------------------------------------------
+
+    def _update_follower(
+        self, replica_id: int, change: Callable[[FollowerState], FollowerState]
+    ) -> FollowerState | None:
+        """Replaces one follower's state with ``change(state)`` (any thread)."""
+        with self._followers_lock:
+            if replica_id == self.node_id or replica_id not in self.replicas:
+                return None
+            state = change(self.followers.get(replica_id, FollowerState()))
+            self.followers[replica_id] = state
+            return state
+
+    def _follower_fetched_locked(
+        self, replica_id: int, fetch_offset: int, started_ms: int, leader_end: int
+    ) -> bool:
+        """A follower's fetch from ``fetch_offset`` was served: it holds everything below it.
+        Moves the high watermark (True if it moved) and asks for an ISR expansion when the
+        follower caught up. Call with ``log.lock`` held."""
+        now = _now_ms()
+        state = self._update_follower(
+            replica_id,
+            lambda f: isr_rules.fetch_completed(
+                f, fetch_offset, started_ms, now, leader_end, self.isr_config
+            ),
+        )
+        if state is None:
             return False
-        previous = self.follower_end_offsets.get(replica_id, -1)
-        if fetch_offset <= previous:
+        moved = self.maybe_increment_high_watermark()
+        if replica_id not in self.isr and self.log is not None:
+            epoch_start = self.log.leader_epochs.epoch_entry(self.leader_epoch)
+            decision = isr_rules.expand_isr(
+                self.registration(),
+                replica_id,
+                state,
+                self.log.high_watermark,
+                epoch_start.start_offset if epoch_start is not None else 0,
+            )
+            self._propose(decision)
+        return moved
+
+    def registration(self) -> PartitionRegistration:
+        """This partition's state as the controller's decisions take it."""
+        return PartitionRegistration(
+            replicas=tuple(self.replicas),
+            leader=self.leader_id,
+            leader_epoch=self.leader_epoch,
+            isr=tuple(self.isr),
+            partition_epoch=self.partition_epoch,
+        )
+
+    def follower_states(self) -> dict[int, FollowerState]:
+        """Per follower: log end offset, last caught-up time, pending fetches (KIP-501)."""
+        with self._followers_lock:
+            return dict(self.followers)
+
+    def maybe_shrink_isr(self, now_ms: int) -> Decision | None:
+        """The periodic check (Kafka's isr-expiration task): proposes an ISR without the
+        followers that fell behind; the proposal, or None when nothing is to change."""
+        plog = self.log
+        if plog is None or not self.is_leader:
+            return None
+        decision = isr_rules.shrink_isr(
+            self.registration(),
+            self.follower_states(),
+            plog.log_end_offset,
+            now_ms,
+            self.isr_config,
+        )
+        return decision if self._propose(decision) else None
+
+    def _propose(self, decision: Decision) -> bool:
+        """Hands a changed ISR to the hook once per partition epoch; True if it was new."""
+        isr = decision.state.isr
+        if not decision.changed or isr == self._proposed_isr:
             return False
-        self.follower_end_offsets[replica_id] = fetch_offset
-        return self.maybe_increment_high_watermark()
+        self._proposed_isr = isr
+        if self._isr_change_requested is not None:
+            self._isr_change_requested(self.tp, decision.state, decision.reason)
+        return True
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(the largest epoch <= ``leader_epoch``, its end offset), from the in-memory epoch
@@ -361,6 +539,10 @@ class Partition:
         ):
             return ListOffsetResult(ErrorCode.none)
         return ListOffsetResult(ErrorCode.none, found.timestamp, found.offset, found.leader_epoch)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _int_config(config: TopicConfig, name: str) -> int | None:

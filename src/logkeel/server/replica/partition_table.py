@@ -11,6 +11,7 @@ import logging
 import threading
 
 from logkeel.cluster.metadata import TopicState
+from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.partition import Partition, TopicSettings
 from logkeel.storage.errors import KafkaStorageError
@@ -102,7 +103,13 @@ class PartitionTable:
                 # empty log then (Kafka refuses to as well).
                 is_new = self.started and p is None
                 if p is None or p.topic_id != state.topic_id:
-                    p = Partition(tp, state.topic_id, self._ctx.node_id)
+                    p = Partition(
+                        tp,
+                        state.topic_id,
+                        self._ctx.node_id,
+                        self._ctx.replication.isr,
+                        self._ctx.isr_change_requested or _log_isr_request,
+                    )
                     self._partitions[tp] = p
             moved = p.apply_state(pstate)
             p.settings = settings
@@ -139,6 +146,14 @@ class PartitionTable:
             log.exception("applying the configs of topic %s failed", name)
         return changed
 
+    def check_isr_shrinks(self, now_ms: int) -> None:
+        """Each leader proposes an ISR without the followers that fell behind (the hook)."""
+        for p in self.all():
+            try:
+                p.maybe_shrink_isr(now_ms)
+            except Exception:
+                log.exception("checking the ISR of %s failed", p.tp)
+
     def take_dir_offline(self, log_dir: str, reason: str) -> list[TopicPartition]:
         """The partitions of a failed log dir answer KAFKA_STORAGE_ERROR from now on; returns
         them. In-memory only, so safe on any thread."""
@@ -161,3 +176,8 @@ class PartitionTable:
                 ", ".join(str(tp) for tp in failed[:20]) + (" ..." if len(failed) > 20 else ""),
             )
         return failed
+
+
+def _log_isr_request(tp: TopicPartition, proposal: PartitionRegistration, reason: str) -> None:
+    """Without a controller, an ISR change the leader wants is only reported."""
+    log.info("%s: ISR change wanted (no controller to apply it): %s", tp, reason)

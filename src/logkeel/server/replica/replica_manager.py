@@ -1,10 +1,7 @@
 """The replica manager: routes the data path to partitions and takes failed log dirs offline.
 
-The replica manager owns one ``Partition`` (``partition``) per partition this broker holds a
-replica of, built from the cluster metadata (it listens for changes) over the log manager's logs. API
-handlers (Produce, Fetch, ListOffsets, ...) and the group coordinator go through it, never to
-the logs directly, so that leadership, offline log dirs and the high watermark are respected
-everywhere.
+API handlers and the group coordinator go through it, never to the logs directly, so that
+leadership, offline log dirs and the high watermark are respected everywhere.
 
 Public API (all ``async`` methods run on the event loop; disk work goes to the IO threads):
 
@@ -18,8 +15,7 @@ Public API (all ``async`` methods run on the event loop; disk work goes to the I
   are a ``RegionRecords`` (a file region for sendfile; ``read_bytes()`` gives the bytes) or
   None. Call ``close_records(results)`` if the results are not sent.
 - ``async read_records(tp, offset, max_bytes, read_committed=False)
-  -> (error, bytes, high_watermark)`` (a convenience for internal readers such as the group
-  coordinator: leader-only, whole batches up to the high watermark)
+  -> (error, bytes, high_watermark)`` (for internal readers such as the group coordinator)
 - ``async offset_for_timestamp(tp, timestamp, ...) -> ListOffsetResult``
 - ``async delete_records(tp, offset, timeout_ms) -> (error, low_watermark)``
 - ``end_offset_for_epoch(tp, current_leader_epoch, leader_epoch, replica_id)
@@ -31,19 +27,17 @@ Public API (all ``async`` methods run on the event loop; disk work goes to the I
   ``prepare_shutdown()`` (answer every parked request now; call before stopping the
   listener), ``stop()``.
 
-Offline partitions answer KAFKA_STORAGE_ERROR: those the log manager could not load, those
-of a dir that failed (at start-up or later), and, at start-up, a partition whose log is
-missing while some log dir is offline (its log may be there; it is never replaced by an
-empty one, as Kafka refuses to as well).
+Offline partitions (not loaded, in a failed dir, or missing while a dir is offline: never
+replaced by an empty log) answer KAFKA_STORAGE_ERROR.
 
-One partition's state and log access is ``Partition`` (``partition``); the map of partitions,
-kept in line with metadata, is ``partition_table``; request and result types are in
-``results``, the delayed produce and fetch in ``delayed``.
+Siblings: ``partition`` (one partition's state and log access), ``partition_table`` (the map,
+kept in line with metadata), ``fetcher_manager``/``fetcher`` (following other leaders),
+``results`` (request and result types), ``delayed`` (delayed produce and fetch).
 
-High watermark: ``Partition.maybe_increment_high_watermark`` sets it to the smallest log end
-offset over the ISR (the leader's own, and what followers reported in their fetches). With a
-single replica that is the leader's log end, right after each append; acks=all still goes
-through the produce purgatory, so replication plugs in without changing the Produce path.
+High watermark: the smallest log end offset over the ISR (``Partition``), moved by appends and
+by followers' fetches; acks=all waits for it in the produce purgatory. As leader, a periodic
+check every ``replica.lag.time.max.ms / 2`` proposes ISR shrinks through the context's
+``isr_change_requested`` hook (expansions are proposed as followers' fetches catch up).
 
 Ordering: the network layer serves one request per connection at a time, so the produce
 requests of one connection reach ``append_to_partitions`` in order and each append finishes
@@ -57,6 +51,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -68,6 +63,7 @@ from logkeel.records.batch import InvalidBatchError
 from logkeel.server.errors import error_code_for
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.delayed import DelayedFetch, DelayedProduce
+from logkeel.server.replica.fetcher_manager import ReplicaFetcherManager
 from logkeel.server.replica.partition import AppendRejected, Partition
 from logkeel.server.replica.partition_table import PartitionTable
 from logkeel.server.replica.purgatory import DelayedOperationPurgatory
@@ -132,6 +128,14 @@ class ReplicaManager:
         )
         self._loop_thread: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.fetcher_manager = ReplicaFetcherManager(
+            ctx.node_id,
+            ctx.replication,
+            ctx.metadata.brokers,
+            self.run_in_io,
+            self._storage_failure,
+        )
+        self._isr_task: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
 
@@ -145,6 +149,8 @@ class ReplicaManager:
         await self.run_in_io(self._table.sync_all)
         self._table.started = self._started = True
         partitions = self._table.all()
+        self.fetcher_manager.partitions_changed([p.tp for p in partitions], self._table.get)
+        self._isr_task = self._loop.create_task(self._check_isr_shrinks(), name="isr-expiration")
         offline = [p for p in partitions if p.offline_reason is not None]
         log.info(
             "replica manager started: %d partition(s), %d led here, %d offline",
@@ -167,6 +173,9 @@ class ReplicaManager:
         if self._stopped:
             return
         self._stopped = True
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        await self.fetcher_manager.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
         # Let the woken requests take their turn on the loop before the threads go.
@@ -185,6 +194,12 @@ class ReplicaManager:
 
     def partitions(self) -> list[Partition]:
         return self._table.all()
+
+    async def _check_isr_shrinks(self) -> None:
+        """Kafka's isr-expiration task: leaders propose dropping followers that fell behind."""
+        while True:
+            await asyncio.sleep(self._ctx.replication.isr.replica_lag_time_max_ms / 2000)
+            self._table.check_isr_shrinks(int(time.time() * 1000))
 
     def _on_metadata_change(self, name: str, state: TopicState | None) -> None:
         """Metadata listener; runs in the thread that changed the metadata."""
@@ -210,6 +225,8 @@ class ReplicaManager:
             return
 
         def wake() -> None:
+            if not self._stopped:
+                self.fetcher_manager.partitions_changed(tps, self._table.get)
             for tp in tps:
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)

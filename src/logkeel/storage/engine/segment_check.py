@@ -2,22 +2,29 @@
 
 ``scan_segment`` reads the segment once, in large chunks, with the shared batch walker and the
 same ``OffsetRule`` as index rebuild; the ``*_index_problem`` functions then judge each index
-against the scan. Validation (repair) and ``log check`` (report) both use them.
+against the scan, the offset and time index entries with the one index verifier
+(``index_check``, which ``log dump --verify`` uses too). Validation (repair) and ``log check``
+(report) both use them.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from pathlib import Path
 
 from logkeel.records.batch import (
     NO_TIMESTAMP,
 )
 from logkeel.records.walk import BadBatch, BadKind, BatchWindow, walk_batches
+from logkeel.storage.engine.index_check import (
+    BatchSpan,
+    OffsetIndexVerifier,
+    TimeIndexVerifier,
+)
 from logkeel.storage.engine.offset_index import OffsetPosition
 from logkeel.storage.engine.segment import (
     OffsetRule,
@@ -45,9 +52,9 @@ class SegmentScan:
     stop_reason: str | None = None  # why the valid data ends before the file does
     stop_offset: int | None = None  # base offset of the first invalid batch, if readable
     positions: array = field(default_factory=lambda: array("q"))
+    base_offsets: array = field(default_factory=lambda: array("q"))
     last_offsets: array = field(default_factory=lambda: array("q"))
     max_timestamps: array = field(default_factory=lambda: array("q"))
-    running_max: array = field(default_factory=lambda: array("q"))
     controls: dict[int, int] = field(default_factory=dict)  # base offset -> producer id
     # marker offset -> first offset of the transaction it ends, when that began in this
     # segment (a transaction begun in an earlier segment has no entry)
@@ -59,6 +66,20 @@ class SegmentScan:
     @property
     def truncated(self) -> bool:
         return self.valid_end < self.size
+
+    def batch_spans(self) -> Iterator[BatchSpan]:
+        if not self.positions:
+            return
+        ends = chain(islice(self.positions, 1, None), (self.valid_end,))
+        for pos, end, base, last, max_ts in zip(
+            self.positions,
+            ends,
+            self.base_offsets,
+            self.last_offsets,
+            self.max_timestamps,
+            strict=True,
+        ):
+            yield BatchSpan(pos, end - pos, base, last, max_ts)
 
 
 def scan_segment(
@@ -88,8 +109,8 @@ def scan_segment(
     )
     counter = 0
     running = NO_TIMESTAMP
-    append_pos, append_last = scan.positions.append, scan.last_offsets.append
-    append_max, append_run = scan.max_timestamps.append, scan.running_max.append
+    append_pos, append_base = scan.positions.append, scan.base_offsets.append
+    append_last, append_max = scan.last_offsets.append, scan.max_timestamps.append
 
     def pread(at: int, n: int) -> bytes:
         with io_guard(log_dir, f"read {path}"):
@@ -113,9 +134,9 @@ def scan_segment(
             counter = 0
         counter += header.size
         append_pos(pos)
+        append_base(header.base_offset)
         append_last(last)
         append_max(header.max_timestamp)
-        append_run(running)
         if header.is_control:
             scan.controls[header.base_offset] = header.producer_id
             start = open_txns.pop(header.producer_id, None)
@@ -148,13 +169,10 @@ def _stop_reason(bad: BadBatch) -> str:
 def offset_index_problem(
     scan: SegmentScan, entries: list[OffsetPosition], *, complete: bool = True
 ) -> str | None:
-    positions, lasts = scan.positions, scan.last_offsets
-    for n, (offset, position) in enumerate(entries):
-        i = bisect.bisect_left(positions, position)
-        if i >= len(positions) or positions[i] != position:
-            return f"entry {n} ({offset}, {position}) does not point at a batch"
-        if lasts[i] != offset:
-            return f"entry {n} ({offset}, {position}): the batch there ends at offset {lasts[i]}"
+    """The first thing wrong with an offset index; ``complete`` also asks that it reach as far
+    as a rebuild's would."""
+    for found in OffsetIndexVerifier(scan.batch_spans()).problems(entries):
+        return f"entry {found.entry}: {found.message}"
     if complete and scan.canonical_offsets:
         want = scan.canonical_offsets[-1][0]
         have = entries[-1].offset if entries else None
@@ -166,16 +184,10 @@ def offset_index_problem(
 def time_index_problem(
     scan: SegmentScan, entries: list[TimestampOffset], *, inactive: bool
 ) -> str | None:
-    lasts = scan.last_offsets
-    for n, (timestamp, offset) in enumerate(entries):
-        i = bisect.bisect_left(lasts, offset)
-        if i >= len(lasts) or lasts[i] != offset:
-            return f"entry {n} ({timestamp}, {offset}) does not name a batch's last offset"
-        if scan.max_timestamps[i] != timestamp or scan.running_max[i] != timestamp:
-            return (
-                f"entry {n} ({timestamp}, {offset}) is not the max timestamp at that batch "
-                f"({scan.running_max[i]})"
-            )
+    """The first thing wrong with a time index; an ``inactive`` segment's last entry must also
+    hold the segment's max timestamp (retention reads it)."""
+    for found in TimeIndexVerifier(scan.batch_spans()).problems(entries):
+        return f"entry {found.entry}: {found.message}"
     if inactive and scan.max_timestamp > NO_TIMESTAMP:
         have = entries[-1].timestamp if entries else None
         if have != scan.max_timestamp:

@@ -1,0 +1,381 @@
+"""One follower fetcher: an asyncio task that replicates a set of partitions from one leader.
+
+Kafka's AbstractFetcherThread, as a task. Each partition it holds first truncates by leader
+epoch (KIP-101/KIP-279): the follower asks the leader (OffsetForLeaderEpoch) for the end of the
+latest epoch in its own cache and cuts its log to where the two agree; a follower with no epoch
+at all falls back to its high watermark. Then it fetches (Fetch as a replica) from its log end,
+appends the leader's batches with their offsets and epochs unchanged, and takes the leader's
+high watermark. A fetch answer carrying a diverging epoch (KIP-320) truncates the same way.
+
+Errors: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and the like back the
+partition off for ``replica.fetch.backoff.ms`` (new partition state fixes them: the manager then
+hands the partition over again); OFFSET_OUT_OF_RANGE below the leader's log start restarts the
+log there, above the leader's log end truncates again by epoch. A failed connection backs every
+partition off. Disk work (appends, truncation) runs on the IO threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v15 import request as fetch_request
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
+from kio.static.primitive import i32Timedelta
+
+from logkeel.cluster.metadata import BrokerInfo, topic_id_text, topic_uuid
+from logkeel.server.network.client import BrokerClient, BrokerConnectionError
+from logkeel.server.replica.context import ReplicationSettings
+from logkeel.server.replica.partition import Partition
+from logkeel.storage.errors import KafkaStorageError, StorageError
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["ReplicaFetcher", "RunInIo", "StorageFailure", "truncation_offset"]
+
+log = logging.getLogger(__name__)
+
+RunInIo = Callable[..., Awaitable[Any]]
+StorageFailure = Callable[[Partition, KafkaStorageError], None]
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+def truncation_offset(
+    leader_epoch: int,
+    leader_end_offset: int,
+    local_end_for: Callable[[int], tuple[int, int]],
+    log_end_offset: int,
+    high_watermark: int,
+) -> tuple[int, bool]:
+    """Where a follower cuts its log given the leader's (epoch, end offset) answer for the
+    follower's latest epoch: (offset, whether truncation is complete). Kafka's rules: an
+    undefined answer falls back to the high watermark; when the follower knows the leader's
+    epoch, the smaller of the two ends of it; when it does not, the end of its own largest
+    epoch below the leader's, and another round."""
+    if leader_end_offset == UNDEFINED_EPOCH_OFFSET:
+        return min(high_watermark, log_end_offset), True
+    if leader_epoch == UNDEFINED_EPOCH:
+        return min(leader_end_offset, log_end_offset), True
+    local_epoch, local_end = local_end_for(leader_epoch)
+    if local_epoch == UNDEFINED_EPOCH:
+        return min(leader_end_offset, log_end_offset), True
+    if local_epoch != leader_epoch:
+        return min(local_end, log_end_offset), False
+    return min(leader_end_offset, local_end, log_end_offset), True
+
+
+@dataclass(slots=True)
+class _FetchState:
+    """One partition in a fetcher, for one leader epoch."""
+
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+
+# Errors that new partition state resolves: wait, then try again in case it came.
+_BACKOFF_ERRORS = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.kafka_storage_error,
+    }
+)
+
+
+class ReplicaFetcher:
+    """Fetches the partitions it holds from ``source``; all methods run on the event loop."""
+
+    def __init__(
+        self,
+        source: BrokerInfo,
+        fetcher_id: int,
+        node_id: int,
+        settings: ReplicationSettings,
+        run_in_io: RunInIo,
+        storage_failure: StorageFailure,
+    ) -> None:
+        self.source = source
+        self.fetcher_id = fetcher_id
+        self._node_id = node_id
+        self._settings = settings
+        self._run_in_io = run_in_io
+        self._storage_failure = storage_failure
+        self._states: dict[TopicPartition, _FetchState] = {}
+        self._changed = asyncio.Event()
+        self._client = BrokerClient(
+            source.host,
+            source.port,
+            client_id=f"logkeel-replica-fetcher-{node_id}-{source.node_id}-{fetcher_id}",
+            request_timeout_ms=settings.socket_timeout_ms + settings.fetch_wait_max_ms,
+            max_response_bytes=max(settings.fetch_response_max_bytes, settings.fetch_max_bytes)
+            + (1 << 20),
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(source={self.source.node_id}, id={self.fetcher_id})"
+
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        return list(self._states)
+
+    def add(self, partition: Partition, leader_epoch: int) -> None:
+        """Starts (or restarts, truncating first) replicating ``partition`` in ``leader_epoch``."""
+        self._states[partition.tp] = _FetchState(partition, leader_epoch)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=repr(self))
+
+    def remove(self, tp: TopicPartition) -> None:
+        if self._states.pop(tp, None) is not None:
+            self._changed.set()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._client.close()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            self._changed.clear()
+            now = time.monotonic()
+            ready = {tp: s for tp, s in self._states.items() if s.delayed_until <= now}
+            if not ready:
+                later = [s.delayed_until - now for s in self._states.values()]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), min(later, default=None))
+                continue
+            try:
+                truncating = {tp: s for tp, s in ready.items() if s.truncating}
+                if truncating:
+                    await self._truncate(truncating)
+                else:
+                    await self._fetch(ready)
+            except BrokerConnectionError as exc:
+                log.warning("%r: %s; backing off", self, exc)
+                self._back_off(ready.values())
+            except Exception:
+                log.exception("%r: replication round failed; backing off", self)
+                self._back_off(ready.values())
+
+    def _back_off(self, states: Any) -> None:
+        until = time.monotonic() + self._settings.fetch_backoff_ms / 1000
+        for s in states:
+            s.delayed_until = until
+
+    def _current(self, tp: TopicPartition, state: _FetchState) -> bool:
+        """The answer still concerns the partition as we hold it (not removed or re-added)."""
+        return self._states.get(tp) is state
+
+    # -- truncation by leader epoch -----------------------------------------------------------
+
+    async def _truncate(self, states: dict[TopicPartition, _FetchState]) -> None:
+        asked: dict[TopicPartition, tuple[_FetchState, int]] = {}
+        for tp, s in states.items():
+            position = s.partition.fetch_position()
+            if position is None:
+                self._back_off([s])
+                continue
+            _, latest_epoch, _ = position
+            if latest_epoch == UNDEFINED_EPOCH:
+                # No epoch to ask about: keep only what is known to be committed.
+                plog = s.partition.log
+                hw = plog.high_watermark if plog is not None else 0
+                await self._truncate_to(tp, s, hw, complete=True)
+            else:
+                asked[tp] = (s, latest_epoch)
+        if not asked:
+            return
+        by_topic: dict[str, list[Any]] = {}
+        for tp, (s, epoch) in asked.items():
+            by_topic.setdefault(tp.topic, []).append(
+                epoch_request.OffsetForLeaderPartition(
+                    partition=tp.partition, current_leader_epoch=s.leader_epoch, leader_epoch=epoch
+                )
+            )
+        request = epoch_request.OffsetForLeaderEpochRequest(
+            replica_id=self._node_id,
+            topics=tuple(
+                epoch_request.OffsetForLeaderTopic(topic=name, partitions=tuple(parts))
+                for name, parts in by_topic.items()
+            ),
+        )
+        response = await self._client.send(request)
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(str(topic.topic), int(part.partition))
+                entry = asked.get(tp)
+                if entry is None or not self._current(tp, entry[0]):
+                    continue
+                s = entry[0]
+                if part.error_code != ErrorCode.none:
+                    self._partition_error(tp, s, part.error_code, "OffsetForLeaderEpoch")
+                    continue
+                await self._truncate_on_epoch(tp, s, int(part.leader_epoch), int(part.end_offset))
+
+    async def _truncate_on_epoch(
+        self, tp: TopicPartition, s: _FetchState, epoch: int, end_offset: int
+    ) -> None:
+        plog = s.partition.log
+        if plog is None:
+            self._back_off([s])
+            return
+        offset, complete = truncation_offset(
+            epoch,
+            end_offset,
+            lambda e: plog.leader_epochs.end_offset_for(e, plog.log_end_offset),
+            plog.log_end_offset,
+            plog.high_watermark,
+        )
+        await self._truncate_to(tp, s, offset, complete=complete)
+
+    async def _truncate_to(
+        self,
+        tp: TopicPartition,
+        s: _FetchState,
+        offset: int,
+        *,
+        complete: bool,
+        fully: bool = False,
+    ) -> None:
+        try:
+            done = await self._run_in_io(
+                functools.partial(
+                    s.partition.truncate_as_follower, offset, s.leader_epoch, fully=fully
+                )
+            )
+        except KafkaStorageError as exc:
+            self._storage_failure(s.partition, exc)
+            self.remove(tp)
+            return
+        if not done:
+            self._back_off([s])
+            return
+        if self._current(tp, s):
+            s.truncating = not complete
+
+    # -- fetching -----------------------------------------------------------------------------
+
+    async def _fetch(self, states: dict[TopicPartition, _FetchState]) -> None:
+        settings = self._settings
+        topics: dict[str, list[Any]] = {}
+        ids: dict[str, str] = {}
+        for tp, s in states.items():
+            position = s.partition.fetch_position()
+            if position is None:
+                self._back_off([s])
+                continue
+            log_end, latest_epoch, log_start = position
+            ids[tp.topic] = s.partition.topic_id
+            topics.setdefault(tp.topic, []).append(
+                fetch_request.FetchPartition(
+                    partition=tp.partition,
+                    current_leader_epoch=s.leader_epoch,
+                    fetch_offset=log_end,
+                    last_fetched_epoch=latest_epoch,
+                    log_start_offset=log_start,
+                    partition_max_bytes=settings.fetch_max_bytes,
+                )
+            )
+        if not topics:
+            return
+        request = fetch_request.FetchRequest(
+            replica_state=fetch_request.ReplicaState(replica_id=self._node_id, replica_epoch=-1),
+            max_wait=i32Timedelta.parse(timedelta(milliseconds=settings.fetch_wait_max_ms)),
+            min_bytes=settings.fetch_min_bytes,
+            max_bytes=settings.fetch_response_max_bytes,
+            topics=tuple(
+                fetch_request.FetchTopic(topic_id=topic_uuid(ids[name]), partitions=tuple(parts))
+                for name, parts in topics.items()
+            ),
+            forgotten_topics_data=(),
+        )
+        response = await self._client.send(request)
+        if response.error_code != ErrorCode.none:
+            log.warning("%r: fetch failed with %s", self, response.error_code.name.upper())
+            self._back_off(states.values())
+            return
+        names = {topic_id: name for name, topic_id in ids.items()}
+        for topic in response.responses:
+            name = names.get(topic_id_text(topic.topic_id)) if topic.topic_id else None
+            if name is None:
+                continue
+            for part in topic.partitions:
+                tp = TopicPartition(name, int(part.partition_index))
+                s = states.get(tp)
+                if s is not None and self._current(tp, s):
+                    await self._fetched(tp, s, part)
+
+    async def _fetched(self, tp: TopicPartition, s: _FetchState, part: Any) -> None:
+        error = part.error_code
+        if error == ErrorCode.offset_out_of_range:
+            await self._out_of_range(tp, s, int(part.log_start_offset))
+            return
+        if error != ErrorCode.none:
+            self._partition_error(tp, s, error, "Fetch")
+            return
+        diverging = part.diverging_epoch
+        if diverging is not None and int(diverging.end_offset) >= 0:
+            await self._truncate_on_epoch(tp, s, int(diverging.epoch), int(diverging.end_offset))
+            return
+        records = bytes(part.records) if part.records else b""
+        try:
+            await self._run_in_io(
+                s.partition.append_as_follower,
+                records,
+                s.leader_epoch,
+                int(part.high_watermark),
+                int(part.log_start_offset),
+            )
+        except KafkaStorageError as exc:
+            self._storage_failure(s.partition, exc)
+            self.remove(tp)
+        except StorageError as exc:
+            log.error("%r: appending to %s failed: %s; truncating again", self, tp, exc)
+            s.truncating = True
+            self._back_off([s])
+
+    async def _out_of_range(self, tp: TopicPartition, s: _FetchState, leader_start: int) -> None:
+        """Kafka's reset: below the leader's log start, restart there with an empty log; above
+        its log end, our tail diverged: truncate again by epoch."""
+        position = s.partition.fetch_position()
+        if position is None:
+            self._back_off([s])
+            return
+        log_end = position[0]
+        if leader_start >= 0 and log_end < leader_start:
+            log.info(
+                "%r: %s is below the leader's log start %d; restarting there",
+                self,
+                tp,
+                leader_start,
+            )
+            await self._truncate_to(tp, s, leader_start, complete=True, fully=True)
+        else:
+            s.truncating = True
+
+    def _partition_error(
+        self, tp: TopicPartition, s: _FetchState, error: ErrorCode, api: str
+    ) -> None:
+        level = logging.INFO if error in _BACKOFF_ERRORS else logging.WARNING
+        log.log(level, "%r: %s for %s answered %s; backing off", self, api, tp, error.name.upper())
+        self._back_off([s])
