@@ -20,7 +20,7 @@ import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -123,13 +123,20 @@ class MetadataStore(ABC):
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
-    ) -> TopicState: ...
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        """``assignment`` (partition -> replicas, already checked against the live brokers) is
+        an operator's manual placement; without it the store places the replicas."""
 
     @abstractmethod
     def delete_topic(self, name: str) -> TopicState: ...
 
     @abstractmethod
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState: ...
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        """``assignment`` places the new partitions only, as in ``create_topic``."""
 
     @abstractmethod
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
@@ -266,15 +273,13 @@ class EmbeddedMetadataStore(MetadataStore):
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
+        # One node: a valid manual assignment can only name this node, as the default does.
         problem = validate_topic_name(name)
         if problem:
             raise MetadataError("INVALID_TOPIC_EXCEPTION", problem)
-        if num_partitions < 1:
-            raise MetadataError("INVALID_PARTITIONS", f"number of partitions must be at least 1, got {num_partitions}")
-        too_long = partition_dirs_fit(name, num_partitions)
-        if too_long:
-            raise MetadataError("INVALID_PARTITIONS", too_long)
+        check_partition_count(name, num_partitions)
         if replication_factor < 1:
             raise MetadataError(
                 "INVALID_REPLICATION_FACTOR", f"replication factor must be at least 1, got {replication_factor}"
@@ -287,14 +292,7 @@ class EmbeddedMetadataStore(MetadataStore):
         node = self._self.node_id
         with self._write_lock:
             current = self._snapshot
-            if name in current:
-                raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
-            collision = _collides(name, current)
-            if collision:
-                raise MetadataError(
-                    "INVALID_TOPIC_EXCEPTION",
-                    f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
-                )
+            check_topic_absent(name, current)
             state = TopicState(
                 name, random_uuid(),
                 {i: PartitionState(name, i, [node], node, 0, [node]) for i in range(num_partitions)},
@@ -322,21 +320,17 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(name, None)
         return state
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
         node = self._self.node_id
         with self._write_lock:
             state = self._snapshot.get(name)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
             current = len(state.partitions)
-            if total <= current:
-                raise MetadataError(
-                    "INVALID_PARTITIONS",
-                    f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
-                )
-            too_long = partition_dirs_fit(name, total)
-            if too_long:
-                raise MetadataError("INVALID_PARTITIONS", too_long)
+            check_partition_increase(name, current, total)
             if validate_only:
                 return state
             partitions = dict(state.partitions)
@@ -367,6 +361,41 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(new.topic, state)
 
 
-def _collides(name: str, topics: Mapping[str, TopicState]) -> str | None:
+def check_partition_count(name: str, num_partitions: int) -> None:
+    """INVALID_PARTITIONS for a count below 1, or one whose partition dir names (and their
+    deletion names) would not fit the filesystem for this topic name."""
+    if num_partitions < 1:
+        raise MetadataError(
+            "INVALID_PARTITIONS", f"number of partitions must be at least 1, got {num_partitions}"
+        )
+    too_long = partition_dirs_fit(name, num_partitions)
+    if too_long:
+        raise MetadataError("INVALID_PARTITIONS", too_long)
+
+
+def check_partition_increase(name: str, current: int, total: int) -> None:
+    if total <= current:
+        raise MetadataError(
+            "INVALID_PARTITIONS",
+            f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
+        )
+    check_partition_count(name, total)
+
+
+def check_topic_absent(name: str, existing: Iterable[str]) -> None:
+    """Raises TOPIC_ALREADY_EXISTS, or INVALID_TOPIC_EXCEPTION for a name that collides with an
+    existing one ('.' and '_' are interchangeable in metric names)."""
+    names = set(existing)
+    if name in names:
+        raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
+    collision = _collision(name, names)
+    if collision:
+        raise MetadataError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
+        )
+
+
+def _collision(name: str, topics: Iterable[str]) -> str | None:
     key = name.replace(".", "_")
     return next((t for t in topics if t != name and t.replace(".", "_") == key), None)

@@ -137,6 +137,11 @@ class TopicsApi:
                 replication,
                 overrides,
                 validate_only=validate_only,
+                assignment=(
+                    {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+                    if topic.assignments
+                    else None
+                ),
             )
         except MetadataError as exc:
             raise entry_error_for(exc) from None
@@ -452,7 +457,15 @@ class TopicsApi:
                     )
         try:
             await asyncio.to_thread(
-                metadata.create_partitions, topic.name, topic.count, validate_only=validate_only
+                metadata.create_partitions,
+                topic.name,
+                topic.count,
+                validate_only=validate_only,
+                assignment=(
+                    {current + i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}
+                    if topic.assignments is not None
+                    else None
+                ),
             )
         except MetadataError as exc:
             raise entry_error_for(exc) from None
