@@ -790,15 +790,17 @@ group.initial.rebalance.delay.ms=0
 """,
     )
     cfg = BrokerConfig.from_properties(path)
-    # Settings of features far from a single node are not defined: warned and ignored.
-    assert cfg.unknown_keys == ("num.network.threads", "zookeeper.connection.timeout.ms")
+    # Settings of features logkeel does not have are not defined: warned and ignored.
+    assert cfg.unknown_keys == ("num.network.threads",)
+    assert cfg.zookeeper_connection_timeout_ms == 18000
     assert cfg.node_id == 1
     assert cfg.log_dirs == ["/var/lib/logkeel/a", "/var/lib/logkeel/b"]
     assert cfg.listeners == [Listener("PLAINTEXT", "0.0.0.0", 19092)]
     assert cfg.advertised_listeners == [Listener("PLAINTEXT", "localhost", 19092)]
     assert cfg.group_initial_rebalance_delay_ms == 0
-    with pytest.raises(ConfigError, match="zookeeper.connect.*not supported yet"):
-        BrokerConfig.from_properties(path, ["zookeeper.connect=localhost:2181/logkeel"])
+    clustered = BrokerConfig.from_properties(path, ["zookeeper.connect=localhost:2181/logkeel"])
+    assert clustered.zookeeper_connect == "localhost:2181/logkeel"
+    assert not clustered.embedded_metadata and cfg.embedded_metadata
 
 
 def test_config_reference_lists_logkeel_settings() -> None:

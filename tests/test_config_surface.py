@@ -37,7 +37,6 @@ README = PACKAGE.parents[1] / "README.md"
 # default. Adding a key here (or `unsupported=` in the definitions) is a decision, not a way
 # around the reader check: both lists must agree.
 REJECTED_UNLESS_DEFAULT = {
-    "zookeeper.connect",
     "inter.broker.listener.name",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
@@ -45,12 +44,11 @@ REJECTED_UNLESS_DEFAULT = {
     "max.connections",
     "max.connections.per.ip",
     "compression.type",
-    "unclean.leader.election.enable",
     "log.cleaner.enable",
     "follower.fetch.process.time.max.ms",
     "transactional.id.expiration.ms",
 }
-REJECTED_TOPIC_KEYS = {"compression.type", "unclean.leader.election.enable"}
+REJECTED_TOPIC_KEYS = {"compression.type"}
 
 # Keys resolved inside config/ into another key's value, which the code reads: a synonym
 # (broker.id), a fallback (log.dir), and the protocol map the listeners are checked against.
@@ -203,10 +201,10 @@ def test_unknown_topic_config_is_still_called_unknown() -> None:
 
 
 def test_broker_process_refuses_to_start_with_an_unsupported_setting(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path, overrides={"unclean.leader.election.enable": "true"})
+    broker = BrokerProcess(tmp_path, overrides={"log.cleaner.enable": "false"})
     with pytest.raises(RuntimeError, match="exited with 2") as err:
         broker.start()
-    assert "unclean.leader.election.enable" in str(err.value)
+    assert "log.cleaner.enable" in str(err.value)
     assert "not supported yet" in str(err.value)
 
 
@@ -216,7 +214,7 @@ def test_admin_apis_refuse_unsupported_topic_configs(tmp_path: Path) -> None:
         try:
             created = admin.create_topics(
                 {
-                    "surface-a": {"configs": {"unclean.leader.election.enable": "true"}},
+                    "surface-a": {"configs": {"compression.type": "gzip"}},
                     "surface-b": {"configs": {"segment.jitter.ms": "1000"}},
                     "surface-ok": {"configs": {"compression.type": "producer"}},
                 },

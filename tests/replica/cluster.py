@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -77,6 +77,7 @@ class SharedMetadata(MetadataStore):
         *,
         internal: bool = False,
         validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         ids = [b.node_id for b in self._brokers]
         if replication_factor > len(ids):
@@ -85,7 +86,11 @@ class SharedMetadata(MetadataStore):
             raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
         partitions = {}
         for i in range(num_partitions):
-            replicas = [ids[(i + j) % len(ids)] for j in range(replication_factor)]
+            replicas = (
+                list(assignment[i])
+                if assignment is not None
+                else [ids[(i + j) % len(ids)] for j in range(replication_factor)]
+            )
             partitions[i] = PartitionState(name, i, replicas, replicas[0], 0, list(replicas))
         state = TopicState(name, random_uuid(), partitions, dict(configs), internal)
         if not validate_only:
@@ -98,7 +103,8 @@ class SharedMetadata(MetadataStore):
         return state
 
     def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         raise MetadataError("INVALID_REQUEST", "not supported by the test metadata")
 

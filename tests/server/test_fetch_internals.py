@@ -4,6 +4,7 @@ aborted transactions, and a log dir failing under a running broker."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import os
 import threading
@@ -32,15 +33,22 @@ from logkeel.server.replica.results import (
     close_records,
 )
 from logkeel.storage.topic_partition import TopicPartition
+from logkeel.testing.faulty_fs import FaultyFs
 
 T = TypeVar("T")
 
 
 def run_broker(
-    tmp_path: Path, fn: Callable[[Broker], Awaitable[T]], *, dirs: int = 1, **overrides: str
+    tmp_path: Path,
+    fn: Callable[[Broker], Awaitable[T]],
+    *,
+    dirs: int = 1,
+    log_dirs: list[Path] | None = None,
+    **overrides: str,
 ) -> T:
     async def main() -> T:
-        log_dirs = [tmp_path / f"dir{i}" for i in range(dirs)]
+        nonlocal log_dirs
+        log_dirs = log_dirs or [tmp_path / f"dir{i}" for i in range(dirs)]
         props = {
             "log.dirs": ",".join(str(d) for d in log_dirs),
             "listeners": "PLAINTEXT://127.0.0.1:0",
@@ -259,7 +267,11 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(tmp_pa
 # -- log dir failure ------------------------------------------------------------------------------
 
 
-def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_path: Path) -> None:
+def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(
+    tmp_path: Path, faulty_fs: FaultyFs
+) -> None:
+    failing_dir = faulty_fs.mountpoint / "dir0"
+
     async def scenario(broker: Broker) -> None:
         broker.metadata.create_topic("jbod", 2, 1, {})
         rm = broker.replica_manager
@@ -268,7 +280,7 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_pa
             assert (await rm.append_records(tp, records(b"before"), acks=-1)).error == 0
         logs = {tp: rm.partition(tp).log for tp in tps}
         assert logs[tps[0]].log_dir != logs[tps[1]].log_dir  # one partition per dir
-        doomed, survivor = tps
+        doomed, survivor = sorted(tps, key=lambda tp: logs[tp].log_dir != failing_dir)
         # Taking a dir offline closes its logs: it must happen on an IO thread, never the loop.
         loop_thread = threading.current_thread()
         handled_in: list[threading.Thread] = []
@@ -288,11 +300,8 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_pa
         await asyncio.sleep(0.05)
         assert not waiting.done()
 
-        # Make the disk fail: the active segment's descriptor now refuses writes (EBADF).
-        segment_fd = logs[doomed].active_segment.log.fd
-        read_only = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(read_only, segment_fd)
-        os.close(read_only)
+        # The disk fails for real: its writes answer EIO.
+        faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
 
         failed = await rm.append_records(doomed, records(b"lost"), acks=-1)
         assert failed.error == ErrorCode.kafka_storage_error
@@ -313,7 +322,8 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(tmp_pa
         assert fetched.error == ErrorCode.none and fetched.high_watermark == 2
         close_records([fetched])
 
-    run_broker(tmp_path, scenario, dirs=2)
+    run_broker(tmp_path, scenario, log_dirs=[failing_dir, tmp_path / "dir1"])
+    faulty_fs.heal()
 
 
 def test_metadata_changes_create_reconfigure_and_delete_logs(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import click
 
 from logkeel import __version__
 from logkeel.cli.audit import audit_command
+from logkeel.cli.cluster import cluster_group
 from logkeel.cli.log_commands import log_group
 from logkeel.cli.serve import serve
 
@@ -24,6 +25,7 @@ def cli(verbose: int) -> None:
 cli.add_command(log_group)
 cli.add_command(serve)
 cli.add_command(audit_command)
+cli.add_command(cluster_group)
 
 
 def main() -> None:

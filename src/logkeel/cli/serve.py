@@ -1,9 +1,11 @@
-"""``logkeel serve``: run a single-node broker until SIGTERM or SIGINT.
+"""``logkeel serve``: run a broker until SIGTERM or SIGINT (a single node, or a cluster member
+with ``--zookeeper``).
 
 Settings come from ``--config server.properties``, then ``--override key=value`` (repeatable),
-then the dedicated options (``--log-dirs``, ``--listen``, ``--advertised``, ``--node-id``), each
+then the dedicated options (``--log-dirs``, ``--listen``, ``--advertised``, ``--node-id``,
+``--zookeeper``), each
 layer over the one before. Exit codes: 0 after a clean shutdown, 1 when the broker cannot start
-(port in use, no usable log dir), 2 for invalid configuration (every bad key is listed).
+(port in use, no usable log dir, ZooKeeper unreachable), 2 for invalid configuration (every bad key is listed).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def serve_overrides(
     listen: str | None = None,
     advertised: str | None = None,
     node_id: int | None = None,
+    zookeeper: str | None = None,
 ) -> list[str]:
     """The ``key=value`` list the options stand for, in priority order (later wins)."""
     items = list(overrides)
@@ -70,6 +73,8 @@ def serve_overrides(
     if node_id is not None:
         # Both names, so that a broker.id in the file does not conflict with the option.
         items += [f"node.id={node_id}", f"broker.id={node_id}"]
+    if zookeeper is not None:
+        items.append(f"zookeeper.connect={zookeeper}")
     if problems:
         raise ConfigError(problems)
     return items
@@ -94,6 +99,11 @@ def load_config(config_path: str | None, items: list[str]) -> BrokerConfig:
 )
 @click.option("--node-id", type=int, help="This broker's id (node.id).")
 @click.option(
+    "--zookeeper",
+    metavar="HOST:PORT[/CHROOT]",
+    help="Join a cluster whose metadata is in this ZooKeeper (zookeeper.connect).",
+)
+@click.option(
     "--override",
     "overrides",
     multiple=True,
@@ -111,6 +121,7 @@ def serve(
     listen: str | None,
     advertised: str | None,
     node_id: int | None,
+    zookeeper: str | None,
     overrides: tuple[str, ...],
     metrics_port: int | None,
 ) -> None:
@@ -125,6 +136,7 @@ def serve(
             listen=listen,
             advertised=advertised,
             node_id=node_id,
+            zookeeper=zookeeper,
         )
         config = load_config(config_path, items)
     except ConfigError as exc:
@@ -138,8 +150,9 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
     # Built before the event loop runs: construction reads files (meta.properties, metadata).
     try:
         broker = Broker(config, metrics_port=metrics_port)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, BrokerStartError) as exc:
         log.error("cannot start: %s", exc)
+        click.echo(f"logkeel serve: cannot start: {exc}", err=True)
         return EXIT_CANNOT_START
 
     async def main() -> int:

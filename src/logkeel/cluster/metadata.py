@@ -20,7 +20,7 @@ import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -28,7 +28,11 @@ from types import MappingProxyType
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid
-from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
+from logkeel.storage.topic_partition import (
+    TopicPartition,
+    partition_dirs_fit,
+    validate_topic_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +123,20 @@ class MetadataStore(ABC):
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
-    ) -> TopicState: ...
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        """``assignment`` (partition -> replicas, already checked against the live brokers) is
+        an operator's manual placement; without it the store places the replicas."""
 
     @abstractmethod
     def delete_topic(self, name: str) -> TopicState: ...
 
     @abstractmethod
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState: ...
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        """``assignment`` places the new partitions only, as in ``create_topic``."""
 
     @abstractmethod
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
@@ -134,6 +145,16 @@ class MetadataStore(ABC):
     @abstractmethod
     def update_partition(self, state: PartitionState) -> None:
         """Leader, epoch or ISR change (the controller's decisions)."""
+
+    def pending_deletions(self) -> list[TopicPartition]:
+        """Partitions of deleted topics whose dirs a crash may have left; the broker deletes
+        them at start-up, before serving anything, then calls ``forget_deletions``. A store
+        that does not record deletions has none."""
+        return []
+
+    def forget_deletions(self, topics: Iterable[str]) -> None:
+        """The dirs of ``topics``' pending deletions are gone (or set aside for removal)."""
+        return None
 
     @abstractmethod
     def add_listener(self, fn: Listener) -> None:
@@ -155,6 +176,10 @@ class EmbeddedMetadataStore(MetadataStore):
         self.controller_id = node_id
         self._version = 0
         self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
+        # Deleted topics whose partition dirs may still be on disk: {name, topic_id,
+        # partitions}. Written in the same document that removes the topic, so a deletion a
+        # crash interrupts before its dirs were renamed is finished at the next start.
+        self._pending_deletions: list[dict[str, object]] = []
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -179,6 +204,7 @@ class EmbeddedMetadataStore(MetadataStore):
             return
         self._version = best.get("version", 0)
         self.cluster_id = self.cluster_id or best.get("cluster_id", "")
+        self._pending_deletions = list(best.get("pending_deletions", []))
         topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
@@ -186,8 +212,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._snapshot = MappingProxyType(topics)
 
     def _publish(self, topics: dict[str, TopicState]) -> None:
-        """Writes ``topics`` to every log dir, then makes it the snapshot readers see.
-        Call with ``_write_lock`` held."""
+        """Writes ``topics`` (and the pending deletions) to every log dir, then makes it the
+        snapshot readers see. Call with ``_write_lock`` held."""
         self._version += 1
         doc = {
             "version": self._version,
@@ -196,6 +222,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 {**asdict(t), "partitions": [asdict(p) for p in t.partitions.values()]}
                 for t in topics.values()
             ],
+            "pending_deletions": self._pending_deletions,
         }
         data = json.dumps(doc, indent=1).encode()
         written = 0
@@ -227,16 +254,32 @@ class EmbeddedMetadataStore(MetadataStore):
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
 
+    def pending_deletions(self) -> list[TopicPartition]:
+        return [
+            TopicPartition(str(e["name"]), int(i))
+            for e in self._pending_deletions
+            for i in e["partitions"]  # type: ignore[attr-defined]
+        ]
+
+    def forget_deletions(self, topics: Iterable[str]) -> None:
+        done = set(topics)
+        with self._write_lock:
+            if not any(e["name"] in done for e in self._pending_deletions):
+                return
+            self._pending_deletions = [e for e in self._pending_deletions if e["name"] not in done]
+            self._publish(dict(self._snapshot))
+
     # -- changes ----------------------------------------------------------------------------------
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
+        # One node: a valid manual assignment can only name this node, as the default does.
         problem = validate_topic_name(name)
         if problem:
             raise MetadataError("INVALID_TOPIC_EXCEPTION", problem)
-        if num_partitions < 1:
-            raise MetadataError("INVALID_PARTITIONS", f"number of partitions must be at least 1, got {num_partitions}")
+        check_partition_count(name, num_partitions)
         if replication_factor < 1:
             raise MetadataError(
                 "INVALID_REPLICATION_FACTOR", f"replication factor must be at least 1, got {replication_factor}"
@@ -249,14 +292,7 @@ class EmbeddedMetadataStore(MetadataStore):
         node = self._self.node_id
         with self._write_lock:
             current = self._snapshot
-            if name in current:
-                raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
-            collision = _collides(name, current)
-            if collision:
-                raise MetadataError(
-                    "INVALID_TOPIC_EXCEPTION",
-                    f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
-                )
+            check_topic_absent(name, current)
             state = TopicState(
                 name, random_uuid(),
                 {i: PartitionState(name, i, [node], node, 0, [node]) for i in range(num_partitions)},
@@ -264,6 +300,8 @@ class EmbeddedMetadataStore(MetadataStore):
             )
             if validate_only:
                 return state
+            # Dirs an earlier topic of this name left are the log manager's to set aside now.
+            self._pending_deletions = [e for e in self._pending_deletions if e["name"] != name]
             self._publish({**current, name: state})
         self._notify(name, state)
         return state
@@ -274,22 +312,25 @@ class EmbeddedMetadataStore(MetadataStore):
             state = topics.pop(name, None)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+            self._pending_deletions = [
+                *self._pending_deletions,
+                {"name": name, "topic_id": state.topic_id, "partitions": sorted(state.partitions)},
+            ]
             self._publish(topics)
         self._notify(name, None)
         return state
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
         node = self._self.node_id
         with self._write_lock:
             state = self._snapshot.get(name)
             if state is None:
                 raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
             current = len(state.partitions)
-            if total <= current:
-                raise MetadataError(
-                    "INVALID_PARTITIONS",
-                    f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
-                )
+            check_partition_increase(name, current, total)
             if validate_only:
                 return state
             partitions = dict(state.partitions)
@@ -320,6 +361,41 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(new.topic, state)
 
 
-def _collides(name: str, topics: Mapping[str, TopicState]) -> str | None:
+def check_partition_count(name: str, num_partitions: int) -> None:
+    """INVALID_PARTITIONS for a count below 1, or one whose partition dir names (and their
+    deletion names) would not fit the filesystem for this topic name."""
+    if num_partitions < 1:
+        raise MetadataError(
+            "INVALID_PARTITIONS", f"number of partitions must be at least 1, got {num_partitions}"
+        )
+    too_long = partition_dirs_fit(name, num_partitions)
+    if too_long:
+        raise MetadataError("INVALID_PARTITIONS", too_long)
+
+
+def check_partition_increase(name: str, current: int, total: int) -> None:
+    if total <= current:
+        raise MetadataError(
+            "INVALID_PARTITIONS",
+            f"topic '{name}' has {current} partitions; the new count must be larger, got {total}",
+        )
+    check_partition_count(name, total)
+
+
+def check_topic_absent(name: str, existing: Iterable[str]) -> None:
+    """Raises TOPIC_ALREADY_EXISTS, or INVALID_TOPIC_EXCEPTION for a name that collides with an
+    existing one ('.' and '_' are interchangeable in metric names)."""
+    names = set(existing)
+    if name in names:
+        raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
+    collision = _collision(name, names)
+    if collision:
+        raise MetadataError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
+        )
+
+
+def _collision(name: str, topics: Iterable[str]) -> str | None:
     key = name.replace(".", "_")
     return next((t for t in topics if t != name and t.replace(".", "_") == key), None)

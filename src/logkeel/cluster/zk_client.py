@@ -80,6 +80,7 @@ class ZkMetadataClient:
         connection_timeout_ms: int | None = None,
     ) -> None:
         self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
 
@@ -110,6 +111,13 @@ class ZkMetadataClient:
         LOST kazoo connects again with a new session, in which the broker must register anew
         (and a controller must be elected again)."""
         self.zk.add_listener(lambda state: fn(str(state)))
+
+    def cluster_id(self, proposed: str) -> str:
+        """The cluster's id from /cluster/id, created with ``proposed`` by the first broker."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zd.CLUSTER_ID, zd.encode_cluster_id(proposed), makepath=True)
+        data, _ = self.zk.get(zd.CLUSTER_ID)
+        return zd.decode_cluster_id(data)
 
     # ---- brokers ---------------------------------------------------------------------------
 
@@ -146,6 +154,19 @@ class ZkMetadataClient:
             if reg is not None:
                 found[reg.broker_id] = reg
         return found
+
+    def request_controlled_shutdown(self, broker_id: int) -> None:
+        """Ephemeral, so a broker that dies mid-shutdown leaves no stale request behind."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zd.controlled_shutdown_path(broker_id), ephemeral=True)
+
+    def shutting_down(self, watch: Callable[[set[int]], None] | None = None) -> set[int]:
+        """Brokers with a controlled shutdown under way."""
+        if watch is not None:
+            self.zk.ChildrenWatch(
+                zd.CONTROLLED_SHUTDOWN, lambda ids: watch({int(i) for i in ids})
+            )
+        return {int(i) for i in self.zk.get_children(zd.CONTROLLED_SHUTDOWN)}
 
     # ---- controller ------------------------------------------------------------------------
 
@@ -222,6 +243,11 @@ class ZkMetadataClient:
         txn.create(zd.topic_path(assignment.topic), zd.encode_topic(assignment))
         _raise_first_failure(txn.commit(), {})
 
+    def set_topic_assignment(self, assignment: TopicAssignment) -> None:
+        """CreatePartitions: the assignment with the new partitions added; the controller
+        watches it and elects their first leaders."""
+        self.zk.set(zd.topic_path(assignment.topic), zd.encode_topic(assignment))
+
     def set_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
         self.zk.set(zd.topic_config_path(topic), zd.encode_topic_config(configs))
 
@@ -294,6 +320,23 @@ class ZkMetadataClient:
         stat = results[1]
         return int(stat.version) if isinstance(stat, ZnodeStat) else expected_version + 1
 
+    def leader_update_partition_state(
+        self, topic: str, partition: int, state: LeaderIsr, expected_version: int
+    ) -> int:
+        """A leader's own ISR change (Kafka's ZooKeeper-mode AlterPartition): conditional on the
+        partition epoch only; the caller then sends an ISR-change notification."""
+        try:
+            stat = self.zk.set(
+                zd.partition_state_path(topic, partition),
+                zd.encode_partition_state(state),
+                version=expected_version,
+            )
+        except BadVersionError as e:
+            raise StalePartitionState(
+                f"{topic}-{partition}: partition epoch {expected_version} is stale"
+            ) from e
+        return int(stat.version)
+
     # ---- notifications ---------------------------------------------------------------------
 
     def _notify(self, parent: str, prefix: str, data: bytes) -> str:
@@ -322,6 +365,26 @@ class ZkMetadataClient:
         for tps in self._drain(zd.ISR_CHANGE_NOTIFICATION, zd.decode_partitions):
             changed |= tps
         return changed
+
+    def set_offline_replicas(self, broker_id: int, partitions: Iterable[TopicPartition]) -> None:
+        """This broker's replicas that cannot serve (ephemeral: they go with the broker)."""
+        path = zd.offline_replicas_path(broker_id)
+        data = zd.encode_partitions(partitions)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, ephemeral=True)
+
+    def offline_replicas(self) -> dict[int, set[TopicPartition]]:
+        """Every live broker's replicas that cannot serve."""
+        out: dict[int, set[TopicPartition]] = {}
+        for child in self.zk.get_children(zd.OFFLINE_REPLICAS):
+            try:
+                data, _ = self.zk.get(f"{zd.OFFLINE_REPLICAS}/{child}")
+            except NoNodeError:
+                continue
+            out[int(child)] = zd.decode_partitions(data)
+        return out
 
     def notify_log_dir_failure(self, broker_id: int) -> str:
         return self._notify(

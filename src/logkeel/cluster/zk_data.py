@@ -28,6 +28,14 @@ ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
+CLUSTER_ID = "/cluster/id"
+# logkeel's own: a broker stopping on SIGTERM creates an ephemeral child named by its id and the
+# controller moves its leaderships away (Kafka used a ControlledShutdown request instead).
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# logkeel's own: each broker's replicas it cannot serve (their log dir failed, or their log could
+# not be loaded), as an ephemeral znode per broker; Kafka's controller learned this from
+# LeaderAndIsr responses instead.
+OFFLINE_REPLICAS = "/logkeel/offline_replicas"
 
 # Persistent parents created once per cluster (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = (
@@ -37,6 +45,8 @@ PERSISTENT_PATHS = (
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
     LOG_DIR_EVENT_NOTIFICATION,
+    CONTROLLED_SHUTDOWN,
+    OFFLINE_REPLICAS,
 )
 
 
@@ -66,6 +76,14 @@ def topic_config_path(topic: str) -> str:
 
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def offline_replicas_path(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{broker_id}"
 
 
 def _dump(obj: Mapping[str, Any]) -> bytes:
@@ -265,6 +283,17 @@ def encode_controller_epoch(epoch: int) -> bytes:
 
 def decode_controller_epoch(data: bytes) -> int:
     return int(data.decode())
+
+
+# ---- /cluster/id ------------------------------------------------------------------------------
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_load(data)["id"])
 
 
 # ---- /config/topics/<t> ----------------------------------------------------------------------

@@ -138,6 +138,12 @@ class BrokerConfig(TypedConfig):
         """``log.flush.interval.ms`` if set, else ``log.flush.scheduler.interval.ms``."""
         return self._flush_interval_ms
 
+    # ---- cluster membership (read by server/cluster_node.py) ----------------------------------
+    @property
+    def embedded_metadata(self) -> bool:
+        """True for a single-node broker (no ``zookeeper.connect``)."""
+        return not self._values["zookeeper.connect"]
+
     @property
     def listeners(self) -> list[Listener]:
         return list(self._listeners)

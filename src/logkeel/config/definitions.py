@@ -69,8 +69,24 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("broker.rack", STRING, None, "Rack of this broker, used for rack-aware replica placement."),
     _K("zookeeper.connect", STRING, None,
        "ZooKeeper connection string (host:port[,host:port][/chroot]) for cluster metadata. "
-       "Unset means a single-node broker with embedded metadata.",
-       unsupported=SINGLE_NODE),
+       "Unset means a single-node broker with embedded metadata."),
+    # ---- cluster membership and controller (read by server/cluster_node.py) ----------------
+    _K("zookeeper.session.timeout.ms", INT, 18000,
+       "ZooKeeper session timeout: how long a broker that stopped answering stays registered "
+       "(and leads its partitions) before the controller elects other leaders.", Range(1)),
+    _K("zookeeper.connection.timeout.ms", INT, None,
+       "How long to wait for a ZooKeeper connection; unset means zookeeper.session.timeout.ms.",
+       Range(1)),
+    _K("controlled.shutdown.enable", BOOLEAN, True,
+       "On SIGTERM, ask the controller to move this broker's leaderships to other in-sync "
+       "replicas before stopping (waits at most zookeeper.session.timeout.ms)."),
+    _K("auto.leader.rebalance.enable", BOOLEAN, True,
+       "The controller moves leadership back to preferred replicas in the background."),
+    _K("leader.imbalance.check.interval.seconds", LONG, 300,
+       "How often the controller checks the preferred-leader balance.", Range(1)),
+    _K("leader.imbalance.per.broker.percentage", INT, 10,
+       "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+       Range(0, 100)),
     # ---- network --------------------------------------------------------------------------
     _K("listeners", STRING, DEFAULT_LISTENERS,
        "Comma-separated NAME://host:port endpoints to bind; an empty host binds all interfaces. "
@@ -125,8 +141,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "fewer gives NOT_ENOUGH_REPLICAS.", Range(1), topic="min.insync.replicas"),
     _K("unclean.leader.election.enable", BOOLEAN, False,
        "Allow a replica outside the ISR to become leader as a last resort, accepting data loss.",
-       topic="unclean.leader.election.enable",
-       unsupported=SINGLE_NODE),
+       topic="unclean.leader.election.enable"),
     # ---- log layout -----------------------------------------------------------------------
     _K("log.dir", STRING, DEFAULT_LOG_DIR,
        "Directory of the log data, used when log.dirs is unset. logkeel: defaults to "

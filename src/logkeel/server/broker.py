@@ -46,6 +46,7 @@ from logkeel.server.api import producer_id as producer_id_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import versions as api_versions
+from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import BrokerOffsetsStore
 from logkeel.server.group.records import OFFSETS_TOPIC
@@ -60,6 +61,7 @@ from logkeel.server.replica.context import (
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
@@ -79,13 +81,16 @@ class BrokerStartError(Exception):
 
 
 class Broker:
-    """A single-node Kafka-protocol broker built from a ``BrokerConfig``.
+    """A Kafka-protocol broker built from a ``BrokerConfig``: a single node, or a member of a
+    ZooKeeper cluster when ``zookeeper.connect`` is set.
 
-    Nothing touches the network until ``start()``. ``metrics_port`` (None: off) serves
-    Prometheus metrics over HTTP on the listener's host. ``metadata``: the cluster's metadata
-    store (partition states from a controller); None keeps embedded single-node metadata.
+    Nothing touches the network until ``start()`` (except connecting to ZooKeeper, which
+    raises ``BrokerStartError`` when it cannot). ``metrics_port`` (None: off) serves
+    Prometheus metrics over HTTP on the listener's host. ``metadata``: a metadata store shared
+    by in-process brokers (tests); None means ZooKeeper's or embedded single-node metadata.
     ``isr_change_requested``: where this broker's leaders send the ISR changes they want (the
-    controller's AlterPartition); it must hand the proposal off without blocking.
+    controller's AlterPartition; in a cluster, a conditional write of the partition state); it
+    must hand the proposal off without blocking.
     """
 
     def __init__(
@@ -119,14 +124,27 @@ class Broker:
         self._stopped = False
 
         cluster_id = _cluster_id_in_meta_properties(self.log_dirs)
-        # A cluster's store (shared by its brokers) is given; one node keeps its own.
-        self.metadata: MetadataStore = metadata or EmbeddedMetadataStore(
-            self.log_dirs,
-            self.node_id,
-            self._advertised_host,
-            self._advertised_port,
-            cluster_id=cluster_id,
-        )
+        # A given store is shared by in-process brokers (tests); with zookeeper.connect the
+        # broker joins a cluster; otherwise it is a single node with embedded metadata.
+        self.cluster: ClusterNode | None = None
+        self.metadata: MetadataStore
+        if metadata is not None:
+            self.metadata = metadata
+        elif config.embedded_metadata:
+            self.metadata = EmbeddedMetadataStore(
+                self.log_dirs,
+                self.node_id,
+                self._advertised_host,
+                self._advertised_port,
+                cluster_id=cluster_id,
+            )
+        else:
+            try:
+                self.cluster = ClusterNode(config, cluster_id)
+            except ClusterJoinError as exc:
+                raise BrokerStartError(str(exc)) from exc
+            self.metadata = self.cluster.store
+            isr_change_requested = isr_change_requested or self.cluster.isr_change_requested
         self.cluster_id: str = self.metadata.cluster_id
 
         self.log_manager = LogManager(
@@ -141,6 +159,7 @@ class Broker:
             validation_rate_bytes_per_sec=config.log_startup_validation_rate_bytes_per_sec,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
+        self.log_manager.add_partition_failure_listener(self._on_partition_failure)
 
         self.replica_manager = ReplicaManager(
             ReplicaManagerContext(
@@ -289,6 +308,7 @@ class Broker:
         self.started_at = time.time()
         t0 = time.monotonic()
         report = await asyncio.to_thread(self.log_manager.startup)
+        await asyncio.to_thread(self._finish_topic_deletions)
         self.metrics.record_startup(report)
         if not self.log_manager.online_dirs:
             await asyncio.to_thread(self.log_manager.shutdown)
@@ -309,6 +329,10 @@ class Broker:
             except OSError as exc:
                 raise BrokerStartError(_bind_error(self.bind_host, self._bind_port, exc)) from exc
             self._started = True
+            if self.cluster is not None:
+                await self.cluster.join(
+                    *self.advertised, self._log_dir_ids(), *self._offline_replicas()
+                )
             if self.metrics_port is not None:
                 try:
                     self._metrics_server = self.metrics.serve(self.metrics_host, self.metrics_port)
@@ -320,6 +344,9 @@ class Broker:
                         + _bind_error(self.metrics_host, self.metrics_port, exc)
                     ) from exc
         except BaseException:
+            if self.cluster is not None:
+                with contextlib.suppress(Exception):
+                    await self.cluster.leave()
             for stop in reversed(started):
                 with contextlib.suppress(Exception):
                     await stop()
@@ -347,6 +374,11 @@ class Broker:
             return
         self._stopped = True
         log.info("shutting down broker %d", self.node_id)
+        if self.cluster is not None:
+            try:
+                await self.cluster.leave()
+            except Exception:
+                log.exception("error leaving the cluster")
         if self._started:
             # Parked long polls are answered now, or they would hold the stop until their deadline.
             self.replica_manager.prepare_shutdown()
@@ -378,15 +410,52 @@ class Broker:
             if tp.topic == OFFSETS_TOPIC:
                 self.group_coordinator.complete_txn(producer_id, tp.partition, committed)
 
+    def _log_dir_ids(self, *, offline: bool = False) -> list[str]:
+        return [
+            d.meta.directory_id
+            for d in self.log_manager.dirs
+            if d.meta is not None and (not offline or not d.online)
+        ]
+
+    def _offline_replicas(self) -> tuple[list[TopicPartition], list[str]]:
+        return list(self.log_manager.offline_partitions), self._log_dir_ids(offline=True)
+
     # -- storage failures -----------------------------------------------------------------------
+
+    def _finish_topic_deletions(self) -> None:
+        """Deletes the logs of topics whose deletion a crash interrupted (the metadata records
+        a deletion in the write that removes the topic; the dirs are renamed after), before
+        anything is served: a deleted topic's data is never served or adopted again."""
+        pending = self.metadata.pending_deletions()
+        failed: set[str] = set()
+        for tp in pending:
+            try:
+                self.log_manager.delete_log(tp)
+            except KafkaStorageError as exc:
+                self.log_manager.handle_dir_failure(exc)
+                failed.add(tp.topic)
+        if pending:
+            log.info("finished deleting %d partition(s) of deleted topics", len(pending))
+        try:
+            self.metadata.forget_deletions({tp.topic for tp in pending} - failed)
+        except MetadataError as exc:
+            log.error("could not record the finished deletions: %s", exc)
+
+    def _on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
+        """One partition's log went offline for an error that is not a device fault (its
+        dir keeps serving): it answers KAFKA_STORAGE_ERROR from now on."""
+        self.replica_manager.on_partition_failure(tp, reason)
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
         """Called by the log manager when a dir goes offline, in the thread that hit the error
         (an IO or metadata thread: the replica manager never lets it happen on the event
-        loop); the replica manager makes its partitions answer KAFKA_STORAGE_ERROR. Both
-        calls change memory only, and wake waiting requests through the loop."""
+        loop); the replica manager makes its partitions answer KAFKA_STORAGE_ERROR (memory
+        only; waiting requests are woken through the loop). In a cluster the controller is then
+        told through ZooKeeper, so it elects other leaders for them (KIP-18)."""
         self.metrics.log_dir_failed(log_dir)
         self.replica_manager.on_log_dir_failure(log_dir, reason)
+        if self.cluster is not None:
+            self.cluster.report_offline(*self._offline_replicas())
 
 
 def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:

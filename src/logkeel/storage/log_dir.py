@@ -19,13 +19,16 @@ from logkeel.storage.checkpoints import (
     OffsetCheckpointFile,
 )
 from logkeel.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError, io_guard
-from logkeel.storage.fileio import atomic_write
-from logkeel.storage.topic_partition import TopicPartition
+from logkeel.storage.fileio import atomic_write, fsync_dir
+from logkeel.storage.topic_partition import (
+    DELETE_DIR_SUFFIX,
+    NOT_DATA_DIR_SUFFIXES,
+    TopicPartition,
+    delete_dir_name,
+)
 
 log = logging.getLogger(__name__)
 
-_DELETE_SUFFIX = "-delete"
-_NOT_DATA_SUFFIXES = (_DELETE_SUFFIX, "-future", "-stray")
 
 META_PROPERTIES = "meta.properties"
 # logkeel: what a clean start-up needs to know of each partition dir, written at clean
@@ -215,7 +218,7 @@ class LogDir:
         """Partition directories; ones marked for deletion are removed on the way."""
         with io_guard(self.path, "listing log dir"):
             for entry in os.scandir(self.path):
-                if entry.name.endswith(_DELETE_SUFFIX) and entry.is_dir():
+                if entry.name.endswith(DELETE_DIR_SUFFIX) and entry.is_dir():
                     _remove_tree(Path(entry.path))
         return list_partition_dirs(self.path)
 
@@ -232,7 +235,7 @@ class LogDir:
 def is_partition_dir_name(name: str) -> bool:
     """``<topic>-<partition>``, and not a replica being deleted, moved in or set aside
     (``-delete``, ``-future``, ``-stray``): those do not hold the replica's data."""
-    if name.endswith(_NOT_DATA_SUFFIXES):
+    if name.endswith(NOT_DATA_DIR_SUFFIXES):
         return False
     try:
         TopicPartition.parse_dir_name(name)
@@ -246,6 +249,38 @@ def list_partition_dirs(log_dir: Path) -> list[Path]:
     with io_guard(log_dir, "listing log dir"):
         entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
         return [Path(e.path) for e in entries if is_partition_dir_name(e.name) and e.is_dir()]
+
+
+def partition_dir_named(log_dir: Path, cause: OSError | None) -> str | None:
+    """The name of the partition dir of ``log_dir`` holding a file that ``cause`` names."""
+    for name in (getattr(cause, "filename", None), getattr(cause, "filename2", None)):
+        if not isinstance(name, str | Path):
+            continue
+        try:
+            first = Path(name).absolute().relative_to(log_dir).parts[0]
+        except (ValueError, IndexError):
+            continue
+        if is_partition_dir_name(first):
+            return first
+    return None
+
+
+def mark_for_deletion(log_dir: Path, partition_dir: Path) -> Path | None:
+    """Renames ``partition_dir`` (in ``log_dir``) to its ``-delete`` name and makes the rename
+    durable; returns the new path, or None when there is no such dir. From then on nothing
+    serves or adopts it, and the next start-up removes it if it is still there. Raises
+    OSError (callers guard it)."""
+    try:
+        tp = TopicPartition.parse_dir_name(partition_dir.name)
+    except ValueError:
+        return None
+    target = log_dir / delete_dir_name(tp)
+    try:
+        partition_dir.rename(target)
+    except FileNotFoundError:
+        return None
+    fsync_dir(log_dir)
+    return target
 
 
 def _remove_tree(path: Path) -> None:

@@ -8,7 +8,6 @@ failed dir offline without touching the others.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -22,12 +21,14 @@ from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
 from logkeel.storage.engine.validation import LAZY, VALIDATION_MODES, SegmentValidator
-from logkeel.storage.errors import KafkaStorageError, io_guard, is_disk_errno
+from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.log_dir import (
     META_PROPERTIES,
     LogDir,
     MetaProperties,
     MetaPropertiesError,
+    mark_for_deletion,
+    partition_dir_named,
     random_uuid,
 )
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
@@ -95,6 +96,7 @@ class LogManager:
         self.scheduler = Scheduler()
         self.cleaner = LogCleaner()
         self._dir_failure_listeners: list[Callable[[str, str], None]] = []
+        self._partition_failure_listeners: list[Callable[[TopicPartition, str], None]] = []
         self.startup_report: StartupReport | None = None
         self.startup_validation = startup_validation
         self._report_lock = threading.Lock()
@@ -110,6 +112,11 @@ class LogManager:
 
     def add_dir_failure_listener(self, fn: Callable[[str, str], None]) -> None:
         self._dir_failure_listeners.append(fn)
+
+    def add_partition_failure_listener(self, fn: Callable[[TopicPartition, str], None]) -> None:
+        """``fn(tp, reason)`` when an error that is not a device fault takes one partition
+        offline (its dir stays online)."""
+        self._partition_failure_listeners.append(fn)
 
     @property
     def online_dirs(self) -> list[LogDir]:
@@ -155,26 +162,7 @@ class LogManager:
                 list(pool.map(load_dir, online))
         report.elapsed_ms = (time.monotonic() - started) * 1000
         self.startup_report = report
-        log.info(
-            "loaded %d partitions (%d segments, %d opened, %d recovered, %d bytes scanned) from %d "
-            "log dir(s) in %.0f ms%s",
-            report.partitions,
-            report.segments,
-            report.segments_opened,
-            report.segments_recovered,
-            report.bytes_scanned,
-            len(self.dirs),
-            report.elapsed_ms,
-            "" if report.clean else " after an unclean shutdown",
-        )
-        for t in report.truncations:
-            log.warning(
-                "start-up truncated %s-%d at offset %d (%d bytes)",
-                t.topic,
-                t.partition,
-                t.offset,
-                t.bytes,
-            )
+        report.log_summary(log, len(self.dirs))
         if start_background:
             self.start_background()
         return report
@@ -237,7 +225,7 @@ class LogManager:
                     cached=manifest.get(path.name),
                 )
             except KafkaStorageError as exc:
-                if exc.cause is None or is_disk_errno(exc.cause):
+                if exc.device_fault:
                     raise
                 # Not the disk (e.g. a permission or a vanished file): this partition only.
                 log.error("%s: cannot load partition %s: %s", d.path, tp, exc)
@@ -300,7 +288,13 @@ class LogManager:
             d = self._choose_dir()
             path = d.path / tp.dir_name
             with io_guard(d.path, f"creating {path}"):
-                path.mkdir(exist_ok=True)
+                # A dir that exists but was not loaded is what an earlier topic of this name
+                # left (a deletion that could not finish): never adopted by the new topic.
+                leftover = mark_for_deletion(d.path, path) if path.exists() else None
+                path.mkdir()
+            if leftover is not None:
+                log.warning("%s: set aside %s, left by a deleted topic", d.path, leftover.name)
+                self.scheduler.schedule(lambda: shutil.rmtree(leftover, ignore_errors=True))
             plog, _ = load_partition(
                 path,
                 config or self.config_for(tp.topic),
@@ -331,21 +325,23 @@ class LogManager:
         return min(online, key=lambda d: counts[id(d)])
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Removes a partition: renamed to `<tp>.<uuid>-delete`, deleted in the background."""
+        """Removes a partition: its dir in every online log dir (an offline partition's too)
+        is renamed to a ``-delete`` name that fits the filesystem and removed in the
+        background; a start-up removes any such dir a crash left."""
         with self._lock:
             plog = self.logs.pop(tp, None)
             d = self._dir_of.pop(tp, None)
             self.offline_partitions.pop(tp, None)
         self.validator.forget(tp)
-        if plog is None or d is None:
-            return
-        with plog.lock:
+        if plog is not None:
             plog.close_without_flush()
-            target = d.path / f"{tp.dir_name}.{random_uuid().replace('-', '')}-delete"
-            with io_guard(d.path, f"deleting {plog.dir}"):
-                os.replace(plog.dir, target)
-        self.scheduler.schedule(lambda: shutil.rmtree(target, ignore_errors=True))
-        self._write_checkpoints(d)
+        for each in self.online_dirs:
+            with io_guard(each.path, f"deleting {tp}"):
+                target = mark_for_deletion(each.path, each.path / tp.dir_name)
+            if target is not None:
+                self.scheduler.schedule(lambda t=target: shutil.rmtree(t, ignore_errors=True))
+        if d is not None and d.online:
+            self._write_checkpoints(d)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for tp, plog in list(self.logs.items()):
@@ -515,14 +511,58 @@ class LogManager:
 
     # -- failures -------------------------------------------------------------------------------
     def handle_dir_failure(self, exc: KafkaStorageError) -> None:
-        """The single place an IO error lands: that dir goes offline, the others keep serving."""
+        """The single place an IO error lands. A device fault (``storage.errors``) takes its
+        dir offline while the others keep serving; any other error failed only the operation
+        that hit it: the partition whose file it names goes offline with the reason, the dir
+        stays online."""
         d = next((d for d in self.dirs if str(d.path) == exc.log_dir), None)
         if d is None:
             log.error("storage error outside any known log dir: %s", exc)
             return
+        # A dir that vanished (unmounted, deleted) answers ENOENT: the dir's fault, not ours.
+        if not exc.device_fault and d.path.is_dir():
+            tp = self._partition_named(d, exc.cause)
+            log.error(
+                "%s: an operation failed (%s); not a device fault, the dir stays online%s",
+                d.path,
+                exc,
+                f"; partition {tp} goes offline" if tp is not None else "",
+            )
+            if tp is not None:
+                self.take_partition_offline(tp, str(exc))
+            return
         if not d.online:
             return
         self._mark_dir_offline(d, str(exc))
+
+    def _partition_named(self, d: LogDir, cause: OSError | None) -> TopicPartition | None:
+        """The loaded partition of ``d`` that a file named by ``cause`` belongs to."""
+        name = partition_dir_named(d.path, cause)
+        if name is None:
+            return None
+        tp = TopicPartition.parse_dir_name(name)
+        plog = self.logs.get(tp)
+        if plog is None or self._dir_of.get(tp) is not d or plog.dir.name != name:
+            return None
+        return tp
+
+    def take_partition_offline(self, tp: TopicPartition, reason: str) -> None:
+        """One partition stops serving (its files are closed, nothing is written), the rest
+        of its dir keeps serving. Blocking: run it off the event loop."""
+        with self._lock:
+            plog = self.logs.pop(tp, None)
+            self._dir_of.pop(tp, None)
+            if plog is None:
+                return
+            self.offline_partitions[tp] = reason
+        self.validator.forget(tp)
+        plog.close_without_flush()
+        log.error("partition %s is offline: %s", tp, reason)
+        for fn in self._partition_failure_listeners:
+            try:
+                fn(tp, reason)
+            except Exception:
+                log.exception("partition failure listener failed")
 
     def _mark_dir_offline(self, d: LogDir, reason: str) -> None:
         d.offline_reason = reason

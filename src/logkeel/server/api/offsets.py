@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.metadata import INTERNAL_TOPICS
 from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -155,9 +156,13 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
         rm = self._replica_manager
 
         async def one(topic: str, p: Any) -> Any:
-            error, low = await rm.delete_records(
-                TopicPartition(topic, int(p.partition_index)), int(p.offset), timeout_ms
-            )
+            if topic in INTERNAL_TOPICS:
+                # Kafka's ReplicaManager: "Cannot delete records of internal topic".
+                error, low = ErrorCode.invalid_topic_exception, -1
+            else:
+                error, low = await rm.delete_records(
+                    TopicPartition(topic, int(p.partition_index)), int(p.offset), timeout_ms
+                )
             return mod.DeleteRecordsPartitionResult(
                 partition_index=p.partition_index, low_watermark=low, error_code=error
             )

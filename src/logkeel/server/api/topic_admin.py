@@ -6,7 +6,9 @@ failure is reported in its own entry with Kafka's error code and a message, as K
 controller reports them: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG (every bad key is named),
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID, INVALID_REQUEST for malformed requests
-(duplicates, null values) and TOPIC_DELETION_DISABLED.
+(duplicates, null values) and TOPIC_DELETION_DISABLED. The broker's own topics are refused
+(``topic_refs``): INVALID_REQUEST to create one, TOPIC_AUTHORIZATION_FAILED to delete or resize
+one.
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ from logkeel.server.api.responses import (
     register_family,
     response,
 )
-from logkeel.server.api.topic_refs import ZERO_UUID, check_topic_name, entry_error_for
+from logkeel.server.api.topic_refs import (
+    ZERO_UUID,
+    check_topic_name,
+    entry_error_for,
+    refuse_internal_change,
+    refuse_internal_creation,
+)
 from logkeel.server.errors import ApiError
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -116,6 +124,7 @@ class TopicsApi:
         broker = self._broker
         name = topic.name
         check_topic_name(name)
+        refuse_internal_creation(name)
         if broker.metadata.topic(name) is not None:
             raise EntryError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         partitions, replication = self._layout(topic)
@@ -128,6 +137,11 @@ class TopicsApi:
                 replication,
                 overrides,
                 validate_only=validate_only,
+                assignment=(
+                    {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+                    if topic.assignments
+                    else None
+                ),
             )
         except MetadataError as exc:
             raise entry_error_for(exc) from None
@@ -344,6 +358,7 @@ class TopicsApi:
                 raise EntryError(
                     ErrorCode.unknown_topic_id, "This server does not host this topic ID."
                 )
+        refuse_internal_change(state.name, "delete")
         try:
             deleted = await asyncio.to_thread(metadata.delete_topic, state.name)
         except MetadataError as exc:
@@ -405,6 +420,7 @@ class TopicsApi:
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
             )
+        refuse_internal_change(topic.name, "add partitions to")
         current = len(state.partitions)
         if topic.count < current:
             raise EntryError(
@@ -441,7 +457,15 @@ class TopicsApi:
                     )
         try:
             await asyncio.to_thread(
-                metadata.create_partitions, topic.name, topic.count, validate_only=validate_only
+                metadata.create_partitions,
+                topic.name,
+                topic.count,
+                validate_only=validate_only,
+                assignment=(
+                    {current + i: tuple(a.broker_ids) for i, a in enumerate(topic.assignments)}
+                    if topic.assignments is not None
+                    else None
+                ),
             )
         except MetadataError as exc:
             raise entry_error_for(exc) from None

@@ -161,8 +161,11 @@ class ReplicaFetcher:
             ready = {tp: s for tp, s in self._states.items() if s.delayed_until <= now}
             if not ready:
                 later = [s.delayed_until - now for s in self._states.values()]
+                # Not wait_for: on 3.11 it can swallow a cancel that lands as the event is set,
+                # and with no partitions left this wait has no timeout, so stop() would hang.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), min(later, default=None))
+                    async with asyncio.timeout(min(later, default=None)):
+                        await self._changed.wait()
                 continue
             try:
                 truncating = {tp: s for tp, s in ready.items() if s.truncating}

@@ -218,6 +218,17 @@ class ReplicaManager:
         answered. In-memory only, so safe on any thread."""
         self._wake(self._table.take_dir_offline(log_dir, reason))
 
+    def on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
+        """One partition's log went offline for an error that is not a device fault (its dir
+        keeps serving): it answers KAFKA_STORAGE_ERROR, and requests waiting on it are
+        answered now rather than at their deadline. In-memory only, so safe on any thread."""
+        p = self._table.get(tp)
+        if p is None or p.offline_reason is not None:
+            return
+        p.offline_reason = reason
+        p.log = None
+        self._wake([tp])
+
     def _wake(self, tps: Iterable[TopicPartition]) -> None:
         """Re-checks the delayed operations of ``tps`` on the event loop, from any thread."""
         tps = list(tps)

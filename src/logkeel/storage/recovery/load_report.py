@@ -121,6 +121,29 @@ class StartupReport:
         self.missing_segments.extend((r.tp, b) for b in r.missing_segments)
         self.problems.extend(f"{r.tp}: {p}" for p in r.problems)
 
+    def log_summary(self, logger: logging.Logger, dirs: int) -> None:
+        """What a start-up loaded, in one line, and each truncation it made."""
+        logger.info(
+            "loaded %d partitions (%d segments, %d opened, %d recovered, %d bytes scanned) from "
+            "%d log dir(s) in %.0f ms%s",
+            self.partitions,
+            self.segments,
+            self.segments_opened,
+            self.segments_recovered,
+            self.bytes_scanned,
+            dirs,
+            self.elapsed_ms,
+            "" if self.clean else " after an unclean shutdown",
+        )
+        for t in self.truncations:
+            logger.warning(
+                "start-up truncated %s-%d at offset %d (%d bytes)",
+                t.topic,
+                t.partition,
+                t.offset,
+                t.bytes,
+            )
+
     def to_json(self) -> dict[str, object]:
         """The `logkeel log load --json` object."""
         return {

@@ -1,0 +1,216 @@
+"""``logkeel cluster up|status``: a local cluster on one machine, and what a cluster looks like.
+
+``up`` starts a ZooKeeper (`cluster.zk_server`) and N `logkeel serve --zookeeper` processes
+(`testing.broker_process`, the one launcher), each with its own log dir under ``--dir`` and its
+port counting up from ``--port``; it prints the bootstrap servers and stops everything cleanly
+on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper last).
+
+``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and each broker
+for its log dirs (DescribeLogDirs), and shows the brokers, the controller and every partition's
+replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import click
+from kio.schema.errors import ErrorCode
+from rich.console import Console
+from rich.table import Table
+
+from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
+from logkeel.server.protocol import (
+    ApiKey,
+    decode_response,
+    encode_request,
+    request_schema,
+    response_schema,
+)
+from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
+
+__all__ = ["cluster_group", "cluster_status"]
+
+_METADATA_VERSION = 12
+
+
+@click.group("cluster")
+def cluster_group() -> None:
+    """Run a local cluster, or show a cluster's brokers and partitions."""
+
+
+@cluster_group.command("up")
+@click.option("--brokers", "count", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option(
+    "--dir", "base_dir", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("logkeel-cluster"), show_default=True,
+    help="Holds ZooKeeper's data and one directory per broker.",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True,
+              help="The first broker's port; the others count up from it.")
+@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="A broker config for every broker; repeatable.")
+def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]) -> None:
+    """Start ZooKeeper and N brokers until Ctrl-C or SIGTERM."""
+    settings = dict(o.split("=", 1) for o in overrides if "=" in o)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    zookeeper = ZooKeeperServer(base_dir / "zookeeper")
+    try:
+        zookeeper.start()
+    except ZooKeeperServerError as exc:
+        click.echo(f"logkeel cluster up: {exc}", err=True)
+        sys.exit(1)
+    brokers: list[LogkeelBroker] = []
+    code = 0
+    try:
+        brokers = [
+            LogkeelBroker(
+                base_dir / f"broker-{i + 1}", port + i,
+                overrides={"zookeeper.connect": zookeeper.connect_string, **settings},
+                extra_args=["--node-id", str(i + 1)],
+            )
+            for i in range(count)
+        ]
+        with ThreadPoolExecutor(count) as pool:  # each start waits for its listener
+            for started in [pool.submit(b.start) for b in brokers]:
+                started.result()
+        click.echo(f"ZooKeeper: {zookeeper.connect_string}")
+        click.echo("bootstrap servers: " + ",".join(b.bootstrap for b in brokers), nl=True)
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            dead = [b for b in brokers if not b.alive()]
+            if dead:
+                click.echo(f"broker(s) exited: {', '.join(b.bootstrap for b in dead)}", err=True)
+                code = 1
+                break
+    except BrokerUnavailable as exc:
+        click.echo(f"logkeel cluster up: {exc}", err=True)
+        code = 1
+    finally:
+        for broker in reversed(brokers):
+            if not broker.alive():
+                continue
+            try:
+                broker.stop(timeout=60)
+            except BrokerUnavailable as exc:
+                click.echo(str(exc), err=True)
+        zookeeper.stop()
+    click.echo("cluster stopped")
+    sys.exit(code)
+
+
+def cluster_status(bootstrap: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The cluster as one broker sees it, as plain data (what ``--json`` prints)."""
+    host, _, port = bootstrap.rpartition(":")
+    response = _call(
+        host or "127.0.0.1", int(port), ApiKey.METADATA, _METADATA_VERSION, timeout,
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+    )
+    brokers = [
+        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
+         **_log_dirs(b.host, int(b.port), timeout)}
+        for b in sorted(response.brokers, key=lambda b: b.node_id)
+    ]
+    partitions = []
+    for t in sorted(response.topics, key=lambda t: t.name or ""):
+        for p in sorted(t.partitions, key=lambda p: p.partition_index):
+            replicas = [int(r) for r in p.replica_nodes]
+            isr = [int(r) for r in p.isr_nodes]
+            partitions.append({
+                "topic": t.name,
+                "partition": int(p.partition_index),
+                "leader": int(p.leader_id),
+                "leader_epoch": int(p.leader_epoch),
+                "replicas": replicas,
+                "isr": isr,
+                "offline_replicas": [int(r) for r in p.offline_replicas],
+                "offline": int(p.leader_id) < 0,
+                "under_replicated": len(isr) < len(replicas),
+            })
+    return {
+        "cluster_id": response.cluster_id,
+        "controller": int(response.controller_id),
+        "brokers": brokers,
+        "partitions": partitions,
+    }
+
+
+def _call(host: str, port: int, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
+    """One request on a connection of its own, and its decoded response."""
+    request_type = request_schema(api, version)
+    assert request_type is not None
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(encode_request(request_type(**fields), 1, "logkeel-cluster-status"))
+        size = int.from_bytes(_recv(sock, 4), "big", signed=True)
+        _, response = decode_response(response_schema(api, version), _recv(sock, size))
+    return response
+
+
+def _log_dirs(host: str, port: int, timeout: float) -> dict[str, list[str]]:
+    """The broker's log dirs, online and offline (DescribeLogDirs); empty when unreachable."""
+    try:
+        response = _call(host, port, ApiKey.DESCRIBE_LOG_DIRS, 1, timeout, topics=None)
+    except OSError:
+        return {"log_dirs_online": [], "log_dirs_offline": []}
+    online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
+    offline = [r.log_dir for r in response.results if r.error_code != ErrorCode.none]
+    return {"log_dirs_online": online, "log_dirs_offline": offline}
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        out += chunk
+    return bytes(out)
+
+
+@cluster_group.command("status")
+@click.option("--bootstrap-server", "bootstrap", default="127.0.0.1:9092", show_default=True,
+              metavar="HOST:PORT")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def status_command(bootstrap: str, as_json: bool) -> None:
+    """Brokers, controller, and every partition's leader, epoch and ISR."""
+    try:
+        status = cluster_status(bootstrap)
+    except (OSError, ConnectionError) as exc:
+        click.echo(f"logkeel cluster status: cannot reach {bootstrap}: {exc}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    console = Console()
+    brokers = Table(title=f"cluster {status['cluster_id']}")
+    for column in ("broker", "address", "rack", "log dirs", "role"):
+        brokers.add_column(column)
+    for b in status["brokers"]:
+        role = "controller" if b["id"] == status["controller"] else ""
+        dirs = f"{len(b['log_dirs_online'])} online"
+        if b["log_dirs_offline"]:
+            dirs += f", [red]offline: {', '.join(b['log_dirs_offline'])}[/]"
+        brokers.add_row(str(b["id"]), f"{b['host']}:{b['port']}", b["rack"] or "-", dirs, role)
+    console.print(brokers)
+    parts = Table(title="partitions")
+    for column in ("topic", "partition", "leader", "epoch", "replicas", "isr", "state"):
+        parts.add_column(column)
+    for p in status["partitions"]:
+        state = (
+            "[red]offline[/]" if p["offline"]
+            else "[yellow]under-replicated[/]" if p["under_replicated"] else "ok"
+        )
+        parts.add_row(
+            p["topic"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
+            ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])), state,
+        )
+    console.print(parts)

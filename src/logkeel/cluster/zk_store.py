@@ -1,0 +1,458 @@
+"""Cluster metadata read from ZooKeeper: a `MetadataStore` whose snapshot is a cache fed by
+watches on live brokers, the controller, topics, their assignments, configs and partition states.
+
+Watches only say *what* changed; one worker thread re-reads it from ZooKeeper, builds the next
+immutable snapshot, swaps it in and calls the listeners (the partition table, which may create or
+delete logs: never on kazoo's own thread, which must stay free to deliver events). Writes
+(topic creation, deletion, partitions, configs) go to ZooKeeper, where the controller acts on
+them; each then waits, bounded, until this broker's cache shows the result, so that an admin
+request answers with the leaders the controller chose.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.assignment import assign_replicas, validate_assignment
+from logkeel.cluster.metadata import (
+    INTERNAL_TOPICS,
+    BrokerInfo,
+    Listener,
+    MetadataError,
+    MetadataStore,
+    PartitionState,
+    TopicState,
+    check_partition_count,
+    check_partition_increase,
+    check_topic_absent,
+)
+from logkeel.cluster.zk_client import BrokerIdInUse, StalePartitionState, ZkMetadataClient
+from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
+from logkeel.storage.log_dir import random_uuid
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
+
+__all__ = ["ZkMetadataStore"]
+
+log = logging.getLogger(__name__)
+
+# How long an admin write waits for the controller's result to reach this broker's cache.
+ADMIN_WAIT_S = 15.0
+
+_Task = tuple[str, str]  # ("topic", name) | ("brokers", "") | ("register", "") | ("stop", "")
+
+
+class ZkMetadataStore(MetadataStore):
+    """One broker's view of the cluster. ``start`` connects and loads the cache; ``register``
+    (once the listener is bound) announces the broker; ``close`` ends the session."""
+
+    def __init__(
+        self, client: ZkMetadataClient, node_id: int, *, rack: str | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.client = client
+        self.node_id = node_id
+        self.rack = rack
+        self.cluster_id = cluster_id or ""
+        self.controller_id = -1
+        self._registration: BrokerRegistration | None = None
+        self._live: Mapping[int, BrokerRegistration] = MappingProxyType({})
+        self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
+        self._leader_isr: dict[tuple[str, int], LeaderIsr] = {}
+        self._listeners: list[Listener] = []
+        self._watched: set[str] = set()
+        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        self._changed = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self._session_lost = False
+        self._closing = False
+        self._cannot_serve: dict[int, set[TopicPartition]] = {}
+        self._known_topics: set[str] = set()
+        self._offline: frozenset[TopicPartition] = frozenset()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> ZkMetadataStore:
+        """Connects (raises ZooKeeperUnavailable), agrees on the cluster id, loads every topic
+        and starts watching. A log dir's cluster id that differs from the cluster's is refused."""
+        self.client.start()
+        proposed = self.cluster_id or random_uuid()
+        actual = self.client.cluster_id(proposed)
+        if self.cluster_id and actual != self.cluster_id:
+            self.client.close()
+            raise MetadataError(
+                "INCONSISTENT_CLUSTER_ID",
+                f"the log dirs belong to cluster {self.cluster_id}, but ZooKeeper at "
+                f"{self.client.connect} holds cluster {actual}",
+            )
+        self.cluster_id = actual
+        self._refresh_brokers()
+        self._known_topics = set(self.client.topics())
+        for name in self._known_topics:
+            self._refresh_topic(name, notify=False)
+        self.client.brokers(watch=lambda _ids: self._tasks.put(("brokers", "")))
+        # A registration's data changes (offline log dirs) come with a log dir event.
+        self.client.zk.ChildrenWatch(
+            zd.LOG_DIR_EVENT_NOTIFICATION, lambda _events: self._tasks.put(("brokers", ""))
+        )
+        self.client.topics(watch=self._on_topics)
+        self.client.controller(watch=self._on_controller)
+        self.client.add_session_listener(self._on_session)
+        self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
+        self._worker.start()
+        return self
+
+    def register(
+        self, host: str, port: int, log_dir_ids: Iterable[str], *, listener: str = "PLAINTEXT",
+        timeout_s: float | None = None,
+    ) -> int:
+        """Creates this broker's ephemeral registration; returns the broker epoch. A previous
+        run's registration (a SIGKILLed broker restarted at once) lives on until its session
+        expires, so an id in use is retried for up to a session timeout."""
+        self._registration = BrokerRegistration(
+            self.node_id, (EndPoint(listener, host, port),), rack=self.rack,
+            timestamp_ms=int(time.time() * 1000), log_dir_ids=tuple(log_dir_ids),
+        )
+        return self._register(timeout_s)
+
+    def _register(self, timeout_s: float | None = None) -> int:
+        assert self._registration is not None
+        session_s = self.client.session_timeout_ms / 1000
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else session_s + 2.0)
+        while True:
+            try:
+                epoch = self.client.register_broker(self._registration)
+            except BrokerIdInUse:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+                continue
+            log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id, epoch)
+            if self._offline:  # ephemeral, so gone with an expired session
+                self.client.set_offline_replicas(self.node_id, self._offline)
+            return epoch
+
+    def report_offline_replicas(
+        self, partitions: Iterable[TopicPartition], offline_log_dir_ids: Iterable[str]
+    ) -> None:
+        """This broker cannot serve ``partitions`` (a log dir failed): the controller elects
+        other leaders for them and drops this broker from their ISRs (KIP-18)."""
+        self._offline = frozenset(partitions)
+        self.client.set_offline_replicas(self.node_id, self._offline)
+        if self._registration is not None:
+            self._registration = replace(
+                self._registration, offline_log_dir_ids=tuple(offline_log_dir_ids)
+            )
+            self.client.update_broker(self._registration)
+        self.client.notify_log_dir_failure(self.node_id)
+
+    def close(self) -> None:
+        """Ends the session: the registration (and /controller, if held) goes at once."""
+        self._closing = True
+        if self._worker is not None:
+            self._tasks.put(("stop", ""))
+            self._worker.join(10)
+            self._worker = None
+        self.client.close()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def brokers(self) -> list[BrokerInfo]:
+        out = []
+        for reg in sorted(self._live.values(), key=lambda r: r.broker_id):
+            end = reg.plaintext or (reg.endpoints[0] if reg.endpoints else None)
+            if end is not None:
+                out.append(BrokerInfo(reg.broker_id, end.host, end.port, reg.rack))
+        return out
+
+    def registrations(self) -> Mapping[int, BrokerRegistration]:
+        """Every live broker's registration (log dirs, epoch), for status tools."""
+        return self._live
+
+    def topics(self) -> Mapping[str, TopicState]:
+        return self._snapshot
+
+    def add_listener(self, fn: Listener) -> None:
+        self._listeners.append(fn)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Waits until ``predicate()`` holds for the cache (checked after every change)."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.5))
+        return True
+
+    # -- watches (kazoo's thread: enqueue only) ---------------------------------------------------
+
+    def _on_topics(self, names: list[str]) -> None:
+        """Topics created or deleted; changes within a topic come through its own watches."""
+        current = set(names)
+        for name in current ^ self._known_topics:
+            self._tasks.put(("topic", name))
+        self._known_topics = current
+
+    def _on_controller(self, controller: int | None) -> None:
+        self.controller_id = -1 if controller is None else controller
+
+    def _on_session(self, state: str) -> None:
+        if state == "LOST" and not self._closing:
+            self._session_lost = True
+            log.error("ZooKeeper session expired; registering again once reconnected")
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            self._tasks.put(("register", ""))
+
+    def _watch_topic(self, name: str) -> None:
+        for path in (zd.topic_path(name), zd.topic_config_path(name)):
+            self._watch(path, name)
+
+    def _watch(self, path: str, topic: str) -> None:
+        if path in self._watched:
+            return
+        self._watched.add(path)
+
+        def fired(_data: bytes | None, _stat: object) -> bool:
+            if path not in self._watched:
+                return False  # the topic is gone: stop watching
+            self._tasks.put(("topic", topic))
+            return True
+
+        self.client.zk.DataWatch(path, fired)
+
+    # -- the worker -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            batch = {self._tasks.get()}
+            while True:
+                try:
+                    batch.add(self._tasks.get_nowait())
+                except queue.Empty:
+                    break
+            if ("stop", "") in batch:
+                return
+            try:
+                if ("register", "") in batch:
+                    self._register()
+                if ("brokers", "") in batch:
+                    self._refresh_brokers()
+                for kind, name in sorted(batch):
+                    if kind == "topic":
+                        self._refresh_topic(name)
+            except Exception:  # noqa: BLE001 - a failed refresh is retried, never fatal
+                log.exception("refreshing metadata from ZooKeeper failed; retrying")
+                time.sleep(0.5)
+                for task in batch:
+                    self._tasks.put(task)
+
+    def _refresh_brokers(self) -> None:
+        self._live = MappingProxyType(self.client.brokers())
+        self._cannot_serve = self.client.offline_replicas()
+        # offline_replicas depend on liveness: rebuild every topic from the cached states.
+        for name in list(self._snapshot):
+            self._refresh_topic(name)
+        self._signal()
+
+    def _refresh_topic(self, name: str, *, notify: bool = True) -> None:
+        assignment = self.client.topic_assignment(name)
+        old = self._snapshot.get(name)
+        if assignment is None:
+            self._watched.difference_update(
+                {zd.topic_path(name), zd.topic_config_path(name)}
+                | {p for p in self._watched if p.startswith(zd.partitions_path(name) + "/")}
+            )
+            for key in [k for k in self._leader_isr if k[0] == name]:
+                del self._leader_isr[key]
+            if old is not None:
+                self._publish(name, None, notify)
+            return
+        self._watch_topic(name)
+        configs = self.client.topic_config(name)
+        partitions: dict[int, PartitionState] = {}
+        for p, replicas in sorted(assignment.partitions.items()):
+            self._watch(zd.partition_state_path(name, p), name)
+            state = self.client.partition_state(name, p)
+            if state is None:
+                continue  # the controller has not elected its first leader yet
+            self._leader_isr[(name, p)] = state
+            partitions[p] = PartitionState(
+                name, p, list(replicas), state.leader, state.leader_epoch, list(state.isr),
+                state.zk_version,
+                [
+                    r for r in replicas
+                    if r not in self._live or TopicPartition(name, p) in self._cannot_serve.get(r, ())
+                ],
+            )
+        if not partitions:
+            if old is not None:
+                self._publish(name, None, notify)
+            return
+        new = TopicState(
+            name, assignment.topic_id or random_uuid(), partitions, configs, name in INTERNAL_TOPICS
+        )
+        if new != old:
+            self._publish(name, new, notify)
+
+    def _publish(self, name: str, state: TopicState | None, notify: bool) -> None:
+        topics = dict(self._snapshot)
+        if state is None:
+            topics.pop(name, None)
+        else:
+            topics[name] = state
+        self._snapshot = MappingProxyType(topics)
+        if notify:
+            for fn in list(self._listeners):
+                try:
+                    fn(name, state)
+                except Exception:
+                    log.exception("metadata listener failed for topic %s", name)
+        self._signal()
+
+    def _signal(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    # -- changes --------------------------------------------------------------------------------
+
+    def _live_racks(self) -> dict[int, str | None]:
+        return {b: reg.rack for b, reg in self.client.brokers().items()}
+
+    def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+        *, internal: bool = False, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        _check_new_name(name, self.client.topics())
+        check_partition_count(name, num_partitions)
+        brokers = self._live_racks()
+        placed = self._place(brokers, num_partitions, replication_factor, assignment, 0)
+        topic_id = random_uuid()
+        planned = TopicState(
+            name, topic_id,
+            {p: PartitionState(name, p, list(rs), -1) for p, rs in placed.items()},
+            dict(configs), internal or name in INTERNAL_TOPICS,
+        )
+        if validate_only:
+            return planned
+        try:
+            self.client.create_topic(TopicAssignment(name, topic_id, placed), configs)
+        except NodeExistsError:
+            raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists") from None
+        self._tasks.put(("topic", name))
+        self.wait_for(lambda: self._complete(name, num_partitions), ADMIN_WAIT_S)
+        return self._snapshot.get(name) or planned
+
+    def _complete(self, name: str, partitions: int) -> bool:
+        state = self._snapshot.get(name)
+        return state is not None and len(state.partitions) >= partitions
+
+    def delete_topic(self, name: str) -> TopicState:
+        state = self._snapshot.get(name)
+        if state is None or self.client.topic_assignment(name) is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+        self.client.request_topic_deletion(name)
+        self.wait_for(lambda: name not in self._snapshot, ADMIN_WAIT_S)
+        return state
+
+    @staticmethod
+    def _place(
+        brokers: Mapping[int, str | None], partitions: int, replication_factor: int,
+        manual: Mapping[int, Sequence[int]] | None, first: int,
+    ) -> dict[int, tuple[int, ...]]:
+        if manual is not None:
+            validate_assignment(manual, list(brokers), first_partition=first)
+            return {p: tuple(rs) for p, rs in manual.items()}
+        return assign_replicas(
+            brokers, partitions, replication_factor, first_partition=first,
+            start_index=random.randrange(max(len(brokers), 1)),
+            shift=random.randrange(max(len(brokers), 1)),
+        )
+
+    def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicState:
+        current = self.client.topic_assignment(name)
+        state = self._snapshot.get(name)
+        if current is None or state is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+        have = len(current.partitions)
+        check_partition_increase(name, have, total)
+        brokers = self._live_racks()
+        replication = len(next(iter(current.partitions.values())))
+        added = self._place(brokers, total - have, replication, assignment, have)
+        if validate_only:
+            return state
+        self.client.set_topic_assignment(
+            replace(current, partitions={**current.partitions, **added})
+        )
+        self.wait_for(lambda: self._complete(name, total), ADMIN_WAIT_S)
+        return self._snapshot.get(name) or state
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicState:
+        before = self._snapshot.get(name)
+        if before is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
+        try:
+            self.client.set_topic_config(name, configs)
+        except NoNodeError:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist") from None
+
+        def applied() -> bool:
+            current = self._snapshot.get(name)
+            return current is None or current.configs == configs
+
+        self.wait_for(applied, ADMIN_WAIT_S)
+        return self._snapshot.get(name) or replace(before, configs=dict(configs))
+
+    def update_partition(self, state: PartitionState) -> None:
+        """A leader's ISR change (AlterPartition semantics): ``state.partition_epoch`` is the
+        proposal's new epoch, so it applies only over ``partition_epoch - 1``; a stale proposal
+        is refused with INVALID_UPDATE_VERSION. The controller is told by a notification."""
+        current = self._leader_isr.get((state.topic, state.partition))
+        controller_epoch = current.controller_epoch if current is not None else 0
+        try:
+            self.client.leader_update_partition_state(
+                state.topic, state.partition,
+                LeaderIsr(state.leader, state.leader_epoch, tuple(state.isr), controller_epoch),
+                state.partition_epoch - 1,
+            )
+        except (StalePartitionState, NoNodeError) as exc:
+            raise MetadataError("INVALID_UPDATE_VERSION", str(exc)) from None
+        self.client.notify_isr_change([state.tp])
+
+    # -- controlled shutdown --------------------------------------------------------------------
+
+    def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Asks the controller to move this broker's leaderships away and waits until none is
+        left that another in-sync replica could take; False when ``timeout_s`` passed first."""
+        self.client.request_controlled_shutdown(self.node_id)
+
+        def moved() -> bool:
+            return all(
+                p.leader != self.node_id or p.isr == [self.node_id]
+                for t in self._snapshot.values()
+                for p in t.partitions.values()
+            )
+
+        return self.wait_for(moved, timeout_s)
+
+
+def _check_new_name(name: str, existing: Iterable[str]) -> None:
+    problem = validate_topic_name(name)
+    if problem:
+        raise MetadataError("INVALID_TOPIC_EXCEPTION", problem)
+    check_topic_absent(name, existing)

@@ -1,0 +1,168 @@
+"""`ZkMetadataStore` and `Controller` in this process, two brokers' worth, against the real
+ZooKeeper: the caches follow the controller's decisions, admin writes wait for them, a leader's
+ISR change is conditional on the partition epoch, and a broker registers again after its
+session expired."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from logkeel.cluster.controller import Controller
+from logkeel.cluster.metadata import MetadataError, TopicState
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_store import ZkMetadataStore
+from tests.cluster.test_zk_client import expire_session, wait_for
+
+
+class Node:
+    def __init__(self, connect: str, broker_id: int, rebalance_s: float | None = None) -> None:
+        client = ZkMetadataClient(connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
+        self.store = ZkMetadataStore(client, broker_id, rack=None)
+        self.controller = Controller(client, broker_id, rebalance_interval_s=rebalance_s)
+        self.events: list[tuple[str, TopicState | None]] = []
+        self.store.add_listener(lambda name, state: self.events.append((name, state)))
+        self.store.start()
+        self.store.register("127.0.0.1", 9000 + broker_id, [f"dir-{broker_id}"])
+        self.controller.start()
+
+    def close(self) -> None:
+        self.controller.stop()
+        self.store.close()
+
+
+@pytest.fixture
+def nodes(zk_connect: str) -> Iterator[Callable[[int], Node]]:
+    made: list[Node] = []
+
+    def make(broker_id: int, rebalance_s: float | None = None) -> Node:
+        made.append(Node(zk_connect, broker_id, rebalance_s))
+        return made[-1]
+
+    yield make
+    for node in made:
+        node.close()
+
+
+def test_caches_follow_the_controller_and_admin_writes_wait(nodes) -> None:
+    a, b = nodes(1), nodes(2)
+    wait_for(lambda: len(a.store.brokers()) == 2 and len(b.store.brokers()) == 2, "both live")
+    assert a.store.cluster_id == b.store.cluster_id
+    wait_for(lambda: a.store.controller_id in (1, 2), "a controller")
+
+    with pytest.raises(MetadataError) as refused:
+        a.store.create_topic("wide", 1, 3, {})
+    assert refused.value.error_name == "INVALID_REPLICATION_FACTOR"
+
+    created = a.store.create_topic("t", 2, 2, {"retention.ms": "1000"})
+    assert [p.leader for p in created.partitions.values()] == [
+        p.replicas[0] for p in created.partitions.values()
+    ]
+    wait_for(lambda: b.store.topic("t") == a.store.topic("t"), "b to see the same topic")
+    assert ("t", b.store.topic("t")) in b.events
+
+    grown = b.store.create_partitions("t", 3)
+    assert sorted(grown.partitions) == [0, 1, 2]
+    assert b.store.set_topic_configs("t", {"retention.ms": "5"}).configs == {"retention.ms": "5"}
+
+    # A leader drops its follower from the ISR (AlterPartition semantics).
+    p0 = a.store.partition(created.partitions[0].tp)
+    assert p0 is not None
+    follower = next(r for r in p0.replicas if r != p0.leader)
+    shrunk = type(p0)(
+        p0.topic, 0, p0.replicas, p0.leader, p0.leader_epoch, [p0.leader], p0.partition_epoch + 1
+    )
+    a.store.update_partition(shrunk)
+    wait_for(
+        lambda: (s := b.store.partition(p0.tp)) is not None and s.isr == [p0.leader],
+        "the shrunk ISR everywhere",
+    )
+    with pytest.raises(MetadataError) as stale:
+        a.store.update_partition(shrunk)  # made against the epoch that is now gone
+    assert stale.value.error_name == "INVALID_UPDATE_VERSION"
+    assert follower not in b.store.partition(p0.tp).isr  # type: ignore[union-attr]
+
+    a.store.delete_topic("t")
+    wait_for(lambda: b.store.topic("t") is None, "the deletion everywhere")
+    assert ("t", None) in b.events
+
+
+def test_registration_returns_after_session_expiry(nodes) -> None:
+    a, b = nodes(1), nodes(2)
+    wait_for(lambda: len(b.store.brokers()) == 2, "both live")
+    before = b.store.registrations()[1].broker_epoch
+    started = time.monotonic()
+    expire_session(a.store.client)
+
+    def registered_again() -> bool:
+        reg = b.store.registrations().get(1)
+        return reg is not None and reg.broker_epoch != before
+
+    wait_for(registered_again, "a to register again, with a new broker epoch")
+    assert time.monotonic() - started < 15
+    wait_for(lambda: a.store.controller_id in (1, 2), "a controller again")
+
+
+def test_leadership_returns_to_the_preferred_replica(nodes) -> None:
+    a, b = nodes(1, 0.2), nodes(2, 0.2)
+    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    created = a.store.create_topic("r", 2, 2, {})
+    preferred_by_b = next(p for p in created.partitions.values() if p.replicas[0] == 2)
+    b.close()
+    wait_for(
+        lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 1,
+        "broker 1 to take over",
+    )
+    nodes(2, 0.2)
+    current = a.store.partition(preferred_by_b.tp)
+    assert current is not None and current.isr == [1]
+    # The leader takes the returned follower back into the ISR (replication does this).
+    a.store.update_partition(
+        type(current)(
+            current.topic, current.partition, current.replicas, 1, current.leader_epoch, [1, 2],
+            current.partition_epoch + 1,
+        )
+    )
+    wait_for(
+        lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 2,
+        "the auto leader rebalance to give it back",
+    )
+
+
+def test_replicas_of_a_failed_log_dir_lose_leadership(nodes) -> None:
+    a, b = nodes(1), nodes(2)
+    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    created = a.store.create_topic("disk", 2, 2, {})
+    led_by_a = [p.tp for p in created.partitions.values() if p.leader == 1]
+    assert led_by_a
+    a.store.report_offline_replicas(led_by_a, ["dir-1"])
+
+    def moved() -> bool:
+        states = [b.store.partition(tp) for tp in led_by_a]
+        return all(s is not None and s.leader == 2 and s.isr == [2] for s in states)
+
+    wait_for(moved, "the controller to move leadership off the failed dir")
+    wait_for(
+        lambda: b.store.registrations()[1].offline_log_dir_ids == ("dir-1",),
+        "the offline dir in broker 1's registration",
+    )
+    wait_for(
+        lambda: all(1 in b.store.partition(tp).offline_replicas for tp in led_by_a),  # type: ignore[union-attr]
+        "broker 1 listed as an offline replica",
+    )
+
+
+def test_manual_assignments_are_kept_and_checked(nodes) -> None:
+    a, _ = nodes(1), nodes(2)
+    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    created = a.store.create_topic("manual", 2, 2, {}, assignment={0: [2, 1], 1: [1, 2]})
+    assert {p: (s.replicas, s.leader) for p, s in created.partitions.items()} == {
+        0: ([2, 1], 2), 1: ([1, 2], 1),
+    }
+    grown = a.store.create_partitions("manual", 3, assignment={2: [2, 1]})
+    assert grown.partitions[2].replicas == [2, 1]
+    with pytest.raises(MetadataError) as unknown:
+        a.store.create_topic("bad", 1, 2, {}, assignment={0: [1, 7]})
+    assert unknown.value.error_name == "INVALID_REPLICA_ASSIGNMENT"
