@@ -115,6 +115,14 @@ class GroupApi:
             )
         return response(ctx, coordinators=tuple(coordinators))
 
+    def _if_leader(self, tp: TopicPartition) -> tuple[ErrorCode, int, str, int]:
+        """This broker as the coordinator of the keys of ``tp``, if it leads it."""
+        state = self._broker.metadata.partition(tp)
+        if state is not None and state.leader != self._broker.node_id:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        host, port = self._broker.advertised
+        return ErrorCode.none, self._broker.node_id, host, port
+
     async def _coordinator_for(
         self, ctx: RequestContext, key_type: int, key: str
     ) -> tuple[ErrorCode, int, str, int]:
@@ -124,19 +132,14 @@ class GroupApi:
             if code != ErrorCode.none:
                 return (code, *none)
             partition = self.coordinator.partition_for(key)
-            state = self._broker.metadata.partition(TopicPartition(OFFSETS_TOPIC, partition or 0))
-            if state is not None and state.leader != self._broker.node_id:
-                return (ErrorCode.coordinator_not_available, *none)
-            host, port = self._broker.advertised
-            return ErrorCode.none, self._broker.node_id, host, port
+            return self._if_leader(TopicPartition(OFFSETS_TOPIC, partition or 0))
         if key_type == _COORDINATOR_KEY_TRANSACTION:
             if self.txn_coordinator is None:
                 return (ErrorCode.coordinator_not_available, *none)
             code = await self.txn_coordinator.ensure_state_topic()
             if code != ErrorCode.none:
                 return (code, *none)
-            host, port = self._broker.advertised
-            return ErrorCode.none, self._broker.node_id, host, port
+            return self._if_leader(self.txn_coordinator.state_partition(key))
         if key_type == _COORDINATOR_KEY_SHARE and ctx.api_version >= 6:
             return (ErrorCode.invalid_request, *none)
         return (ErrorCode.invalid_request, *none)

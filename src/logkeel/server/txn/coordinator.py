@@ -353,17 +353,17 @@ class TransactionCoordinator:
                 await asyncio.sleep(_MARKER_RETRY_S)
 
     def _coordinator_epoch(self, transactional_id: str) -> int:
-        tp = self._state_partition(transactional_id)
+        tp = self.state_partition(transactional_id)
         state = self._metadata.partition(tp)
         return max(state.leader_epoch, 0) if state is not None else 0
 
-    def _state_partition(self, transactional_id: str) -> TopicPartition:
+    def state_partition(self, transactional_id: str) -> TopicPartition:
         n = self._num_partitions or self.settings.topic.partitions
         return TopicPartition(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, n))
 
     async def _write(self, meta: TxnMetadata, target: TxnLogValue) -> None:
         """Writes ``target`` as the id's record; it is the state once acknowledged."""
-        tp = self._state_partition(meta.transactional_id)
+        tp = self.state_partition(meta.transactional_id)
         record = (encode_txn_key(meta.transactional_id), encode_txn_value(target))
         try:
             await self._store.append(tp.partition, [record])
