@@ -72,8 +72,7 @@ class CoordinatorHost(Protocol):
     @property
     def node_id(self) -> int: ...
 
-    @property
-    def advertised(self) -> tuple[str, int]: ...
+    def advertised_for(self, listener_name: str) -> tuple[str, int]: ...
 
     @property
     def metadata(self) -> MetadataStore: ...
@@ -126,7 +125,7 @@ class GroupApi:
             state = self._broker.metadata.partition(TopicPartition(OFFSETS_TOPIC, partition or 0))
             if state is not None and state.leader != self._broker.node_id:
                 return (ErrorCode.coordinator_not_available, *none)
-            host, port = self._broker.advertised
+            host, port = self._broker.advertised_for(ctx.listener)
             return ErrorCode.none, self._broker.node_id, host, port
         if key_type == _COORDINATOR_KEY_TRANSACTION:
             # Transactions (and so a transaction coordinator) are not implemented.
