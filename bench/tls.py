@@ -144,7 +144,7 @@ def main() -> None:
         broker.stop()
     summary: dict[str, Any] = {
         "settings": {"messages": args.messages, "message_bytes": MESSAGE, "repeats": args.repeats,
-                     "confluent_kafka": confluent_kafka.version()[0], "tls": "TLSv1.3"},
+                     "librdkafka": confluent_kafka.libversion()[0], "tls": "TLSv1.3"},
     }  # fmt: skip
     for phase, by_listener in results.items():
         plain = by_listener["PLAINTEXT"]

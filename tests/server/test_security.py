@@ -28,12 +28,13 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from cryptography import x509
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.protocol import ApiKey, decode_response, encode_request, request_schema
 from logkeel.server.protocol import response_schema as response_schema_of
 from logkeel.testing.broker_process import LogkeelBroker, free_port
-from logkeel.testing.certs import Certificates, make_certificates
+from logkeel.testing.certs import Certificates, make_certificates, renew_server_certificate
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -346,10 +347,14 @@ def test_aiokafka_over_sasl_ssl(secure: SecureBroker) -> None:
     assert asyncio.run(run()) == [b"a%d" % i for i in range(5)]
 
 
-def test_kcat_over_ssl(secure: SecureBroker) -> None:
+@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
+def test_kcat_over_ssl_and_sasl_ssl(secure: SecureBroker, listener: str) -> None:
     topic = f"kcat-{uuid.uuid4().hex[:8]}"
-    tls = ["-b", secure.bootstrap("SSL"), "-X", "security.protocol=SSL",
+    tls = ["-b", secure.bootstrap(listener), "-X", f"security.protocol={listener}",
            "-X", f"ssl.ca.location={secure.certs.ca}"]  # fmt: skip
+    if listener == "SASL_SSL":
+        tls += ["-X", "sasl.mechanism=SCRAM-SHA-512", "-X", "sasl.username=bob",
+                "-X", f"sasl.password={BOB_PASSWORD}"]  # fmt: skip
     produced = subprocess.run(
         ["kcat", *tls, "-P", "-t", topic], input=b"one\ntwo\nthree\n", timeout=60,
         capture_output=True,
@@ -410,3 +415,25 @@ def test_tls_listener_without_a_key_refuses_to_start(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "ssl.keystore.location" in result.stderr
+
+
+def _served_serial(secure: SecureBroker) -> int:
+    ctx = ssl.create_default_context(cafile=str(secure.certs.ca))
+    raw = socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10)
+    with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+def test_renewed_certificate_is_served_without_restart(secure: SecureBroker) -> None:
+    # Last in the module: later tests would see the renewed certificate (same CA, so fine).
+    before = _served_serial(secure)
+    renewed = renew_server_certificate(secure.certs)
+    assert renewed != before
+    deadline = time.monotonic() + 30
+    while _served_serial(secure) != renewed:
+        assert time.monotonic() < deadline, secure.broker.output_tail(10)
+        time.sleep(0.5)
+    assert "reloaded its TLS key and trust stores" in secure.broker.output()
+    assert produce_and_consume(client_config(secure, "SSL"), 2) == [b"m0", b"m1"]

@@ -171,7 +171,9 @@ class ScramServerExchange:
         assert self._credential is not None
         without_proof, sep, proof_attr = text.rpartition(",p=")
         attrs = _attributes(without_proof) if sep else {}
-        if attrs.get("r") != self._nonce or "c" not in attrs:
+        # Kafka accepts a final nonce that ends with the server's (older librdkafka, as in
+        # kcat 1.7, repeats the client part); the proof still covers the message as sent.
+        if not attrs.get("r", "").endswith(self._nonce) or "c" not in attrs:
             raise ScramError("invalid SCRAM client-final message")
         try:
             proof = base64.b64decode(proof_attr, validate=True)

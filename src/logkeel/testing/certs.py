@@ -14,12 +14,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Certificates", "make_certificates"]
+__all__ = ["Certificates", "make_certificates", "renew_server_certificate"]
 
 
 @dataclass(frozen=True)
 class Certificates:
     ca: Path  # the CA certificate (trust store of both sides)
+    ca_key: Path
     server: Path  # server key + certificate chain, one PEM file (ssl.keystore.location)
     server_cert: Path
     server_key: Path
@@ -101,6 +102,7 @@ def make_certificates(directory: Path) -> Certificates:
     intruder = _cert(_name("intruder"), intruder_key, rogue_name, rogue_key)
     files = {
         "ca.pem": _pem_cert(ca),
+        "ca-key.pem": _pem_key(ca_key),
         "server.pem": _pem_key(server_key) + _pem_cert(server) + _pem_cert(ca),
         "server-cert.pem": _pem_cert(server),
         "server-key.pem": _pem_key(server_key),
@@ -114,6 +116,7 @@ def make_certificates(directory: Path) -> Certificates:
     d = directory
     return Certificates(
         d / "ca.pem",
+        d / "ca-key.pem",
         d / "server.pem",
         d / "server-cert.pem",
         d / "server-key.pem",
@@ -122,3 +125,17 @@ def make_certificates(directory: Path) -> Certificates:
         d / "intruder-cert.pem",
         d / "intruder-key.pem",
     )
+
+
+def renew_server_certificate(certs: Certificates) -> int:
+    """A new server key and certificate from the same CA, written over ``certs.server`` at
+    once (a rename, as a certificate manager does); returns the new serial number."""
+    ca = x509.load_pem_x509_certificate(certs.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(certs.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = _key()
+    cert = _cert(_name("localhost"), key, ca.subject, ca_key, server=True)
+    staging = certs.server.with_suffix(".new")
+    staging.write_bytes(_pem_key(key) + _pem_cert(cert) + _pem_cert(ca))
+    staging.replace(certs.server)
+    return int(cert.serial_number)

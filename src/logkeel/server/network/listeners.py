@@ -4,6 +4,8 @@ each, started together and stopped together, seen by the broker as one network s
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Callable
 
 from logkeel.config import BrokerConfig
@@ -12,8 +14,14 @@ from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Observer
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.server import Server
+from logkeel.server.network.tls import CertificateReloader
 
-__all__ = ["ListenerSet", "bind_host"]
+__all__ = ["CERTIFICATE_CHECK_SECONDS", "ListenerSet", "bind_host"]
+
+log = logging.getLogger(__name__)
+
+# How often TLS listeners look for renewed certificate files.
+CERTIFICATE_CHECK_SECONDS = 5.0
 
 
 def bind_host(listener: Listener) -> str:
@@ -44,6 +52,7 @@ class ListenerSet:
             for listener in self.listeners
         ]
         self.failed: Server = self.servers[0]  # the listener that could not bind
+        self._watcher: asyncio.Task[None] | None = None
 
     def server(self, listener_name: str) -> Server:
         return next(s for s in self.servers if s.listener == listener_name)
@@ -76,6 +85,25 @@ class ListenerSet:
                     await done.stop()
                 raise exc
             started.append(s)
+        reloaders = [
+            s.security.certificates for s in self.servers if s.security.certificates is not None
+        ]
+        if reloaders:
+            self._watcher = asyncio.get_running_loop().create_task(_watch_certificates(reloaders))
 
     async def stop(self, timeout: float = 30.0) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         await asyncio.gather(*(s.stop(timeout) for s in self.servers))
+
+
+async def _watch_certificates(reloaders: list[CertificateReloader]) -> None:
+    while True:
+        await asyncio.sleep(CERTIFICATE_CHECK_SECONDS)
+        for reloader in reloaders:
+            try:
+                await asyncio.to_thread(reloader.reload_if_changed)
+            except Exception:
+                log.exception("checking the certificates of listener %s failed", reloader.listener)

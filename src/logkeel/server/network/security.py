@@ -11,7 +11,7 @@ from typing import Any
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.config import BrokerConfig
 from logkeel.server.network.sasl import listener_sasl
-from logkeel.server.network.tls import PrincipalMapper, server_ssl_context
+from logkeel.server.network.tls import CertificateReloader, PrincipalMapper
 from logkeel.server.session import SaslMechanisms, Session
 
 __all__ = ["PLAINTEXT", "ListenerSecurity", "listener_security"]
@@ -20,13 +20,17 @@ __all__ = ["PLAINTEXT", "ListenerSecurity", "listener_security"]
 @dataclass(frozen=True, slots=True)
 class ListenerSecurity:
     protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
+    certificates: CertificateReloader | None = None
     principals: PrincipalMapper | None = None
     sasl: SaslMechanisms | None = None
 
     @property
     def tls(self) -> bool:
-        return self.ssl_context is not None
+        return self.certificates is not None
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return None if self.certificates is None else self.certificates.context
 
     def new_session(self, listener: str, peercert: Mapping[str, Any] | None) -> Session:
         session = Session(listener, self.protocol, sasl=self.sasl)
@@ -47,7 +51,7 @@ def listener_security(
     tls = protocol in ("SSL", "SASL_SSL")
     return ListenerSecurity(
         protocol,
-        server_ssl_context(config, listener) if tls else None,
+        CertificateReloader(config, listener) if tls else None,
         PrincipalMapper(config.listener_value(listener, "ssl.principal.mapping.rules"))
         if tls
         else None,

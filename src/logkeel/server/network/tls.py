@@ -9,19 +9,23 @@ as soon as it is loaded.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import ssl
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from logkeel.config import BrokerConfig
 from logkeel.config.types import ConfigError, ConfigProblem
 from logkeel.server.session import ANONYMOUS
 
-__all__ = ["PrincipalMapper", "distinguished_name", "server_ssl_context"]
+__all__ = ["CertificateReloader", "PrincipalMapper", "distinguished_name", "server_ssl_context"]
+
+log = logging.getLogger(__name__)
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {
@@ -90,6 +94,58 @@ def server_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         )
     ctx.verify_mode = _CLIENT_AUTH[client_auth]
     return ctx
+
+
+class CertificateReloader:
+    """A renewed key store or trust store file is served without a restart: the listening
+    context hands every new handshake the newest context (``sni_callback`` runs on each
+    ClientHello, SNI or not), and ``reload_if_changed`` rebuilds that context when a file's
+    modification time or size changes. Connections already open keep their certificate."""
+
+    def __init__(self, config: BrokerConfig, listener: str) -> None:
+        self._config = config
+        self.listener = listener
+        self._files = [
+            Path(p)
+            for p in (
+                config.listener_value(listener, "ssl.keystore.location"),
+                config.listener_value(listener, "ssl.truststore.location"),
+            )
+            if p
+        ]
+        self._stamp = self._stamps()
+        self.current = server_ssl_context(config, listener)
+        self.context = server_ssl_context(config, listener)
+        self.context.sni_callback = self._choose
+
+    def _choose(self, conn: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext) -> None:
+        conn.context = self.current
+
+    def _stamps(self) -> list[tuple[int, int] | None]:
+        out: list[tuple[int, int] | None] = []
+        for path in self._files:
+            try:
+                st = path.stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return out
+
+    def reload_if_changed(self) -> bool:
+        """Blocking (reads the files): call from a thread. True if a new context is in use; a
+        file that does not load (half written, wrong password) keeps the old one, logged."""
+        stamp = self._stamps()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            fresh = server_ssl_context(self._config, self.listener)
+        except ConfigError as exc:
+            log.error("listener %s: keeping the current certificate: %s", self.listener, exc)
+            return False
+        self.current = fresh
+        log.info("listener %s: reloaded its TLS key and trust stores", self.listener)
+        return True
 
 
 def _load_pem_strings(ctx: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
