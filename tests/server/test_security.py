@@ -289,6 +289,32 @@ def test_garbage_during_the_sasl_exchange_fails_cleanly(secure: SecureBroker) ->
     assert secure.broker.alive()
 
 
+def test_sasl_handshake_v0_then_raw_tokens(secure: SecureBroker) -> None:
+    """Pre-KIP-152 clients: after SaslHandshake v0 the tokens are bare size-prefixed frames."""
+    handshake_type = response_schema_of(ApiKey.SASL_HANDSHAKE, 0)
+    metadata_type = response_schema_of(ApiKey.METADATA, 4)
+    port = secure.ports["SASL_PLAINTEXT"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(_frame(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN"))
+        answer = _read_frame(s)
+        assert answer is not None
+        assert decode_response(handshake_type, answer)[1].error_code == ErrorCode.none
+        token = b"\0alice\0alice-secret"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert _read_frame(s) == b""  # PLAIN's empty server token
+        s.sendall(_frame(ApiKey.METADATA, 4, topics=None, allow_auto_topic_creation=False))
+        answer = _read_frame(s)
+        assert answer is not None
+        brokers = decode_response(metadata_type, answer)[1].brokers
+        assert [b.port for b in brokers] == [port]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(_frame(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN"))
+        assert _read_frame(s) is not None
+        token = b"\0alice\0wrong"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert _closed(s)
+
+
 def test_kafka_python_over_ssl_and_scram(secure: SecureBroker) -> None:
     import kafka
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ssl
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from logkeel.cluster.scram import ScramCredential, ScramError, ScramServerExchange, salted_password
+from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
 from logkeel.config.types import ConfigError
-from logkeel.server.network.tls import PrincipalMapper
+from logkeel.server.network.tls import PrincipalMapper, server_ssl_context
+from logkeel.testing.certs import make_certificates
 
 # RFC 7677 section 3: user "user", password "pencil".
 RFC7677_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -127,3 +132,33 @@ def test_jaas_plain_users() -> None:
     with pytest.raises(ConfigError) as err:
         plain_users('PlainLoginModule required user_a="secret"', "k")  # no ';'
     assert "secret" not in str(err.value)
+
+
+def test_tls_context_from_pem_strings(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    config = BrokerConfig(
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.certificate.chain": certs.server_cert.read_text(),
+            "ssl.keystore.key": certs.server_key.read_text(),
+            "ssl.truststore.certificates": certs.ca.read_text(),
+            "ssl.client.auth": "required",
+            "ssl.enabled.protocols": "TLSv1.3",
+        }
+    )
+    ctx = server_ssl_context(config, "SSL")
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [
+        ((("organizationName", "logkeel"),), (("commonName", "logkeel test CA"),))
+    ]
+    assert ctx.minimum_version == ctx.maximum_version == ssl.TLSVersion.TLSv1_3
+    assert ctx.verify_mode == ssl.CERT_REQUIRED
+    wrong_key = BrokerConfig(
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.certificate.chain": certs.server_cert.read_text(),
+            "ssl.keystore.key": certs.client_key.read_text(),
+        }
+    )
+    with pytest.raises(ConfigError, match="listener SSL"):
+        server_ssl_context(wrong_key, "SSL")
+    assert not list(Path(tempfile.gettempdir()).glob("logkeel-keystore-*"))
