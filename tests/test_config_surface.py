@@ -156,18 +156,27 @@ def test_rejected_broker_key_fails_start_up(name: str, tmp_path: Path) -> None:
         assert BrokerConfig.from_properties(path).get(name) == key.default
 
 
-@pytest.mark.parametrize(
-    "listeners",
-    ["PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093", "SSL://127.0.0.1:9093"],
-)
-def test_listeners_the_broker_does_not_serve_fail_start_up(listeners: str) -> None:
-    props = {
-        "listeners": listeners,
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,SSL:SSL",
-    }
-    with pytest.raises(ConfigError, match="not supported yet") as err:
-        BrokerConfig(props)
-    assert set(err.value.keys) == {"listeners"}
+def test_several_listeners_and_custom_names_are_accepted() -> None:
+    config = BrokerConfig(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093,SSL://:9094",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL,SSL:SSL",
+            "listener.name.internal.ssl.client.auth": "required",
+        }
+    )
+    assert [listener.name for listener in config.listeners] == ["PLAINTEXT", "INTERNAL", "SSL"]
+    assert config.security_protocol("INTERNAL") == "SASL_SSL"
+    assert config.listener_value("INTERNAL", "ssl.client.auth") == "required"
+    assert config.listener_value("SSL", "ssl.client.auth") == "none"
+
+
+def test_bad_per_listener_override_fails_with_its_key() -> None:
+    config = BrokerConfig(
+        {"listeners": "SSL://127.0.0.1:9093", "listener.name.ssl.ssl.client.auth": "maybe"}
+    )
+    with pytest.raises(ConfigError) as err:
+        config.listener_value("SSL", "ssl.client.auth")
+    assert set(err.value.keys) == {"listener.name.ssl.ssl.client.auth"}
 
 
 @pytest.mark.parametrize("name", sorted(REJECTED_TOPIC_KEYS))

@@ -11,6 +11,7 @@ from logkeel.cli.audit import audit_command
 from logkeel.cli.cluster import cluster_group
 from logkeel.cli.log_commands import log_group
 from logkeel.cli.serve import serve
+from logkeel.cli.users import users_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +27,7 @@ cli.add_command(log_group)
 cli.add_command(serve)
 cli.add_command(audit_command)
 cli.add_command(cluster_group)
+cli.add_command(users_group)
 
 
 def main() -> None:

@@ -150,6 +150,9 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
     # Built before the event loop runs: construction reads files (meta.properties, metadata).
     try:
         broker = Broker(config, metrics_port=metrics_port)
+    except ConfigError as exc:  # e.g. a TLS listener whose key cannot be read
+        click.echo(f"logkeel serve: {exc}", err=True)
+        return EXIT_BAD_CONFIG
     except (OSError, ValueError, BrokerStartError) as exc:
         log.error("cannot start: %s", exc)
         click.echo(f"logkeel serve: cannot start: {exc}", err=True)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
@@ -160,6 +161,14 @@ class MetadataStore(ABC):
     def add_listener(self, fn: Listener) -> None:
         """``fn(topic_name, state_or_None)`` after each topic change (None: deleted)."""
 
+    def scram_credentials(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
+        """user -> SCRAM mechanism -> its salted credential document (``cluster.scram``)."""
+        return {}
+
+    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replaces ``user``'s credentials (empty: the user has none left)."""
+        raise MetadataError("UNSUPPORTED_VERSION", "this metadata store keeps no SCRAM credentials")
+
 
 class EmbeddedMetadataStore(MetadataStore):
     """Single-node metadata in `logkeel-metadata.json`, copied into every online log dir."""
@@ -180,6 +189,7 @@ class EmbeddedMetadataStore(MetadataStore):
         # partitions}. Written in the same document that removes the topic, so a deletion a
         # crash interrupts before its dirs were renamed is finished at the next start.
         self._pending_deletions: list[dict[str, object]] = []
+        self._scram: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -205,6 +215,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._version = best.get("version", 0)
         self.cluster_id = self.cluster_id or best.get("cluster_id", "")
         self._pending_deletions = list(best.get("pending_deletions", []))
+        self._scram = MappingProxyType(best.get("scram_credentials", {}))
         topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
@@ -223,6 +234,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 for t in topics.values()
             ],
             "pending_deletions": self._pending_deletions,
+            "scram_credentials": dict(self._scram),
         }
         data = json.dumps(doc, indent=1).encode()
         written = 0
@@ -269,7 +281,22 @@ class EmbeddedMetadataStore(MetadataStore):
             self._pending_deletions = [e for e in self._pending_deletions if e["name"] not in done]
             self._publish(dict(self._snapshot))
 
+    def scram_credentials(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
+        return self._scram
+
     # -- changes ----------------------------------------------------------------------------------
+    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+        with self._write_lock:
+            previous = self._scram
+            changed = {k: v for k, v in previous.items() if k != user}
+            if credentials:
+                changed[user] = dict(credentials)
+            self._scram = MappingProxyType(changed)
+            try:
+                self._publish(dict(self._snapshot))
+            except MetadataError:
+                self._scram = previous
+                raise
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
         *, internal: bool = False, validate_only: bool = False,

@@ -30,6 +30,7 @@ from logkeel.config.types import (
 logger = logging.getLogger(__name__)
 
 _ID_SYNONYMS = ("node.id", "broker.id")
+LISTENER_PREFIX = "listener.name."
 
 
 class BrokerConfig(TypedConfig):
@@ -44,7 +45,10 @@ class BrokerConfig(TypedConfig):
     def __init__(self, props: Mapping[str, object] | None = None, *, warn_unknown: bool = True):
         originals = {str(k): to_property_string(v) for k, v in (props or {}).items()}
         self._originals = MappingProxyType(originals)
-        self._unknown = tuple(k for k in originals if k not in self.DEFINITION)
+        # listener.name.<name>.<key> are per-listener settings, read through listener_value.
+        self._unknown = tuple(
+            k for k in originals if k not in self.DEFINITION and not k.startswith(LISTENER_PREFIX)
+        )
         for key in self._unknown if warn_unknown else ():
             logger.warning("Unknown broker config %r (value %r) is ignored", key, originals[key])
 
@@ -156,6 +160,24 @@ class BrokerConfig(TypedConfig):
     @property
     def listener_security_protocol_map(self) -> dict[str, str]:
         return dict(self._protocol_map)
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
+        return self._protocol_map.get(listener_name, listener_name)
+
+    def listener_value(self, listener_name: str, key: str) -> Any:
+        """Kafka's per-listener override ``listener.name.<name>.<key>`` (name lower-cased) if
+        given, else the broker-wide ``key`` (None for a key that is not defined)."""
+        full_key = f"{LISTENER_PREFIX}{listener_name.lower()}.{key}"
+        override = self._originals.get(full_key)
+        if override is not None and key in self.DEFINITION:
+            try:
+                return self.DEFINITION[key].parse(override)
+            except ValueError as exc:
+                raise ConfigError([ConfigProblem(full_key, override, str(exc))]) from None
+        if override is not None:
+            return override
+        return self._values.get(key)
 
     def topic_default(self, topic_name: str) -> Any:
         """The server default of a topic-level config, resolved through its broker synonyms."""
@@ -275,7 +297,6 @@ class BrokerConfig(TypedConfig):
         if len(problems) == before and not self._listeners:
             problems.append(ConfigProblem("listeners", values["listeners"], "no listener given"))
         problems.extend(check_listener_ports(list(self._listeners)))
-        problems.extend(self._unsupported_listeners(values["listeners"]))
 
         if values["advertised.listeners"] is None:
             self._advertised = self._listeners
@@ -306,26 +327,6 @@ class BrokerConfig(TypedConfig):
                             f"listener {listener.name} is not one of listeners",
                         )
                     )
-        return problems
-
-    def _unsupported_listeners(self, given: str) -> list[ConfigProblem]:
-        """The broker binds one PLAINTEXT listener; more, or TLS/SASL, would be silently absent."""
-        problems = []
-        if len(self._listeners) > 1:
-            problems.append(
-                ConfigProblem("listeners", given, "not supported yet: more than one listener")
-            )
-        for listener in self._listeners:
-            protocol = self._protocol_map.get(listener.name, "PLAINTEXT")
-            if protocol != "PLAINTEXT":
-                problems.append(
-                    ConfigProblem(
-                        "listeners",
-                        given,
-                        f"not supported yet: security protocol {protocol} of listener "
-                        f"{listener.name} (only PLAINTEXT)",
-                    )
-                )
         return problems
 
 

@@ -23,7 +23,7 @@ from logkeel.config.types import (
     Range,
 )
 
-BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = (
     ConfigType.BOOLEAN,
     ConfigType.STRING,
     ConfigType.INT,
@@ -31,6 +31,7 @@ BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
     ConfigType.LONG,
     ConfigType.DOUBLE,
     ConfigType.LIST,
+    ConfigType.PASSWORD,
 )
 
 HOUR_MS = 60 * 60 * 1000
@@ -100,6 +101,41 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("inter.broker.listener.name", STRING, None,
        "Listener that brokers use to reach each other; unset means the first listener.",
        unsupported=SINGLE_NODE),
+    # ---- TLS (applies to SSL and SASL_SSL listeners; listener.name.<name>.ssl.* overrides) --
+    _K("ssl.keystore.type", STRING, "PEM",
+       "Format of the key store. logkeel: only PEM (Kafka's default is JKS).", OneOf(("PEM",))),
+    _K("ssl.keystore.location", STRING, None,
+       "PEM file holding the broker's private key and certificate chain."),
+    _K("ssl.keystore.password", PASSWORD, None,
+       "Password of the key store file; for PEM files the key password is ssl.key.password."),
+    _K("ssl.key.password", PASSWORD, None, "Password of the (encrypted) PEM private key."),
+    _K("ssl.keystore.certificate.chain", PASSWORD, None,
+       "The broker's certificate chain as a PEM string (instead of ssl.keystore.location)."),
+    _K("ssl.keystore.key", PASSWORD, None,
+       "The broker's private key as a PEM string (instead of ssl.keystore.location)."),
+    _K("ssl.truststore.type", STRING, "PEM",
+       "Format of the trust store. logkeel: only PEM (Kafka's default is JKS).",
+       OneOf(("PEM",))),
+    _K("ssl.truststore.location", STRING, None,
+       "PEM file of the CA certificates that client certificates are checked against."),
+    _K("ssl.truststore.certificates", PASSWORD, None,
+       "Trusted CA certificates as a PEM string (instead of ssl.truststore.location)."),
+    _K("ssl.client.auth", STRING, "none",
+       "Client certificates: none, requested (checked if sent) or required.",
+       OneOf(("none", "requested", "required"))),
+    _K("ssl.enabled.protocols", LIST, ["TLSv1.2", "TLSv1.3"],
+       "TLS versions accepted. logkeel: TLSv1.2 and TLSv1.3 only.",
+       EachOneOf(("TLSv1.2", "TLSv1.3"))),
+    _K("ssl.principal.mapping.rules", STRING, "DEFAULT",
+       "How a client certificate's distinguished name becomes the principal: DEFAULT (the "
+       "whole DN) or RULE:pattern/replacement/[LU] entries, as in Kafka."),
+    # ---- SASL (SASL_PLAINTEXT and SASL_SSL listeners) -----------------------------------------
+    _K("sasl.enabled.mechanisms", LIST, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+       "SASL mechanisms offered. PLAIN users come from "
+       "listener.name.<listener>.plain.sasl.jaas.config (user_<name>=\"password\"); SCRAM "
+       "credentials from the metadata store. logkeel: no GSSAPI or OAUTHBEARER (Kafka's default "
+       "is GSSAPI).",
+       EachOneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
     _K("num.io.threads", INT, 8, "Threads for request work that may block on disk.", Range(1)),
     _K("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of server sockets; -1 = OS default.",
        unsupported=NOT_ENFORCED),

@@ -43,6 +43,8 @@ from logkeel.server.api import metadata as metadata_api
 from logkeel.server.api import offsets as offsets_api
 from logkeel.server.api import produce as produce_api
 from logkeel.server.api import producer_id as producer_id_api
+from logkeel.server.api import sasl as sasl_api
+from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import versions as api_versions
@@ -52,7 +54,8 @@ from logkeel.server.group.log import BrokerOffsetsStore
 from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
-from logkeel.server.network.server import Server
+from logkeel.server.network.listeners import ListenerSet
+from logkeel.server.network.security import listener_security
 from logkeel.server.replica.context import (
     IsrChangeRequested,
     ReplicaManagerContext,
@@ -107,7 +110,6 @@ class Broker:
         listener = config.listeners[0]
         self.listener_name = listener.name
         self.bind_host = listener.host or "0.0.0.0"
-        self._bind_port = listener.port
         advertised = next(
             (a for a in config.advertised_listeners if a.name == listener.name),
             config.advertised_listeners[0],
@@ -189,14 +191,8 @@ class Broker:
         self.registry = HandlerRegistry()
         register_api_families(self.registry, self)
 
-        self.server = Server(
-            self.registry,
-            self.bind_host,
-            self._bind_port,
-            listener=self.listener_name,
-            max_request_bytes=config.socket_request_max_bytes,
-            connections_max_idle_ms=config.connections_max_idle_ms,
-            backlog=config.socket_listen_backlog_size,
+        self.server = ListenerSet(
+            self.registry, config, lambda name: listener_security(config, name, self.metadata)
         )
 
         self.metrics = BrokerMetrics(
@@ -217,11 +213,20 @@ class Broker:
     @property
     def advertised(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to; the bound port if configured as 0."""
-        port = self._advertised_port
+        return self.advertised_for(self.listener_name)
+
+    def advertised_for(self, listener_name: str) -> tuple[str, int]:
+        """The advertised endpoint of one listener (the listener itself if not advertised)."""
+        bound = next(b for b in self.config.listeners if b.name == listener_name)
+        advertised = next(
+            (a for a in self.config.advertised_listeners if a.name == listener_name), bound
+        )
+        host = advertised.host or _default_advertised_host(bound.host)
+        port = advertised.port
         if port == 0:
             with contextlib.suppress(RuntimeError):  # not bound yet
-                port = self.server.port
-        return self._advertised_host, port
+                port = self.server.port_of(listener_name)
+        return host, port
 
     @property
     def port(self) -> int:
@@ -327,7 +332,10 @@ class Broker:
             try:
                 await self.server.start()
             except OSError as exc:
-                raise BrokerStartError(_bind_error(self.bind_host, self._bind_port, exc)) from exc
+                failed = self.server.failed
+                raise BrokerStartError(
+                    _bind_error(failed.host, failed.requested_port, exc)
+                ) from exc
             self._started = True
             if self.cluster is not None:
                 await self.cluster.join(
@@ -479,6 +487,8 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     transactions_api.register(
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
     )
+    sasl_api.register(registry)
+    scram_api.register(registry, broker.metadata)
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:

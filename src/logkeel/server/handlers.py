@@ -61,6 +61,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.protocol import api_name, request_schema, response_schema
+from logkeel.server.session import Session
 
 __all__ = [
     "ApiHandler",
@@ -84,6 +85,9 @@ class RequestContext:
     listener: str  # listener name, e.g. "PLAINTEXT"
     header_version: int = 1
     received_at: float = field(default_factory=time.monotonic)  # time.monotonic() at arrival
+    # The connection's principal and SASL state; a fresh unauthenticated-PLAINTEXT one when a
+    # request is handled outside a connection (tests).
+    session: Session = field(default_factory=lambda: Session("PLAINTEXT", "PLAINTEXT"))
 
     @property
     def api_name(self) -> str:

@@ -185,7 +185,10 @@ class LogkeelBroker(ChildBroker):
         self.verbose = verbose
 
     def command(self) -> list[str]:
-        args = ["--listen", self.bootstrap, "--log-dirs", ",".join(str(d) for d in self.log_dirs)]
+        # Given listeners (several, TLS, SASL) replace the one --listen would set; the first
+        # must be a PLAINTEXT one on ``port``, which start() waits for.
+        listen = [] if "listeners" in self.overrides else ["--listen", self.bootstrap]
+        args = [*listen, "--log-dirs", ",".join(str(d) for d in self.log_dirs)]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         return serve_command(*args, *self.extra_args, verbose=self.verbose)

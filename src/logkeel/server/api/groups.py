@@ -67,8 +67,7 @@ class CoordinatorHost(Protocol):
     @property
     def node_id(self) -> int: ...
 
-    @property
-    def advertised(self) -> tuple[str, int]: ...
+    def advertised_for(self, listener_name: str) -> tuple[str, int]: ...
 
     @property
     def metadata(self) -> MetadataStore: ...
@@ -115,12 +114,13 @@ class GroupApi:
             )
         return response(ctx, coordinators=tuple(coordinators))
 
-    def _if_leader(self, tp: TopicPartition) -> tuple[ErrorCode, int, str, int]:
-        """This broker as the coordinator of the keys of ``tp``, if it leads it."""
+    def _if_leader(self, tp: TopicPartition, listener: str) -> tuple[ErrorCode, int, str, int]:
+        """This broker, on the client's listener, as the coordinator of the keys of ``tp``, if
+        it leads it."""
         state = self._broker.metadata.partition(tp)
         if state is not None and state.leader != self._broker.node_id:
             return ErrorCode.coordinator_not_available, -1, "", -1
-        host, port = self._broker.advertised
+        host, port = self._broker.advertised_for(listener)
         return ErrorCode.none, self._broker.node_id, host, port
 
     async def _coordinator_for(
@@ -132,14 +132,14 @@ class GroupApi:
             if code != ErrorCode.none:
                 return (code, *none)
             partition = self.coordinator.partition_for(key)
-            return self._if_leader(TopicPartition(OFFSETS_TOPIC, partition or 0))
+            return self._if_leader(TopicPartition(OFFSETS_TOPIC, partition or 0), ctx.listener)
         if key_type == _COORDINATOR_KEY_TRANSACTION:
             if self.txn_coordinator is None:
                 return (ErrorCode.coordinator_not_available, *none)
             code = await self.txn_coordinator.ensure_state_topic()
             if code != ErrorCode.none:
                 return (code, *none)
-            return self._if_leader(self.txn_coordinator.state_partition(key))
+            return self._if_leader(self.txn_coordinator.state_partition(key), ctx.listener)
         if key_type == _COORDINATOR_KEY_SHARE and ctx.api_version >= 6:
             return (ErrorCode.invalid_request, *none)
         return (ErrorCode.invalid_request, *none)

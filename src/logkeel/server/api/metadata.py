@@ -105,8 +105,7 @@ class ClusterView(Protocol):
     @property
     def cluster_id(self) -> str: ...
 
-    @property
-    def advertised(self) -> tuple[str, int]: ...
+    def advertised_for(self, listener_name: str) -> tuple[str, int]: ...
 
     @property
     def config(self) -> BrokerConfig: ...
@@ -120,13 +119,14 @@ class ClusterView(Protocol):
     def ensure_topic(self, name: str) -> Awaitable[TopicState | None]: ...
 
 
-def _endpoints(cluster: ClusterView) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of every broker. The store was given this broker's configured
-    address; an ephemeral port (0) is only known once the listener is bound."""
+def _endpoints(cluster: ClusterView, listener: str) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every broker. This broker answers with the endpoint of
+    the listener the client came in on (its TLS or SASL port, as Kafka does); the store was
+    given the first listener's address, and an ephemeral port (0) is only known once bound."""
     out = []
     for info in cluster.metadata.brokers():
         if info.node_id == cluster.node_id:
-            host, port = cluster.advertised
+            host, port = cluster.advertised_for(listener)
             out.append((info.node_id, host, port, cluster.config.broker_rack))
         else:
             out.append((info.node_id, info.host, info.port, info.rack))
@@ -178,7 +178,7 @@ class MetadataApi:
         include_cluster_ops = getattr(request, "include_cluster_authorized_operations", False)
         return response(
             ctx,
-            brokers=self._brokers(types),
+            brokers=self._brokers(types, ctx.listener),
             cluster_id=broker.cluster_id,
             controller_id=broker.metadata.controller_id,
             topics=tuple(topics),
@@ -218,10 +218,10 @@ class MetadataApi:
             return self._missing(types, ErrorCode.unknown_topic_or_partition, name, ZERO_UUID)
         return self._topic(types, state, request)
 
-    def _brokers(self, types: ModuleType) -> tuple[Any, ...]:
+    def _brokers(self, types: ModuleType, listener: str) -> tuple[Any, ...]:
         return tuple(
             build(types.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=rack)
-            for node_id, host, port, rack in _endpoints(self._broker)
+            for node_id, host, port, rack in _endpoints(self._broker, listener)
         )
 
     def _missing(
@@ -324,7 +324,7 @@ class DescribeClusterApi:
                     rack=rack,
                     is_fenced=False,
                 )
-                for node_id, host, port, rack in _endpoints(broker)
+                for node_id, host, port, rack in _endpoints(broker, ctx.listener)
             )
         include_ops = code == ErrorCode.none and getattr(
             request, "include_cluster_authorized_operations", False

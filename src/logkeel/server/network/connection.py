@@ -26,7 +26,8 @@ from typing import Any, Protocol, cast
 
 from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
 from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
-from logkeel.server.network.framing import FrameDecoder, FramingError
+from logkeel.server.network.framing import SIZE_PREFIX, FrameDecoder, FramingError
+from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.zero_copy import send_parts
 from logkeel.server.protocol import (
     ApiKey,
@@ -39,6 +40,7 @@ from logkeel.server.protocol import (
     parse_request_header,
     peek_api,
 )
+from logkeel.server.session import ANONYMOUS, SaslFailure
 
 __all__ = ["Connection", "ConnectionOwner", "Observer", "RequestRecord"]
 
@@ -80,6 +82,7 @@ class ConnectionOwner(Protocol):
 
     registry: HandlerRegistry
     listener: str
+    security: ListenerSecurity
     max_request_bytes: int
 
     def connection_made(self, conn: Connection) -> None: ...
@@ -112,6 +115,7 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[str, int] = ("", 0)
         self.peer_text = "?"
         self.connection_id = f"?-?-{index}"
+        self.session = owner.security.new_session(owner.listener, None)
 
     # -- asyncio.Protocol callbacks -----------------------------------------------------------
 
@@ -128,6 +132,16 @@ class Connection(asyncio.Protocol):
             self.peer = (str(peer[0]), int(peer[1]))
             self.peer_text = _host_port(self.peer)
             self.connection_id = f"{_host_port(local)}-{self.peer_text}-{self._index}"
+            # asyncio calls this once the TLS handshake is done: the certificate is known.
+            self.session = self._owner.security.new_session(
+                self._owner.listener, transport.get_extra_info("peercert")
+            )
+            if self.session.principal != ANONYMOUS:
+                log.info(
+                    "connection %s: TLS client certificate principal %s",
+                    self.connection_id,
+                    self.session.principal,
+                )
             self._owner.connection_made(self)
             self.task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"logkeel-connection-{self.connection_id}"
@@ -167,7 +181,8 @@ class Connection(asyncio.Protocol):
         # (a script piping requests into a socket shuts down its side right after writing).
         self._eof = True
         self._wake()
-        return True
+        # Under TLS the transport closes on EOF whatever is returned (asyncio warns on True).
+        return not self._owner.security.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -256,6 +271,8 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self, frame: bytes, arrived: float) -> bool:
         """Handles one request frame; returns False when the connection must be closed."""
+        if self.session.raw_tokens:
+            return await self._serve_raw_token(frame)
         try:
             header = parse_request_header(frame)
         except InvalidRequest as exc:
@@ -269,6 +286,10 @@ class Connection(asyncio.Protocol):
             return False
 
         api = f"{api_name(header.api_key)} v{header.api_version}"
+        if not self.session.may_serve(header.api_key):
+            # Kafka's SaslServerAuthenticator closes a connection that skips authentication.
+            self._reject(frame, arrived, header, None, f"{api} before SASL authentication")
+            return False
         entry = self._owner.registry.lookup(header.api_key)
         if entry is None:
             self._reject(
@@ -304,6 +325,7 @@ class Connection(asyncio.Protocol):
             listener=self._owner.listener,
             header_version=header.header_version,
             received_at=arrived,
+            session=self.session,
         )
         outcome = "ok"
         detail = ""
@@ -381,6 +403,25 @@ class Connection(asyncio.Protocol):
         self._last_active = time.monotonic()
         await self._drain()
         self._record(ctx, frame, len(data), outcome, detail)
+        return not self.session.close_after_response
+
+    async def _serve_raw_token(self, frame: bytes) -> bool:
+        """A SASL token after SaslHandshake v0: no Kafka header, answered with the bare
+        size-prefixed server token; a failure closes the connection without an answer."""
+        try:
+            answer = self.session.step(frame)
+        except SaslFailure as exc:
+            log.info(
+                "failed authentication from %s on connection %s: %s",
+                self.peer_text,
+                self.connection_id,
+                exc,
+            )
+            return False
+        if self._lost or self._transport is None:
+            return False
+        self._transport.write(SIZE_PREFIX.pack(len(answer)) + answer)
+        await self._drain()
         return True
 
     # -- zero-copy responses ------------------------------------------------------------------
@@ -408,7 +449,13 @@ class Connection(asyncio.Protocol):
             if self._lost or self._transport is None:
                 return False
             try:
-                sent = await send_parts(self._transport, parts, self._drain, lambda: self._lost)
+                sent = await send_parts(
+                    self._transport,
+                    parts,
+                    self._drain,
+                    lambda: self._lost,
+                    zero_copy=not self._owner.security.tls,
+                )
             except (OSError, EOFError) as exc:
                 # A client that went away mid-response is routine (a consumer closing during
                 # a long poll); anything else is worth a warning.

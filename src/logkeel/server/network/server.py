@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Connection, Observer, RequestRecord
 from logkeel.server.network.framing import DEFAULT_MAX_REQUEST_BYTES
+from logkeel.server.network.security import PLAINTEXT, ListenerSecurity
 
 __all__ = [
     "DEFAULT_CONNECTIONS_MAX_IDLE_MS",
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
 # Kafka's socket.listen.backlog.size default.
 DEFAULT_LISTEN_BACKLOG = 50
+# A client that opens a TLS connection and says nothing is dropped after this many seconds.
+_TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 class Server:
@@ -40,6 +43,7 @@ class Server:
     Kafka's: ``max_request_bytes`` is socket.request.max.bytes, ``connections_max_idle_ms``
     connections.max.idle.ms (0 disables the check), ``backlog`` socket.listen.backlog.size.
     ``observers`` are called with a ``RequestRecord`` after every request (metrics hook them).
+    ``security`` says whether connections speak TLS and must authenticate with SASL first.
     """
 
     def __init__(
@@ -53,11 +57,13 @@ class Server:
         connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         backlog: int = DEFAULT_LISTEN_BACKLOG,
         observers: Iterable[Observer] = (),
+        security: ListenerSecurity = PLAINTEXT,
     ) -> None:
         self.registry = registry
         self.host = host
         self._requested_port = port
         self.listener = listener
+        self.security = security
         self.max_request_bytes = max_request_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
         self._backlog = backlog
@@ -80,10 +86,18 @@ class Server:
             self._requested_port,
             reuse_address=True,
             backlog=self._backlog,
+            ssl=self.security.ssl_context,
+            ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT if self.security.tls else None,
         )
         if self.connections_max_idle_ms > 0:
             self._reaper = loop.create_task(self._reap_idle_connections())
-        log.info("listening on %s:%d (listener %s)", self.host, self.port, self.listener)
+        log.info(
+            "listening on %s:%d (listener %s, %s)",
+            self.host,
+            self.port,
+            self.listener,
+            self.security.protocol,
+        )
 
     @property
     def port(self) -> int:
@@ -91,6 +105,10 @@ class Server:
         if self._server is None or not self._server.sockets:
             raise RuntimeError("server not started")
         return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def requested_port(self) -> int:
+        return self._requested_port
 
     @property
     def connection_count(self) -> int:

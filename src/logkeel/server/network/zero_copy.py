@@ -2,8 +2,9 @@
 socket with ``sendfile``, never through Python (Fetch's data path).
 
 A response given as parts is a list of bytes and file regions (objects with ``fd``,
-``position``, ``size`` and ``read_bytes()``). Without a socket to ``sendfile`` into (e.g. a
-TLS transport) each region is read once and written through the transport.
+``position``, ``size`` and ``read_bytes()``). On a TLS connection (encrypted in Python, so
+no socket to ``sendfile`` into) each region is read once, off the loop, and written through
+the transport.
 """
 
 from __future__ import annotations
@@ -38,18 +39,21 @@ async def send_parts(
     parts: Sequence[FramePart],
     drain: Callable[[], Awaitable[None]],
     is_lost: Callable[[], bool],
+    *,
+    zero_copy: bool = True,
 ) -> int:
     """Writes ``parts`` (bytes, or file regions) to ``transport`` in order; returns the bytes
     sent. ``drain`` waits while the transport's buffer is full; ``is_lost`` says the peer
-    went away."""
+    went away. ``zero_copy=False`` for a TLS transport: asyncio still hands out its raw
+    socket, and ``sendfile`` into it would bypass the encryption."""
     total = sum(len(p) for p in parts)
     if all(isinstance(p, bytes | bytearray | memoryview) for p in parts):
         transport.write(b"".join(parts))
         await drain()
         return total
-    sock = transport.get_extra_info("socket")
+    sock = transport.get_extra_info("socket") if zero_copy else None
     if sock is None or not hasattr(os, "sendfile"):
-        # No socket to sendfile into (e.g. a TLS transport): one copy per region.
+        # No socket to sendfile into (TLS encrypts in Python): one copy per region.
         for part in parts:
             if not isinstance(part, bytes | bytearray | memoryview):
                 part = await asyncio.to_thread(part.read_bytes)

@@ -1,0 +1,159 @@
+"""`logkeel users add|delete|list`: SCRAM users of a running broker, managed through Kafka's
+AlterUserScramCredentials / DescribeUserScramCredentials APIs (what kafka-configs.sh
+--alter --add-config 'SCRAM-SHA-256=[password=…]' does).
+
+The password is salted and hashed here; only the salted password crosses the network, and the
+broker stores only keys derived from it. The command talks to a PLAINTEXT listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import click
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+
+from logkeel.cluster.scram import (
+    MECHANISMS,
+    MIN_ITERATIONS,
+    mechanism_name,
+    mechanism_type,
+    salted_password,
+)
+from logkeel.server.network.client import BrokerClient, BrokerConnectionError
+from logkeel.server.protocol import ApiKey, request_schema
+
+__all__ = ["users_group"]
+
+_BOOTSTRAP = click.option(
+    "--bootstrap-server",
+    default="127.0.0.1:9092",
+    show_default=True,
+    help="HOST:PORT of a PLAINTEXT listener of the broker.",
+)
+_MECHANISM = click.option(
+    "--mechanism",
+    "mechanisms",
+    type=click.Choice(sorted(MECHANISMS)),
+    multiple=True,
+    help="SCRAM mechanism (repeatable; default: both).",
+)
+
+
+@click.group("users")
+def users_group() -> None:
+    """SCRAM users (SASL/SCRAM-SHA-256 and SCRAM-SHA-512 credentials)."""
+
+
+@users_group.command("add")
+@click.argument("name")
+@click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True)
+@click.option("--iterations", default=MIN_ITERATIONS, show_default=True, type=int)
+@_MECHANISM
+@_BOOTSTRAP
+def add(
+    name: str, password: str, iterations: int, mechanisms: tuple[str, ...], bootstrap_server: str
+) -> None:
+    """Add user NAME, or set a new password."""
+    Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    Upsertion = _nested(Request, "ScramCredentialUpsertion")
+    upsertions = []
+    for mech in mechanisms or tuple(sorted(MECHANISMS)):
+        salt = os.urandom(32)
+        upsertions.append(
+            Upsertion(
+                name=name,
+                mechanism=i8(mechanism_type(mech)),
+                iterations=i32(iterations),
+                salt=salt,
+                salted_password=salted_password(mech, password, salt, iterations),
+            )
+        )
+    _report_alter(_call(bootstrap_server, Request(deletions=(), upsertions=tuple(upsertions))))
+
+
+@users_group.command("delete")
+@click.argument("name")
+@_MECHANISM
+@_BOOTSTRAP
+def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> None:
+    """Delete user NAME's credentials (every mechanism it has unless --mechanism)."""
+    if not mechanisms:
+        described = _describe(bootstrap_server, name)
+        mechanisms = tuple(
+            mechanism_name(int(info.mechanism)) or "" for info in described.credential_infos
+        )
+    Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    Deletion = _nested(Request, "ScramCredentialDeletion")
+    deletions = tuple(Deletion(name=name, mechanism=i8(mechanism_type(m))) for m in mechanisms)
+    _report_alter(_call(bootstrap_server, Request(deletions=deletions, upsertions=())))
+
+
+@users_group.command("list")
+@_BOOTSTRAP
+def list_users(bootstrap_server: str) -> None:
+    """List the SCRAM users and their mechanisms (never their credentials)."""
+    Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
+    answer = _call(bootstrap_server, Request(users=None))
+    for result in answer.results:
+        mechs = ", ".join(
+            f"{mechanism_name(int(i.mechanism))} (iterations {i.iterations})"
+            for i in result.credential_infos
+        )
+        click.echo(f"{result.user}: {mechs}")
+
+
+def _describe(bootstrap_server: str, name: str) -> Any:
+    Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
+    UserName = _nested(Request, "UserName")
+    result = _call(bootstrap_server, Request(users=(UserName(name=name),))).results[0]
+    if result.error_code != ErrorCode.none:
+        _fail(f"{name}: {result.error_message or result.error_code.name}")
+    return result
+
+
+def _report_alter(answer: Any) -> None:
+    failed = False
+    for result in answer.results:
+        if result.error_code == ErrorCode.none:
+            click.echo(f"{result.user}: ok")
+        else:
+            failed = True
+            click.echo(f"{result.user}: {result.error_message or result.error_code.name}", err=True)
+    if failed:
+        sys.exit(1)
+
+
+def _call(bootstrap_server: str, request: Any) -> Any:
+    host, _, port = bootstrap_server.rpartition(":")
+
+    async def round_trip() -> Any:
+        client = BrokerClient(
+            host.strip("[]") or "127.0.0.1",
+            int(port),
+            client_id="logkeel-users",
+            request_timeout_ms=30_000,
+            max_response_bytes=10 * 1024 * 1024,
+        )
+        try:
+            return await client.send(request)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(round_trip())
+    except (BrokerConnectionError, ValueError) as exc:
+        _fail(str(exc))
+
+
+def _nested(request_type: Any, name: str) -> Any:
+    return getattr(sys.modules[request_type.__module__], name)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"logkeel users: {message}", err=True)
+    sys.exit(1)

@@ -1,0 +1,202 @@
+"""SCRAM-SHA-256/512 (RFC 5802, RFC 7677): salted credentials and the server side of the
+exchange.
+
+Only the salted form is ever stored: salt, iteration count, StoredKey = H(HMAC(SaltedPassword,
+"Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key"). That is enough to check a
+client's proof and to prove the server to the client, and not enough to log in as the user.
+Credentials are kept in the metadata store as ``ScramCredential.to_json()`` documents, keyed by
+user and mechanism name.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MAX_ITERATIONS",
+    "MECHANISMS",
+    "MIN_ITERATIONS",
+    "ScramCredential",
+    "ScramError",
+    "ScramServerExchange",
+    "mechanism_name",
+    "mechanism_type",
+    "salted_password",
+]
+
+# Kafka's ScramMechanism: name -> (hash, the type byte of the Describe/AlterUserScramCredentials
+# APIs).
+MECHANISMS: dict[str, tuple[str, int]] = {
+    "SCRAM-SHA-256": ("sha256", 1),
+    "SCRAM-SHA-512": ("sha512", 2),
+}
+# Kafka's bounds on the iteration count of a credential.
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+
+
+class ScramError(Exception):
+    """The exchange failed; the message is safe to send to the client (names no secret)."""
+
+
+def mechanism_type(name: str) -> int:
+    return MECHANISMS[name][1]
+
+
+def mechanism_name(type_byte: int) -> str | None:
+    return next((name for name, (_, t) in MECHANISMS.items() if t == type_byte), None)
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """Hi(password, salt, i) of RFC 5802: PBKDF2 with the mechanism's HMAC."""
+    return hashlib.pbkdf2_hmac(MECHANISMS[mechanism][0], password.encode(), salt, iterations)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    mechanism: str
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def from_salted_password(
+        cls, mechanism: str, salt: bytes, iterations: int, salted: bytes
+    ) -> ScramCredential:
+        digest = MECHANISMS[mechanism][0]
+        client_key = hmac.digest(salted, b"Client Key", digest)
+        return cls(
+            mechanism,
+            salt,
+            iterations,
+            hashlib.new(digest, client_key).digest(),
+            hmac.digest(salted, b"Server Key", digest),
+        )
+
+    @classmethod
+    def from_password(
+        cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS
+    ) -> ScramCredential:
+        salt = os.urandom(32)
+        salted = salted_password(mechanism, password, salt, iterations)
+        return cls.from_salted_password(mechanism, salt, iterations, salted)
+
+    def to_json(self) -> dict[str, Any]:
+        b64 = base64.b64encode
+        return {
+            "salt": b64(self.salt).decode(),
+            "iterations": self.iterations,
+            "stored_key": b64(self.stored_key).decode(),
+            "server_key": b64(self.server_key).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, mechanism: str, doc: Mapping[str, Any]) -> ScramCredential:
+        b64 = base64.b64decode
+        return cls(
+            mechanism,
+            b64(doc["salt"]),
+            int(doc["iterations"]),
+            b64(doc["stored_key"]),
+            b64(doc["server_key"]),
+        )
+
+
+CredentialLookup = Callable[[str, str], ScramCredential | None]
+_FAILED = (
+    "Authentication failed during authentication due to invalid credentials with SASL mechanism"
+)
+
+
+class ScramServerExchange:
+    """One server-side SCRAM exchange: ``step(client_first)`` -> server-first,
+    ``step(client_final)`` -> server-final; ``username`` is set once it succeeded.
+    Every failure raises ``ScramError`` with the same message, whether the user is unknown or
+    the proof is wrong, so a client learns nothing about which users exist."""
+
+    def __init__(self, mechanism: str, lookup: CredentialLookup) -> None:
+        self._mechanism = mechanism
+        self._digest = MECHANISMS[mechanism][0]
+        self._lookup = lookup
+        self._credential: ScramCredential | None = None
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._user = ""
+        self.username: str | None = None
+
+    @property
+    def failure_message(self) -> str:
+        return f"{_FAILED} {self._mechanism}"
+
+    def step(self, message: bytes) -> bytes:
+        try:
+            text = message.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScramError(f"invalid SCRAM message for {self._mechanism}") from None
+        if self._credential is None:
+            return self._client_first(text)
+        if self.username is None:
+            return self._client_final(text)
+        raise ScramError("the SCRAM exchange is already complete")
+
+    def _client_first(self, text: str) -> bytes:
+        gs2_cbind, _, rest = text.partition(",")
+        if gs2_cbind not in ("n", "y"):
+            raise ScramError("invalid SCRAM client-first message (channel binding unsupported)")
+        _authzid, sep, bare = rest.partition(",")
+        attrs = _attributes(bare) if sep else {}
+        if "n" not in attrs or "r" not in attrs or not attrs["r"]:
+            raise ScramError("invalid SCRAM client-first message")
+        self._user = attrs["n"].replace("=2C", ",").replace("=3D", "=")
+        credential = self._lookup(self._user, self._mechanism)
+        if credential is None:
+            raise ScramError(self.failure_message)
+        self._credential = credential
+        self._client_first_bare = bare
+        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        salt = base64.b64encode(credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
+        return self._server_first.encode()
+
+    def _client_final(self, text: str) -> bytes:
+        assert self._credential is not None
+        without_proof, sep, proof_attr = text.rpartition(",p=")
+        attrs = _attributes(without_proof) if sep else {}
+        # Kafka accepts a final nonce that ends with the server's (older librdkafka, as in
+        # kcat 1.7, repeats the client part); the proof still covers the message as sent.
+        if not attrs.get("r", "").endswith(self._nonce) or "c" not in attrs:
+            raise ScramError("invalid SCRAM client-final message")
+        try:
+            proof = base64.b64decode(proof_attr, validate=True)
+        except ValueError:
+            raise ScramError("invalid SCRAM client proof") from None
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        cred = self._credential
+        signature = hmac.digest(cred.stored_key, auth_message, self._digest)
+        if len(proof) != len(signature):
+            raise ScramError(self.failure_message)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self._digest, client_key).digest(), cred.stored_key):
+            raise ScramError(self.failure_message)
+        self.username = self._user
+        server_signature = hmac.digest(cred.server_key, auth_message, self._digest)
+        return b"v=" + base64.b64encode(server_signature)
+
+
+def _attributes(text: str) -> dict[str, str]:
+    """``a=x,b=y`` -> {a: x, b: y}; values may contain '=' (base64)."""
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep and len(key) == 1:
+            out.setdefault(key, value)
+    return out

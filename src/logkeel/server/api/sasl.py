@@ -1,0 +1,84 @@
+"""SaslHandshake (v0-v1) and SaslAuthenticate (v0-v2): a client on a SASL listener picks a
+mechanism, then sends its tokens until the exchange succeeds (the connection's ``Session``
+holds where it stands). After SaslHandshake v0 the tokens come without Kafka framing; the
+connection feeds those to the session itself.
+
+A failed authentication is answered (SASL_AUTHENTICATION_FAILED with a message that names no
+secret), logged with the peer, and the connection is closed after that answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i64Timedelta
+
+from logkeel.server.api.responses import response
+from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey
+from logkeel.server.session import SaslFailure
+
+__all__ = ["register"]
+
+log = logging.getLogger(__name__)
+
+_NO_LIFETIME = i64Timedelta.parse(timedelta(0))
+
+
+async def handshake(ctx: RequestContext, request: Any) -> Any:
+    session = ctx.session
+    if session.sasl is None or session.exchange is not None:
+        # Not a SASL listener, or a second handshake (re-authentication is not supported).
+        session.close_after_response = True
+        return response(ctx, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+    enabled = session.sasl.mechanisms
+    if request.mechanism not in enabled:
+        log.info(
+            "client %s on %s asked for SASL mechanism %r; enabled: %s",
+            ctx.peer,
+            ctx.connection_id,
+            request.mechanism,
+            ", ".join(enabled),
+        )
+        session.close_after_response = True
+        return response(ctx, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled)
+    session.exchange = session.sasl.start(request.mechanism)
+    session.raw_tokens = ctx.api_version == 0
+    return response(ctx, error_code=ErrorCode.none, mechanisms=enabled)
+
+
+async def authenticate(ctx: RequestContext, request: Any) -> Any:
+    session = ctx.session
+    if session.exchange is None or session.authenticated:
+        session.close_after_response = True
+        return _authenticate_response(
+            ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate without a SaslHandshake", b""
+        )
+    try:
+        token = session.step(request.auth_bytes)
+    except SaslFailure as exc:
+        log.info("failed authentication from %s (%s): %s", ctx.peer, ctx.connection_id, exc)
+        return _authenticate_response(ctx, ErrorCode.sasl_authentication_failed, str(exc), b"")
+    if session.authenticated:
+        log.info("%s authenticated on %s as %s", ctx.peer, ctx.connection_id, session.principal)
+    return _authenticate_response(ctx, ErrorCode.none, None, token)
+
+
+def _authenticate_response(
+    ctx: RequestContext, code: ErrorCode, message: str | None, token: bytes
+) -> Any:
+    return response(
+        ctx,
+        error_code=code,
+        error_message=message,
+        auth_bytes=token,
+        session_lifetime=_NO_LIFETIME,
+    )
+
+
+def register(registry: HandlerRegistry) -> None:
+    registry.register(ApiKey.SASL_HANDSHAKE, 0, 1, handshake)
+    registry.register(ApiKey.SASL_AUTHENTICATE, 0, 2, authenticate)
