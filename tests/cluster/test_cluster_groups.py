@@ -175,3 +175,19 @@ def test_offsets_topic_waits_for_enough_brokers(tmp_path: Path) -> None:
         r = find_coordinator(broker.port, GROUP)
         assert r.error_code == ErrorCode.coordinator_not_available
         assert "not creating __consumer_offsets yet" in broker.output()
+
+
+def test_controlled_shutdown_unloads_the_group_and_another_broker_serves_it(
+    groups_cluster: Cluster,
+) -> None:
+    groups_cluster.ensure_all_running()
+    p = partition_for(GROUP, OFFSETS_PARTITIONS)
+    leaving = offsets_leader(groups_cluster, GROUP)
+    assert groups_cluster.brokers[leaving].stop(timeout=30) == 0
+    assert f"unloaded {OFFSETS_TOPIC}-{p}: 1 groups" in groups_cluster.brokers[leaving].output()
+    c = consumer(groups_cluster)
+    try:
+        committed = c.committed([TopicPartition(TOPIC, q) for q in range(3)], timeout=20)
+        assert sum(tp.offset for tp in committed) == 2 * RECORDS
+    finally:
+        c.close()

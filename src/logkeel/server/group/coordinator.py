@@ -151,12 +151,14 @@ class GroupCoordinator:
         changed = [tp.partition for tp in tps if tp.topic == OFFSETS_TOPIC]
         if not changed or not self._active:
             return
-        if self._num_partitions is None:
-            # Our own creation of the topic marks the partitions it leads when it returns.
-            n = None if self._creating_topic else self._store.num_partitions()
-            if n is None:
-                return
+        # Our own creation of the topic marks the partitions it leads when it returns. The
+        # count is taken again each time: a cluster's metadata cache shows a new topic's
+        # partitions one by one, as the controller elects their first leaders.
+        n = None if self._creating_topic else self._store.num_partitions()
+        if n is not None:
             self._num_partitions = n
+        if self._num_partitions is None:
+            return
         self._follow_leadership(changed)
 
     def _follow_leadership(self, partitions: Iterable[int]) -> None:
