@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,7 +45,9 @@ def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 15.0) 
 
 
 class Cluster:
-    def __init__(self, base: Path, connect: str) -> None:
+    def __init__(
+        self, base: Path, connect: str, overrides: dict[str, str] | None = None
+    ) -> None:
         self.connect = connect
         self.brokers = {
             i: BrokerProcess(
@@ -52,6 +55,7 @@ class Cluster:
                 overrides={
                     "zookeeper.connect": connect,
                     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                    **(overrides or {}),
                 },
                 extra_args=["--node-id", str(i)],
             )
@@ -93,11 +97,14 @@ class Cluster:
             )
 
 
-@pytest.fixture(scope="module")
-def cluster(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+@contextmanager
+def three_brokers(
+    zookeeper: ZooKeeperServer,
+    base: Path,
+    chroot: str,
+    overrides: dict[str, str] | None = None,
 ) -> Iterator[Cluster]:
-    chroot = "/cluster_brokers"
+    """Three broker processes under a fresh ``chroot``, SIGKILLed at the end."""
     root = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
     root.start(timeout=10.0)
     if root.exists(chroot):
@@ -105,7 +112,7 @@ def cluster(
     root.ensure_path(chroot)
     root.stop()
     root.close()
-    c = Cluster(tmp_path_factory.mktemp("cluster"), zookeeper.connect_string + chroot)
+    c = Cluster(base, zookeeper.connect_string + chroot, overrides)
     try:
         with ThreadPoolExecutor(3) as pool:
             for started in [pool.submit(b.start) for b in c.brokers.values()]:
@@ -115,6 +122,14 @@ def cluster(
         for broker in c.brokers.values():
             if broker.alive():
                 broker.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    with three_brokers(zookeeper, tmp_path_factory.mktemp("cluster"), "/cluster_brokers") as c:
+        yield c
 
 
 @pytest.fixture

@@ -4,8 +4,9 @@ OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelet
 This module only translates between kio's request/response classes (every version, each with
 its own fields) and the ``GroupCoordinator``, which holds the logic. Responses are built with
 ``responses.build``, which drops the fields a version does not have, so one code path serves every
-version. A single-node broker is the coordinator of every group: FindCoordinator always names
-this broker (creating ``__consumer_offsets`` on first use, as Kafka does).
+version. A group's coordinator is the leader of its ``__consumer_offsets`` partition, as in
+Kafka: FindCoordinator names that broker (creating the topic on first use), so a single node is
+the coordinator of every group.
 """
 
 from __future__ import annotations
@@ -114,6 +115,20 @@ class GroupApi:
             )
         return response(ctx, coordinators=tuple(coordinators))
 
+    def _leader_of(self, tp: TopicPartition, listener: str) -> tuple[ErrorCode, int, str, int]:
+        """The leader of ``tp`` as the coordinator of its keys; COORDINATOR_NOT_AVAILABLE while
+        it has none (or its broker is not known yet)."""
+        state = self._broker.metadata.partition(tp)
+        if state is None or state.leader < 0:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        if state.leader == self._broker.node_id:
+            host, port = self._broker.advertised_for(listener)
+            return ErrorCode.none, self._broker.node_id, host, port
+        for b in self._broker.metadata.brokers():
+            if b.node_id == state.leader:
+                return ErrorCode.none, b.node_id, b.host, b.port
+        return ErrorCode.coordinator_not_available, -1, "", -1
+
     def _if_leader(self, tp: TopicPartition, listener: str) -> tuple[ErrorCode, int, str, int]:
         """This broker, on the client's listener, as the coordinator of the keys of ``tp``, if
         it leads it."""
@@ -132,7 +147,7 @@ class GroupApi:
             if code != ErrorCode.none:
                 return (code, *none)
             partition = self.coordinator.partition_for(key)
-            return self._if_leader(TopicPartition(OFFSETS_TOPIC, partition or 0), ctx.listener)
+            return self._leader_of(TopicPartition(OFFSETS_TOPIC, partition or 0), ctx.listener)
         if key_type == _COORDINATOR_KEY_TRANSACTION:
             if self.txn_coordinator is None:
                 return (ErrorCode.coordinator_not_available, *none)

@@ -12,9 +12,12 @@ This module owns what they share: which ``__consumer_offsets`` partitions are lo
 to them, the groups, ListGroups/DescribeGroups/DeleteGroups, and the lifecycle.
 
 Every state change happens on the event loop thread, so the state needs no locks; only log
-reads and writes leave it (``group_log``). At start-up each existing ``__consumer_offsets``
-partition is read back in the background; requests for groups in a partition still loading are
-answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka does.
+reads and writes leave it (``group_log``). The coordinator serves the groups of the
+``__consumer_offsets`` partitions this broker leads (all of them on one node), as Kafka does:
+a partition is read back in the background when it is led here (at start-up, or when the
+replica manager reports that leadership moved here), and its groups are dropped when
+leadership moves away. Requests for groups in a partition still loading are answered
+COORDINATOR_LOAD_IN_PROGRESS, and for groups of a partition not led here NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from logkeel.server.group.state import ClassicGroup, GroupState, JoinResult, Syn
 from logkeel.server.group.timers import LoopTimer, Timer
 from logkeel.server.group.txn_offsets import GroupTxnOffsets
 from logkeel.server.tasks import BackgroundTasks
+from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["GroupCoordinator"]
 
@@ -69,7 +73,7 @@ _FAILED = "failed"
 
 
 class GroupCoordinator:
-    """Groups and offsets for every ``__consumer_offsets`` partition this broker leads (all)."""
+    """Groups and offsets for every ``__consumer_offsets`` partition this broker leads."""
 
     def __init__(
         self,
@@ -93,7 +97,12 @@ class GroupCoordinator:
         self._store: OffsetsTopicStore = store
         self._timer: Timer = timer if timer is not None else LoopTimer()
         self._groups: dict[str, ClassicGroup] = {}
-        self._partitions: dict[int, str] = {}  # partition -> _LOADING / _LOADED / _FAILED
+        # Partitions led here -> _LOADING / _LOADED / _FAILED.
+        self._partitions: dict[int, str] = {}
+        # The load under way per partition: a load whose partition was unloaded meanwhile
+        # (or loaded again) keeps nothing it read.
+        self._loads: dict[int, object] = {}
+        self._creating_topic = False
         self._num_partitions: int | None = None
         self._tasks = BackgroundTasks("group coordinator", log)
         self._active = False
@@ -130,14 +139,53 @@ class GroupCoordinator:
         n = self._store.num_partitions()
         if n is not None:
             self._num_partitions = n
-            for p in range(n):
-                self._partitions[p] = _LOADING
-            for p in range(n):
-                self._tasks.spawn(self._load_partition(p))
+            self._follow_leadership(range(n))
         self.offsets.schedule_expiry()
         if self._broker is not None:
             self._loop = asyncio.get_running_loop()
             self._broker.metadata.add_listener(self._on_metadata_change)
+            self._broker.replica_manager.add_partition_listener(self._on_partitions_changed)
+
+    def _on_partitions_changed(self, tps: list[TopicPartition]) -> None:
+        """Replica manager listener (event loop): leadership of offsets partitions moved."""
+        changed = [tp.partition for tp in tps if tp.topic == OFFSETS_TOPIC]
+        if not changed or not self._active:
+            return
+        # Our own creation of the topic marks the partitions it leads when it returns. The
+        # count is taken again each time: a cluster's metadata cache shows a new topic's
+        # partitions one by one, as the controller elects their first leaders.
+        n = None if self._creating_topic else self._store.num_partitions()
+        if n is not None:
+            self._num_partitions = n
+        if self._num_partitions is None:
+            return
+        self._follow_leadership(changed)
+
+    def _follow_leadership(self, partitions: Iterable[int]) -> None:
+        """Loads the partitions led here that are not loaded, unloads those no longer led."""
+        for p in partitions:
+            leads = self._store.leads(p)
+            if leads and p not in self._partitions:
+                self._partitions[p] = _LOADING
+                token = self._loads[p] = object()
+                self._tasks.spawn(self._load_partition(p, token))
+            elif not leads and p in self._partitions:
+                self._unload_partition(p)
+
+    def _unload_partition(self, partition: int) -> None:
+        """Leadership of the partition moved away: its groups are served elsewhere now, so
+        parked joins and syncs are answered NOT_COORDINATOR and the groups dropped."""
+        self._partitions.pop(partition, None)
+        self._loads.pop(partition, None)
+        gone = [g for g in self._groups.values() if self.partition_for(g.group_id) == partition]
+        for group in gone:
+            for member in list(group.members.values()):
+                self.membership.cancel_heartbeat(group.group_id, member.member_id)
+                group.complete_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
+                group.complete_sync(member, SyncResult(ErrorCode.not_coordinator))
+            self.membership.remove_group(group)
+        self.txn_offsets.unload_partition(partition)
+        log.info("unloaded %s-%d: %d groups", OFFSETS_TOPIC, partition, len(gone))
 
     def _on_metadata_change(self, topic: str, state: TopicState | None) -> None:
         """Metadata listener (any thread): a deleted topic's committed offsets go too."""
@@ -189,15 +237,23 @@ class GroupCoordinator:
         """Creates ``__consumer_offsets`` when first needed (FindCoordinator, first write)."""
         if self._num_partitions is not None:
             return ErrorCode.none
+        existed = self._store.num_partitions() is not None
+        self._creating_topic = True
         try:
             n = await self._store.ensure_topic()
         except StoreError as exc:
             return store_error_to_response_error(exc.code)
+        finally:
+            self._creating_topic = False
         if self._num_partitions is None:
             self._num_partitions = n
-            for p in range(n):
-                # A topic created now holds nothing to load.
-                self._partitions.setdefault(p, _LOADED)
+            if existed:
+                self._follow_leadership(range(n))
+            else:
+                for p in range(n):
+                    if self._store.leads(p):
+                        # A topic created now holds nothing to load.
+                        self._partitions.setdefault(p, _LOADED)
         return ErrorCode.none
 
     def _check_group(self, group_id: str) -> ErrorCode:
@@ -207,23 +263,29 @@ class GroupCoordinator:
         p = self.partition_for(group_id)
         if p is None:
             return ErrorCode.none
-        state = self._partitions.get(p, _LOADED)
+        state = self._partitions.get(p)
         if state == _LOADING:
             return ErrorCode.coordinator_load_in_progress
-        if state == _FAILED:
+        if state is None or state == _FAILED:
             return ErrorCode.not_coordinator
         return ErrorCode.none
 
-    async def _load_partition(self, partition: int) -> None:
+    async def _load_partition(self, partition: int, token: object) -> None:
         started = time.monotonic()
         try:
             open_txns: OpenTxns = {}
             records = await self._store.read(partition, open_txns)
         except StoreError as exc:
             log.error("cannot load __consumer_offsets-%d: %s", partition, exc)
-            self._partitions[partition] = _FAILED
+            if self._loads.get(partition) is token:
+                self._partitions[partition] = _FAILED
             return
-        loaded = await replay(self._groups, records, self._timer.now_ms(), partition)
+        # Replayed aside: the partition may be unloaded while replay yields to the loop.
+        replayed: dict[str, ClassicGroup] = {}
+        loaded = await replay(replayed, records, self._timer.now_ms(), partition)
+        if self._loads.get(partition) is not token:
+            return
+        self._groups.update(replayed)
         self.txn_offsets.load_open_txns(open_txns)
         for group_id in loaded:
             group = self._groups.get(group_id)

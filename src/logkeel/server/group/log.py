@@ -83,6 +83,9 @@ class OffsetsTopicStore(Protocol):
     async def ensure_topic(self) -> int:
         """Creates the topic if it is missing; returns its partition count."""
 
+    def leads(self, partition: int) -> bool:
+        """Whether this broker leads the partition, with its log online (its coordinator)."""
+
     async def append(
         self,
         partition: int,
@@ -192,6 +195,9 @@ class LogManagerOffsetsStore:
         self._created = True
         return self._partitions
 
+    def leads(self, partition: int) -> bool:
+        return True
+
     def _log(self, partition: int) -> PartitionLog:
         return self._log_manager.get_or_create_log(TopicPartition(OFFSETS_TOPIC, partition))
 
@@ -292,12 +298,26 @@ class BrokerOffsetsStore:
             }
             if topic.min_insync_replicas is not None:
                 configs["min.insync.replicas"] = str(topic.min_insync_replicas)
+            alive = len(self._broker.metadata.brokers())
+            if alive < topic.replication_factor:
+                # As Kafka: not created with fewer replicas than configured; the coordinator
+                # is unavailable until enough brokers are up.
+                log.warning(
+                    "not creating %s yet: replication factor %d, %d broker(s) alive",
+                    topic.name,
+                    topic.replication_factor,
+                    alive,
+                )
+                raise StoreError(
+                    ErrorCode.coordinator_not_available,
+                    f"{alive} broker(s) alive, {topic.replication_factor} replicas required",
+                )
             try:
                 state = await asyncio.to_thread(
                     self._broker.metadata.create_topic,
                     topic.name,
                     topic.partitions,
-                    min(topic.replication_factor, len(self._broker.metadata.brokers())),
+                    topic.replication_factor,
                     configs,
                     internal=True,
                 )
@@ -314,6 +334,10 @@ class BrokerOffsetsStore:
 
     def _tp(self, partition: int) -> TopicPartition:
         return TopicPartition(self._topic.name, partition)
+
+    def leads(self, partition: int) -> bool:
+        p = self._broker.replica_manager.partition(self._tp(partition))
+        return p is not None and p.is_leader and p.online
 
     def _log(self, partition: int) -> PartitionLog:
         # Never get_or_create_log: for a partition in an offline dir that would create an

@@ -123,6 +123,15 @@ class GroupTxnOffsets(CoordinatorPart):
         if not groups:
             del self._pending[producer_id]
 
+    def unload_partition(self, partition: int) -> None:
+        """Forgets the pending offsets of the groups of a partition no longer led here (they
+        come back from its log when it is loaded again)."""
+        for producer_id, groups in list(self._pending.items()):
+            for group_id in [g for g in groups if self._partition_for(g) == partition]:
+                del groups[group_id]
+            if not groups:
+                del self._pending[producer_id]
+
     def load_open_txns(self, open_txns: OpenTxns) -> None:
         """Makes the offsets of transactions left open in a loaded partition pending again."""
         for producer_id, records in open_txns.items():

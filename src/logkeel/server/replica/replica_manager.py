@@ -22,6 +22,9 @@ Public API (all ``async`` methods run on the event loop; disk work goes to the I
   -> (error, epoch, end_offset)``
 - ``async run_in_io(fn, *args)``: runs blocking storage work on the IO threads
   (``num.io.threads``).
+- ``add_partition_listener(fn)``: ``fn(tps)`` runs on the event loop after metadata changed
+  the state (leader, replicas, online) of partitions ``tps``; the group coordinator follows
+  the leadership of ``__consumer_offsets`` with it.
 - ``on_log_dir_failure(log_dir, reason)`` (the broker calls it from the thread in which the
   log manager took a dir offline; it only changes in-memory state), ``start()``,
   ``prepare_shutdown()`` (answer every parked request now; call before stopping the
@@ -136,6 +139,7 @@ class ReplicaManager:
             self._storage_failure,
         )
         self._isr_task: asyncio.Task[None] | None = None
+        self._partition_listeners: list[Callable[[list[TopicPartition]], None]] = []
         self._started = False
         self._stopped = False
 
@@ -195,6 +199,10 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         return self._table.all()
 
+    def add_partition_listener(self, fn: Callable[[list[TopicPartition]], None]) -> None:
+        """``fn(tps)`` runs on the event loop after metadata changed partitions ``tps``."""
+        self._partition_listeners.append(fn)
+
     async def _check_isr_shrinks(self) -> None:
         """Kafka's isr-expiration task: leaders propose dropping followers that fell behind."""
         while True:
@@ -241,6 +249,11 @@ class ReplicaManager:
             for tp in tps:
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)
+            for fn in self._partition_listeners:
+                try:
+                    fn(tps)
+                except Exception:
+                    log.exception("a partition listener failed")
 
         try:
             running = asyncio.get_running_loop()
