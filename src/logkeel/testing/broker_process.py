@@ -152,7 +152,8 @@ class ChildBroker(ABC):
         return self.start()
 
     def __enter__(self) -> Self:
-        return self.start()
+        # `with broker.start():` must not launch a second process and orphan the first.
+        return self if self.proc is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(BrokerUnavailable):  # stop() killed it: nothing is left
