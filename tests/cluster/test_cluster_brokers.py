@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster.zk_server import ZooKeeperServer, free_port
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.ports import free_port
 from logkeel.testing.broker_process import serve_command
 from tests.brokerproc import BrokerProcess
 from tests.server.test_admin_wire import Wire
@@ -250,7 +251,7 @@ def test_unreachable_zookeeper_is_a_clear_error_and_exit_code(tmp_path: Path) ->
 
 
 def test_cluster_up_and_status_json(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_port(count=2)
     up = subprocess.Popen(
         [*serve_command()[:-1], "cluster", "up", "--brokers", "2", "--dir", str(tmp_path),
          "--port", str(port)],

@@ -22,7 +22,7 @@ from logkeel.cluster.zk_client import (
     ZooKeeperUnavailable,
 )
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
-from logkeel.cluster.zk_server import free_port
+from logkeel.ports import free_port
 from logkeel.storage.topic_partition import TopicPartition
 
 WAIT = 15.0  # upper bound for anything ZooKeeper does asynchronously in these tests

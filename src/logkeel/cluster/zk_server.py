@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from logkeel.ports import free_port, port_is_free
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # The jar's dependencies (jute, netty, slf4j, ...) sit next to it in Debian's layout.
 CLASSPATH = f"{ZOOKEEPER_JAR}:/usr/share/java/*"
@@ -24,21 +26,6 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 
 class ZooKeeperServerError(Exception):
     """ZooKeeper could not be started (not installed, exited early, never answered `imok`)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:
@@ -75,7 +62,7 @@ class ZooKeeperServer:
     ) -> None:
         self.base_dir = Path(base_dir)
         self.host = "127.0.0.1"
-        self.port = port if port is not None else free_port(self.host)
+        self.port = port if port is not None else free_port(host=self.host)
         self.tick_time_ms = tick_time_ms
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -20,6 +20,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Self
 
+from logkeel.ports import free_port
+
 __all__ = [
     "BrokerUnavailable",
     "ChildBroker",
@@ -32,12 +34,6 @@ __all__ = [
 
 class BrokerUnavailable(RuntimeError):
     """A broker could not be started, or would not stop; the message says why."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serve_command(*args: str, verbose: bool = False) -> list[str]:
