@@ -108,6 +108,23 @@ def fetch(c: RawClient, topic: str, isolation: int) -> Any:
     )
 
 
+def open_transaction(c: RawClient, txn: str, topic: str) -> tuple[int, int]:
+    """One plain record in ``topic``, then two in an open transaction of ``txn``: (pid, epoch)."""
+    assert produce_one(c, 9, topic, 0, batch([b"before"])).error_code == ErrorCode.none
+    init = init_producer_id(c, 4, transactional_id=txn)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert add_partitions(c, txn, pid, epoch, topic) == ErrorCode.none
+    records = batch(
+        [b"t1", b"t2"],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    assert txn_produce(c, txn, topic, records).error_code == ErrorCode.none
+    return pid, epoch
+
+
 def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> None:
     assert produce_one(client, 9, "bad", 0, batch([b"plain"])).error_code == ErrorCode.none
     init = init_producer_id(client, 4, transactional_id="bad-txn")
@@ -139,18 +156,7 @@ def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> No
 
 
 def test_open_transaction_sets_the_lso_and_abort_lists_it(client: RawClient) -> None:
-    assert produce_one(client, 9, "iso", 0, batch([b"before"])).error_code == ErrorCode.none
-    init = init_producer_id(client, 4, transactional_id="iso-txn")
-    pid, epoch = init.producer_id, init.producer_epoch
-    assert add_partitions(client, "iso-txn", pid, epoch, "iso") == ErrorCode.none
-    records = batch(
-        [b"t1", b"t2"],
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    assert txn_produce(client, "iso-txn", "iso", records).error_code == ErrorCode.none
+    pid, epoch = open_transaction(client, "iso-txn", "iso")
 
     # Open: read_committed stops at the transaction's first offset.
     assert list_offsets(client, 5, "iso", -1, isolation_level=1).offset == 1
@@ -168,3 +174,41 @@ def test_open_transaction_sets_the_lso_and_abort_lists_it(client: RawClient) -> 
     # Ending it again: the retry of an abort succeeds, a commit is refused.
     assert end_txn(client, "iso-txn", pid, epoch, False) == ErrorCode.none
     assert end_txn(client, "iso-txn", pid, epoch, True) == ErrorCode.invalid_txn_state
+
+
+def write_txn_markers(
+    c: RawClient, pid: int, epoch: int, commit: bool, topic: str
+) -> dict[tuple[str, int], ErrorCode]:
+    mod = schema_module(ApiKey.WRITE_TXN_MARKERS, 1)
+    r = c.call(
+        mod.WriteTxnMarkersRequest(
+            markers=(
+                mod.WritableTxnMarker(
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    transaction_result=commit,
+                    topics=(mod.WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),),
+                    coordinator_epoch=0,
+                ),
+            )
+        )
+    )
+    (m,) = r.markers
+    assert m.producer_id == pid
+    return {
+        (t.name, p.partition_index): ErrorCode(p.error_code) for t in m.topics for p in t.partitions
+    }
+
+
+def test_write_txn_markers_from_another_coordinator(client: RawClient) -> None:
+    # What a coordinator on another broker sends this partition's leader.
+    pid, epoch = open_transaction(client, "remote-txn", "remote")
+    assert fetch(client, "remote", 1).last_stable_offset == 1
+
+    assert write_txn_markers(client, pid, epoch, False, "remote") == {("remote", 0): ErrorCode.none}
+    p = fetch(client, "remote", 1)
+    assert (p.high_watermark, p.last_stable_offset) == (4, 4)
+    assert [(t.producer_id, t.first_offset) for t in p.aborted_transactions] == [(pid, 1)]
+    assert write_txn_markers(client, pid, epoch, True, "gone") == {
+        ("gone", 0): ErrorCode.unknown_topic_or_partition
+    }
