@@ -4,6 +4,7 @@ last stable offset and the aborted-transaction list."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,32 @@ def test_write_txn_markers_from_another_coordinator(client: RawClient) -> None:
     assert write_txn_markers(client, pid, epoch, True, "gone") == {
         ("gone", 0): ErrorCode.unknown_topic_or_partition
     }
+
+
+def test_idle_transactional_id_expires(tmp_path: Path) -> None:
+    overrides = {
+        **OVERRIDES,
+        "transactional.id.expiration.ms": "1000",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "300",
+    }
+    with (
+        BrokerProcess(tmp_path / "b", overrides=overrides).start() as broker,
+        RawClient(broker.port) as c,
+    ):
+        first = init_producer_id(c, 4, transactional_id="idle-txn")
+        again = init_producer_id(c, 4, transactional_id="idle-txn")
+        # Still known: the same producer id, the next epoch.
+        assert (again.producer_id, again.producer_epoch) == (
+            first.producer_id,
+            first.producer_epoch + 1,
+        )
+        deadline = time.monotonic() + 15
+        while True:
+            time.sleep(0.5)
+            # Forgotten: EndTxn no longer knows the id (before: no transaction to end).
+            code = end_txn(c, "idle-txn", again.producer_id, again.producer_epoch, False)
+            if code == ErrorCode.invalid_producer_id_mapping or time.monotonic() > deadline:
+                break
+        assert code == ErrorCode.invalid_producer_id_mapping
+        fresh = init_producer_id(c, 4, transactional_id="idle-txn")
+        assert (fresh.producer_epoch, fresh.producer_id != first.producer_id) == (0, True)

@@ -67,6 +67,8 @@ _GONE = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic
 class TxnSettings:
     max_timeout_ms: int = 900_000
     abort_timed_out_interval_ms: int = 10_000
+    id_expiration_ms: int = 604_800_000
+    remove_expired_interval_ms: int = 3_600_000
     topic: InternalTopic = InternalTopic(TRANSACTION_STATE_TOPIC, 50, 1, 104857600, 1)
 
     @classmethod
@@ -75,6 +77,10 @@ class TxnSettings:
             max_timeout_ms=config.transaction_max_timeout_ms,
             abort_timed_out_interval_ms=(
                 config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+            ),
+            id_expiration_ms=config.transactional_id_expiration_ms,
+            remove_expired_interval_ms=(
+                config.transaction_remove_expired_transaction_cleanup_interval_ms
             ),
             topic=InternalTopic(
                 TRANSACTION_STATE_TOPIC,
@@ -112,7 +118,7 @@ class TransactionCoordinator:
             self._tasks.spawn,
         )
         self._active = False
-        self._expiry: asyncio.Task[None] | None = None
+        self._expiry: list[asyncio.Task[None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -122,7 +128,15 @@ class TransactionCoordinator:
         self._active = True
         self._partitions.start()
         self._replica_manager.add_partition_listener(self._on_partitions_changed)
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        loop = asyncio.get_running_loop()
+        self._expiry = [
+            loop.create_task(
+                self._every(self.settings.abort_timed_out_interval_ms, self._abort_timed_out)
+            ),
+            loop.create_task(
+                self._every(self.settings.remove_expired_interval_ms, self._remove_idle)
+            ),
+        ]
 
     def _on_partitions_changed(self, tps: list[TopicPartition]) -> None:
         if self._active:
@@ -137,8 +151,8 @@ class TransactionCoordinator:
 
     async def stop(self) -> None:
         self._active = False
-        if self._expiry is not None:
-            self._expiry.cancel()
+        for task in self._expiry:
+            task.cancel()
         await self._tasks.finish(5)
         await self._markers.close()
 
@@ -417,20 +431,40 @@ class TransactionCoordinator:
 
     # -- expiry ------------------------------------------------------------------------------
 
-    async def _expire_loop(self) -> None:
-        interval = self.settings.abort_timed_out_interval_ms / 1000
+    async def _every(self, interval_ms: int, check: Callable[[int], None]) -> None:
         while self._active:
-            await asyncio.sleep(interval)
-            now = _now_ms()
-            for meta in list(self._txns.values()):
-                if meta.expired(now):
-                    log.info(
-                        "transactional id %r: aborting the transaction open past its timeout of "
-                        "%d ms",
-                        meta.transactional_id,
-                        meta.value.timeout_ms,
-                    )
-                    self._tasks.spawn(self._abort_fenced(meta))
+            await asyncio.sleep(interval_ms / 1000)
+            check(_now_ms())
+
+    def _abort_timed_out(self, now: int) -> None:
+        for meta in list(self._txns.values()):
+            if meta.expired(now):
+                log.info(
+                    "transactional id %r: aborting the transaction open past its timeout of %d ms",
+                    meta.transactional_id,
+                    meta.value.timeout_ms,
+                )
+                self._tasks.spawn(self._abort_fenced(meta))
+
+    def _remove_idle(self, now: int) -> None:
+        """``transactional.id.expiration.ms``: ids idle that long are forgotten (tombstoned);
+        their next InitProducerId starts afresh with a new producer id."""
+        for meta in list(self._txns.values()):
+            if meta.idle(now, self.settings.id_expiration_ms):
+                self._tasks.spawn(self._remove(meta, meta.prepare_dead(now)))
+
+    async def _remove(self, meta: TxnMetadata, dead: TxnLogValue) -> None:
+        tp = self.state_partition(meta.transactional_id)
+        try:
+            await self._store.append(tp.partition, [(encode_txn_key(meta.transactional_id), None)])
+        except StoreError as exc:
+            meta.abandon()
+            log.warning("expiring %r failed: %s", meta.transactional_id, exc)
+            return
+        meta.complete(dead)
+        if self._txns.get(meta.transactional_id) is meta:
+            del self._txns[meta.transactional_id]
+        log.info("transactional id %r expired", meta.transactional_id)
 
     # -- inspection ----------------------------------------------------------------------------
 
