@@ -242,3 +242,32 @@ def test_idle_transactional_id_expires(tmp_path: Path) -> None:
         assert code == ErrorCode.invalid_producer_id_mapping
         fresh = init_producer_id(c, 4, transactional_id="idle-txn")
         assert (fresh.producer_epoch, fresh.producer_id != first.producer_id) == (0, True)
+
+
+def test_describe_and_list_transactions(client: RawClient) -> None:
+    pid, epoch = open_transaction(client, "shown-txn", "shown")
+    describe = schema_module(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    r = client.call(describe.DescribeTransactionsRequest(transactional_ids=("shown-txn", "nope")))
+    shown, nope = r.transaction_states
+    assert (shown.error_code, shown.transaction_state) == (ErrorCode.none, "Ongoing")
+    assert (shown.producer_id, shown.producer_epoch) == (pid, epoch)
+    assert [(t.topic, t.partitions) for t in shown.topics] == [("shown", (0,))]
+    assert nope.error_code == ErrorCode.transactional_id_not_found
+
+    listing = schema_module(ApiKey.LIST_TRANSACTIONS, 2)
+
+    def listed(**filters: Any) -> tuple[list[tuple[str, int, str]], tuple[str, ...]]:
+        r = client.call(listing.ListTransactionsRequest(**filters))
+        assert r.error_code == ErrorCode.none
+        found = [
+            (t.transactional_id, t.producer_id, t.transaction_state) for t in r.transaction_states
+        ]
+        return sorted(found), r.unknown_state_filters
+
+    assert listed() == ([("shown-txn", pid, "Ongoing")], ())
+    assert listed(state_filters=("CompleteCommit", "Bogus")) == ([], ("Bogus",))
+    assert listed(producer_id_filters=(pid + 1,)) == ([], ())
+    assert listed(transactional_id_pattern="shown-.*") == ([("shown-txn", pid, "Ongoing")], ())
+    assert listed(transactional_id_pattern="other") == ([], ())
+    assert end_txn(client, "shown-txn", pid, epoch, True) == ErrorCode.none
+    assert listed(state_filters=("CompleteCommit",)) == ([("shown-txn", pid, "CompleteCommit")], ())

@@ -47,6 +47,7 @@ from logkeel.server.api import sasl as sasl_api
 from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
+from logkeel.server.api import txn_admin as txn_admin_api
 from logkeel.server.api import txn_markers as txn_markers_api
 from logkeel.server.api import versions as api_versions
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
@@ -493,6 +494,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
     )
     txn_markers_api.register(registry, broker.txn_markers)
+    txn_admin_api.register(registry, broker.txn_coordinator)
     sasl_api.register(registry)
     scram_api.register(registry, broker.metadata)
 

@@ -471,6 +471,24 @@ class TransactionCoordinator:
     def transaction(self, transactional_id: str) -> TxnMetadata | None:
         return self._txns.get(transactional_id)
 
+    def describe(self, transactional_id: str) -> TxnMetadata:
+        """DescribeTransactions: the id's state here; raises TxnError (NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, TRANSACTIONAL_ID_NOT_FOUND)."""
+        self._check(transactional_id)
+        meta = self._txns.get(transactional_id)
+        if meta is None:
+            raise TxnError(ErrorCode.transactional_id_not_found)
+        return meta
+
+    def list_transactions(self) -> list[TxnMetadata]:
+        """ListTransactions: the ids of the partitions loaded here; raises TxnError while one
+        is still loading."""
+        if not self._active:
+            raise TxnError(ErrorCode.coordinator_not_available)
+        if self._partitions.is_loading():
+            raise TxnError(ErrorCode.coordinator_load_in_progress)
+        return list(self._txns.values())
+
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
