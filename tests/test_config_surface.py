@@ -46,7 +46,6 @@ REJECTED_UNLESS_DEFAULT = {
     "compression.type",
     "log.cleaner.enable",
     "follower.fetch.process.time.max.ms",
-    "transactional.id.expiration.ms",
 }
 REJECTED_TOPIC_KEYS = {"compression.type"}
 

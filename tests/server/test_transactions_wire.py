@@ -4,6 +4,7 @@ last stable offset and the aborted-transaction list."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,23 @@ def fetch(c: RawClient, topic: str, isolation: int) -> Any:
     )
 
 
+def open_transaction(c: RawClient, txn: str, topic: str) -> tuple[int, int]:
+    """One plain record in ``topic``, then two in an open transaction of ``txn``: (pid, epoch)."""
+    assert produce_one(c, 9, topic, 0, batch([b"before"])).error_code == ErrorCode.none
+    init = init_producer_id(c, 4, transactional_id=txn)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert add_partitions(c, txn, pid, epoch, topic) == ErrorCode.none
+    records = batch(
+        [b"t1", b"t2"],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    assert txn_produce(c, txn, topic, records).error_code == ErrorCode.none
+    return pid, epoch
+
+
 def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> None:
     assert produce_one(client, 9, "bad", 0, batch([b"plain"])).error_code == ErrorCode.none
     init = init_producer_id(client, 4, transactional_id="bad-txn")
@@ -139,18 +157,7 @@ def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> No
 
 
 def test_open_transaction_sets_the_lso_and_abort_lists_it(client: RawClient) -> None:
-    assert produce_one(client, 9, "iso", 0, batch([b"before"])).error_code == ErrorCode.none
-    init = init_producer_id(client, 4, transactional_id="iso-txn")
-    pid, epoch = init.producer_id, init.producer_epoch
-    assert add_partitions(client, "iso-txn", pid, epoch, "iso") == ErrorCode.none
-    records = batch(
-        [b"t1", b"t2"],
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    assert txn_produce(client, "iso-txn", "iso", records).error_code == ErrorCode.none
+    pid, epoch = open_transaction(client, "iso-txn", "iso")
 
     # Open: read_committed stops at the transaction's first offset.
     assert list_offsets(client, 5, "iso", -1, isolation_level=1).offset == 1
@@ -168,3 +175,99 @@ def test_open_transaction_sets_the_lso_and_abort_lists_it(client: RawClient) -> 
     # Ending it again: the retry of an abort succeeds, a commit is refused.
     assert end_txn(client, "iso-txn", pid, epoch, False) == ErrorCode.none
     assert end_txn(client, "iso-txn", pid, epoch, True) == ErrorCode.invalid_txn_state
+
+
+def write_txn_markers(
+    c: RawClient, pid: int, epoch: int, commit: bool, topic: str
+) -> dict[tuple[str, int], ErrorCode]:
+    mod = schema_module(ApiKey.WRITE_TXN_MARKERS, 1)
+    r = c.call(
+        mod.WriteTxnMarkersRequest(
+            markers=(
+                mod.WritableTxnMarker(
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    transaction_result=commit,
+                    topics=(mod.WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),),
+                    coordinator_epoch=0,
+                ),
+            )
+        )
+    )
+    (m,) = r.markers
+    assert m.producer_id == pid
+    return {
+        (t.name, p.partition_index): ErrorCode(p.error_code) for t in m.topics for p in t.partitions
+    }
+
+
+def test_write_txn_markers_from_another_coordinator(client: RawClient) -> None:
+    # What a coordinator on another broker sends this partition's leader.
+    pid, epoch = open_transaction(client, "remote-txn", "remote")
+    assert fetch(client, "remote", 1).last_stable_offset == 1
+
+    assert write_txn_markers(client, pid, epoch, False, "remote") == {("remote", 0): ErrorCode.none}
+    p = fetch(client, "remote", 1)
+    assert (p.high_watermark, p.last_stable_offset) == (4, 4)
+    assert [(t.producer_id, t.first_offset) for t in p.aborted_transactions] == [(pid, 1)]
+    assert write_txn_markers(client, pid, epoch, True, "gone") == {
+        ("gone", 0): ErrorCode.unknown_topic_or_partition
+    }
+
+
+def test_idle_transactional_id_expires(tmp_path: Path) -> None:
+    overrides = {
+        **OVERRIDES,
+        "transactional.id.expiration.ms": "1000",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "300",
+    }
+    with (
+        BrokerProcess(tmp_path / "b", overrides=overrides).start() as broker,
+        RawClient(broker.port) as c,
+    ):
+        first = init_producer_id(c, 4, transactional_id="idle-txn")
+        again = init_producer_id(c, 4, transactional_id="idle-txn")
+        # Still known: the same producer id, the next epoch.
+        assert (again.producer_id, again.producer_epoch) == (
+            first.producer_id,
+            first.producer_epoch + 1,
+        )
+        deadline = time.monotonic() + 15
+        while True:
+            time.sleep(0.5)
+            # Forgotten: EndTxn no longer knows the id (before: no transaction to end).
+            code = end_txn(c, "idle-txn", again.producer_id, again.producer_epoch, False)
+            if code == ErrorCode.invalid_producer_id_mapping or time.monotonic() > deadline:
+                break
+        assert code == ErrorCode.invalid_producer_id_mapping
+        fresh = init_producer_id(c, 4, transactional_id="idle-txn")
+        assert (fresh.producer_epoch, fresh.producer_id != first.producer_id) == (0, True)
+
+
+def test_describe_and_list_transactions(client: RawClient) -> None:
+    pid, epoch = open_transaction(client, "shown-txn", "shown")
+    describe = schema_module(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    r = client.call(describe.DescribeTransactionsRequest(transactional_ids=("shown-txn", "nope")))
+    shown, nope = r.transaction_states
+    assert (shown.error_code, shown.transaction_state) == (ErrorCode.none, "Ongoing")
+    assert (shown.producer_id, shown.producer_epoch) == (pid, epoch)
+    assert [(t.topic, t.partitions) for t in shown.topics] == [("shown", (0,))]
+    assert nope.error_code == ErrorCode.transactional_id_not_found
+
+    listing = schema_module(ApiKey.LIST_TRANSACTIONS, 2)
+
+    def listed(**filters: Any) -> tuple[list[tuple[str, int, str]], tuple[str, ...]]:
+        r = client.call(listing.ListTransactionsRequest(**filters))
+        assert r.error_code == ErrorCode.none
+        found = [
+            (t.transactional_id, t.producer_id, t.transaction_state) for t in r.transaction_states
+        ]
+        return sorted(found), r.unknown_state_filters
+
+    assert listed() == ([("shown-txn", pid, "Ongoing")], ())
+    assert listed(state_filters=("CompleteCommit", "Bogus")) == ([], ("Bogus",))
+    assert listed(producer_id_filters=(pid + 1,)) == ([], ())
+    assert listed(transactional_id_pattern="shown-.*") == ([("shown-txn", pid, "Ongoing")], ())
+    assert listed(transactional_id_pattern="other") == ([], ())
+    assert end_txn(client, "shown-txn", pid, epoch, True) == ErrorCode.none
+    assert listed(state_filters=("CompleteCommit",)) == ([("shown-txn", pid, "CompleteCommit")], ())

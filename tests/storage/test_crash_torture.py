@@ -1,19 +1,24 @@
 """Crash torture: a writer process appends idempotent batches through LogManager and records
-what it acknowledged (flushed); it is killed with SIGKILL at random moments, sometimes its
+what it acknowledged (flushed), with a transactional producer's batches and COMMIT/ABORT markers
+in between (so transactions are often open at the kill); it is killed with SIGKILL at random moments, sometimes its
 index files or unflushed tail are damaged too, and after each kill the start-up path must
 bring back every acknowledged record exactly once, in order, at its offset, with indexes that
-agree with a scan of the log, and must report any loss of data that was never acknowledged.
+agree with a scan of the log, and must report any loss of data that was never acknowledged. The producer and transaction state
+after each recovery must equal that of an eager rebuild from scratch of the same files.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.segment_check import (
@@ -25,16 +30,19 @@ from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 
 from .logutil import all_records
+from .startuputil import fingerprint, rebuild_from_scratch
 
 TP = TopicPartition("torture", 0)
 PRODUCER = 4242
+TXN_PRODUCER = 4343
 CFG = dict(segment_bytes=6000, index_interval_bytes=400, file_delete_delay_ms=0)
 ITERATIONS = 40
 SEED = int(os.environ.get("LOGKEEL_TORTURE_SEED", "20260301"))
 
 WRITER = r"""
 import os, random, sys, time
-from logkeel.records.builder import build_batch
+from logkeel.records.builder import build_batch, build_control_batch
+from logkeel.records.control import ControlRecordType
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
 from logkeel.storage.topic_partition import TopicPartition
@@ -42,12 +50,16 @@ from logkeel.storage.topic_partition import TopicPartition
 log_dir, acks, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = random.Random(seed)
 cfg = LogConfig(**eval(sys.argv[4]))
+transactional = sys.argv[5] == "txn"
 m = LogManager([log_dir], default_config=cfg, intervals=BackgroundIntervals(recovery_flush_ms=25,
                flush_check_ms=25))
 m.startup()
 plog = m.get_or_create_log(TopicPartition("torture", 0))
 entry = plog.producer_state.last_entry(PRODUCER_ID)
 seq = entry.last_seq + 1 if entry is not None else 0
+txn = plog.producer_state.last_entry(TXN_ID)
+tseq = txn.last_seq + 1 if txn is not None else 0
+txn_open = txn is not None and txn.current_txn_first_offset is not None
 fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 print("ready", flush=True)
 pending = []
@@ -60,6 +72,19 @@ while True:
     assert not info.duplicate
     pending.append((info.first_offset, info.last_offset, seq))
     seq += n
+    if transactional and rng.random() < 0.3:
+        plog.append_as_leader(build_batch([(int(time.time() * 1000), b"t", b"t%d" % tseq, ())],
+                                          producer_id=TXN_ID, producer_epoch=0,
+                                          base_sequence=tseq, is_transactional=True), 0)
+        tseq += 1
+        txn_open = True
+    elif txn_open and rng.random() < 0.3:
+        kind = ControlRecordType.COMMIT if rng.random() < 0.5 else ControlRecordType.ABORT
+        plog.append_as_leader(build_control_batch(kind, producer_id=TXN_ID, producer_epoch=0,
+                                                  coordinator_epoch=0,
+                                                  timestamp=int(time.time() * 1000)),
+                              0, origin_is_client=False)
+        txn_open = False
     if rng.random() < 0.4:
         plog.flush()
         active = plog.active_segment
@@ -67,7 +92,7 @@ while True:
         os.write(fd, lines.encode())
         os.fsync(fd)
         pending = []
-""".replace("PRODUCER_ID", str(PRODUCER))
+""".replace("PRODUCER_ID", str(PRODUCER)).replace("TXN_ID", str(TXN_PRODUCER))
 
 
 def read_acks(path: Path) -> list[tuple[int, int, int, int, int]]:
@@ -153,7 +178,7 @@ def damage(rng: random.Random, part: Path, acks) -> Damage | None:
     return None
 
 
-def check(log_dir: Path, acks, what: Damage | None) -> LogManager:
+def check(log_dir: Path, acks, what: Damage | None, transactional: bool) -> LogManager:
     m = LogManager([log_dir], default_config=LogConfig(**CFG), validation_rate_bytes_per_sec=0)
     report = m.startup(start_background=False)
     m.validate_all()
@@ -162,7 +187,8 @@ def check(log_dir: Path, acks, what: Damage | None) -> LogManager:
     records = all_records(plog)
     offsets = [r.offset for r in records]
     assert offsets == sorted(set(offsets)), "offsets out of order or repeated"
-    values = [r.value.split(b".")[0] for r in records]
+    # Control records (the markers) all look alike; data records are unique.
+    values = [r.value.split(b".")[0] for r in records if r.key in (b"k", b"t")]
     assert len(values) == len(set(values)), "a record is in the log twice"
     at = {r.offset: r.value.split(b".")[0] for r in records}
     for first, last, seq, _, _ in acks:
@@ -197,10 +223,48 @@ def check(log_dir: Path, acks, what: Damage | None) -> LogManager:
             time_index_problem(scan, list(segment.time_index.iter_entries()), inactive=False)
             is None
         )
+    if transactional:
+        same_as_rebuild(log_dir, plog, what)
     return m
 
 
+def same_as_rebuild(log_dir: Path, plog, what: Damage | None) -> None:
+    """Producer and transaction state (open transactions, aborted lists) as a rebuild."""
+    reference_dir = log_dir.parent / "reference"
+    shutil.rmtree(reference_dir, ignore_errors=True)
+    shutil.copytree(log_dir, reference_dir)
+    reference = rebuild_from_scratch(reference_dir, LogConfig(**CFG))
+    rebuilt = reference.get_log(TP)
+    try:
+        # Completed transactions above the high watermark (0 here: nothing replicates) are
+        # tracked only since the last snapshot, and are invisible behind the LSO; compare as
+        # a leader would, once the high watermark covers the log.
+        for log in (plog, rebuilt):
+            log.high_watermark = log.log_end_offset
+            log.producer_state.on_high_watermark_updated(log.log_end_offset)
+        assert fingerprint(plog, indexes=False) == fingerprint(rebuilt, indexes=False), (
+            f"recovered state differs from a rebuild ({what})"
+        )
+    finally:
+        reference.shutdown()
+
+
 def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
+    torture(tmp_path, transactional=False)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    reason="storage findings of this test, not fixed yet: the txn index validator reports an "
+    "aborted transaction that began in an earlier segment as not starting where it does, and "
+    "the repair it starts in the writer's background races with a segment roll's producer "
+    "snapshot (_scan_snapshots deletes the *.snapshot.*.tmp that take_snapshot is renaming)",
+)
+def test_kill_minus_nine_with_transactions_recovers_the_state_of_a_rebuild(tmp_path):
+    torture(tmp_path, transactional=True)
+
+
+def torture(tmp_path: Path, *, transactional: bool) -> None:
     rng = random.Random(SEED)
     log_dir = tmp_path / "logs"
     acks_file = tmp_path / "acks"
@@ -219,6 +283,7 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
                 str(acks_file),
                 str(rng.randrange(1 << 30)),
                 repr(CFG),
+                "txn" if transactional else "plain",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -237,7 +302,7 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
         if what:
             damages.append(str(what))
             detected_losses += what.expect_cut_at is not None
-        m = check(log_dir, acks, what)
+        m = check(log_dir, acks, what, transactional)
         truncations += len(m.startup_report.truncations)
         if rng.random() < 0.5:
             m.shutdown()  # the next writer then starts clean

@@ -50,7 +50,6 @@ SINGLE_NODE = "logkeel runs as a single node without replicas (the cluster work 
 NOT_ENFORCED = "logkeel does not enforce this network setting"
 NO_RECOMPRESSION = "the broker stores batches as the producer compressed them"
 CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
-NO_TRANSACTIONS = "transactional ids are never expired yet"
 
 _K = ConfigKey
 
@@ -320,8 +319,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000,
        "How often transactions open past their timeout are looked for and aborted.", Range(1)),
     _K("transactional.id.expiration.ms", INT, 604800000,
-       "A transactional id idle this long is expired.", Range(1),
-       unsupported=NO_TRANSACTIONS),
+       "A transactional id idle this long is expired.", Range(1)),
+    _K("transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000,
+       "How often transactional ids idle past transactional.id.expiration.ms are removed.",
+       Range(1)),
     _K("producer.id.expiration.ms", INT, 86400000,
        "Idempotent producer state idle this long is dropped.", Range(1)),
     # ---- logkeel start-up and recovery ----------------------------------------------------

@@ -47,6 +47,8 @@ from logkeel.server.api import sasl as sasl_api
 from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
+from logkeel.server.api import txn_admin as txn_admin_api
+from logkeel.server.api import txn_markers as txn_markers_api
 from logkeel.server.api import versions as api_versions
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
@@ -63,6 +65,7 @@ from logkeel.server.replica.context import (
 )
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
+from logkeel.server.txn.markers import TxnMarkers
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
@@ -178,13 +181,16 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
         self.producer_ids = producer_id_api.InitProducerIdApi(self.log_manager)
         txn_settings = TxnSettings.from_broker_config(config)
+        self.txn_markers = TxnMarkers(
+            self.node_id, self.metadata, self.replica_manager, self._on_txn_completed
+        )
         self.txn_coordinator = TransactionCoordinator(
             txn_settings,
             BrokerOffsetsStore(self, txn_settings.topic),
             self.metadata,
             self.replica_manager,
             self.producer_ids.next_producer_id,
-            self._on_txn_completed,
+            self.txn_markers,
         )
         self.producer_ids.txn_coordinator = self.txn_coordinator
 
@@ -487,6 +493,8 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     transactions_api.register(
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
     )
+    txn_markers_api.register(registry, broker.txn_markers)
+    txn_admin_api.register(registry, broker.txn_coordinator)
     sasl_api.register(registry)
     scram_api.register(registry, broker.metadata)
 

@@ -129,15 +129,6 @@ class GroupApi:
                 return ErrorCode.none, b.node_id, b.host, b.port
         return ErrorCode.coordinator_not_available, -1, "", -1
 
-    def _if_leader(self, tp: TopicPartition, listener: str) -> tuple[ErrorCode, int, str, int]:
-        """This broker, on the client's listener, as the coordinator of the keys of ``tp``, if
-        it leads it."""
-        state = self._broker.metadata.partition(tp)
-        if state is not None and state.leader != self._broker.node_id:
-            return ErrorCode.coordinator_not_available, -1, "", -1
-        host, port = self._broker.advertised_for(listener)
-        return ErrorCode.none, self._broker.node_id, host, port
-
     async def _coordinator_for(
         self, ctx: RequestContext, key_type: int, key: str
     ) -> tuple[ErrorCode, int, str, int]:
@@ -154,7 +145,7 @@ class GroupApi:
             code = await self.txn_coordinator.ensure_state_topic()
             if code != ErrorCode.none:
                 return (code, *none)
-            return self._if_leader(self.txn_coordinator.state_partition(key), ctx.listener)
+            return self._leader_of(self.txn_coordinator.state_partition(key), ctx.listener)
         if key_type == _COORDINATOR_KEY_SHARE and ctx.api_version >= 6:
             return (ErrorCode.invalid_request, *none)
         return (ErrorCode.invalid_request, *none)

@@ -25,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import TopicState
+from logkeel.server.coordinator_partitions import CoordinatorPartitions
 from logkeel.server.group.context import GroupContext
 from logkeel.server.group.log import (
     BrokerOffsetsStore,
@@ -66,11 +67,6 @@ __all__ = ["GroupCoordinator"]
 
 log = logging.getLogger(__name__)
 
-# Loaded partition states.
-_LOADING = "loading"
-_LOADED = "loaded"
-_FAILED = "failed"
-
 
 class GroupCoordinator:
     """Groups and offsets for every ``__consumer_offsets`` partition this broker leads."""
@@ -97,14 +93,10 @@ class GroupCoordinator:
         self._store: OffsetsTopicStore = store
         self._timer: Timer = timer if timer is not None else LoopTimer()
         self._groups: dict[str, ClassicGroup] = {}
-        # Partitions led here -> _LOADING / _LOADED / _FAILED.
-        self._partitions: dict[int, str] = {}
-        # The load under way per partition: a load whose partition was unloaded meanwhile
-        # (or loaded again) keeps nothing it read.
-        self._loads: dict[int, object] = {}
-        self._creating_topic = False
-        self._num_partitions: int | None = None
         self._tasks = BackgroundTasks("group coordinator", log)
+        self._partitions = CoordinatorPartitions(
+            OFFSETS_TOPIC, store, self._load_partition, self._unload_partition, self._tasks.spawn
+        )
         self._active = False
         self._loop: asyncio.AbstractEventLoop | None = None
         ctx = GroupContext(
@@ -136,10 +128,7 @@ class GroupCoordinator:
     async def start(self) -> None:
         """Starts loading every existing ``__consumer_offsets`` partition (in the background)."""
         self._active = True
-        n = self._store.num_partitions()
-        if n is not None:
-            self._num_partitions = n
-            self._follow_leadership(range(n))
+        self._partitions.start()
         self.offsets.schedule_expiry()
         if self._broker is not None:
             self._loop = asyncio.get_running_loop()
@@ -147,36 +136,12 @@ class GroupCoordinator:
             self._broker.replica_manager.add_partition_listener(self._on_partitions_changed)
 
     def _on_partitions_changed(self, tps: list[TopicPartition]) -> None:
-        """Replica manager listener (event loop): leadership of offsets partitions moved."""
-        changed = [tp.partition for tp in tps if tp.topic == OFFSETS_TOPIC]
-        if not changed or not self._active:
-            return
-        # Our own creation of the topic marks the partitions it leads when it returns. The
-        # count is taken again each time: a cluster's metadata cache shows a new topic's
-        # partitions one by one, as the controller elects their first leaders.
-        n = None if self._creating_topic else self._store.num_partitions()
-        if n is not None:
-            self._num_partitions = n
-        if self._num_partitions is None:
-            return
-        self._follow_leadership(changed)
-
-    def _follow_leadership(self, partitions: Iterable[int]) -> None:
-        """Loads the partitions led here that are not loaded, unloads those no longer led."""
-        for p in partitions:
-            leads = self._store.leads(p)
-            if leads and p not in self._partitions:
-                self._partitions[p] = _LOADING
-                token = self._loads[p] = object()
-                self._tasks.spawn(self._load_partition(p, token))
-            elif not leads and p in self._partitions:
-                self._unload_partition(p)
+        if self._active:
+            self._partitions.partitions_changed(tps)
 
     def _unload_partition(self, partition: int) -> None:
         """Leadership of the partition moved away: its groups are served elsewhere now, so
         parked joins and syncs are answered NOT_COORDINATOR and the groups dropped."""
-        self._partitions.pop(partition, None)
-        self._loads.pop(partition, None)
         gone = [g for g in self._groups.values() if self.partition_for(g.group_id) == partition]
         for group in gone:
             for member in list(group.members.values()):
@@ -223,37 +188,29 @@ class GroupCoordinator:
         return self._groups
 
     def is_loading(self) -> bool:
-        return any(s == _LOADING for s in self._partitions.values())
+        return self._partitions.is_loading()
 
     async def wait_loaded(self) -> None:
         while self.is_loading():
             await asyncio.sleep(0.01)
 
     def partition_for(self, group_id: str) -> int | None:
-        n = self._num_partitions
+        n = self._partitions.num_partitions
         return None if n is None else partition_for(group_id, n)
 
     async def ensure_offsets_topic(self) -> ErrorCode:
         """Creates ``__consumer_offsets`` when first needed (FindCoordinator, first write)."""
-        if self._num_partitions is not None:
+        if self._partitions.num_partitions is not None:
             return ErrorCode.none
         existed = self._store.num_partitions() is not None
-        self._creating_topic = True
+        self._partitions.creating_topic = True
         try:
             n = await self._store.ensure_topic()
         except StoreError as exc:
             return store_error_to_response_error(exc.code)
         finally:
-            self._creating_topic = False
-        if self._num_partitions is None:
-            self._num_partitions = n
-            if existed:
-                self._follow_leadership(range(n))
-            else:
-                for p in range(n):
-                    if self._store.leads(p):
-                        # A topic created now holds nothing to load.
-                        self._partitions.setdefault(p, _LOADED)
+            self._partitions.creating_topic = False
+        self._partitions.created(n, existed)
         return ErrorCode.none
 
     def _check_group(self, group_id: str) -> ErrorCode:
@@ -263,28 +220,21 @@ class GroupCoordinator:
         p = self.partition_for(group_id)
         if p is None:
             return ErrorCode.none
-        state = self._partitions.get(p)
-        if state == _LOADING:
-            return ErrorCode.coordinator_load_in_progress
-        if state is None or state == _FAILED:
-            return ErrorCode.not_coordinator
-        return ErrorCode.none
+        return self._partitions.check(p)
 
-    async def _load_partition(self, partition: int, token: object) -> None:
+    async def _load_partition(self, partition: int, current: Callable[[], bool]) -> bool:
         started = time.monotonic()
         try:
             open_txns: OpenTxns = {}
             records = await self._store.read(partition, open_txns)
         except StoreError as exc:
             log.error("cannot load __consumer_offsets-%d: %s", partition, exc)
-            if self._loads.get(partition) is token:
-                self._partitions[partition] = _FAILED
-            return
+            return False
         # Replayed aside: the partition may be unloaded while replay yields to the loop.
         replayed: dict[str, ClassicGroup] = {}
         loaded = await replay(replayed, records, self._timer.now_ms(), partition)
-        if self._loads.get(partition) is not token:
-            return
+        if not current():
+            return True
         self._groups.update(replayed)
         self.txn_offsets.load_open_txns(open_txns)
         for group_id in loaded:
@@ -295,7 +245,6 @@ class GroupCoordinator:
                 self.membership.reschedule_heartbeat(group, member)
             if len(group.members) > self.settings.max_group_size:
                 self.membership.prepare_rebalance(group, "loaded group is over group.max.size")
-        self._partitions[partition] = _LOADED
         if records:
             log.info(
                 "loaded __consumer_offsets-%d: %d records, %d groups in %.0f ms",
@@ -304,6 +253,7 @@ class GroupCoordinator:
                 len(loaded),
                 (time.monotonic() - started) * 1000,
             )
+        return True
 
     async def _write(
         self,

@@ -91,6 +91,14 @@ class TxnMetadata:
             and now_ms > v.start_ms + v.timeout_ms
         )
 
+    def idle(self, now_ms: int, expiration_ms: int) -> bool:
+        """No transaction open and no change for ``transactional.id.expiration.ms``."""
+        return (
+            self.pending is None
+            and self.value.status in _COMPLETED
+            and now_ms > self.value.last_update_ms + expiration_ms
+        )
+
     # -- checks ----------------------------------------------------------------------------
 
     def check_producer(self, producer_id: int, producer_epoch: int) -> None:
@@ -206,6 +214,10 @@ class TxnMetadata:
         else:
             raise TxnError(ErrorCode.invalid_txn_state, f"no transaction ending in {status.name}")
         return self._target(target, now_ms, partitions={})
+
+    def prepare_dead(self, now_ms: int) -> TxnLogValue:
+        """The id expires: its record is removed (a tombstone) once this is durable."""
+        return self._target(S.DEAD, now_ms)
 
     def complete(self, target: TxnLogValue) -> None:
         """The target of the pending change is durable: it becomes the state."""

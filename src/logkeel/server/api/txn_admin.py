@@ -1,0 +1,139 @@
+"""DescribeTransactions (65, v0) and ListTransactions (66, v0-2): the transaction coordinator's
+state of transactional ids, for the admin tools (``kafka-transactions.sh``, AdminClient). Each
+broker answers for the ``__transaction_state`` partitions it has loaded; an admin client asks
+every broker for a list and the id's coordinator for a description, as with Kafka."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from logkeel.server.api.responses import Endpoint, nested, register_family, response
+from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.protocol import ApiKey
+from logkeel.server.txn.coordinator import TransactionCoordinator
+from logkeel.server.txn.records import TxnStatus
+from logkeel.server.txn.state import TxnError, TxnMetadata
+
+__all__ = ["register", "state_name"]
+
+
+def state_name(status: TxnStatus) -> str:
+    """Kafka's name of a transaction state (``PrepareCommit``)."""
+    return "".join(word.capitalize() for word in status.name.split("_"))
+
+
+_STATES = {state_name(s): s for s in TxnStatus}
+
+
+class TxnAdminApi:
+    def __init__(self, txn_coordinator: TransactionCoordinator) -> None:
+        self._txns = txn_coordinator
+
+    async def describe_transactions(self, ctx: RequestContext, request: Any) -> Any:
+        states = nested(ctx, "TransactionState")
+        topic_data = nested(ctx, "TopicData")
+        described = []
+        for txn_id in request.transactional_ids:
+            try:
+                meta: TxnMetadata | None = self._txns.describe(txn_id)
+                code = ErrorCode.none
+            except TxnError as exc:
+                meta, code = None, exc.code
+            v = meta.value if meta is not None else None
+            described.append(
+                states(
+                    error_code=code,
+                    transactional_id=txn_id,
+                    transaction_state=state_name(v.status) if v is not None else "",
+                    transaction_timeout=datetime.timedelta(
+                        milliseconds=v.timeout_ms if v is not None else 0
+                    ),
+                    # An error entry carries Kafka's defaults (zeros).
+                    transaction_start_time=_datetime(v.start_ms if v is not None else 0),
+                    producer_id=v.producer_id if v is not None else 0,
+                    producer_epoch=v.producer_epoch if v is not None else 0,
+                    topics=tuple(
+                        topic_data(topic=t, partitions=tuple(ps))
+                        for t, ps in sorted(v.partitions.items())
+                    )
+                    if v is not None
+                    else (),
+                )
+            )
+        return response(ctx, transaction_states=tuple(described))
+
+    async def list_transactions(self, ctx: RequestContext, request: Any) -> Any:
+        wanted_states = set(request.state_filters)
+        unknown = tuple(s for s in request.state_filters if s not in _STATES)
+        pids = set(request.producer_id_filters)
+        min_duration = int(getattr(request, "duration_filter", -1))
+        pattern_text = getattr(request, "transactional_id_pattern", None)
+        pattern = re.compile(pattern_text) if pattern_text else None
+        try:
+            metas = self._txns.list_transactions()
+        except TxnError as exc:
+            return self.error(ctx, request, exc.code)
+        now = time.time_ns() // 1_000_000
+        listed = nested(ctx, "TransactionState")
+        found = [
+            listed(
+                transactional_id=m.transactional_id,
+                producer_id=m.producer_id,
+                transaction_state=state_name(m.state),
+            )
+            for m in metas
+            if m.state != TxnStatus.DEAD
+            and (not wanted_states or state_name(m.state) in wanted_states)
+            and (not pids or m.producer_id in pids)
+            # As Kafka: the duration filter keeps transactions running longer than it.
+            and (min_duration < 0 or now - m.value.start_ms > min_duration)
+            and (pattern is None or pattern.fullmatch(m.transactional_id) is not None)
+        ]
+        return response(
+            ctx,
+            error_code=ErrorCode.none,
+            unknown_state_filters=unknown,
+            transaction_states=tuple(found),
+        )
+
+    def error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        if ctx.api_key == ApiKey.LIST_TRANSACTIONS:
+            return response(ctx, error_code=code, unknown_state_filters=(), transaction_states=())
+        states = nested(ctx, "TransactionState")
+        return response(
+            ctx,
+            transaction_states=tuple(
+                states(
+                    error_code=code,
+                    transactional_id=txn_id,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=_datetime(0),
+                    producer_id=0,
+                    producer_epoch=0,
+                    topics=(),
+                )
+                for txn_id in request.transactional_ids
+            ),
+        )
+
+
+def _datetime(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def register(registry: HandlerRegistry, txn_coordinator: TransactionCoordinator) -> TxnAdminApi:
+    api = TxnAdminApi(txn_coordinator)
+    register_family(
+        registry,
+        {
+            ApiKey.DESCRIBE_TRANSACTIONS: Endpoint(0, 0, api.describe_transactions, api.error),
+            ApiKey.LIST_TRANSACTIONS: Endpoint(0, 2, api.list_transactions, api.error),
+        },
+    )
+    return api
