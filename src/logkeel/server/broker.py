@@ -35,6 +35,7 @@ from logkeel.cluster.metadata import (
     TopicState,
 )
 from logkeel.config import BrokerConfig, TopicConfig
+from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
 from logkeel.server.api import fetch as fetch_api
 from logkeel.server.api import groups as groups_api
@@ -48,6 +49,7 @@ from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import versions as api_versions
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import BrokerOffsetsStore
@@ -188,6 +190,7 @@ class Broker:
         )
         self.producer_ids.txn_coordinator = self.txn_coordinator
 
+        self.authorizer = RequestAuthorizer(config, self.metadata)
         self.registry = HandlerRegistry()
         register_api_families(self.registry, self)
 
@@ -489,6 +492,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     )
     sasl_api.register(registry)
     scram_api.register(registry, broker.metadata)
+    acls_api.register(registry, broker.metadata, broker.authorizer)
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:
