@@ -19,6 +19,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
@@ -122,10 +123,113 @@ def test_invalid_acl_is_refused(acl_broker: AclBroker) -> None:
     assert "Type:name" in str(failure.value)
 
 
-def wait(predicate: Any, timeout_s: float = 20) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
+def create_topics(acl_broker: AclBroker, *names: str) -> None:
+    admin = acl_broker.admin()  # kept alive until the futures are done
+    futures = admin.create_topics([NewTopic(n, 1, 1) for n in names], request_timeout=20)
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def produce(conf: dict[str, Any], topic: str, count: int = 5) -> list[confluent_kafka.KafkaError | None]:
+    """The delivery outcome of each record: None when it was written."""
+    outcomes: list[confluent_kafka.KafkaError | None] = []
+    producer = confluent_kafka.Producer({**conf, "message.timeout.ms": 10000})
+    for i in range(count):
+        producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _msg: outcomes.append(err))
+    producer.flush(20)
+    return outcomes
+
+
+def consume(conf: dict[str, Any], topic: str, group: str, count: int) -> tuple[list[bytes], set[int]]:
+    """Values read and the error codes the consumer surfaced, within a bounded wait."""
+    consumer = confluent_kafka.Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    errors: set[int] = set()
+    deadline = time.monotonic() + 15
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                errors.add(msg.error().code())
+                if msg.error().code() in AUTH_ERRORS:
+                    break
+            else:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got, errors
+
+
+AUTH_ERRORS = {
+    confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED,
+}
+
+
+def test_allowed_produce_and_consume_denied_without_acls(acl_broker: AclBroker) -> None:
+    topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    admin = acl_broker.admin()
+    create_acls(admin, [
+        topic_acl("orders-", "User:alice", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+        topic_acl(topic, "User:alice", AclOperation.READ),
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    assert produce(acl_broker.conf("alice"), topic) == [None] * 5
+    got, _ = consume(acl_broker.conf("alice"), topic, group, 5)
+    assert got == [b"v%d" % i for i in range(5)]
+    bob = produce(acl_broker.conf("bob"), topic, 1)
+    assert [e.code() for e in bob if e is not None] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    got, errors = consume(acl_broker.conf("bob"), topic, group, 5)
+    assert got == [] and errors & AUTH_ERRORS
+
+
+def test_deny_wins_and_reads_need_their_own_grant(acl_broker: AclBroker) -> None:
+    topic = f"deny-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.ALL),
+        topic_acl(topic, "User:*", AclOperation.WRITE, AclPermissionType.DENY),
+    ])  # fmt: skip
+    denied = produce(acl_broker.conf("alice"), topic, 1)
+    assert [e.code() for e in denied if e is not None] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    assert produce(acl_broker.conf("admin"), topic, 2) == [None, None]  # super user
+
+
+def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:
+    visible, hidden = f"vis-{uuid.uuid4().hex[:6]}", f"hid-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, visible, hidden)
+    create_acls(acl_broker.admin(), [topic_acl(visible, "User:bob", AclOperation.DESCRIBE)])
+    bob_sees = set(AdminClient(acl_broker.conf("bob")).list_topics(timeout=20).topics)
+    assert visible in bob_sees and hidden not in bob_sees
+    assert {visible, hidden} <= set(acl_broker.admin().list_topics(timeout=20).topics)
+
+
+def test_acls_survive_a_restart_and_allow_everyone_applies_where_none_is(tmp_path: Path) -> None:
+    port = free_port()
+    extra = {"allow.everyone.if.no.acl.found": "true"}
+    broker = start_broker(tmp_path, port, **extra)
+    restarted: LogkeelBroker | None = None
+    try:
+        acl_broker = AclBroker(broker, port)
+        create_topics(acl_broker, "open", "guarded")
+        create_acls(acl_broker.admin(), [topic_acl("guarded", "User:alice", AclOperation.WRITE)])
+        broker.stop()
+        restarted = start_broker(tmp_path, port, **extra)
+        acl_broker = AclBroker(restarted, port)
+        assert produce(acl_broker.conf("bob"), "open", 1) == [None]
+        denied = produce(acl_broker.conf("bob"), "guarded", 1)
+        assert [e.code() for e in denied if e is not None] == [
+            confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ]
+        assert produce(acl_broker.conf("alice"), "guarded", 1) == [None]
+    finally:
+        (restarted or broker).stop()

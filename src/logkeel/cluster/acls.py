@@ -257,6 +257,24 @@ class Authorizer:
         granting = {operation, AclOperation.ALL} | _IMPLIED_BY.get(operation, frozenset())
         return any(b.permission is AclPermissionType.ALLOW and b.operation in granting for b in mine)
 
+    def authorize_any(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether some resource of the type may be ``operation``'d (Kafka's
+        authorizeByResourceType): an ALLOW of the principal for it, unless a DENY of the
+        wildcard resource covers the whole type."""
+        if principal in self.super_users:
+            return True
+        mine = [b for b in self._by_type.get(resource_type, ()) if _matches_identity(b, principal, host)]
+        granting = (operation, AclOperation.ALL)
+        if any(
+            b.permission is AclPermissionType.DENY and b.operation in granting
+            and b.pattern_type is PatternType.LITERAL and b.resource_name == WILDCARD
+            for b in mine
+        ):
+            return False
+        return any(b.permission is AclPermissionType.ALLOW and b.operation in granting for b in mine)
+
 
 def _matches_identity(binding: AclBinding, principal: str, host: str) -> bool:
     return binding.principal in (principal, WILDCARD_PRINCIPAL) and binding.host in (host, WILDCARD)

@@ -49,7 +49,7 @@ from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import versions as api_versions
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, refusal
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import BrokerOffsetsStore
@@ -191,7 +191,9 @@ class Broker:
         self.producer_ids.txn_coordinator = self.txn_coordinator
 
         self.authorizer = RequestAuthorizer(config, self.metadata)
-        self.registry = HandlerRegistry()
+        self.registry = HandlerRegistry(
+            gate=lambda ctx, request: refusal(self.authorizer, ctx, request)
+        )
         register_api_families(self.registry, self)
 
         self.server = ListenerSet(
@@ -481,9 +483,12 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
         broker.metadata,
         broker.replica_manager,
         broker.ensure_topic,
+        broker.authorizer,
         broker.txn_coordinator.verify_partition,
     )
-    fetch_api.register(registry, broker.config, broker.metadata, broker.replica_manager)
+    fetch_api.register(
+        registry, broker.config, broker.metadata, broker.replica_manager, broker.authorizer
+    )
     offsets_api.register(registry, broker.replica_manager)
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(registry, broker, broker.group_coordinator, broker.txn_coordinator)
