@@ -17,6 +17,7 @@ follows Kafka's AclAuthorizer/StandardAuthorizer:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -26,6 +27,9 @@ __all__ = [
     "CLUSTER_NAME",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
+    "changed_bindings",
+    "decode_bindings",
+    "encode_bindings",
     "AclBinding",
     "AclBindingFilter",
     "AclError",
@@ -211,6 +215,24 @@ class AclBindingFilter:
         if self.pattern_type is not PatternType.ANY and binding.pattern_type is not self.pattern_type:
             return False
         return self.resource_name is None or binding.resource_name == self.resource_name
+
+
+def changed_bindings(
+    current: Iterable[AclBinding], add: Iterable[AclBinding], remove: Iterable[AclBinding]
+) -> tuple[AclBinding, ...]:
+    """``current`` less ``remove`` plus ``add``, in order, each binding once."""
+    gone = set(remove)
+    return tuple(dict.fromkeys([*(b for b in current if b not in gone), *add]))
+
+
+def encode_bindings(bindings: Iterable[AclBinding]) -> bytes:
+    return json.dumps({"version": 1, "acls": [b.to_json() for b in bindings]}).encode()
+
+
+def decode_bindings(data: bytes | None) -> tuple[AclBinding, ...]:
+    if not data:
+        return ()
+    return tuple(AclBinding.from_json(doc) for doc in json.loads(data)["acls"])
 
 
 def parse_super_users(value: str) -> frozenset[str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from logkeel.cluster.acls import AclBinding
+from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid
@@ -316,9 +316,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         with self._write_lock:
             previous = self._acls
-            gone = set(remove)
-            kept = [a for a in previous if a not in gone]
-            self._acls = tuple(dict.fromkeys([*kept, *add]))
+            self._acls = changed_bindings(previous, add, remove)
             try:
                 self._publish(dict(self._snapshot))
             except MetadataError:
