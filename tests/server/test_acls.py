@@ -4,6 +4,8 @@ admin clients, and alice's and bob's clients are allowed or refused by them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -233,3 +235,35 @@ def test_acls_survive_a_restart_and_allow_everyone_applies_where_none_is(tmp_pat
         assert produce(acl_broker.conf("alice"), "guarded", 1) == [None]
     finally:
         (restarted or broker).stop()
+
+
+def logkeel(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logkeel", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_cli_adds_lists_and_removes_acls(tmp_path: Path) -> None:
+    plain, sasl = free_port(), free_port()
+    broker = start_broker(tmp_path, sasl, **{
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "super.users": "User:admin;User:ANONYMOUS",  # ANONYMOUS: the CLI's PLAINTEXT principal
+    })  # fmt: skip
+    server = f"--bootstrap-server=127.0.0.1:{plain}"
+    try:
+        added = logkeel("acls", "add", "--topic", "pay-", "--prefixed", "--principal", "User:bob",
+                        "--operation", "write", "--operation", "describe", server)  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        create_topics(AclBroker(broker, sasl), "pay-eu")
+        assert produce(AclBroker(broker, sasl).conf("bob"), "pay-eu", 1) == [None]
+        listed = logkeel("acls", "list", "--topic", "pay-eu", server)
+        assert listed.returncode == 0, listed.stderr
+        assert "User:bob" in listed.stdout and "PREFIXED" in listed.stdout
+        removed = logkeel("acls", "remove", "--topic", "pay-", "--prefixed", "--operation", "write",
+                          server)  # fmt: skip
+        assert (removed.returncode, removed.stdout.strip()) == (0, "removed 1 ACL(s)")
+        assert "DESCRIBE" in logkeel("acls", "list", server).stdout
+        bad = logkeel("acls", "add", "--topic", "x", "--principal", "bob", "--operation", "read",
+                      server)  # fmt: skip
+        assert bad.returncode == 1 and "Type:name" in bad.stderr
+    finally:
+        broker.stop()
