@@ -143,6 +143,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "credentials from the metadata store. logkeel: no GSSAPI or OAUTHBEARER (Kafka's default "
        "is GSSAPI).",
        EachOneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
+    _K("connection.failed.authentication.delay.ms", INT, 100,
+       "How long the answer to a failed SASL authentication is held back, slowing down a "
+       "client that keeps guessing.", Range(0)),
     # ---- authorization (ACLs) -------------------------------------------------------------
     _K("authorizer.class.name", STRING, "",
        "Set to enforce ACLs (kept in the metadata store, so alike on every broker). Kafka's "

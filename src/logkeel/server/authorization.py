@@ -13,6 +13,7 @@ CLUSTER_ACTION on the cluster), as in Kafka.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -31,7 +32,7 @@ from logkeel.config.broker import BrokerConfig
 from logkeel.server.handlers import RequestContext
 from logkeel.server.protocol import ApiKey
 
-__all__ = ["REQUEST_CHECKS", "RequestAuthorizer", "refusal"]
+__all__ = ["REQUEST_CHECKS", "RequestAuthorizer", "exposed_listeners", "refusal"]
 
 
 class RequestAuthorizer:
@@ -86,6 +87,29 @@ class RequestAuthorizer:
     ) -> set[str]:
         """The ``names`` the request's principal may ``operation``."""
         return {n for n in names if self.allowed(ctx, operation, resource_type, n)}
+
+
+def exposed_listeners(config: BrokerConfig) -> list[str]:
+    """PLAINTEXT listeners reachable from other machines while no authorizer is set: anyone
+    there may read, write and delete every topic (the broker warns at start-up)."""
+    if config.authorizer_class_name:
+        return []
+    return [
+        listener.connection_string
+        for listener in config.listeners
+        if config.security_protocol(listener.name) == "PLAINTEXT" and not _is_loopback(listener.host)
+    ]
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False  # the wildcard address: every interface
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it resolves to some interface
 
 
 # -- request-level checks -----------------------------------------------------------------------

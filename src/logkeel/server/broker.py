@@ -49,7 +49,7 @@ from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
 from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import versions as api_versions
-from logkeel.server.authorization import RequestAuthorizer, refusal
+from logkeel.server.authorization import RequestAuthorizer, exposed_listeners, refusal
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import BrokerOffsetsStore
@@ -342,6 +342,13 @@ class Broker:
                     _bind_error(failed.host, failed.requested_port, exc)
                 ) from exc
             self._started = True
+            for exposed in exposed_listeners(self.config):
+                log.warning(
+                    "listener %s accepts unauthenticated PLAINTEXT clients from other machines "
+                    "and no authorizer is set (authorizer.class.name): anyone who can reach it "
+                    "may read, write and delete every topic",
+                    exposed,
+                )
             if self.cluster is not None:
                 await self.cluster.join(
                     *self.advertised, self._log_dir_ids(), *self._offline_replicas()
@@ -495,7 +502,11 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     transactions_api.register(
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
     )
-    sasl_api.register(registry)
+    sasl_api.register(
+        registry,
+        broker.config.connection_failed_authentication_delay_ms,
+        lambda: broker.metrics.failed_authentications.inc(),
+    )
     scram_api.register(registry, broker.metadata)
     acls_api.register(registry, broker.metadata, broker.authorizer)
 
