@@ -267,3 +267,20 @@ def test_cli_adds_lists_and_removes_acls(tmp_path: Path) -> None:
         assert bad.returncode == 1 and "Type:name" in bad.stderr
     finally:
         broker.stop()
+
+
+def test_creating_and_deleting_topics_need_create_and_delete(acl_broker: AclBroker) -> None:
+    name = f"adm-{uuid.uuid4().hex[:6]}"
+    create_acls(acl_broker.admin(), [
+        topic_acl("adm-", "User:alice", AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED),
+    ])  # fmt: skip
+    bob = AdminClient(acl_broker.conf("bob"))
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        bob.create_topics([NewTopic(name, 1, 1)], request_timeout=20)[name].result(timeout=30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    alice = AdminClient(acl_broker.conf("alice"))
+    alice.create_topics([NewTopic(name, 1, 1)], request_timeout=20)[name].result(timeout=30)
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        alice.delete_topics([name], request_timeout=20)[name].result(timeout=30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert name in acl_broker.admin().list_topics(timeout=20).topics
