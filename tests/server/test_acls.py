@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+import kafka.admin as kp
 import pytest
 from confluent_kafka.admin import (
     AclBinding,
@@ -284,3 +285,28 @@ def test_creating_and_deleting_topics_need_create_and_delete(acl_broker: AclBrok
         alice.delete_topics([name], request_timeout=20)[name].result(timeout=30)
     assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert name in acl_broker.admin().list_topics(timeout=20).topics
+
+
+def test_kafka_python_admin_manages_acls(acl_broker: AclBroker) -> None:
+    admin = kp.KafkaAdminClient(
+        bootstrap_servers=f"127.0.0.1:{acl_broker.port}", security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN", sasl_plain_username="admin", sasl_plain_password="admin-pw",
+        request_timeout_ms=20000,
+    )  # fmt: skip
+    try:
+        name = f"kp-{uuid.uuid4().hex[:6]}"
+        acl = kp.ACL("User:carol", "*", kp.ACLOperation.READ, kp.ACLPermissionType.ALLOW,
+                     kp.ResourcePattern(kp.ResourceType.TOPIC, name))  # fmt: skip
+        created = admin.create_acls([acl])
+        assert created["failed"] == [] and len(created["succeeded"]) == 1
+        pattern = kp.ResourcePatternFilter(
+            kp.ResourceType.TOPIC, name, kp.ACLResourcePatternType.LITERAL
+        )
+        wanted = kp.ACLFilter(None, None, kp.ACLOperation.ANY, kp.ACLPermissionType.ANY, pattern)
+        described, error = admin.describe_acls(wanted)
+        assert error.errno == 0 and [a.principal for a in described] == ["User:carol"]
+        deleted = admin.delete_acls([wanted])
+        assert len(deleted[0][1]) == 1
+        assert admin.describe_acls(wanted)[0] == []
+    finally:
+        admin.close()
