@@ -6,6 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from logkeel.cluster.acls import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from logkeel.cluster.metadata import EmbeddedMetadataStore, MetadataError
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -38,3 +45,19 @@ def test_a_deletion_stays_pending_until_the_broker_has_removed_the_dirs(tmp_path
     assert reopened.pending_deletions() == [TopicPartition("gone", 0), TopicPartition("gone", 1)]
     reopened.forget_deletions(["gone"])
     assert EmbeddedMetadataStore([tmp_path / "d"], 0, "127.0.0.1", 9092).pending_deletions() == []
+
+
+def test_acl_bindings_are_persisted_and_removed(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        d.mkdir()
+    store = EmbeddedMetadataStore(dirs, 0, "127.0.0.1", 9092)
+    read = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*",
+                      AclOperation.READ, AclPermissionType.ALLOW)
+    deny = AclBinding(ResourceType.GROUP, "g-", PatternType.PREFIXED, "User:*", "*",
+                      AclOperation.ALL, AclPermissionType.DENY)
+    store.alter_acls([read, deny, read], [])
+    assert store.acl_bindings() == (read, deny)
+    assert EmbeddedMetadataStore(dirs, 0, "127.0.0.1", 9092).acl_bindings() == (read, deny)
+    store.alter_acls([], [read])
+    assert EmbeddedMetadataStore(dirs, 0, "127.0.0.1", 9092).acl_bindings() == (deny,)

@@ -10,6 +10,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from logkeel.cluster.acls import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, TopicState
 from logkeel.cluster.zk_client import ZkMetadataClient
@@ -166,3 +173,17 @@ def test_manual_assignments_are_kept_and_checked(nodes) -> None:
     with pytest.raises(MetadataError) as unknown:
         a.store.create_topic("bad", 1, 2, {}, assignment={0: [1, 7]})
     assert unknown.value.error_name == "INVALID_REPLICA_ASSIGNMENT"
+
+
+def test_acls_written_through_one_broker_apply_on_the_other(nodes) -> None:
+    a, b = nodes(1), nodes(2)
+    read = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*",
+                      AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+    deny = AclBinding(ResourceType.TOPIC, "t-", PatternType.PREFIXED, "User:*", "*",
+                      AclOperation.WRITE, AclPermissionType.DENY)  # fmt: skip
+    a.store.alter_acls([read], [])
+    b.store.alter_acls([deny], [])  # applied on top of a's write, not over it
+    wait_for(lambda: set(a.store.acl_bindings()) == {read, deny} == set(b.store.acl_bindings()),
+             "both brokers see both ACLs")  # fmt: skip
+    b.store.alter_acls([], [read])
+    wait_for(lambda: a.store.acl_bindings() == (deny,), "the removal reaches the other broker")

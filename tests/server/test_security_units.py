@@ -16,6 +16,7 @@ from logkeel.cluster.scram import ScramCredential, ScramError, ScramServerExchan
 from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
 from logkeel.config.types import ConfigError
+from logkeel.server.authorization import exposed_listeners
 from logkeel.server.network.tls import PrincipalMapper, server_ssl_context
 from logkeel.testing.certs import make_certificates
 
@@ -162,3 +163,13 @@ def test_tls_context_from_pem_strings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="listener SSL"):
         server_ssl_context(wrong_key, "SSL")
     assert not list(Path(tempfile.gettempdir()).glob("logkeel-keystore-*"))
+
+
+def test_exposed_plaintext_listeners_are_named_only_without_an_authorizer() -> None:
+    assert exposed_listeners(BrokerConfig({})) == []  # the default: loopback only
+    wide = {"listeners": "PLAINTEXT://:9092,SASL_PLAINTEXT://0.0.0.0:9093,INNER://[::1]:9094",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "INNER:PLAINTEXT"}  # fmt: skip
+    assert exposed_listeners(BrokerConfig(wide)) == ["PLAINTEXT://:9092"]
+    guarded = {**wide, "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    assert exposed_listeners(BrokerConfig(guarded)) == []

@@ -7,6 +7,7 @@ import logging
 import click
 
 from logkeel import __version__
+from logkeel.cli.acls import acls_group
 from logkeel.cli.audit import audit_command
 from logkeel.cli.cluster import cluster_group
 from logkeel.cli.log_commands import log_group
@@ -28,6 +29,7 @@ cli.add_command(serve)
 cli.add_command(audit_command)
 cli.add_command(cluster_group)
 cli.add_command(users_group)
+cli.add_command(acls_group)
 
 
 def main() -> None:

@@ -8,7 +8,6 @@ broker stores only keys derived from it. The command talks to a PLAINTEXT listen
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from typing import Any
@@ -17,6 +16,7 @@ import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from logkeel.cli.broker_requests import call, fail, nested
 from logkeel.cluster.scram import (
     MECHANISMS,
     MIN_ITERATIONS,
@@ -24,7 +24,6 @@ from logkeel.cluster.scram import (
     mechanism_type,
     salted_password,
 )
-from logkeel.server.network.client import BrokerClient, BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["users_group"]
@@ -60,7 +59,7 @@ def add(
 ) -> None:
     """Add user NAME, or set a new password."""
     Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
-    Upsertion = _nested(Request, "ScramCredentialUpsertion")
+    Upsertion = nested(Request, "ScramCredentialUpsertion")
     upsertions = []
     for mech in mechanisms or tuple(sorted(MECHANISMS)):
         salt = os.urandom(32)
@@ -88,7 +87,7 @@ def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> Non
             mechanism_name(int(info.mechanism)) or "" for info in described.credential_infos
         )
     Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
-    Deletion = _nested(Request, "ScramCredentialDeletion")
+    Deletion = nested(Request, "ScramCredentialDeletion")
     deletions = tuple(Deletion(name=name, mechanism=i8(mechanism_type(m))) for m in mechanisms)
     _report_alter(_call(bootstrap_server, Request(deletions=deletions, upsertions=())))
 
@@ -109,7 +108,7 @@ def list_users(bootstrap_server: str) -> None:
 
 def _describe(bootstrap_server: str, name: str) -> Any:
     Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
-    UserName = _nested(Request, "UserName")
+    UserName = nested(Request, "UserName")
     result = _call(bootstrap_server, Request(users=(UserName(name=name),))).results[0]
     if result.error_code != ErrorCode.none:
         _fail(f"{name}: {result.error_message or result.error_code.name}")
@@ -129,31 +128,8 @@ def _report_alter(answer: Any) -> None:
 
 
 def _call(bootstrap_server: str, request: Any) -> Any:
-    host, _, port = bootstrap_server.rpartition(":")
-
-    async def round_trip() -> Any:
-        client = BrokerClient(
-            host.strip("[]") or "127.0.0.1",
-            int(port),
-            client_id="logkeel-users",
-            request_timeout_ms=30_000,
-            max_response_bytes=10 * 1024 * 1024,
-        )
-        try:
-            return await client.send(request)
-        finally:
-            await client.close()
-
-    try:
-        return asyncio.run(round_trip())
-    except (BrokerConnectionError, ValueError) as exc:
-        _fail(str(exc))
-
-
-def _nested(request_type: Any, name: str) -> Any:
-    return getattr(sys.modules[request_type.__module__], name)
+    return call("users", bootstrap_server, request)
 
 
 def _fail(message: str) -> None:
-    click.echo(f"logkeel users: {message}", err=True)
-    sys.exit(1)
+    fail("users", message)

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid
@@ -169,6 +170,14 @@ class MetadataStore(ABC):
         """Replaces ``user``'s credentials (empty: the user has none left)."""
         raise MetadataError("UNSUPPORTED_VERSION", "this metadata store keeps no SCRAM credentials")
 
+    def acl_bindings(self) -> tuple[AclBinding, ...]:
+        """Every ACL binding of the cluster (``cluster.acls``)."""
+        return ()
+
+    def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
+        """Adds ``add`` and removes ``remove`` in one write; adding a present binding is a no-op."""
+        raise MetadataError("SECURITY_DISABLED", "this metadata store keeps no ACLs")
+
 
 class EmbeddedMetadataStore(MetadataStore):
     """Single-node metadata in `logkeel-metadata.json`, copied into every online log dir."""
@@ -190,6 +199,7 @@ class EmbeddedMetadataStore(MetadataStore):
         # crash interrupts before its dirs were renamed is finished at the next start.
         self._pending_deletions: list[dict[str, object]] = []
         self._scram: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
+        self._acls: tuple[AclBinding, ...] = ()
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -216,6 +226,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self.cluster_id = self.cluster_id or best.get("cluster_id", "")
         self._pending_deletions = list(best.get("pending_deletions", []))
         self._scram = MappingProxyType(best.get("scram_credentials", {}))
+        self._acls = tuple(AclBinding.from_json(a) for a in best.get("acls", []))
         topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
@@ -235,6 +246,7 @@ class EmbeddedMetadataStore(MetadataStore):
             ],
             "pending_deletions": self._pending_deletions,
             "scram_credentials": dict(self._scram),
+            "acls": [a.to_json() for a in self._acls],
         }
         data = json.dumps(doc, indent=1).encode()
         written = 0
@@ -296,6 +308,19 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._publish(dict(self._snapshot))
             except MetadataError:
                 self._scram = previous
+                raise
+
+    def acl_bindings(self) -> tuple[AclBinding, ...]:
+        return self._acls
+
+    def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
+        with self._write_lock:
+            previous = self._acls
+            self._acls = changed_bindings(previous, add, remove)
+            try:
+                self._publish(dict(self._snapshot))
+            except MetadataError:
+                self._acls = previous
                 raise
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],

@@ -26,6 +26,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
 from logkeel.cluster import zk_data as zd
+from logkeel.cluster.acls import AclBinding, changed_bindings, decode_bindings, encode_bindings
 from logkeel.cluster.zk_data import BrokerRegistration, LeaderIsr, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -181,6 +182,27 @@ class ZkMetadataClient:
         except NoNodeError:
             return None
         return zd.decode_controller(data)
+
+    def acls(self, watch: Callable[[tuple[AclBinding, ...]], None]) -> None:
+        """Calls ``watch`` with the cluster's ACL bindings now and after every change."""
+        self.zk.DataWatch(zd.ACLS, lambda data, _stat: watch(decode_bindings(data)))
+
+    def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
+        add, remove = list(add), list(remove)
+        while True:
+            try:
+                data, stat = self.zk.get(zd.ACLS)
+            except NoNodeError:
+                data, stat = None, None
+            new = encode_bindings(changed_bindings(decode_bindings(data), add, remove))
+            try:
+                if stat is None:
+                    self.zk.create(zd.ACLS, new, makepath=True)
+                else:
+                    self.zk.set(zd.ACLS, new, version=stat.version)
+                return
+            except (NodeExistsError, BadVersionError):
+                continue  # another broker changed them first: apply ours to theirs
 
     def controller_epoch(self) -> tuple[int, int]:
         """(epoch, znode version); (0, -1) before any controller was elected."""

@@ -36,6 +36,10 @@ CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 # not be loaded), as an ephemeral znode per broker; Kafka's controller learned this from
 # LeaderAndIsr responses instead.
 OFFLINE_REPLICAS = "/logkeel/offline_replicas"
+# logkeel's own: every ACL binding of the cluster in one JSON document (``cluster.acls``),
+# changed by compare-and-set so concurrent CreateAcls/DeleteAcls on two brokers both land.
+# Kafka kept one znode per resource under /kafka-acl instead.
+ACLS = "/logkeel/acls"
 
 # Persistent parents created once per cluster (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = (

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from logkeel.cluster import zk_data as zd
+from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.assignment import assign_replicas, validate_assignment
 from logkeel.cluster.metadata import (
     INTERNAL_TOPICS,
@@ -78,6 +79,7 @@ class ZkMetadataStore(MetadataStore):
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
         self._known_topics: set[str] = set()
         self._offline: frozenset[TopicPartition] = frozenset()
+        self._acls: tuple[AclBinding, ...] = ()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -105,6 +107,7 @@ class ZkMetadataStore(MetadataStore):
             zd.LOG_DIR_EVENT_NOTIFICATION, lambda _events: self._tasks.put(("brokers", ""))
         )
         self.client.topics(watch=self._on_topics)
+        self.client.acls(watch=self._on_acls)
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
         self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
@@ -203,6 +206,18 @@ class ZkMetadataStore(MetadataStore):
         for name in current ^ self._known_topics:
             self._tasks.put(("topic", name))
         self._known_topics = current
+
+    def _on_acls(self, bindings: tuple[AclBinding, ...]) -> None:
+        self._acls = bindings
+        self._signal()
+
+    def acl_bindings(self) -> tuple[AclBinding, ...]:
+        return self._acls
+
+    def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
+        """Written to ZooKeeper; every broker's watch (this one's too) then sees the change."""
+        self.client.alter_acls(add, remove)
+        self.wait_for(lambda: self._acls == changed_bindings(self._acls, add, remove), 10.0)
 
     def _on_controller(self, controller: int | None) -> None:
         self.controller_id = -1 if controller is None else controller

@@ -51,6 +51,13 @@ NOT_ENFORCED = "logkeel does not enforce this network setting"
 NO_RECOMPRESSION = "the broker stores batches as the producer compressed them"
 CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
 
+# authorizer.class.name values that turn ACLs on: Kafka's two and logkeel's own.
+AUTHORIZER_CLASS_NAMES = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "logkeel.authorizer.AclAuthorizer",
+)
+
 _K = ConfigKey
 
 # fmt: off
@@ -135,6 +142,20 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "credentials from the metadata store. logkeel: no GSSAPI or OAUTHBEARER (Kafka's default "
        "is GSSAPI).",
        EachOneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
+    _K("connection.failed.authentication.delay.ms", INT, 100,
+       "How long the answer to a failed SASL authentication is held back, slowing down a "
+       "client that keeps guessing.", Range(0)),
+    # ---- authorization (ACLs) -------------------------------------------------------------
+    _K("authorizer.class.name", STRING, "",
+       "Set to enforce ACLs (kept in the metadata store, so alike on every broker). Kafka's "
+       "AclAuthorizer and StandardAuthorizer names are accepted and mean logkeel's authorizer; "
+       "empty: no authorization.",
+       OneOf(("", *AUTHORIZER_CLASS_NAMES))),
+    _K("super.users", STRING, "",
+       "Principals allowed everything, separated by semicolons (User:admin;User:broker). In a "
+       "cluster with an authorizer, include the brokers' inter-broker principal."),
+    _K("allow.everyone.if.no.acl.found", BOOLEAN, False,
+       "With an authorizer, allow every principal on a resource that no ACL names."),
     _K("num.io.threads", INT, 8, "Threads for request work that may block on disk.", Range(1)),
     _K("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of server sockets; -1 = OS default.",
        unsupported=NOT_ENFORCED),

@@ -35,6 +35,7 @@ from logkeel.cluster.metadata import (
     TopicState,
 )
 from logkeel.config import BrokerConfig, TopicConfig
+from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
 from logkeel.server.api import fetch as fetch_api
 from logkeel.server.api import groups as groups_api
@@ -50,6 +51,7 @@ from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import txn_admin as txn_admin_api
 from logkeel.server.api import txn_markers as txn_markers_api
 from logkeel.server.api import versions as api_versions
+from logkeel.server.authorization import RequestAuthorizer, exposed_listeners, refusal
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.log import BrokerOffsetsStore
@@ -194,7 +196,10 @@ class Broker:
         )
         self.producer_ids.txn_coordinator = self.txn_coordinator
 
-        self.registry = HandlerRegistry()
+        self.authorizer = RequestAuthorizer(config, self.metadata)
+        self.registry = HandlerRegistry(
+            gate=lambda ctx, request: refusal(self.authorizer, ctx, request)
+        )
         register_api_families(self.registry, self)
 
         self.server = ListenerSet(
@@ -343,6 +348,13 @@ class Broker:
                     _bind_error(failed.host, failed.requested_port, exc)
                 ) from exc
             self._started = True
+            for exposed in exposed_listeners(self.config):
+                log.warning(
+                    "listener %s accepts unauthenticated PLAINTEXT clients from other machines "
+                    "and no authorizer is set (authorizer.class.name): anyone who can reach it "
+                    "may read, write and delete every topic",
+                    exposed,
+                )
             if self.cluster is not None:
                 await self.cluster.join(
                     *self.advertised, self._log_dir_ids(), *self._offline_replicas()
@@ -484,9 +496,12 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
         broker.metadata,
         broker.replica_manager,
         broker.ensure_topic,
+        broker.authorizer,
         broker.txn_coordinator.verify_partition,
     )
-    fetch_api.register(registry, broker.config, broker.metadata, broker.replica_manager)
+    fetch_api.register(
+        registry, broker.config, broker.metadata, broker.replica_manager, broker.authorizer
+    )
     offsets_api.register(registry, broker.replica_manager)
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(registry, broker, broker.group_coordinator, broker.txn_coordinator)
@@ -495,8 +510,13 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     )
     txn_markers_api.register(registry, broker.txn_markers)
     txn_admin_api.register(registry, broker.txn_coordinator)
-    sasl_api.register(registry)
+    sasl_api.register(
+        registry,
+        broker.config.connection_failed_authentication_delay_ms,
+        lambda: broker.metrics.failed_authentications.inc(),
+    )
     scram_api.register(registry, broker.metadata)
+    acls_api.register(registry, broker.metadata, broker.authorizer)
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:

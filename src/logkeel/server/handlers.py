@@ -66,6 +66,7 @@ from logkeel.server.session import Session
 __all__ = [
     "ApiHandler",
     "ErrorResponder",
+    "Gate",
     "Handler",
     "HandlerRegistry",
     "RequestContext",
@@ -102,6 +103,19 @@ class RequestContext:
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 ErrorResponder = Callable[[RequestContext, Any, ErrorCode], Any]
+# Decides before a handler runs whether the whole request is refused (authorization): the
+# error to answer with, through the API's error response, or None to serve it.
+Gate = Callable[[RequestContext, Any], ErrorCode | None]
+
+
+def _gated(handle: Handler, error_response: ErrorResponder, gate: Gate) -> Handler:
+    async def run(ctx: RequestContext, request: Any) -> Any | None:
+        code = gate(ctx, request)
+        if code is not None:
+            return error_response(ctx, request, code)
+        return await handle(ctx, request)
+
+    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +131,12 @@ class ApiHandler:
 
 
 class HandlerRegistry:
-    """API key -> handler and the version range it implements."""
+    """API key -> handler and the version range it implements; ``gate`` (if given) runs before
+    every handler that has an error response."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: Gate | None = None) -> None:
         self._handlers: dict[int, ApiHandler] = {}
+        self._gate = gate
 
     def register(
         self,
@@ -151,6 +167,8 @@ class HandlerRegistry:
             raise ValueError(
                 f"kio has no schema for {api_name(api_key)} (key {api_key}) versions {missing}"
             )
+        if self._gate is not None and error_response is not None:
+            handle = _gated(handle, error_response, self._gate)
         entry = ApiHandler(api_key, min_version, max_version, handle, error_response)
         self._handlers[api_key] = entry
         return entry

@@ -101,6 +101,11 @@ class BrokerMetrics:
             ("log_dir",),
             registry=self.registry,
         )
+        self.failed_authentications = Counter(
+            "logkeel_failed_authentications",
+            "SASL authentications that failed (wrong password, unknown user, bad token).",
+            registry=self.registry,
+        )
         self._startup: StartupReport | None = None
         self._startup_duration: float | None = None
         self.registry.register(_StateCollector(self))

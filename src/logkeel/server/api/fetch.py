@@ -29,9 +29,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore, topic_id_text
 from logkeel.config import BrokerConfig
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.replica.replica_manager import ReplicaManager
@@ -119,8 +121,13 @@ class FetchResponseFrame:
 
 class FetchApi:
     def __init__(
-        self, config: BrokerConfig, metadata: MetadataStore, replica_manager: ReplicaManager
+        self,
+        config: BrokerConfig,
+        metadata: MetadataStore,
+        replica_manager: ReplicaManager,
+        authorizer: RequestAuthorizer,
     ) -> None:
+        self._authorizer = authorizer
         self._config = config
         self._metadata = metadata
         self._replica_manager = replica_manager
@@ -152,6 +159,10 @@ class FetchApi:
         # Per topic in request order: (key, [(partition index, request or error)]).
         layout: list[tuple[Any, list[tuple[int, FetchPartitionRequest | ErrorCode]]]] = []
         wanted: list[FetchPartitionRequest] = []
+        # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic.
+        follower_allowed = replica_id < 0 or self._authorizer.allowed(
+            ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
+        )
         for topic in request.topics:
             if version >= _TOPIC_IDS_FROM:
                 key = topic.topic_id
@@ -166,6 +177,12 @@ class FetchApi:
                 index = int(part.partition)
                 if name is None:
                     entries.append((index, missing))
+                    continue
+                if not follower_allowed or (
+                    replica_id < 0
+                    and not self._authorizer.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+                ):
+                    entries.append((index, ErrorCode.topic_authorization_failed))
                     continue
                 fpr = FetchPartitionRequest(
                     TopicPartition(name, index),
@@ -280,8 +297,9 @@ def register(
     config: BrokerConfig,
     metadata: MetadataStore,
     replica_manager: ReplicaManager,
+    authorizer: RequestAuthorizer,
 ) -> FetchApi:
-    api = FetchApi(config, metadata, replica_manager)
+    api = FetchApi(config, metadata, replica_manager, authorizer)
     registry.register(
         ApiKey.FETCH, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

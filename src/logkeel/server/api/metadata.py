@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import (
     INTERNAL_TOPICS,
     MetadataStore,
@@ -39,6 +40,7 @@ from logkeel.server.api.responses import (
     response,
 )
 from logkeel.server.api.topic_refs import ZERO_UUID
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.errors import ApiError
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -95,6 +97,9 @@ _ENDPOINT_BROKERS = 1
 _ENDPOINT_CONTROLLERS = 2
 
 
+_DENIED = ErrorCode.topic_authorization_failed
+
+
 class ClusterView(Protocol):
     """What Metadata and DescribeCluster use: this broker's identity and address, the metadata
     store, which partitions are offline here, and topic auto-creation."""
@@ -117,6 +122,9 @@ class ClusterView(Protocol):
     def log_manager(self) -> LogManager: ...
 
     def ensure_topic(self, name: str) -> Awaitable[TopicState | None]: ...
+
+    @property
+    def authorizer(self) -> RequestAuthorizer: ...
 
 
 def _endpoints(cluster: ClusterView, listener: str) -> list[tuple[int, str, int, str | None]]:
@@ -148,7 +156,8 @@ class MetadataApi:
         topics: list[Any] = []
         if all_topics:
             for state in sorted(broker.metadata.topics().values(), key=lambda t: t.name):
-                topics.append(self._topic(types, state, request))
+                if self._describable(ctx, state.name):  # the others are hidden, as in Kafka
+                    topics.append(self._topic(types, state, request))
         else:
             by_id: list[uuid.UUID] = []
             names: list[str] = []
@@ -171,10 +180,12 @@ class MetadataApi:
                 state = broker.metadata.topic_by_id(topic_id_text(topic_id))
                 if state is None:
                     topics.append(self._missing(types, ErrorCode.unknown_topic_id, None, topic_id))
+                elif not self._describable(ctx, state.name):
+                    topics.append(self._missing(types, _DENIED, None, topic_id))
                 else:
                     topics.append(self._topic(types, state, request))
             for name in dict.fromkeys(names):
-                topics.append(await self._named_topic(types, name, auto_create, request))
+                topics.append(await self._named_topic(ctx, types, name, auto_create, request))
         include_cluster_ops = getattr(request, "include_cluster_authorized_operations", False)
         return response(
             ctx,
@@ -205,14 +216,19 @@ class MetadataApi:
             error_code=ErrorCode.none,
         )
 
+    def _describable(self, ctx: RequestContext, name: str) -> bool:
+        return self._broker.authorizer.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
     async def _named_topic(
-        self, types: ModuleType, name: str, auto_create: bool, request: Any
+        self, ctx: RequestContext, types: ModuleType, name: str, auto_create: bool, request: Any
     ) -> Any:
         broker = self._broker
+        if not self._describable(ctx, name):
+            return self._missing(types, _DENIED, name, ZERO_UUID)
         state = broker.metadata.topic(name)
         if state is None and validate_topic_name(name) is not None:
             return self._missing(types, ErrorCode.invalid_topic_exception, name, ZERO_UUID)
-        if state is None and auto_create:
+        if state is None and auto_create and broker.authorizer.may_create_topic(ctx, name):
             state = await broker.ensure_topic(name)
         if state is None:
             return self._missing(types, ErrorCode.unknown_topic_or_partition, name, ZERO_UUID)

@@ -21,11 +21,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore, TopicState, topic_id_text
 from logkeel.records.batch import MAGIC_V2, BatchHeader, InvalidBatchError
 from logkeel.records.walk import iter_headers
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -65,8 +67,10 @@ class ProduceApi:
         metadata: MetadataStore,
         replica_manager: ReplicaManager,
         ensure_topic: Callable[[str], Awaitable[TopicState | None]],
+        authorizer: RequestAuthorizer,
         verify_txn: TxnVerifier | None = None,
     ) -> None:
+        self._authorizer = authorizer
         self._metadata = metadata
         self._replica_manager = replica_manager
         self._ensure_topic = ensure_topic
@@ -98,15 +102,21 @@ class ProduceApi:
         slots: list[tuple[Any, int, TopicPartition | None, ErrorCode | None, str | None]] = []
         entries: dict[TopicPartition, bytes] = {}
         order: list[Any] = []
+        tid = request.transactional_id
+        txn_denied = tid is not None and not self._authorizer.allowed(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid
+        )
         for topic in request.topic_data:
             if version >= _TOPIC_IDS_FROM:
                 key = topic.topic_id
                 state = metadata.topic_by_id(topic_id_text(key)) if key is not None else None
                 name = state.name if state is not None else None
-                topic_error = None if state is not None else ErrorCode.unknown_topic_id
+                topic_error = ErrorCode.unknown_topic_id if name is None else self._denied(ctx, name)
             else:
                 key = name = str(topic.name)
                 topic_error = await self._topic_error(ctx, name)
+            if txn_denied:
+                topic_error = ErrorCode.transactional_id_authorization_failed
             if key not in order:
                 order.append(key)
             for pdata in topic.partition_data:
@@ -184,14 +194,21 @@ class ProduceApi:
         if name in WRITE_PROTECTED_TOPICS and ctx.client_id != _ADMIN_CLIENT_ID:
             # By name, like Kafka: never auto-created as an ordinary topic by a producer.
             return ErrorCode.invalid_topic_exception
+        if (denied := self._denied(ctx, name)) is not None:
+            return denied
         state = self._metadata.topic(name)
-        if state is None:
+        if state is None and self._authorizer.may_create_topic(ctx, name):
             state = await self._ensure_topic(name)
             if state is None:
                 return ErrorCode.unknown_topic_or_partition
         if state.internal and ctx.client_id != _ADMIN_CLIENT_ID:
             return ErrorCode.invalid_topic_exception
         return None
+
+    def _denied(self, ctx: RequestContext, name: str) -> ErrorCode | None:
+        if self._authorizer.allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, name):
+            return None
+        return ErrorCode.topic_authorization_failed
 
     @staticmethod
     def _partition_response(mod: ModuleType, index: int, r: PartitionAppendResult) -> Any:
@@ -274,10 +291,11 @@ def register(
     metadata: MetadataStore,
     replica_manager: ReplicaManager,
     ensure_topic: Callable[[str], Awaitable[TopicState | None]],
+    authorizer: RequestAuthorizer,
     verify_txn: TxnVerifier | None = None,
 ) -> ProduceApi:
     """``ensure_topic`` returns a topic, auto-created if the broker allows, or None."""
-    api = ProduceApi(metadata, replica_manager, ensure_topic, verify_txn)
+    api = ProduceApi(metadata, replica_manager, ensure_topic, authorizer, verify_txn)
     registry.register(
         ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

@@ -9,7 +9,9 @@ secret), logged with the peer, and the connection is closed after that answer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -50,21 +52,32 @@ async def handshake(ctx: RequestContext, request: Any) -> Any:
     return response(ctx, error_code=ErrorCode.none, mechanisms=enabled)
 
 
-async def authenticate(ctx: RequestContext, request: Any) -> Any:
-    session = ctx.session
-    if session.exchange is None or session.authenticated:
-        session.close_after_response = True
-        return _authenticate_response(
-            ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate without a SaslHandshake", b""
-        )
-    try:
-        token = session.step(request.auth_bytes)
-    except SaslFailure as exc:
-        log.info("failed authentication from %s (%s): %s", ctx.peer, ctx.connection_id, exc)
-        return _authenticate_response(ctx, ErrorCode.sasl_authentication_failed, str(exc), b"")
-    if session.authenticated:
-        log.info("%s authenticated on %s as %s", ctx.peer, ctx.connection_id, session.principal)
-    return _authenticate_response(ctx, ErrorCode.none, None, token)
+class Authenticator:
+    """SaslAuthenticate. A failure is logged with the peer, counted (``failed``) and answered
+    only after ``connection.failed.authentication.delay.ms``, so a client guessing passwords
+    gets few tries per second (Kafka's delayed close)."""
+
+    def __init__(self, failure_delay_ms: int, failed: Callable[[], None]) -> None:
+        self._delay_s = failure_delay_ms / 1000
+        self._failed = failed
+
+    async def authenticate(self, ctx: RequestContext, request: Any) -> Any:
+        session = ctx.session
+        if session.exchange is None or session.authenticated:
+            session.close_after_response = True
+            return _authenticate_response(
+                ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate without a SaslHandshake", b""
+            )
+        try:
+            token = session.step(request.auth_bytes)
+        except SaslFailure as exc:
+            log.info("failed authentication from %s (%s): %s", ctx.peer, ctx.connection_id, exc)
+            self._failed()
+            await asyncio.sleep(self._delay_s)
+            return _authenticate_response(ctx, ErrorCode.sasl_authentication_failed, str(exc), b"")
+        if session.authenticated:
+            log.info("%s authenticated on %s as %s", ctx.peer, ctx.connection_id, session.principal)
+        return _authenticate_response(ctx, ErrorCode.none, None, token)
 
 
 def _authenticate_response(
@@ -79,6 +92,8 @@ def _authenticate_response(
     )
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: HandlerRegistry, failure_delay_ms: int, failed: Callable[[], None]) -> None:
     registry.register(ApiKey.SASL_HANDSHAKE, 0, 1, handshake)
-    registry.register(ApiKey.SASL_AUTHENTICATE, 0, 2, authenticate)
+    registry.register(
+        ApiKey.SASL_AUTHENTICATE, 0, 2, Authenticator(failure_delay_ms, failed).authenticate
+    )

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import (
     MetadataError,
     MetadataStore,
@@ -47,6 +48,7 @@ from logkeel.server.api.topic_refs import (
     refuse_internal_change,
     refuse_internal_creation,
 )
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.errors import ApiError
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -66,6 +68,9 @@ TOPIC_ADMIN_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 MAX_PARTITIONS_PER_REQUEST = 10_000
 
 
+_DENIED = ErrorCode.topic_authorization_failed
+
+
 class TopicAdmin(Protocol):
     """What the topic admin APIs use: the broker's configs and its metadata store."""
 
@@ -75,12 +80,19 @@ class TopicAdmin(Protocol):
     @property
     def metadata(self) -> MetadataStore: ...
 
+    @property
+    def authorizer(self) -> RequestAuthorizer: ...
+
 
 class TopicsApi:
     """CreateTopics, DeleteTopics and CreatePartitions."""
 
     def __init__(self, broker: TopicAdmin) -> None:
         self._broker = broker
+
+    def _require(self, ctx: RequestContext, operation: AclOperation, topic: str) -> None:
+        if not self._broker.authorizer.allowed(ctx, operation, ResourceType.TOPIC, topic):
+            raise EntryError(_DENIED, "Authorization failed.")
 
     # CreateTopics ------------------------------------------------------------------------------
 
@@ -100,6 +112,8 @@ class TopicsApi:
                 )
                 continue
             try:
+                if not self._broker.authorizer.may_create_topic(ctx, topic.name):
+                    raise EntryError(_DENIED, "Authorization failed.")
                 state = await self._create_topic(topic, request.validate_only)
             except EntryError as exc:
                 log.info("CreateTopics %s: %s", topic.name, exc)
@@ -300,7 +314,7 @@ class TopicsApi:
         results = []
         for name, topic_id in wanted:
             try:
-                state = await self._delete_one(name, topic_id, name_counts, id_counts)
+                state = await self._delete_one(ctx, name, topic_id, name_counts, id_counts)
             except EntryError as exc:
                 log.info("DeleteTopics %s: %s", name or topic_id, exc)
                 results.append(self._deleted(types, name, topic_id, exc.code, exc.message))
@@ -328,6 +342,7 @@ class TopicsApi:
 
     async def _delete_one(
         self,
+        ctx: RequestContext,
         name: str | None,
         topic_id: uuid.UUID | None,
         name_counts: Counter[str],
@@ -358,6 +373,7 @@ class TopicsApi:
                 raise EntryError(
                     ErrorCode.unknown_topic_id, "This server does not host this topic ID."
                 )
+        self._require(ctx, AclOperation.DELETE, state.name)
         refuse_internal_change(state.name, "delete")
         try:
             deleted = await asyncio.to_thread(metadata.delete_topic, state.name)
@@ -392,6 +408,7 @@ class TopicsApi:
             try:
                 if counts[topic.name] > 1:
                     raise EntryError(ErrorCode.invalid_request, "Duplicate topic in request.")
+                self._require(ctx, AclOperation.ALTER, topic.name)
                 await self._add_partitions(topic, request.validate_only)
             except EntryError as exc:
                 log.info("CreatePartitions %s: %s", topic.name, exc)

@@ -1,0 +1,312 @@
+"""ACLs with real clients: one `logkeel serve` process with an authorizer and a SASL_PLAINTEXT
+(PLAIN) listener; an admin super user manages ACLs through confluent-kafka's and kafka-python's
+admin clients, and alice's and bob's clients are allowed or refused by them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import kafka.admin as kp
+import pytest
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from logkeel.testing.broker_process import LogkeelBroker, free_port
+
+pytestmark = pytest.mark.timeout(180)
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'user_admin="admin-pw" user_alice="alice-pw" user_bob="bob-pw";'
+)
+
+
+@dataclass
+class AclBroker:
+    broker: LogkeelBroker
+    port: int
+
+    def conf(self, user: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": f"127.0.0.1:{self.port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": f"{user}-pw",
+        }
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.conf("admin"))
+
+
+def start_broker(work: Path, port: int, **extra: str) -> LogkeelBroker:
+    overrides = {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "sasl.enabled.mechanisms": "PLAIN",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+        **extra,
+    }
+    return LogkeelBroker(work, port=port, overrides=overrides).start()
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclBroker]:
+    port = free_port()
+    broker = start_broker(tmp_path_factory.mktemp("acls"), port)
+    try:
+        yield AclBroker(broker, port)
+    finally:
+        broker.stop()
+
+
+def topic_acl(name: str, principal: str, op: AclOperation,
+              perm: AclPermissionType = AclPermissionType.ALLOW,
+              pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:  # fmt: skip
+    return AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", op, perm)
+
+
+def create_acls(admin: AdminClient, bindings: list[AclBinding]) -> None:
+    for future in admin.create_acls(bindings, request_timeout=20).values():
+        future.result(timeout=30)
+
+
+def test_admin_creates_describes_and_deletes_acls(acl_broker: AclBroker) -> None:
+    admin = acl_broker.admin()
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    read = topic_acl(name, "User:alice", AclOperation.READ)
+    deny = topic_acl(name + "-", "User:bob", AclOperation.WRITE, AclPermissionType.DENY,
+                     ResourcePatternType.PREFIXED)  # fmt: skip
+    create_acls(admin, [read, deny])
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    described = admin.describe_acls(everything, request_timeout=20).result(timeout=30)
+    assert read in described and deny in described
+    mine = AclBindingFilter(ResourceType.TOPIC, name, ResourcePatternType.MATCH, None, None,
+                            AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    assert sorted(map(str, admin.describe_acls(mine).result(timeout=30))) == [str(read)]
+    deleted = admin.delete_acls([mine], request_timeout=20)[mine].result(timeout=30)
+    assert deleted == [read]
+    left = admin.describe_acls(everything, request_timeout=20).result(timeout=30)
+    assert read not in left and deny in left
+
+
+def test_a_user_without_alter_on_the_cluster_cannot_create_acls(acl_broker: AclBroker) -> None:
+    admin = AdminClient(acl_broker.conf("alice"))
+    futures = admin.create_acls([topic_acl("x", "User:alice", AclOperation.ALL)], request_timeout=20)
+    with pytest.raises(confluent_kafka.KafkaException) as failure:
+        for future in futures.values():
+            future.result(timeout=30)
+    assert failure.value.args[0].code() == confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_invalid_acl_is_refused(acl_broker: AclBroker) -> None:
+    admin = acl_broker.admin()
+    bad = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "alice", "*",
+                     AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+    with pytest.raises(confluent_kafka.KafkaException) as failure:
+        create_acls(admin, [bad])
+    assert "Type:name" in str(failure.value)
+
+
+def create_topics(acl_broker: AclBroker, *names: str) -> None:
+    admin = acl_broker.admin()  # kept alive until the futures are done
+    futures = admin.create_topics([NewTopic(n, 1, 1) for n in names], request_timeout=20)
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def produce(conf: dict[str, Any], topic: str, count: int = 5) -> list[confluent_kafka.KafkaError | None]:
+    """The delivery outcome of each record: None when it was written."""
+    outcomes: list[confluent_kafka.KafkaError | None] = []
+    producer = confluent_kafka.Producer({**conf, "message.timeout.ms": 10000})
+    for i in range(count):
+        producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _msg: outcomes.append(err))
+    producer.flush(20)
+    return outcomes
+
+
+def consume(conf: dict[str, Any], topic: str, group: str, count: int) -> tuple[list[bytes], set[int]]:
+    """Values read and the error codes the consumer surfaced, within a bounded wait."""
+    consumer = confluent_kafka.Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    errors: set[int] = set()
+    deadline = time.monotonic() + 15
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                errors.add(msg.error().code())
+                if msg.error().code() in AUTH_ERRORS:
+                    break
+            else:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got, errors
+
+
+AUTH_ERRORS = {
+    confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED,
+}
+
+
+def test_allowed_produce_and_consume_denied_without_acls(acl_broker: AclBroker) -> None:
+    topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    admin = acl_broker.admin()
+    create_acls(admin, [
+        topic_acl("orders-", "User:alice", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+        topic_acl(topic, "User:alice", AclOperation.READ),
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    assert produce(acl_broker.conf("alice"), topic) == [None] * 5
+    got, _ = consume(acl_broker.conf("alice"), topic, group, 5)
+    assert got == [b"v%d" % i for i in range(5)]
+    bob = produce(acl_broker.conf("bob"), topic, 1)
+    assert [e.code() for e in bob if e is not None] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    got, errors = consume(acl_broker.conf("bob"), topic, group, 5)
+    assert got == [] and errors & AUTH_ERRORS
+
+
+def test_deny_wins_and_reads_need_their_own_grant(acl_broker: AclBroker) -> None:
+    topic = f"deny-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.ALL),
+        topic_acl(topic, "User:*", AclOperation.WRITE, AclPermissionType.DENY),
+    ])  # fmt: skip
+    denied = produce(acl_broker.conf("alice"), topic, 1)
+    assert [e.code() for e in denied if e is not None] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    assert produce(acl_broker.conf("admin"), topic, 2) == [None, None]  # super user
+
+
+def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:
+    visible, hidden = f"vis-{uuid.uuid4().hex[:6]}", f"hid-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, visible, hidden)
+    create_acls(acl_broker.admin(), [topic_acl(visible, "User:bob", AclOperation.DESCRIBE)])
+    bob_sees = set(AdminClient(acl_broker.conf("bob")).list_topics(timeout=20).topics)
+    assert visible in bob_sees and hidden not in bob_sees
+    assert {visible, hidden} <= set(acl_broker.admin().list_topics(timeout=20).topics)
+
+
+def test_acls_survive_a_restart_and_allow_everyone_applies_where_none_is(tmp_path: Path) -> None:
+    port = free_port()
+    extra = {"allow.everyone.if.no.acl.found": "true"}
+    broker = start_broker(tmp_path, port, **extra)
+    restarted: LogkeelBroker | None = None
+    try:
+        acl_broker = AclBroker(broker, port)
+        create_topics(acl_broker, "open", "guarded")
+        create_acls(acl_broker.admin(), [topic_acl("guarded", "User:alice", AclOperation.WRITE)])
+        broker.stop()
+        restarted = start_broker(tmp_path, port, **extra)
+        acl_broker = AclBroker(restarted, port)
+        assert produce(acl_broker.conf("bob"), "open", 1) == [None]
+        denied = produce(acl_broker.conf("bob"), "guarded", 1)
+        assert [e.code() for e in denied if e is not None] == [
+            confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ]
+        assert produce(acl_broker.conf("alice"), "guarded", 1) == [None]
+    finally:
+        (restarted or broker).stop()
+
+
+def logkeel(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logkeel", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_cli_adds_lists_and_removes_acls(tmp_path: Path) -> None:
+    plain, sasl = free_port(), free_port()
+    broker = start_broker(tmp_path, sasl, **{
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "super.users": "User:admin;User:ANONYMOUS",  # ANONYMOUS: the CLI's PLAINTEXT principal
+    })  # fmt: skip
+    server = f"--bootstrap-server=127.0.0.1:{plain}"
+    try:
+        added = logkeel("acls", "add", "--topic", "pay-", "--prefixed", "--principal", "User:bob",
+                        "--operation", "write", "--operation", "describe", server)  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        create_topics(AclBroker(broker, sasl), "pay-eu")
+        assert produce(AclBroker(broker, sasl).conf("bob"), "pay-eu", 1) == [None]
+        listed = logkeel("acls", "list", "--topic", "pay-eu", server)
+        assert listed.returncode == 0, listed.stderr
+        assert "User:bob" in listed.stdout and "PREFIXED" in listed.stdout
+        removed = logkeel("acls", "remove", "--topic", "pay-", "--prefixed", "--operation", "write",
+                          server)  # fmt: skip
+        assert (removed.returncode, removed.stdout.strip()) == (0, "removed 1 ACL(s)")
+        assert "DESCRIBE" in logkeel("acls", "list", server).stdout
+        bad = logkeel("acls", "add", "--topic", "x", "--principal", "bob", "--operation", "read",
+                      server)  # fmt: skip
+        assert bad.returncode == 1 and "Type:name" in bad.stderr
+    finally:
+        broker.stop()
+
+
+def test_creating_and_deleting_topics_need_create_and_delete(acl_broker: AclBroker) -> None:
+    name = f"adm-{uuid.uuid4().hex[:6]}"
+    create_acls(acl_broker.admin(), [
+        topic_acl("adm-", "User:alice", AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED),
+    ])  # fmt: skip
+    bob = AdminClient(acl_broker.conf("bob"))
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        bob.create_topics([NewTopic(name, 1, 1)], request_timeout=20)[name].result(timeout=30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    alice = AdminClient(acl_broker.conf("alice"))
+    alice.create_topics([NewTopic(name, 1, 1)], request_timeout=20)[name].result(timeout=30)
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        alice.delete_topics([name], request_timeout=20)[name].result(timeout=30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert name in acl_broker.admin().list_topics(timeout=20).topics
+
+
+def test_kafka_python_admin_manages_acls(acl_broker: AclBroker) -> None:
+    admin = kp.KafkaAdminClient(
+        bootstrap_servers=f"127.0.0.1:{acl_broker.port}", security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN", sasl_plain_username="admin", sasl_plain_password="admin-pw",
+        request_timeout_ms=20000,
+    )  # fmt: skip
+    try:
+        name = f"kp-{uuid.uuid4().hex[:6]}"
+        acl = kp.ACL("User:carol", "*", kp.ACLOperation.READ, kp.ACLPermissionType.ALLOW,
+                     kp.ResourcePattern(kp.ResourceType.TOPIC, name))  # fmt: skip
+        created = admin.create_acls([acl])
+        assert created["failed"] == [] and len(created["succeeded"]) == 1
+        pattern = kp.ResourcePatternFilter(
+            kp.ResourceType.TOPIC, name, kp.ACLResourcePatternType.LITERAL
+        )
+        wanted = kp.ACLFilter(None, None, kp.ACLOperation.ANY, kp.ACLPermissionType.ANY, pattern)
+        described, error = admin.describe_acls(wanted)
+        assert error.errno == 0 and [a.principal for a in described] == ["User:carol"]
+        deleted = admin.delete_acls([wanted])
+        assert len(deleted[0][1]) == 1
+        assert admin.describe_acls(wanted)[0] == []
+    finally:
+        admin.close()
