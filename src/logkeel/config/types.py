@@ -193,7 +193,8 @@ class OneOf:
     def check(self, value: Any) -> str | None:
         if value in self.choices:
             return None
-        return f"must be one of {', '.join(str(c) for c in self.choices)}"
+        # An empty choice (a setting that may be left unset) reads as such, not as ", x".
+        return f"must be one of {', '.join(repr(c) if c == '' else str(c) for c in self.choices)}"
 
     def describe(self) -> str:
         return "[" + ", ".join(str(c) for c in self.choices) + "]"
