@@ -252,6 +252,8 @@ def test_leftovers_of_interrupted_operations(written, tmp_path):
     (part / (logs[2].name + ".cleaned")).write_bytes(b"half-written")
     (part / (logs[3].name + ".deleted")).write_bytes(b"old")
     (part / "00000000000000999999.index.deleted").write_bytes(b"old")
+    # a producer snapshot whose write a crash interrupted before its rename
+    (part / "00000000000000000150.snapshot.tmp").write_bytes(b"half")
     m = load(path, validation="eager")
     report = m.startup_report
     assert sorted(report.removed_files) == sorted(
@@ -260,9 +262,12 @@ def test_leftovers_of_interrupted_operations(written, tmp_path):
             logs[2].name + ".cleaned",
             logs[3].name + ".deleted",
             "00000000000000999999.index.deleted",
+            "00000000000000000150.snapshot.tmp",
         )
     )
-    assert not any(p.name.endswith((".swap", ".cleaned", ".deleted")) for p in part.iterdir())
+    assert not any(
+        p.name.endswith((".swap", ".cleaned", ".deleted", ".tmp")) for p in part.iterdir()
+    )
     assert [r.offset for r in all_records(m.get_log(TP))] == list(range(200))
     m.shutdown()
 

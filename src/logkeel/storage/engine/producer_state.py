@@ -49,7 +49,6 @@ from logkeel.storage.engine.producer_entry import (
     read_end_txn_marker,
 )
 from logkeel.storage.engine.producer_snapshot import (
-    SNAPSHOT_SUFFIX,
     list_snapshot_files,
     read_snapshot,
     snapshot_listing,
@@ -415,13 +414,11 @@ class ProducerStateManager:
         if names is not None:
             listing = snapshot_listing(self.partition_dir, names)
         else:
+            # A ``.tmp`` here is not removed: it may be the live manager's snapshot being
+            # written while a scratch manager (replay) reads the dir; the loader removes the
+            # ones a crash left, at start-up, before anything writes.
             with io_guard(self.log_dir, f"listing producer snapshots in {self.partition_dir}"):
                 listing = list_snapshot_files(self.partition_dir)
-                # Left by a crash inside atomic_write; the rename never happened so it holds
-                # nothing. (The loader removes these itself when it passes ``names``.)
-                if self.partition_dir.is_dir():
-                    for tmp in self.partition_dir.glob(f"*{SNAPSHOT_SUFFIX}*.tmp"):
-                        tmp.unlink(missing_ok=True)
         self._snapshots = {f.offset: f.path for f in listing.files}
         self.malformed_snapshot_files = listing.malformed
         for path in listing.malformed:
