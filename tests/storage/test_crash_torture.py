@@ -18,8 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.segment_check import (
     offset_index_problem,
@@ -253,13 +251,6 @@ def test_kill_minus_nine_never_loses_an_acknowledged_record(tmp_path):
     torture(tmp_path, transactional=False)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="storage findings of this test, not fixed yet: the txn index validator reports an "
-    "aborted transaction that began in an earlier segment as not starting where it does, and "
-    "the repair it starts in the writer's background races with a segment roll's producer "
-    "snapshot (_scan_snapshots deletes the *.snapshot.*.tmp that take_snapshot is renaming)",
-)
 def test_kill_minus_nine_with_transactions_recovers_the_state_of_a_rebuild(tmp_path):
     torture(tmp_path, transactional=True)
 

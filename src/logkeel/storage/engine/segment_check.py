@@ -56,8 +56,8 @@ class SegmentScan:
     last_offsets: array = field(default_factory=lambda: array("q"))
     max_timestamps: array = field(default_factory=lambda: array("q"))
     controls: dict[int, int] = field(default_factory=dict)  # base offset -> producer id
-    # marker offset -> first offset of the transaction it ends, when that began in this
-    # segment (a transaction begun in an earlier segment has no entry)
+    # marker offset -> the producer's first transactional batch before it in this segment:
+    # the transaction's start when it began here (one begun earlier shows a later batch)
     txn_starts: dict[int, int] = field(default_factory=dict)
     base_offset: int = 0
     canonical_offsets: list[tuple[int, int]] = field(default_factory=list)
@@ -199,11 +199,15 @@ def txn_index_problem(scan: SegmentScan, entries: list[AbortedTxn]) -> str | Non
     for n, txn in enumerate(entries):
         if scan.controls.get(txn.last_offset) != txn.producer_id:
             return f"entry {n} {txn} does not end at a marker of producer {txn.producer_id}"
-        # The first offset is checkable too: where the transaction began in this segment, it
-        # must name that batch; otherwise it must lie before the segment.
+        # The first offset is checkable where it lies in this segment: it must name the
+        # producer's first transactional batch before the marker. One before the segment cannot
+        # be checked here: the scan then saw only the transaction's later batches, which it
+        # cannot tell from a start.
+        if txn.first_offset < scan.base_offset:
+            continue
         start = scan.txn_starts.get(txn.last_offset)
-        if start is not None and txn.first_offset != start:
-            return f"entry {n} {txn} does not start where the transaction does ({start})"
-        if start is None and txn.first_offset >= scan.base_offset:
+        if start is None:
             return f"entry {n} {txn} starts in this segment, where no transaction begins"
+        if txn.first_offset != start:
+            return f"entry {n} {txn} does not start where the transaction does ({start})"
     return None
