@@ -1,0 +1,92 @@
+"""A checker in the spirit of Jepsen for a run against a cluster: what producers were told
+(acknowledgements) against what consumers read back.
+
+Pure: a run records into a ``History`` and ``check`` returns the anomalies, so that a test (or
+a soak) prints them. The properties:
+
+- no acknowledged write lost: every acked value is read, at the offset its ack named;
+- no duplicates: a value is read at one offset only (idempotent producers);
+- per-partition order: one producer's acked values sit at increasing offsets in send order;
+- nothing read above the high watermark: every value read is in the final log at the offset it
+  was read at (a read of a record a new leader later truncated shows up as a mismatch);
+- losses an unclean election reported (``reported_truncations``: partition -> offset from which
+  the log was cut) excuse the acked writes at or above that offset, and only those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["History"]
+
+
+@dataclass
+class History:
+    # (partition, value) -> (send sequence, acked offset)
+    acked: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
+    # partition -> [(offset, value)] as consumers saw them during the run
+    reads: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    failed_sends: int = 0
+
+    def ack(self, partition: int, value: str, seq: int, offset: int) -> None:
+        self.acked[(partition, value)] = (seq, offset)
+
+    def read(self, partition: int, offset: int, value: str) -> None:
+        self.reads.setdefault(partition, []).append((offset, value))
+
+    def check(
+        self,
+        final_log: Mapping[int, Iterable[tuple[int, str]]],
+        reported_truncations: Mapping[int, int] | None = None,
+    ) -> list[str]:
+        """The anomalies of the run; ``final_log`` is each partition read from the start to its
+        end once the run is over."""
+        cuts = reported_truncations or {}
+        anomalies: list[str] = []
+        final: dict[int, dict[int, str]] = {}
+        for partition, records in final_log.items():
+            at: dict[int, str] = {}
+            seen: dict[str, int] = {}
+            last = -1
+            for offset, value in records:
+                if offset <= last:
+                    anomalies.append(f"p{partition}: offset {offset} read after {last}")
+                last = offset
+                if value in seen:
+                    anomalies.append(
+                        f"p{partition}: {value!r} duplicated at {seen[value]} and {offset}"
+                    )
+                seen[value] = offset
+                at[offset] = value
+            final[partition] = at
+        by_partition: dict[int, list[tuple[int, int, str]]] = {}
+        for (partition, value), (seq, offset) in self.acked.items():
+            by_partition.setdefault(partition, []).append((seq, offset, value))
+            got = final.get(partition, {}).get(offset)
+            if got == value:
+                continue
+            if partition in cuts and offset >= cuts[partition]:
+                continue  # lost to an unclean election that said so
+            anomalies.append(
+                f"p{partition}: acked {value!r} at {offset} lost"
+                + ("" if got is None else f" (offset holds {got!r})")
+            )
+        for partition, sends in by_partition.items():
+            sends.sort()
+            for (_, o1, v1), (_, o2, v2) in zip(sends, sends[1:], strict=False):
+                if o2 <= o1:
+                    anomalies.append(
+                        f"p{partition}: {v2!r} sent after {v1!r} but acked at {o2} <= {o1}"
+                    )
+        for partition, reads in self.reads.items():
+            log = final.get(partition, {})
+            for offset, value in reads:
+                if log.get(offset) != value and not (
+                    partition in cuts and offset >= cuts[partition]
+                ):
+                    anomalies.append(
+                        f"p{partition}: read {value!r} at {offset}, not in the final log "
+                        "(read above the high watermark?)"
+                    )
+        return anomalies

@@ -1,0 +1,165 @@
+"""Issue 9's acceptance run: an idempotent acks=all producer writes to a 3-broker cluster
+(RF 3, min.insync.replicas 2) while the leader of its partitions is SIGKILLed again and again;
+a consumer reads along. The Jepsen-style checker (logkeel.testing.history) then compares every
+acknowledgement and every read with the final logs: nothing acked lost, nothing duplicated,
+order kept, nothing read that the final log does not hold. Bounded: three kill rounds."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.testing.history import History
+from tests.cluster.test_cluster_brokers import FAILOVER_BOUND_S, Cluster, three_brokers, wait_until
+
+TOPIC = "history"
+PARTITIONS = 2
+ROUNDS = 3
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    with three_brokers(zookeeper, tmp_path, "/cluster_history") as c:
+        yield c
+
+
+class Writer(threading.Thread):
+    """Sends values 0, 1, 2... round-robin over the partitions; records acks in the history."""
+
+    def __init__(self, bootstrap: str, history: History) -> None:
+        super().__init__(daemon=True)
+        self.history = history
+        self.stop = threading.Event()
+        self.sent = 0
+        self.errors: list[str] = []
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "delivery.timeout.ms": 120000, "message.timeout.ms": 120000,
+        })  # fmt: skip
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            seq = self.sent
+            self.producer.produce(
+                TOPIC, str(seq).encode(), partition=seq % PARTITIONS,
+                on_delivery=lambda err, msg, seq=seq: self._done(err, msg, seq),
+            )  # fmt: skip
+            self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.002)
+        self.producer.flush(120)
+
+    def _done(self, err: KafkaError | None, msg: Any, seq: int) -> None:
+        if err is not None:
+            self.history.failed_sends += 1
+            self.errors.append(str(err))
+        else:
+            self.history.ack(msg.partition(), msg.value().decode(), seq, msg.offset())
+
+
+class Reader(threading.Thread):
+    def __init__(self, bootstrap: str, history: History) -> None:
+        super().__init__(daemon=True)
+        self.history = history
+        self.stop = threading.Event()
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "history-reader",
+                                  "enable.auto.commit": False})
+        self.consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            msg = self.consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                self.history.read(msg.partition(), msg.offset(), msg.value().decode())
+        self.consumer.close()
+
+
+def final_logs(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "history-final",
+                         "enable.auto.commit": False})
+    logs: dict[int, list[tuple[int, str]]] = {}
+    try:
+        for p in range(PARTITIONS):
+            _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=20)
+            consumer.assign([TopicPartition(TOPIC, p, 0)])
+            records: list[tuple[int, str]] = []
+            deadline = time.monotonic() + 60
+            while (not records or records[-1][0] < high - 1) and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    records.append((msg.offset(), msg.value().decode()))
+            logs[p] = records
+    finally:
+        consumer.close()
+    return logs
+
+
+def run_rounds(cluster: Cluster, fault: str) -> list[float]:
+    """Writes and reads while the leader of partition 0 suffers ``fault`` ("kill": SIGKILL,
+    "stop": SIGTERM, a controlled shutdown) ROUNDS times, each time restarted and waited for
+    back in every ISR; checks the history; returns how long acks took to resume each time."""
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
+        TOPIC
+    ].result(20)
+    wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(TOPIC).values()),
+               "leaders")  # fmt: skip
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
+    history = History()
+    writer, reader = Writer(bootstrap, history), Reader(bootstrap, history)
+    writer.start()
+    reader.start()
+    resumed: list[float] = []
+    try:
+        wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+        for _ in range(ROUNDS):
+            victim = cluster.partitions(TOPIC)[0].leader_id
+            acked_before = len(history.acked)
+            started = time.monotonic()
+            if fault == "kill":
+                cluster.brokers[victim].kill()
+            else:
+                assert cluster.brokers[victim].stop(timeout=30) == 0
+            wait_until(lambda a=acked_before: len(history.acked) > a + 100,
+                       "acks after the fault", FAILOVER_BOUND_S + 30)  # fmt: skip
+            resumed.append(time.monotonic() - started)
+            cluster.brokers[victim].start(60)
+
+            def all_in_sync() -> bool:
+                parts = cluster.partitions(TOPIC)
+                return all(len(p.isr_nodes) == 3 for p in parts.values())
+
+            wait_until(all_in_sync, "the restarted broker back in every ISR", 60)
+    finally:
+        writer.stop.set()
+        writer.join(150)
+        reader.stop.set()
+        reader.join(30)
+    anomalies = history.check(final_logs(bootstrap))
+    print(f"{fault}: {writer.sent} sent, {len(history.acked)} acked, "
+          f"{sum(len(r) for r in history.reads.values())} read during the run; acks resumed "
+          f"{', '.join(f'{s:.1f}s' for s in resumed)} after each fault")  # fmt: skip
+    assert not writer.is_alive()
+    assert history.failed_sends == 0, writer.errors[:5]
+    assert len(history.acked) == writer.sent
+    assert anomalies == [], anomalies[:20]
+    return resumed
+
+
+def test_acked_writes_survive_repeated_leader_sigkill(cluster: Cluster) -> None:
+    run_rounds(cluster, "kill")
+
+
+def test_controlled_shutdowns_fail_no_send(cluster: Cluster) -> None:
+    """SIGTERM moves leadership before the broker exits: no failed send, and acks go on without
+    waiting for a session to expire."""
+    resumed = run_rounds(cluster, "stop")
+    assert max(resumed) < FAILOVER_BOUND_S
