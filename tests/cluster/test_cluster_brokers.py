@@ -25,6 +25,7 @@ from logkeel.ports import free_port
 from logkeel.testing.broker_process import serve_command
 from tests.brokerproc import BrokerProcess
 from tests.server.test_admin_wire import Wire
+from tests.server.test_clients_matrix import Msg, consume, produce
 
 SESSION_TIMEOUT_MS = 6000
 # A dead broker's session expires after the timeout; the controller then needs a moment.
@@ -289,3 +290,28 @@ def test_cluster_up_and_status_json(tmp_path: Path) -> None:
         rest, _ = up.communicate(timeout=60)
     assert up.returncode == 0, rest
     assert "cluster stopped" in rest
+
+
+@pytest.mark.parametrize(("producer", "consumer"), [("kafka-python", "kcat"), ("kcat", "kafka-python")])
+def test_kafka_python_and_kcat_follow_leaders_across_brokers(
+    running: Cluster, producer: str, consumer: str
+) -> None:
+    """Three single-partition topics led by different brokers, each client bootstrapped from
+    broker 1 only: it must find every leader through the cluster's metadata."""
+    # Placement is random (as Kafka's): create topics until one is led by each broker.
+    by_leader: dict[int, str] = {}
+    for i in range(30):
+        if len(by_leader) == 3:
+            break
+        name = f"{producer}-{consumer}-{i}"
+        running.create_topic(name, 1, 3)
+        by_leader.setdefault(running.partitions(name)[0].leader_id, name)
+    assert sorted(by_leader) == [1, 2, 3]
+    topics = list(by_leader.values())
+    bootstrap = running.brokers[1].bootstrap
+    sent = {t: [Msg(f"k{i}".encode(), f"{t}-{i}".encode()) for i in range(20)] for t in topics}
+    for t in topics:
+        produce(producer, bootstrap, t, sent[t])
+    got = consume(consumer, bootstrap, {t: 20 for t in topics})
+    for t in topics:
+        assert [(g.key, g.value) for g in got if g.topic == t] == [(m.key, m.value) for m in sent[t]]
