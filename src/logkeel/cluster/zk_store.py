@@ -37,6 +37,7 @@ from logkeel.cluster.metadata import (
     check_partition_increase,
     check_topic_absent,
 )
+from logkeel.cluster.session_fence import SessionFence
 from logkeel.cluster.zk_client import BrokerIdInUse, StalePartitionState, ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
 from logkeel.storage.log_dir import random_uuid
@@ -75,6 +76,7 @@ class ZkMetadataStore(MetadataStore):
         self._changed = threading.Condition()
         self._worker: threading.Thread | None = None
         self._session_lost = False
+        self.write_fence = SessionFence(client.session_timeout_ms)
         self._closing = False
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
         self._known_topics: set[str] = set()
@@ -142,6 +144,7 @@ class ZkMetadataStore(MetadataStore):
             log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id, epoch)
             if self._offline:  # ephemeral, so gone with an expired session
                 self.client.set_offline_replicas(self.node_id, self._offline)
+            self.write_fence.registered()
             return epoch
 
     def report_offline_replicas(
@@ -223,6 +226,7 @@ class ZkMetadataStore(MetadataStore):
         self.controller_id = -1 if controller is None else controller
 
     def _on_session(self, state: str) -> None:
+        self.write_fence.on_state(state)
         if state == "LOST" and not self._closing:
             self._session_lost = True
             log.error("ZooKeeper session expired; registering again once reconnected")

@@ -178,6 +178,9 @@ class Broker:
                 num_io_threads=config.num_io_threads,
                 replication=ReplicationSettings.from_broker_config(config),
                 isr_change_requested=isr_change_requested,
+                write_fence=(
+                    self.cluster.store.write_fence.why_fenced if self.cluster is not None else None
+                ),
             )
         )
         self.group_coordinator = GroupCoordinator(self)

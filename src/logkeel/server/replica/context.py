@@ -72,3 +72,5 @@ class ReplicaManagerContext:
     replication: ReplicationSettings = ReplicationSettings()
     # The controller's seam for ISR changes; None: proposals are only logged.
     isr_change_requested: IsrChangeRequested | None = None
+    # Why this broker may not take writes as a leader now (cut off from ZooKeeper), or None.
+    write_fence: Callable[[], str | None] | None = None

@@ -348,6 +348,9 @@ class ReplicaManager:
         error = p.state_error()
         if error is not None:
             return PartitionAppendResult(error, leader_id=p.leader_id, leader_epoch=p.leader_epoch)
+        fenced = self._ctx.write_fence() if self._ctx.write_fence is not None else None
+        if fenced is not None:
+            return PartitionAppendResult(ErrorCode.not_leader_or_follower, error_message=fenced)
         if acks == -1 and len(p.isr) < p.settings.min_insync_replicas:
             return PartitionAppendResult(
                 ErrorCode.not_enough_replicas,

@@ -1,0 +1,62 @@
+"""ZooKeeper lost while a broker runs (issue 9): the broker keeps serving reads, stops taking
+writes as leader once its session could have expired, and takes them again once ZooKeeper is
+back and it is registered anew. ZooKeeper is really frozen (SIGSTOP), so this test runs its
+own server rather than the session's shared one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from logkeel.cluster.zk_server import ZooKeeperServer
+from tests.brokerproc import BrokerProcess
+from tests.cluster.test_cluster_brokers import wait_until
+from tests.server.test_produce_api import RawClient, batch, fetch_records, produce_one
+
+SESSION_TIMEOUT_MS = 6000
+
+
+def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> None:
+    with ZooKeeperServer(tmp_path / "zk") as zk:
+        broker = BrokerProcess(
+            tmp_path / "b1",
+            overrides={"zookeeper.connect": zk.connect_string + "/lost",
+                       "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)},
+            extra_args=["--node-id", "1"],
+        )  # fmt: skip
+        broker.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.create_topics([NewTopic("t", 1, 1)])["t"].result(20)
+            with RawClient(broker.port) as client:
+                wait_until(
+                    lambda: produce_one(client, 9, "t", 0, batch([b"a", b"b"])).error_code
+                    == ErrorCode.none,
+                    "the first write",
+                )
+                assert zk.process is not None
+                os.kill(zk.process.pid, signal.SIGSTOP)
+                try:
+                    # Within the session timeout the broker cannot tell a blip from an outage.
+                    assert produce_one(client, 9, "t", 0, batch([b"c"])).error_code == ErrorCode.none
+                    time.sleep(SESSION_TIMEOUT_MS / 1000 + 3)
+                    refused = produce_one(client, 9, "t", 0, batch([b"lost?"]))
+                    assert refused.error_code == ErrorCode.not_leader_or_follower
+                    assert [r.value for r in fetch_records(client, "t", 0, 0)] == [b"a", b"b", b"c"]
+                finally:
+                    os.kill(zk.process.pid, signal.SIGCONT)
+                wait_until(
+                    lambda: produce_one(client, 9, "t", 0, batch([b"d"])).error_code
+                    == ErrorCode.none,
+                    "writes accepted again after ZooKeeper returned",
+                    timeout=SESSION_TIMEOUT_MS / 1000 + 30,
+                )
+                values = [r.value for r in fetch_records(client, "t", 0, 0)]
+                assert values[:3] == [b"a", b"b", b"c"] and b"lost?" not in values
+        finally:
+            broker.kill()
