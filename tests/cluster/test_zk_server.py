@@ -20,7 +20,7 @@ def test_session_server_answers_ruok_and_stat(zookeeper: ZooKeeperServer) -> Non
 
 def test_zoo_cfg_has_the_settings_tests_rely_on(tmp_path) -> None:
     cfg = zoo_cfg(tmp_path, 12345)
-    assert "tickTime=2000\n" in cfg
+    assert "tickTime=500\n" in cfg and "maxSessionTimeout=60000\n" in cfg
     assert f"dataDir={tmp_path}\n" in cfg
     assert "clientPort=12345\n" in cfg
     assert "admin.enableServer=false\n" in cfg
