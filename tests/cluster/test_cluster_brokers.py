@@ -305,7 +305,9 @@ def test_kafka_python_and_kcat_follow_leaders_across_brokers(
             break
         name = f"{producer}-{consumer}-{i}"
         running.create_topic(name, 1, 3)
-        by_leader.setdefault(running.partitions(name)[0].leader_id, name)
+        leader = wait_until(lambda n=name: running.partitions(n)[0].leader_id > 0
+                            and running.partitions(n)[0].leader_id, f"a leader of {name}")  # fmt: skip
+        by_leader.setdefault(leader, name)
     assert sorted(by_leader) == [1, 2, 3]
     topics = list(by_leader.values())
     bootstrap = running.brokers[1].bootstrap

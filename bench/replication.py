@@ -1,0 +1,233 @@
+"""Replication on 3 local brokers with a real ZooKeeper, in one run:
+
+- produce throughput, acks=all to RF 3 (min.insync.replicas 2) against acks=1 to RF 1
+  (goal >= 0.5x), alternating, medians of the per-repeat ratios;
+- follower catch-up: a replica whose partition dir was wiped while its broker was down, behind
+  DATA_MB of data, timed from its broker listening again until it is back in the ISR
+  (goal >= 200 MB/s);
+- failover: an idempotent acks=all producer sends continuously; the leader is SIGKILLed (goal:
+  a send made after the kill is acknowledged within zookeeper.session.timeout.ms + 1 s) or
+  SIGTERMed (goal < 1 s), timed from the signal to the first acknowledgement of a send made after it.
+
+    .venv/bin/python bench/replication.py            # 100k x 1 KiB per run, 5 repeats, 1 GiB
+    .venv/bin/python bench/replication.py --quick    # 30k, 3 repeats, 256 MiB
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.testing.broker_process import LogkeelBroker
+
+MESSAGE = 1024
+SESSION_TIMEOUT_MS = 6000
+
+
+def start_cluster(work: Path, connect: str) -> dict[int, LogkeelBroker]:
+    brokers = {
+        i: LogkeelBroker(
+            work / f"b{i}",
+            overrides={"zookeeper.connect": connect,
+                       "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)},
+            extra_args=["--node-id", str(i)],
+        )  # fmt: skip
+        for i in (1, 2, 3)
+    }
+    threads = [threading.Thread(target=b.start, args=(60,)) for b in brokers.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return brokers
+
+
+def wait_for(probe: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def partition(admin: AdminClient, topic: str, p: int = 0) -> Any:
+    md = admin.list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    return None if t is None or t.error is not None else t.partitions.get(p)
+
+
+def create(admin: AdminClient, topic: str, rf: int, **config: str) -> None:
+    admin.create_topics([NewTopic(topic, 1, rf, config=config)])[topic].result(30)
+    wait_for(lambda: (p := partition(admin, topic)) is not None and p.leader > 0, "a leader")
+
+
+def produce(bootstrap: str, topic: str, count: int, acks: str) -> float:
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1048576,
+        "enable.idempotence": acks == "all", "queue.buffering.max.kbytes": 1048576,
+    })  # fmt: skip
+    value = b"x" * MESSAGE
+    errors: list[Any] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    started = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0, on_delivery=done)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(300)
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{len(errors)} failed sends, first: {errors[0]}")
+    return count * MESSAGE / elapsed / 1e6
+
+
+def throughput(bootstrap: str, admin: AdminClient, messages: int, repeats: int) -> dict[str, Any]:
+    rows: dict[str, list[float]] = {"rf3_acks_all": [], "rf1_acks_1": []}
+    ratios = []
+    for r in range(repeats):
+        got = {}
+        order = ("rf3_acks_all", "rf1_acks_1") if r % 2 == 0 else ("rf1_acks_1", "rf3_acks_all")
+        for case in order:
+            topic = f"tp-{uuid.uuid4().hex[:8]}"
+            if case == "rf3_acks_all":
+                create(admin, topic, 3, **{"min.insync.replicas": "2"})
+                got[case] = produce(bootstrap, topic, messages, "all")
+            else:
+                create(admin, topic, 1)
+                got[case] = produce(bootstrap, topic, messages, "1")
+            rows[case].append(got[case])
+            admin.delete_topics([topic])[topic].result(30)
+        ratios.append(got["rf3_acks_all"] / got["rf1_acks_1"])
+        print(f"repeat {r}: RF3 acks=all {got['rf3_acks_all']:.0f} MB/s, "
+              f"RF1 acks=1 {got['rf1_acks_1']:.0f} MB/s", flush=True)  # fmt: skip
+    return {
+        **{k: {"mb_s_median": statistics.median(v), "runs": v} for k, v in rows.items()},
+        "ratio_median": statistics.median(ratios),
+        "goal_ratio": 0.5,
+    }
+
+
+def catch_up(brokers: dict[int, LogkeelBroker], admin: AdminClient, data_mb: int) -> dict[str, Any]:
+    topic = f"catchup-{uuid.uuid4().hex[:8]}"
+    create(admin, topic, 3, **{"min.insync.replicas": "1"})
+    leader = partition(admin, topic).leader
+    follower = next(i for i in brokers if i != leader)
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    produce(bootstrap, topic, data_mb * 1024, "all")
+    victim = brokers[follower]
+    victim.kill()
+    shutil.rmtree(victim.workdir / "logs" / f"{topic}-0")
+    wait_for(lambda: follower not in partition(admin, topic).isrs, "ISR shrink", 60)
+    victim.start(60)
+    started = time.monotonic()
+    wait_for(lambda: follower in partition(admin, topic).isrs, "back in the ISR", 600)
+    elapsed = time.monotonic() - started
+    rate = data_mb * 1024 * 1024 / elapsed / 1e6
+    print(f"catch-up: {data_mb} MiB in {elapsed:.1f}s = {rate:.0f} MB/s", flush=True)
+    return {"mib": data_mb, "seconds": elapsed, "mb_s": rate, "goal_mb_s": 200}
+
+
+def failover(brokers: dict[int, LogkeelBroker], admin: AdminClient, how: str) -> float:
+    topic = f"failover-{uuid.uuid4().hex[:8]}"
+    create(admin, topic, 3, **{"min.insync.replicas": "2"})
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+        "linger.ms": 1, "delivery.timeout.ms": 120000,
+    })  # fmt: skip
+    sent_at: dict[int, float] = {}
+    acked: list[tuple[float, float]] = []  # (sent, acked)
+    stop = threading.Event()
+
+    def run() -> None:
+        seq = 0
+        while not stop.is_set():
+            sent_at[seq] = time.monotonic()
+            producer.produce(topic, b"x" * 100, partition=0, on_delivery=lambda err, _m, s=seq: (
+                acked.append((sent_at[s], time.monotonic())) if err is None else None))
+            seq += 1
+            producer.poll(0)
+            time.sleep(0.002)
+        producer.flush(120)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_for(lambda: len(acked) > 200, "first acks")
+        victim = brokers[partition(admin, topic).leader]
+        signalled = time.monotonic()
+        if how == "kill":
+            victim.kill()
+        else:
+            threading.Thread(target=victim.stop, args=(60,)).start()
+        first = wait_for(
+            lambda: next((a for s, a in list(acked) if s > signalled), None), "an ack", 120
+        )
+    finally:
+        stop.set()
+        thread.join(150)
+    victim.start(60)
+    wait_for(lambda: len(partition(admin, topic).isrs) == 3, "ISR whole again", 120)
+    return float(first - signalled)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--data-mb", type=int, default=1024)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.repeats, args.data_mb = 30_000, 3, 256
+    work = Path(tempfile.mkdtemp(prefix="logkeel-bench-replication-"))
+    result: dict[str, Any] = {"settings": {**vars(args), "message_bytes": MESSAGE,
+                                           "session_timeout_ms": SESSION_TIMEOUT_MS}}  # fmt: skip
+    with ZooKeeperServer(work / "zk") as zk:
+        brokers = start_cluster(work, zk.connect_string + "/bench")
+        try:
+            bootstrap = ",".join(b.bootstrap for b in brokers.values())
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            result["produce"] = throughput(bootstrap, admin, args.messages, args.repeats)
+            result["catch_up"] = catch_up(brokers, admin, args.data_mb)
+            kills = [failover(brokers, admin, "kill") for _ in range(3)]
+            terms = [failover(brokers, admin, "stop") for _ in range(3)]
+            print(f"failover: SIGKILL {kills}, SIGTERM {terms}", flush=True)
+            result["failover_s"] = {
+                "sigkill": kills, "sigkill_median": statistics.median(kills),
+                "goal_sigkill": SESSION_TIMEOUT_MS / 1000 + 1,
+                "sigterm": terms, "sigterm_median": statistics.median(terms), "goal_sigterm": 1.0,
+            }  # fmt: skip
+        finally:
+            for b in brokers.values():
+                if b.alive():
+                    b.kill()
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
