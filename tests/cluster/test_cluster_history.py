@@ -124,13 +124,22 @@ def run_rounds(cluster: Cluster, fault: str) -> list[float]:
             victim = cluster.partitions(TOPIC)[0].leader_id
             acked_before = len(history.acked)
             started = time.monotonic()
+            exit_codes: list[int] = []
+            stopping = threading.Thread(
+                # Bounded generously: under load a shutdown right after a restart has been seen
+                # to take ~30 s after its leaderships moved (an open finding, not this test's).
+                target=lambda v=victim, codes=exit_codes: codes.append(cluster.brokers[v].stop(timeout=90))
+            )
             if fault == "kill":
                 cluster.brokers[victim].kill()
             else:
-                assert cluster.brokers[victim].stop(timeout=30) == 0
+                stopping.start()
             wait_until(lambda a=acked_before: len(history.acked) > a + 100,
                        "acks after the fault", FAILOVER_BOUND_S + 30)  # fmt: skip
             resumed.append(time.monotonic() - started)
+            if fault != "kill":
+                stopping.join(100)
+                assert exit_codes == [0]
             cluster.brokers[victim].start(60)
 
             def all_in_sync() -> bool:
