@@ -307,8 +307,7 @@ def test_kafka_python_and_kcat_follow_leaders_across_brokers(
             break
         name = f"{producer}-{consumer}-{i}"
         running.create_topic(name, 1, 3)
-        # The cache shows a new topic's partitions as they get leaders: partition 0 may be
-        # missing for a moment.
+        # A new topic shows in the cache once each of its partitions has its first leader.
         leader = wait_until(lambda n=name: max(running.partitions(n).get(0, NO_PARTITION).leader_id, 0),
                             f"a leader of {name}")  # fmt: skip
         by_leader.setdefault(leader, name)

@@ -11,6 +11,8 @@ layer over the one before. Exit codes: 0 after a clean shutdown, 1 when the brok
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import io
 import logging
 import signal
 import sys
@@ -164,6 +166,7 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
         log.debug("event loop: %s.%s", type(loop).__module__, type(loop).__name__)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _on_signal, sig, stop)
+        loop.add_signal_handler(signal.SIGUSR1, dump_stacks)
         try:
             await broker.start()
         except BrokerStartError as exc:
@@ -184,6 +187,20 @@ def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
         return
     log.info("received %s; shutting down cleanly", sig.name)
     stop.set()
+
+
+def dump_stacks() -> None:
+    """SIGUSR1: writes every thread's stack and every asyncio task's to stderr, as ``jstack``
+    does for a JVM broker: what a stuck shutdown or request is waiting for."""
+    out = io.StringIO()
+    tasks = asyncio.all_tasks()
+    out.write(f"--- {len(tasks)} asyncio task(s) ---\n")
+    for task in tasks:
+        task.print_stack(limit=12, file=out)
+    sys.stderr.write(out.getvalue())
+    sys.stderr.write("--- threads ---\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
 
 
 def _log_startup(broker: Broker) -> None:

@@ -319,6 +319,10 @@ class ZkMetadataStore(MetadataStore):
             if old is not None:
                 self._publish(name, None, notify)
             return
+        if old is None and len(partitions) < len(assignment.partitions):
+            # A new topic appears whole: a client shown some of its partitions takes that for
+            # the partition count, and a send to a later partition fails as unknown.
+            return
         new = TopicState(
             name, assignment.topic_id or random_uuid(), partitions, configs, name in INTERNAL_TOPICS
         )

@@ -130,10 +130,14 @@ class ChildBroker(ABC):
         try:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # What it is stuck on goes into its output before it dies (logkeel dumps its
+            # threads and tasks on SIGUSR1; another broker may just die of it).
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
             proc.kill()
             proc.wait()
             raise BrokerUnavailable(
-                f"{self.name} ignored SIGTERM for {timeout}s:\n{self.output()}"
+                f"{self.name} ignored SIGTERM for {timeout}s:\n{self.output(60_000)}"
             ) from None
 
     def kill(self) -> None:

@@ -51,7 +51,10 @@ class BrokerClient:
         timeout = self._timeout if timeout_ms is None else timeout_ms / 1000
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._round_trip(request), timeout)
+                # Not wait_for: on 3.11 it swallows a cancel that lands as the answer arrives,
+                # and a fetcher being stopped would then fetch on forever.
+                async with asyncio.timeout(timeout):
+                    return await self._round_trip(request)
             except (OSError, EOFError, TimeoutError, InvalidRequest) as exc:
                 await self.close()
                 raise BrokerConnectionError(

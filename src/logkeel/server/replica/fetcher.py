@@ -125,6 +125,7 @@ class ReplicaFetcher:
             + (1 << 20),
         )
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(source={self.source.node_id}, id={self.fetcher_id})"
@@ -145,6 +146,10 @@ class ReplicaFetcher:
             self._changed.set()
 
     async def stop(self) -> None:
+        # The flag as well as the cancel: a cancel swallowed by a library call must not leave
+        # the loop fetching (and appending) after the broker stopped.
+        self._stopped = True
+        self._changed.set()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -155,7 +160,7 @@ class ReplicaFetcher:
     # -- the loop -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             self._changed.clear()
             now = time.monotonic()
             ready = {tp: s for tp, s in self._states.items() if s.delayed_until <= now}

@@ -51,6 +51,7 @@ class ReplicaFetcherManager:
         # tp -> (fetcher, the partition object and leader epoch it was handed over with)
         self._assigned: dict[TopicPartition, tuple[FetcherKey, Partition, int]] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        self._shut_down = False
 
     def fetchers(self) -> list[ReplicaFetcher]:
         return list(self._fetchers.values())
@@ -64,6 +65,8 @@ class ReplicaFetcherManager:
         self, tps: Iterable[TopicPartition], lookup: Callable[[TopicPartition], Partition | None]
     ) -> None:
         """Brings the fetchers in line with the current state of ``tps``."""
+        if self._shut_down:
+            return  # a leadership change seen while the broker stops starts no fetcher
         for tp in tps:
             p = lookup(tp)
             if p is None or not self._should_follow(p):
@@ -118,9 +121,9 @@ class ReplicaFetcherManager:
             task.add_done_callback(self._stopping.discard)
 
     async def shutdown(self) -> None:
+        self._shut_down = True
         fetchers, self._fetchers = list(self._fetchers.values()), {}
         self._assigned.clear()
-        for fetcher in fetchers:
-            await fetcher.stop()
+        await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)

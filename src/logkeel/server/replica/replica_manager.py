@@ -615,7 +615,8 @@ class ReplicaManager:
             log.warning("could not schedule the log-start-offset checkpoint", exc_info=True)
             return
         try:
-            await asyncio.wait_for(asyncio.shield(done), max(0.1, min(timeout_ms, 10_000) / 1000))
+            async with asyncio.timeout(max(0.1, min(timeout_ms, 10_000) / 1000)):
+                await asyncio.shield(done)
         except TimeoutError:
             log.warning("log-start-offset checkpoint is slow; answering DeleteRecords anyway")
 
