@@ -38,12 +38,18 @@ MESSAGE = 1024
 SESSION_TIMEOUT_MS = 6000
 
 
-def start_cluster(work: Path, connect: str) -> dict[int, LogkeelBroker]:
+def start_cluster(
+    work: Path, connect: str, overrides: dict[str, str] | None = None,
+    log_dirs: dict[int, list[Path]] | None = None,
+) -> dict[int, LogkeelBroker]:
+    """Brokers 1-3 on ``connect``, started side by side (``log_dirs``: a broker's own)."""
     brokers = {
         i: LogkeelBroker(
             work / f"b{i}",
+            log_dirs=(log_dirs or {}).get(i),
             overrides={"zookeeper.connect": connect,
-                       "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)},
+                       "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                       **(overrides or {})},
             extra_args=["--node-id", str(i)],
         )  # fmt: skip
         for i in (1, 2, 3)

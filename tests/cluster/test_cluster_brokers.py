@@ -50,7 +50,8 @@ def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 15.0) 
 
 class Cluster:
     def __init__(
-        self, base: Path, connect: str, overrides: dict[str, str] | None = None
+        self, base: Path, connect: str, overrides: dict[str, str] | None = None,
+        log_dirs: dict[int, list[Path]] | None = None,
     ) -> None:
         self.connect = connect
         self.brokers = {
@@ -61,6 +62,7 @@ class Cluster:
                     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                     **(overrides or {}),
                 },
+                log_dirs=(log_dirs or {}).get(i),
                 extra_args=["--node-id", str(i)],
             )
             for i in (1, 2, 3)
@@ -107,8 +109,10 @@ def three_brokers(
     base: Path,
     chroot: str,
     overrides: dict[str, str] | None = None,
+    log_dirs: dict[int, list[Path]] | None = None,
 ) -> Iterator[Cluster]:
-    """Three broker processes under a fresh ``chroot``, SIGKILLed at the end."""
+    """Three broker processes under a fresh ``chroot``, SIGKILLed at the end (``log_dirs``:
+    a broker's own list instead of one dir in its work dir)."""
     root = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
     root.start(timeout=10.0)
     if root.exists(chroot):
@@ -116,7 +120,7 @@ def three_brokers(
     root.ensure_path(chroot)
     root.stop()
     root.close()
-    c = Cluster(base, zookeeper.connect_string + chroot, overrides)
+    c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs)
     try:
         with ThreadPoolExecutor(3) as pool:
             for started in [pool.submit(b.start) for b in c.brokers.values()]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from logkeel.cluster.controller import LiveBrokers, decide, imbalanced_partitions, initial_state
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
+from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -25,29 +26,29 @@ def test_first_leader_is_the_first_live_replica_and_the_isr_the_live_ones() -> N
 
 
 def test_dead_leader_is_replaced_from_the_isr_and_dead_followers_leave_it() -> None:
-    after = decide(TP, reg(1, (1, 2, 3)), cluster({2, 3}), unclean=False, preferred=False)
+    after = decide(TP, reg(1, (1, 2, 3)), cluster({2, 3}), unclean=False, preferred=False).state
     assert (after.leader, after.isr, after.leader_epoch) == (2, (2, 3), 6)
-    follower_died = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2}), unclean=False, preferred=False)
+    follower_died = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2}), unclean=False, preferred=False).state
     assert (follower_died.leader, follower_died.isr, follower_died.leader_epoch) == (1, (1, 2), 5)
     unchanged = reg(1, (1, 2, 3))
-    assert decide(TP, unchanged, cluster({1, 2, 3}), unclean=False, preferred=False) is unchanged
+    assert decide(TP, unchanged, cluster({1, 2, 3}), unclean=False, preferred=False).state is unchanged
 
 
 def test_offline_partition_leads_again_when_an_isr_member_returns() -> None:
-    offline = decide(TP, reg(1, (1,)), cluster({2, 3}), unclean=False, preferred=False)
+    offline = decide(TP, reg(1, (1,)), cluster({2, 3}), unclean=False, preferred=False).state
     assert (offline.leader, offline.isr) == (NO_LEADER, (1,))
-    back = decide(TP, offline, cluster({1, 2, 3}), unclean=False, preferred=False)
+    back = decide(TP, offline, cluster({1, 2, 3}), unclean=False, preferred=False).state
     assert back.leader == 1
-    unclean = decide(TP, reg(1, (1,)), cluster({2, 3}), unclean=True, preferred=False)
+    unclean = decide(TP, reg(1, (1,)), cluster({2, 3}), unclean=True, preferred=False).state
     assert unclean.leader == NO_LEADER  # no replica reported its log: nothing to rank
 
 
 def test_controlled_shutdown_moves_leadership_unless_it_is_the_only_isr_member() -> None:
-    moved = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {1}), unclean=False, preferred=False)
+    moved = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {1}), unclean=False, preferred=False).state
     assert (moved.leader, moved.isr) == (2, (2, 3))
     alone = reg(1, (1,))
-    assert decide(TP, alone, cluster({1, 2, 3}, {1}), unclean=False, preferred=False).leader == 1
-    follower = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {3}), unclean=False, preferred=False)
+    assert decide(TP, alone, cluster({1, 2, 3}, {1}), unclean=False, preferred=False).state.leader == 1
+    follower = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {3}), unclean=False, preferred=False).state
     assert (follower.leader, follower.isr) == (1, (1, 2))
 
 
@@ -60,13 +61,67 @@ def test_preferred_election_and_imbalance() -> None:
     assert imbalanced_partitions(regs, frozenset({1, 2, 3}), 10) == {TopicPartition("t", 0)}
     assert imbalanced_partitions(regs, frozenset({2, 3}), 10) == set()  # 1 is not live
     assert imbalanced_partitions(regs, frozenset({1, 2, 3}), 100) == set()
-    back = decide(TP, regs[TopicPartition("t", 0)], cluster({1, 2, 3}), unclean=False, preferred=True)
+    back = decide(TP, regs[TopicPartition("t", 0)], cluster({1, 2, 3}), unclean=False, preferred=True).state
     assert back.leader == 1
 
 
 def test_a_replica_whose_log_dir_failed_loses_leadership_and_leaves_the_isr() -> None:
     failed = LiveBrokers(frozenset({1, 2, 3}), frozenset(), {1: {TP}})
-    after = decide(TP, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False)
+    after = decide(TP, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False).state
     assert (after.leader, after.isr) == (2, (2, 3))
     other = TopicPartition("t", 1)
-    assert decide(other, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False).leader == 1
+    assert decide(other, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False).state.leader == 1
+
+
+def reported(
+    live: set[int], logs: dict[int, tuple[int, int]], partition_epoch: int = 7, topic_id: str = "id"
+) -> LiveBrokers:
+    """Brokers ``live``; ``logs`` maps a broker to its reported (last epoch, log end offset)."""
+    return LiveBrokers(
+        frozenset(live), frozenset(), {},
+        {b: {TP: ReplicaLogReport(topic_id, e, leo, partition_epoch)} for b, (e, leo) in logs.items()},
+    )
+
+
+def test_unclean_election_picks_the_longest_log_after_every_replica_reported() -> None:
+    offline = PartitionRegistration((1, 2, 3), NO_LEADER, 5, (1,), 7)
+    cluster_ = reported({2, 3}, {2: (4, 90), 3: (5, 60)})
+    d = decide(TP, offline, cluster_, unclean=True, preferred=False, topic_id="id",
+               now_ms=1000, unclean_wait_ms=3000)  # fmt: skip
+    # 1 (dead) has not reported: the election waits, bounded.
+    assert d.state.leader == NO_LEADER and d.retry_at_ms == 4000
+    d = decide(TP, offline, cluster_, unclean=True, preferred=False, topic_id="id",
+               now_ms=4000, unclean_wait_started_ms=1000, unclean_wait_ms=3000)  # fmt: skip
+    assert d.state.leader == 3  # epoch 5 beats a longer log from epoch 4
+    everyone = reported({1, 2, 3}, {1: (5, 70), 2: (4, 90), 3: (5, 60)})
+    d = decide(TP, offline, everyone, unclean=True, preferred=False, topic_id="id",
+               now_ms=1000, unclean_wait_ms=3000)  # fmt: skip
+    assert d.state.leader == 1  # all reported: no wait; 1 is in the ISR and reported (clean)
+
+
+def test_a_returning_replica_leads_an_offline_partition_only_once_it_reported() -> None:
+    offline = PartitionRegistration((1, 2, 3), NO_LEADER, 5, (1,), 7)
+    assert decide(TP, offline, reported({1}, {}), unclean=False, preferred=False,
+                  topic_id="id").state.leader == NO_LEADER  # fmt: skip
+    stale = reported({1}, {1: (5, 70)}, partition_epoch=6)  # made before it went offline
+    assert decide(TP, offline, stale, unclean=False, preferred=False,
+                  topic_id="id").state.leader == NO_LEADER  # fmt: skip
+    assert decide(TP, offline, reported({1}, {1: (5, 70)}), unclean=False, preferred=False,
+                  topic_id="id").state.leader == 1  # fmt: skip
+
+
+def test_a_wiped_replica_never_leads_even_alone_while_the_partition_had_data() -> None:
+    offline = PartitionRegistration((1, 2, 3), NO_LEADER, 5, (1,), 7)
+    # 1 came back empty; 2 is dead but its last report (an older partition state) had data.
+    logs = LiveBrokers(
+        frozenset({1}), frozenset(), {},
+        {1: {TP: ReplicaLogReport("id", -1, 0, 7)}, 2: {TP: ReplicaLogReport("id", 5, 500, 6)}},
+    )
+    for unclean in (False, True):
+        d = decide(TP, offline, logs, unclean=unclean, preferred=False, topic_id="id")
+        assert d.state.leader == NO_LEADER, d.reason
+    # The same empty log for a topic created again under the same name is a new partition.
+    recreated = decide(TP, offline, logs, unclean=False, preferred=False, topic_id="other")
+    assert recreated.state.leader == NO_LEADER  # no report for this topic id yet
+    fresh = LiveBrokers(frozenset({1}), frozenset(), {}, {1: {TP: ReplicaLogReport("new", -1, 0, 7)}})
+    assert decide(TP, offline, fresh, unclean=False, preferred=False, topic_id="new").state.leader == 1

@@ -210,3 +210,30 @@ def test_notifications_are_read_in_order_and_once(clients) -> None:
         broker.request_preferred_election([TopicPartition("t", 1)])
     assert controller.take_preferred_election() == {TopicPartition("t", 0)}
     assert controller.take_preferred_election() == set()
+
+
+def test_producer_id_blocks_never_overlap_across_brokers(
+    clients: Callable[[], ZkMetadataClient],
+) -> None:
+    """Each broker hands out ids from blocks reserved in ZooKeeper: two brokers reserving at
+    once still get disjoint blocks (an id given twice would make a new producer's batches look
+    like an old one's retries)."""
+    a, b = clients(), clients()
+    blocks: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def reserve(client: ZkMetadataClient, broker: int) -> None:
+        for _ in range(20):
+            block = client.reserve_producer_ids(broker, 1000)
+            with lock:
+                blocks.append(block)
+
+    threads = [threading.Thread(target=reserve, args=(c, i)) for i, c in ((1, a), (2, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    ids = sorted(blocks)
+    assert len(ids) == 40 and ids[0] == (0, 1000)
+    assert all(end == next_start for (_, end), (next_start, _) in zip(ids, ids[1:], strict=False))
+    assert all(end - start == 1000 for start, end in ids)

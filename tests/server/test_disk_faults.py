@@ -44,3 +44,29 @@ def test_eio_from_one_disk_takes_only_its_dir_offline(tmp_path: Path, faulty_fs:
         assert (healthy / "later-0").is_dir()
         assert "Input/output error" in broker.output()
         faulty_fs.heal()
+
+
+def test_a_healed_disk_comes_back_without_a_restart(tmp_path: Path, faulty_fs: FaultyFs) -> None:
+    """Beyond KIP-18: the broker probes its offline dir (log.dir.recovery.check.interval.ms);
+    once it answers IO again with the same directory id, it is recovered and served again,
+    with what it held before the failure."""
+    failing = faulty_fs.mountpoint / "logs"
+    healthy = tmp_path / "healthy"
+    overrides = {"log.dir.recovery.check.interval.ms": "300"}
+    with BrokerProcess(tmp_path / "b", log_dirs=[failing, healthy], overrides=overrides) as broker:
+        a = admin(broker.bootstrap)
+        [f] = a.create_topics([NewTopic("back", 2, 1)]).values()
+        assert outcome(f) == "OK"
+        wait_until(lambda: len(list(failing.glob("back-*")) + list(healthy.glob("back-*"))) == 2)
+        [on_failing] = [int(p.name.rsplit("-", 1)[1]) for p in failing.glob("back-*")]
+        assert produce(broker.bootstrap, "back", on_failing, [b"kept"]) == ["OK"]
+
+        faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
+        assert produce(broker.bootstrap, "back", on_failing, [b"lost"]) != ["OK"]
+        wait_until(lambda: offline_log_dirs(broker.bootstrap) == [str(failing)], what="offline")
+        faulty_fs.heal()
+        wait_until(lambda: offline_log_dirs(broker.bootstrap) == [], what="the dir back online")
+        assert produce(broker.bootstrap, "back", on_failing, [b"again"]) == ["OK"]
+        start, values = read_partition(broker.bootstrap, "back", on_failing)
+        assert values[0] == b"kept" and values[-1] == b"again"
+        assert "is online again: 1 partition(s)" in broker.output()

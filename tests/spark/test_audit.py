@@ -10,9 +10,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from logkeel.cli.audit import audit_command
+from logkeel.cli.audit import add_elect_commands, audit_command
 from logkeel.spark.audit import audit, audit_json
 from logkeel.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
+from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties
 from logkeel.storage.topic_partition import TopicPartition
 from tests.spark.logdirs import (
     corrupt_batch,
@@ -135,7 +136,9 @@ def test_cli_json_is_the_audit(spark, replicas):
     args = [str(d) for d in dirs.values()]
     result = CliRunner().invoke(audit_command, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == audit_json(audit(spark, args))
+    expected = audit_json(audit(spark, args))
+    add_elect_commands(expected, "127.0.0.1:9092")
+    assert json.loads(result.stdout) == expected
     assert not spark.sparkContext._jsc.sc().isStopped()  # an embedding session keeps running
 
 
@@ -162,9 +165,33 @@ def test_cli_runs_its_own_spark_with_master(replicas, spark):
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout) == audit_json(audit(spark, args))
+    expected = audit_json(audit(spark, args))
+    add_elect_commands(expected, "127.0.0.1:9092")
+    assert json.loads(proc.stdout) == expected
 
 
 def test_cli_rejects_a_missing_dir(tmp_path):
     result = CliRunner().invoke(audit_command, [str(tmp_path / "nope")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_cli_names_the_elect_command_for_the_best_replica(spark, replicas, tmp_path):
+    """With each log dir's meta.properties (the broker id), the audit prints the command that
+    makes the best replica the leader."""
+    dirs, _ = replicas
+    written = []
+    try:
+        for node, d in enumerate(dirs.values(), start=1):
+            (d / META_PROPERTIES).write_bytes(MetaProperties("c", node, f"dir{node}").render())
+            written.append(d / META_PROPERTIES)
+        result = CliRunner().invoke(
+            audit_command, [*(str(d) for d in dirs.values()), "--bootstrap-server", "h:9092"]
+        )
+    finally:
+        for f in written:
+            f.unlink()
+    assert result.exit_code == 0, result.output
+    # t-0's best copy is b1's (the brokers above: b1=1, b2=2, b3=3, b4=4).
+    assert "t-0: logkeel elect --topic t --partition 0 --replica 1 --bootstrap-server h:9092" in (
+        result.stdout
+    )

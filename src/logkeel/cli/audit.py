@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
+
 
 def _format_ranges(ranges: list[dict[str, Any]]) -> str:
     if not ranges:
@@ -51,6 +53,33 @@ def _print_table(reports: list[dict[str, Any]]) -> None:
     Console().print(table)
     if not reports:
         click.echo("no partition directories found", err=True)
+    for report in reports:
+        if report.get("elect_command"):
+            click.echo(f"{report['topic']}-{report['partition']}: {report['elect_command']}")
+
+
+def _broker_of(partition_dir: str) -> int | None:
+    """The broker whose log dir holds ``partition_dir`` (its meta.properties), if readable."""
+    try:
+        text = (Path(partition_dir).parent / META_PROPERTIES).read_text()
+        return MetaProperties.parse(text).node_id
+    except (OSError, MetaPropertiesError):
+        return None
+
+
+def add_elect_commands(reports: list[dict[str, Any]], bootstrap: str) -> None:
+    """Names the command that makes each partition's best replica the leader: what an operator
+    runs after the incident, once the audit has said which copy to keep."""
+    for report in reports:
+        best = report.get("best_replica")
+        broker = _broker_of(best) if best else None
+        report["best_broker"] = broker
+        report["elect_command"] = (
+            None
+            if broker is None
+            else f"logkeel elect --topic {report['topic']} --partition {report['partition']} "
+            f"--replica {broker} --bootstrap-server {bootstrap}"
+        )
 
 
 @click.command("audit")
@@ -59,13 +88,21 @@ def _print_table(reports: list[dict[str, Any]]) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a table.")
 @click.option(
+    "--bootstrap-server",
+    default="127.0.0.1:9092",
+    show_default=True,
+    help="A broker of the cluster, for the printed `logkeel elect` commands.",
+)
+@click.option(
     "--master",
     default=None,
     metavar="URL",
     help="Spark master (default: local[*], Spark in this process). On a cluster the dirs must "
     "be readable under the same paths on every executor.",
 )
-def audit_command(dirs: tuple[Path, ...], as_json: bool, master: str | None) -> None:
+def audit_command(
+    dirs: tuple[Path, ...], as_json: bool, bootstrap_server: str, master: str | None
+) -> None:
     """Audit the replicas in the log dirs DIRS of several brokers (or partition dirs).
 
     For each partition and replica: log start and end offsets, last leader epoch, and corrupt or
@@ -93,6 +130,7 @@ def audit_command(dirs: tuple[Path, ...], as_json: bool, master: str | None) -> 
     finally:
         if not embedded:
             spark.stop()
+    add_elect_commands(reports, bootstrap_server)
     if as_json:
         json.dump(reports, sys.stdout)
         sys.stdout.write("\n")

@@ -10,6 +10,7 @@ from logkeel import __version__
 from logkeel.cli.acls import acls_group
 from logkeel.cli.audit import audit_command
 from logkeel.cli.cluster import cluster_group
+from logkeel.cli.elect import elect_command
 from logkeel.cli.log_commands import log_group
 from logkeel.cli.serve import serve
 from logkeel.cli.users import users_group
@@ -30,6 +31,7 @@ cli.add_command(audit_command)
 cli.add_command(cluster_group)
 cli.add_command(users_group)
 cli.add_command(acls_group)
+cli.add_command(elect_command)
 
 
 def main() -> None:

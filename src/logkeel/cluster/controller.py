@@ -21,22 +21,36 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kazoo.exceptions import NoNodeError
 
 from logkeel.cluster import zk_data as zd
-from logkeel.cluster.elections import controlled_shutdown, on_replicas_offline, preferred_election
-from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration, ReplicaView, Views
+from logkeel.cluster.elections import (
+    controlled_shutdown,
+    designated_election,
+    elect_leader,
+    on_replicas_offline,
+    preferred_election,
+)
+from logkeel.cluster.partition_state import (
+    NO_LEADER,
+    Decision,
+    ElectionRequest,
+    PartitionRegistration,
+    ReplicaLog,
+    ReplicaView,
+    Views,
+)
 from logkeel.cluster.zk_client import (
     ControllerEpoch,
     ControllerMoved,
     StalePartitionState,
     ZkMetadataClient,
 )
-from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_data import LeaderIsr, ReplicaLogReport, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["Controller", "LiveBrokers", "decide", "imbalanced_partitions", "initial_state"]
@@ -45,6 +59,10 @@ log = logging.getLogger(__name__)
 
 # A reconcile pass also runs this often without any event: a retry after a refused write.
 _IDLE_RECONCILE_S = 5.0
+# How long an unclean or designated election waits for the live brokers' fresh reports.
+_REPORT_WAIT_S = 3.0
+# A finished election whose requester never came back for the results is removed after this.
+_ELECTION_RESULT_TTL_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +73,74 @@ class LiveBrokers:
     live: frozenset[int]
     shutting_down: frozenset[int]
     offline_replicas: Mapping[int, AbstractSet[TopicPartition]] = field(default_factory=dict)
+    # Each broker's last report of its replicas' logs (`zk_data.ReplicaLogReport`); None when
+    # the controller runs without reports (then nothing waits for one).
+    logs: Mapping[int, Mapping[TopicPartition, ReplicaLogReport]] | None = None
+    # Each live broker's epoch (its registration's): tells a restarted broker from the one
+    # that was elected, and a report of this incarnation from one of an earlier.
+    epochs: Mapping[int, int] = field(default_factory=dict)
 
-    def views(self, tp: TopicPartition, replicas: Iterable[int], *, shutdown: bool) -> Views:
-        return {
-            r: ReplicaView(
+    def views(
+        self, tp: TopicPartition, reg: PartitionRegistration, *, shutdown: bool,
+        topic_id: str | None = None,
+    ) -> Views:
+        """The replicas of ``reg`` as the decisions see them. A replica's log is known only from
+        a report made against the current partition state (of an offline partition nobody
+        fetches, so such a report stays true); of an offline partition, a live replica with no
+        such report may not lead until it reports (it may be back with a wiped disk)."""
+        out = {}
+        for r in reg.replicas:
+            log_ = self._log(r, tp, topic_id, reg.partition_epoch)
+            restarted = (
+                r == reg.leader
+                and reg.leader_broker_epoch >= 0
+                and self.epochs.get(r, reg.leader_broker_epoch) != reg.leader_broker_epoch
+            )
+            out[r] = ReplicaView(
                 live=r in self.live,
                 log_dir_online=tp not in self.offline_replicas.get(r, ()),
                 shutting_down=shutdown and r in self.shutting_down,
+                log=log_,
+                awaiting_report=self.logs is not None and (reg.offline or restarted)
+                and log_ is None,
+                restarted=restarted,
             )
-            for r in replicas
-        }
+        return out
+
+    def stamp(
+        self, decided: PartitionRegistration, before: PartitionRegistration | None = None
+    ) -> PartitionRegistration:
+        """``decided`` with its leader's broker epoch: the current one for a new leadership
+        term, the recorded one otherwise."""
+        if decided.leader == NO_LEADER:
+            epoch = -1
+        elif before is not None and (decided.leader, decided.leader_epoch) == (
+            before.leader, before.leader_epoch
+        ):
+            epoch = before.leader_broker_epoch
+        else:
+            epoch = self.epochs.get(decided.leader, -1)
+        return replace(decided, leader_broker_epoch=epoch)
+
+    def _log(
+        self, broker: int, tp: TopicPartition, topic_id: str | None, partition_epoch: int
+    ) -> ReplicaLog | None:
+        report = (self.logs or {}).get(broker, {}).get(tp)
+        if (
+            report is None
+            or report.topic_id != topic_id
+            or report.partition_epoch != partition_epoch
+            or report.broker_epoch != self.epochs.get(broker, report.broker_epoch)
+        ):
+            return None
+        return ReplicaLog(report.last_epoch, report.log_end_offset)
+
+    def had_data(self, tp: TopicPartition, topic_id: str | None) -> bool:
+        """Some replica (live or not: reports outlive their broker) once reported records."""
+        return any(
+            (r := reports.get(tp)) is not None and r.topic_id == topic_id and r.log_end_offset > 0
+            for reports in (self.logs or {}).values()
+        )
 
 
 def initial_state(replicas: tuple[int, ...], cluster: LiveBrokers) -> PartitionRegistration:
@@ -83,14 +159,24 @@ class Controller:
 
     def __init__(
         self, client: ZkMetadataClient, broker_id: int, *, unclean_leader_election: bool = False,
+        unclean_wait_ms: int = 0,
         rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
     ) -> None:
         """``rebalance_interval_s`` (None: off) is auto.leader.rebalance.enable with
         leader.imbalance.check.interval.seconds; ``imbalance_percentage`` is
-        leader.imbalance.per.broker.percentage."""
+        leader.imbalance.per.broker.percentage; ``unclean_wait_ms`` is
+        unclean.leader.election.wait.ms."""
         self.client = client
         self.broker_id = broker_id
         self.unclean_default = unclean_leader_election
+        self.unclean_wait_ms = unclean_wait_ms
+        # Partitions whose unclean election waits for reports: when the wait began (ms).
+        self._unclean_waits: dict[TopicPartition, int] = {}
+        self._retry_at: float | None = None  # time.monotonic() of the next pass a wait asked for
+        self._watched_reports: set[str] = set()
+        # Told of every election after which replicas lose records (an unclean or designated
+        # leader with a shorter log): partition, replica -> offsets it will truncate.
+        self.on_truncation: Callable[[TopicPartition, Mapping[int, int]], None] | None = None
         self.rebalance_interval_s = rebalance_interval_s
         self.imbalance_percentage = imbalance_percentage
         self._next_rebalance = 0.0
@@ -110,11 +196,16 @@ class Controller:
         c = self.client
         c.controller(watch=self._on_controller)
         c.brokers(watch=lambda _ids: self._events.put("brokers"))
-        c.topics(watch=self._on_topics)
+        c.topics(watch=self._watch_each(zd.topic_path, self._watched_topics, "topics"))
         c.shutting_down(watch=lambda _ids: self._events.put("shutdown"))
         for parent in (zd.DELETE_TOPICS, zd.ISR_CHANGE_NOTIFICATION, zd.LOG_DIR_EVENT_NOTIFICATION):
             c.zk.ChildrenWatch(parent, lambda _children: self._events.put("admin"))
         c.zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, lambda _d, _s: self._events.put("admin"))
+        c.zk.ChildrenWatch(zd.ELECTIONS, lambda _children: self._events.put("admin"))
+        c.zk.ChildrenWatch(
+            zd.REPLICA_LOGS,
+            self._watch_each(lambda b: f"{zd.REPLICA_LOGS}/{b}", self._watched_reports, "logs"),
+        )
         c.add_session_listener(self._on_session)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._thread.start()
@@ -143,22 +234,30 @@ class Controller:
         elif controller != self.broker_id and self.epoch is not None:
             self._events.put("moved")
 
-    def _on_topics(self, names: list[str]) -> None:
-        for name in names:
-            if name not in self._watched_topics:
-                self._watched_topics.add(name)
-                self.client.zk.DataWatch(zd.topic_path(name), self._topic_watch(name))
-        self._events.put("topics")
+    def _watch_each(
+        self, path_of: Callable[[str], str], watched: set[str], event: str
+    ) -> Callable[[list[str]], None]:
+        """A children watcher that queues ``event`` and sets a data watch on each new child,
+        which queues it too on every change until the child is deleted."""
 
-    def _topic_watch(self, name: str):  # noqa: ANN202 - kazoo's watcher signature
-        def fired(data: bytes | None, _stat: object) -> bool:
-            if data is None:
-                self._watched_topics.discard(name)
-                return False
-            self._events.put("topics")
-            return True
+        def data_watch(child: str):  # noqa: ANN202 - kazoo's watcher signature
+            def fired(data: bytes | None, _stat: object) -> bool:
+                if data is None:
+                    watched.discard(child)
+                    return False
+                self._events.put(event)
+                return True
 
-        return fired
+            return fired
+
+        def on_children(children: list[str]) -> None:
+            for child in children:
+                if child not in watched:
+                    watched.add(child)
+                    self.client.zk.DataWatch(path_of(child), data_watch(child))
+            self._events.put(event)
+
+        return on_children
 
     def _on_session(self, state: str) -> None:
         if state == "LOST":
@@ -170,8 +269,11 @@ class Controller:
 
     def _run(self) -> None:
         while True:
+            timeout = _IDLE_RECONCILE_S
+            if self._retry_at is not None:
+                timeout = max(0.0, min(timeout, self._retry_at - time.monotonic()))
             try:
-                events = {self._events.get(timeout=_IDLE_RECONCILE_S)}
+                events = {self._events.get(timeout=timeout)}
             except queue.Empty:
                 events = {"idle"}
             while True:
@@ -207,13 +309,39 @@ class Controller:
 
     # -- one pass -------------------------------------------------------------------------------
 
+    def _cluster(self) -> LiveBrokers:
+        c = self.client
+        registered = c.brokers()
+        return LiveBrokers(
+            frozenset(registered), frozenset(c.shutting_down()), c.offline_replicas(),
+            {broker: logs for broker, (_gen, logs) in c.replica_logs().items()},
+            {b: reg.broker_epoch for b, reg in registered.items()},
+        )
+
+    def _fresh_cluster(self) -> LiveBrokers:
+        """The cluster once every live broker has answered a new request for reports (or
+        ``_REPORT_WAIT_S`` passed): what an operator's election decides on."""
+        c = self.client
+        generation = c.request_replica_logs()
+        deadline = time.monotonic() + _REPORT_WAIT_S
+        while True:
+            live = c.brokers()
+            reports = c.replica_logs()
+            if all(reports.get(b, (0, {}))[0] >= generation for b in live):
+                break
+            if time.monotonic() >= deadline:
+                log.warning("not every broker reported its replicas' logs within %.0fs",
+                            _REPORT_WAIT_S)  # fmt: skip
+                break
+            time.sleep(0.05)
+        return self._cluster()
+
     def reconcile(self, ctl: ControllerEpoch) -> None:
         """Brings every partition in line with the live brokers and pending requests."""
         c = self.client
         c.take_log_dir_failures()  # the offline replicas are read whole below
-        cluster = LiveBrokers(
-            frozenset(c.brokers()), frozenset(c.shutting_down()), c.offline_replicas()
-        )
+        self._retry_at = None
+        cluster = self._cluster()
         for topic in c.topics_to_delete():
             if c.topic_assignment(topic) is not None:
                 c.delete_topic(ctl, topic)
@@ -230,6 +358,7 @@ class Controller:
             assignment = c.topic_assignment(topic)
             if assignment is not None:
                 self._reconcile_topic(ctl, assignment, cluster, preferred)
+        self._run_elections(ctl)
 
     def _registrations(self) -> dict[TopicPartition, PartitionRegistration]:
         out = {}
@@ -251,13 +380,21 @@ class Controller:
         for p, replicas in sorted(a.partitions.items()):
             current = c.partition_state(a.topic, p)
             if current is None:
-                new[p] = zd.leader_isr_of(initial_state(replicas, cluster), ctl.epoch)
+                new[p] = zd.leader_isr_of(cluster.stamp(initial_state(replicas, cluster)), ctl.epoch)
                 continue
             if unclean is None:
                 unclean = self._unclean_allowed(a.topic)
             reg = zd.registration_of(replicas, current)
             tp = TopicPartition(a.topic, p)
-            decided = decide(tp, reg, cluster, unclean=unclean, preferred=tp in preferred)
+            now_ms = int(time.time() * 1000)
+            decision = decide(
+                tp, reg, cluster, unclean=unclean, preferred=tp in preferred,
+                topic_id=a.topic_id, now_ms=now_ms,
+                unclean_wait_started_ms=self._unclean_waits.get(tp),
+                unclean_wait_ms=self.unclean_wait_ms,
+            )
+            self._note_wait(tp, decision, now_ms)
+            decided = cluster.stamp(decision.state, reg)
             if decided == reg:
                 continue
             try:
@@ -268,15 +405,115 @@ class Controller:
                 self._events.put("retry")  # a leader changed the ISR meanwhile: decide again
                 continue
             log.info(
-                "%s-%d: leader %d -> %d, ISR %s -> %s", a.topic, p, reg.leader, decided.leader,
-                list(reg.isr), list(decided.isr),
+                "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", a.topic, p, reg.leader,
+                decided.leader, list(reg.isr), list(decided.isr), decision.reason,
             )
+            if decision.truncated:
+                log.warning("%s-%d: %s", a.topic, p, decision.reason)
+                self._truncation(tp, decision.truncated)
         if new:
             try:
                 c.create_partition_states(ctl, a.topic, new)
             except NoNodeError:
                 return  # deleted meanwhile
             log.info("%s: first leaders of partitions %s elected", a.topic, sorted(new))
+
+    def _note_wait(self, tp: TopicPartition, decision: Decision, now_ms: int) -> None:
+        """Remembers when an unclean election began waiting for reports, and wakes the
+        controller when the wait ends."""
+        if decision.retry_at_ms is None:
+            self._unclean_waits.pop(tp, None)
+            return
+        if tp not in self._unclean_waits:
+            self._unclean_waits[tp] = now_ms
+            log.info("%s: %s (up to %d ms)", tp, decision.reason, self.unclean_wait_ms)
+        retry = time.monotonic() + max(0, decision.retry_at_ms - now_ms) / 1000
+        self._retry_at = retry if self._retry_at is None else min(self._retry_at, retry)
+
+    # -- elections asked for (ElectLeaders, `logkeel elect`) --------------------------------------
+
+    def _run_elections(self, ctl: ControllerEpoch) -> None:
+        c = self.client
+        for path, request, age_s in c.elections():
+            if request is None:
+                log.warning("dropping unreadable election request %s", path)
+                c.delete_election(path)
+            elif request.results is not None:
+                if age_s > _ELECTION_RESULT_TTL_S:
+                    c.delete_election(path)
+            else:
+                results = self._elect_requested(ctl, request)
+                c.set_election_results(path, request.answered(results))
+
+    def _elect_requested(
+        self, ctl: ControllerEpoch, request: ElectionRequest
+    ) -> dict[TopicPartition, tuple[str | None, str]]:
+        c = self.client
+        # An operator's unclean or designated choice is decided on fresh reports.
+        cluster = self._cluster() if request.kind == "preferred" else self._fresh_cluster()
+        assignments: dict[str, TopicAssignment | None] = {}
+        if request.partitions is None:
+            targets = []
+            for topic in c.topics():
+                a = assignments[topic] = c.topic_assignment(topic)
+                targets += [TopicPartition(topic, p) for p in (a.partitions if a else ())]
+        else:
+            targets = sorted(request.partitions)
+        results: dict[TopicPartition, tuple[str | None, str]] = {}
+        for tp in targets:
+            if tp.topic not in assignments:
+                assignments[tp.topic] = c.topic_assignment(tp.topic)
+            a = assignments[tp.topic]
+            replicas = a.partitions.get(tp.partition) if a is not None else None
+            if a is None or replicas is None:
+                results[tp] = ("UNKNOWN_TOPIC_OR_PARTITION", f"{tp} does not exist")
+                continue
+            results[tp] = self._elect_one(ctl, request, tp, a.topic_id, replicas, cluster)
+        return results
+
+    def _elect_one(
+        self, ctl: ControllerEpoch, request: ElectionRequest, tp: TopicPartition,
+        topic_id: str | None, replicas: tuple[int, ...], cluster: LiveBrokers,
+    ) -> tuple[str | None, str]:
+        c = self.client
+        for _ in range(3):  # a leader may change the ISR meanwhile: decide again on the new state
+            current = c.partition_state(tp.topic, tp.partition)
+            if current is None:
+                return ("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"{tp} has no leader yet")
+            reg = zd.registration_of(replicas, current)
+            views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
+            had_data = cluster.had_data(tp, topic_id)
+            if request.kind == "preferred":
+                d = preferred_election(reg, views, partition_had_data=had_data)
+            elif request.kind == "unclean":
+                # The operator asked now: no wait (the reports are fresh).
+                d = elect_leader(reg, views, unclean_allowed=True, partition_had_data=had_data)
+            else:
+                assert request.replica is not None
+                d = designated_election(
+                    reg, views, request.replica, force=request.force, partition_had_data=had_data
+                )
+            if not d.changed:
+                return (d.error, d.reason)
+            try:
+                c.update_partition_state(
+                    ctl, tp.topic, tp.partition,
+                    zd.leader_isr_of(cluster.stamp(d.state, reg), ctl.epoch), current.zk_version,
+                )
+            except StalePartitionState:
+                continue
+            log.log(logging.WARNING if d.truncated else logging.INFO, "%s: %s", tp, d.reason)
+            if d.truncated:
+                self._truncation(tp, d.truncated)
+            return (None, d.reason)
+        return ("REQUEST_TIMED_OUT", f"{tp}: the partition state kept changing; try again")
+
+    def _truncation(self, tp: TopicPartition, truncated: Mapping[int, int]) -> None:
+        if self.on_truncation is not None:
+            try:
+                self.on_truncation(tp, truncated)
+            except Exception:  # noqa: BLE001 - a metric must not stop an election
+                log.exception("reporting a truncation failed")
 
     def _unclean_allowed(self, topic: str) -> bool:
         value = self.client.topic_config(topic).get("unclean.leader.election.enable")
@@ -304,17 +541,25 @@ def imbalanced_partitions(
 
 def decide(
     tp: TopicPartition, reg: PartitionRegistration, cluster: LiveBrokers, *, unclean: bool,
-    preferred: bool,
-) -> PartitionRegistration:
-    """One partition's next registration (``reg`` itself when nothing changes): elections when
-    replicas died, returned or lost their log dir, then controlled shutdowns, then a requested
-    preferred election."""
-    state = on_replicas_offline(
-        reg, cluster.views(tp, reg.replicas, shutdown=False), unclean_allowed=unclean
-    ).state
-    shutdown_views = cluster.views(tp, reg.replicas, shutdown=True)
+    preferred: bool, topic_id: str | None = None, now_ms: int = 0,
+    unclean_wait_started_ms: int | None = None, unclean_wait_ms: int = 0,
+) -> Decision:
+    """One partition's next registration (``.state``, ``reg`` itself when nothing changes):
+    elections when replicas died, returned or lost their log dir (an unclean one may ask to be
+    retried at ``.retry_at_ms`` while it waits for reports), then controlled shutdowns, then a
+    requested preferred election."""
+    had_data = cluster.had_data(tp, topic_id)
+    first = on_replicas_offline(
+        reg, cluster.views(tp, reg, shutdown=False, topic_id=topic_id), unclean_allowed=unclean,
+        partition_had_data=had_data, now_ms=now_ms,
+        unclean_wait_started_ms=unclean_wait_started_ms, unclean_wait_ms=unclean_wait_ms,
+    )
+    state = first.state
+    shutdown_views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
     for broker in sorted(cluster.shutting_down & set(reg.replicas)):
-        state = controlled_shutdown(state, shutdown_views, broker).state
+        state = controlled_shutdown(state, shutdown_views, broker, partition_had_data=had_data).state
     if preferred:
-        state = preferred_election(state, shutdown_views).state
-    return state
+        state = preferred_election(state, shutdown_views, partition_had_data=had_data).state
+    if state is first.state:
+        return first
+    return replace(first, state=state, changed=state != reg)

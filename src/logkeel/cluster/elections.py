@@ -63,7 +63,11 @@ def _offline(
     member rather than going empty, so that replica can still be elected cleanly when it returns."""
     isr = _remaining_isr(state, views, partition_had_data)
     if not isr:
-        isr = (state.leader,) if state.leader in state.isr else state.isr[:1]
+        # Already offline: keep the ISR as it is (its members may be back but not yet
+        # reported, and the one that returns with its data must still count as in sync).
+        isr = state.isr if state.offline else (
+            (state.leader,) if state.leader in state.isr else state.isr[:1]
+        )
     if state.offline and isr == state.isr:
         return unchanged(state, f"partition stays offline: {why}", "ELIGIBLE_LEADERS_NOT_AVAILABLE")
     return Decision(state.with_leader(NO_LEADER, isr), f"partition offline: {why}", changed=True)
@@ -92,6 +96,7 @@ def elect_leader(
     if (
         state.leader != NO_LEADER
         and state.leader in state.isr
+        and not view_of(views, state.leader).restarted
         and _eligible(views, state.leader, partition_had_data)
     ):
         return unchanged(state, f"leader {state.leader} is eligible", "ELECTION_NOT_NEEDED")
@@ -143,13 +148,23 @@ def on_replicas_offline(
     *,
     unclean_allowed: bool = False,
     partition_had_data: bool = False,
+    now_ms: int = 0,
+    unclean_wait_started_ms: int | None = None,
+    unclean_wait_ms: int = 0,
 ) -> Decision:
     """Brokers died or log dirs failed (their views say so): elect a new leader if the leader is
-    affected, otherwise drop the affected followers from the ISR (it may shrink to the leader
-    alone: min.insync.replicas only gates acks=all produce, never the ISR)."""
-    if state.leader == NO_LEADER or not _eligible(views, state.leader, partition_had_data):
+    affected (`elect_leader`, with its unclean wait), otherwise drop the affected followers from
+    the ISR (it may shrink to the leader alone: min.insync.replicas only gates acks=all
+    produce, never the ISR)."""
+    if (
+        state.leader == NO_LEADER
+        or view_of(views, state.leader).restarted
+        or not _eligible(views, state.leader, partition_had_data)
+    ):
         return elect_leader(
-            state, views, unclean_allowed=unclean_allowed, partition_had_data=partition_had_data
+            state, views, unclean_allowed=unclean_allowed, partition_had_data=partition_had_data,
+            now_ms=now_ms, unclean_wait_started_ms=unclean_wait_started_ms,
+            unclean_wait_ms=unclean_wait_ms,
         )
     isr = _remaining_isr(state, views, partition_had_data)
     if isr == state.isr:
@@ -241,6 +256,11 @@ def designated_election(
         refusal = f"the log dir of replica {replica} is offline"
     elif view.shutting_down:
         refusal = f"broker {replica} is shutting down"
+    elif not force and view.log is None:
+        refusal = (
+            f"replica {replica} has not reported its log; force the election to accept "
+            "whatever it holds"
+        )
     elif not force and storage_wiped(views, replica, partition_had_data=partition_had_data):
         refusal = (
             f"replica {replica} lost its storage (empty log or new directory id) while the "

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from logkeel.cluster.acls import AclBinding, changed_bindings
+from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid
@@ -96,6 +97,8 @@ class TopicState:
 
 
 Listener = Callable[[str, "TopicState | None"], None]
+# An election's outcome per partition: Kafka's error name (None: done) and the reason.
+ElectionResults = Mapping[TopicPartition, tuple[str | None, str]]
 
 
 class MetadataStore(ABC):
@@ -177,6 +180,32 @@ class MetadataStore(ABC):
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         """Adds ``add`` and removes ``remove`` in one write; adding a present binding is a no-op."""
         raise MetadataError("SECURITY_DISABLED", "this metadata store keeps no ACLs")
+
+    def reserve_producer_ids(self, size: int) -> tuple[int, int] | None:
+        """The next cluster-wide block of producer ids, [start, end); None when this node
+        alone gives out ids (the block is then recorded in its log dirs)."""
+        return None
+
+    def elect_leaders(self, request: ElectionRequest, timeout_s: float) -> ElectionResults:
+        """Runs ``request`` (blocking, up to ``timeout_s``): per partition, Kafka's error name
+        (None: elected) and the reason. A single node leads every partition it has, alone."""
+        targets = (
+            request.partitions
+            if request.partitions is not None
+            else [s.tp for t in self.topics().values() for s in t.partitions.values()]
+        )
+        results: dict[TopicPartition, tuple[str | None, str]] = {}
+        for tp in targets:
+            state = self.partition(tp)
+            if state is None:
+                results[tp] = ("UNKNOWN_TOPIC_OR_PARTITION", f"{tp} does not exist")
+            elif request.replica is not None and request.replica not in state.replicas:
+                results[tp] = (
+                    "INVALID_REPLICA_ASSIGNMENT", f"{request.replica} is not a replica of {tp}"
+                )
+            else:
+                results[tp] = ("ELECTION_NOT_NEEDED", f"{state.leader} is the only replica")
+        return results
 
 
 class EmbeddedMetadataStore(MetadataStore):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from logkeel.storage.topic_partition import TopicPartition
+
 NO_LEADER = -1
 
 
@@ -28,6 +30,8 @@ class PartitionRegistration:
     partition_epoch: int = 0
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    # The leader's broker epoch when it was elected (-1: unknown); the controller stamps it.
+    leader_broker_epoch: int = -1
 
     @property
     def offline(self) -> bool:
@@ -65,7 +69,9 @@ class ReplicaLog:
 
     @property
     def empty(self) -> bool:
-        return self.log_end_offset == 0 and self.last_epoch < 0
+        # The end offset alone: a log recreated empty may already carry the current leader
+        # epoch, and one that had data keeps its end offset even when retention emptied it.
+        return self.log_end_offset == 0
 
     @property
     def position(self) -> tuple[int, int]:
@@ -81,11 +87,20 @@ class ReplicaView:
     log_dir_online: bool = True  # False once the broker reported the dir holding it failed
     shutting_down: bool = False  # controlled shutdown in progress
     log: ReplicaLog | None = None  # None: not reported (yet)
+    # The partition has no leader and this replica has not reported its log since: it may be
+    # back with a wiped disk, so it cannot lead until its report shows what it holds.
+    awaiting_report: bool = False
+    # This replica is the recorded leader, but its broker restarted since it was elected: the
+    # leadership is stale (its log may have lost what it held) and must be decided anew.
+    restarted: bool = False
 
     @property
     def can_lead(self) -> bool:
         """A leader must be reachable and able to serve its log."""
-        return self.live and self.log_dir_online and not self.shutting_down
+        return (
+            self.live and self.log_dir_online and not self.shutting_down
+            and not self.awaiting_report
+        )
 
 
 Views = Mapping[int, ReplicaView]
@@ -138,3 +153,24 @@ class Decision:
 
 def unchanged(state: PartitionRegistration, reason: str, error: str | None = None) -> Decision:
     return Decision(state, reason, changed=False, error=error)
+
+
+ELECTION_TYPES = ("preferred", "unclean", "designated")
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionRequest:
+    """An election asked of the controller. ``partitions`` None means every partition
+    (preferred and unclean only); ``results`` maps each partition to (Kafka's error name or
+    None, the reason), written by the controller when done."""
+
+    kind: str
+    partitions: frozenset[TopicPartition] | None
+    replica: int | None = None
+    force: bool = False
+    results: Mapping[TopicPartition, tuple[str | None, str]] | None = None
+
+    def answered(
+        self, results: Mapping[TopicPartition, tuple[str | None, str]]
+    ) -> ElectionRequest:
+        return replace(self, results=results)

@@ -399,13 +399,17 @@ class ZkMetadataClient:
 
     def offline_replicas(self) -> dict[int, set[TopicPartition]]:
         """Every live broker's replicas that cannot serve."""
-        out: dict[int, set[TopicPartition]] = {}
-        for child in self.zk.get_children(zd.OFFLINE_REPLICAS):
+        return self._by_broker(zd.OFFLINE_REPLICAS, zd.decode_partitions)
+
+    def _by_broker(self, parent: str, decode: Callable[[bytes], T]) -> dict[int, T]:
+        """The children of ``parent``, each named by a broker id, decoded."""
+        out: dict[int, T] = {}
+        for child in self.zk.get_children(parent):
             try:
-                data, _ = self.zk.get(f"{zd.OFFLINE_REPLICAS}/{child}")
+                data, _ = self.zk.get(f"{parent}/{child}")
             except NoNodeError:
                 continue
-            out[int(child)] = zd.decode_partitions(data)
+            out[int(child)] = decode(data)
         return out
 
     def notify_log_dir_failure(self, broker_id: int) -> str:
@@ -418,6 +422,134 @@ class ZkMetadataClient:
     def take_log_dir_failures(self) -> list[int]:
         """Brokers that reported a failed log dir, in the order they reported."""
         return self._drain(zd.LOG_DIR_EVENT_NOTIFICATION, zd.decode_log_dir_event)
+
+    def set_replica_logs(
+        self, broker_id: int, generation: int, logs: Mapping[TopicPartition, zd.ReplicaLogReport]
+    ) -> None:
+        """This broker's report of its replicas' logs. Persistent: the last report of a broker
+        that is gone still says whether a partition held data."""
+        path = zd.replica_logs_path(broker_id)
+        data = zd.encode_replica_logs(generation, logs)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+
+    def replica_logs(
+        self,
+    ) -> dict[int, tuple[int, dict[TopicPartition, zd.ReplicaLogReport]]]:
+        """Every broker's last report (gone brokers' too): broker -> (generation, logs)."""
+        return self._by_broker(zd.REPLICA_LOGS, zd.decode_replica_logs)
+
+    def replica_log_request(self, watch: Callable[[int], None] | None = None) -> int:
+        """The generation of reports the controller last asked for (0: never)."""
+
+        def parse(data: bytes | None) -> int:
+            return int(data or b"0")
+
+        if watch is not None:
+            self.zk.DataWatch(
+                zd.REPLICA_LOG_REQUEST, lambda data, _stat: watch(parse(data))
+            )
+        try:
+            data, _ = self.zk.get(zd.REPLICA_LOG_REQUEST)
+        except NoNodeError:
+            return 0
+        return parse(data)
+
+    def request_replica_logs(self) -> int:
+        """Asks every broker for a fresh report; returns the generation to wait for."""
+        generation = self.replica_log_request() + 1
+        data = str(generation).encode()
+        try:
+            self.zk.set(zd.REPLICA_LOG_REQUEST, data)
+        except NoNodeError:
+            self.zk.create(zd.REPLICA_LOG_REQUEST, data, makepath=True)
+        return generation
+
+    def reserve_producer_ids(self, broker_id: int, size: int) -> tuple[int, int]:
+        """The next block of ``size`` producer ids for this broker, [start, end): a
+        conditional write of /latest_producer_id_block, retried when another broker won."""
+        while True:
+            try:
+                data, stat = self.zk.get(zd.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    self.zk.create(
+                        zd.PRODUCER_ID_BLOCK, zd.encode_producer_id_block(broker_id, 0, size - 1)
+                    )
+                    return 0, size
+                except NodeExistsError:
+                    continue
+            start = zd.decode_producer_id_block_end(data) + 1
+            try:
+                self.zk.set(
+                    zd.PRODUCER_ID_BLOCK,
+                    zd.encode_producer_id_block(broker_id, start, start + size - 1),
+                    version=stat.version,
+                )
+            except BadVersionError:
+                continue
+            return start, start + size
+
+    def submit_election(self, request: zd.ElectionRequest) -> str:
+        """Queues an election for the controller; returns the znode to read the results from."""
+        return str(
+            self.zk.create(
+                f"{zd.ELECTIONS}/{zd.ELECTION_PREFIX}", zd.encode_election(request),
+                sequence=True, makepath=True,
+            )
+        )
+
+    def run_election(
+        self, request: zd.ElectionRequest, timeout_s: float
+    ) -> dict[TopicPartition, tuple[str | None, str]]:
+        """Queues ``request`` for the controller and waits up to ``timeout_s`` for its results;
+        named partitions it has not answered by then get REQUEST_TIMED_OUT."""
+        path = self.submit_election(request)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                done = self.election(path)
+                if done is not None and done.results is not None:
+                    return dict(done.results)
+                time.sleep(0.05)
+        finally:
+            self.delete_election(path)
+        why = f"the controller did not finish the election within {timeout_s:.0f}s"
+        return {tp: ("REQUEST_TIMED_OUT", why) for tp in request.partitions or ()}
+
+    def election(self, path: str) -> zd.ElectionRequest | None:
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            return None
+        return zd.decode_election(data)
+
+    def delete_election(self, path: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(path)
+
+    def elections(self) -> list[tuple[str, zd.ElectionRequest | None, float]]:
+        """Every queued election in order: (znode, request or None if unreadable, age in s)."""
+        out = []
+        now = time.time()
+        for child in sorted(self.zk.get_children(zd.ELECTIONS)):
+            path = f"{zd.ELECTIONS}/{child}"
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                continue
+            try:
+                request: zd.ElectionRequest | None = zd.decode_election(data)
+            except (ValueError, KeyError, TypeError):
+                request = None
+            out.append((path, request, now - stat.mtime / 1000))
+        return out
+
+    def set_election_results(self, path: str, request: zd.ElectionRequest) -> None:
+        with contextlib.suppress(NoNodeError):  # the requester gave up and deleted it
+            self.zk.set(path, zd.encode_election(request))
 
     def request_preferred_election(self, partitions: Iterable[TopicPartition]) -> None:
         """Raises NodeExistsError while an earlier request is still pending, as Kafka does."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from logkeel.cluster.partition_state import PartitionRegistration
+from logkeel.cluster.partition_state import ELECTION_TYPES, ElectionRequest, PartitionRegistration
 from logkeel.storage.topic_partition import TopicPartition
 
 BROKER_IDS = "/brokers/ids"
@@ -41,6 +41,21 @@ OFFLINE_REPLICAS = "/logkeel/offline_replicas"
 # Kafka kept one znode per resource under /kafka-acl instead.
 ACLS = "/logkeel/acls"
 
+# logkeel's own: each broker's report of its replicas' logs (last leader epoch, log end
+# offset), one persistent znode per broker, read by the controller for unclean and designated
+# elections (Kafka's ZooKeeper controller had no such report and picked the first live replica).
+REPLICA_LOGS = "/logkeel/replica_logs"
+# logkeel's own: the controller bumps this number to ask every broker for a fresh report.
+REPLICA_LOG_REQUEST = "/logkeel/replica_log_request"
+# logkeel's own: leader elections asked for by ElectLeaders or `logkeel elect` (including a
+# designated replica, which ElectLeaders cannot name), one sequential child each; the controller
+# writes the results into the child and the requester deletes it.
+ELECTIONS = "/logkeel/elections"
+# Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
+# same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+ELECTION_PREFIX = "election_"
+
 # Persistent parents created once per cluster (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = (
     BROKER_IDS,
@@ -51,6 +66,8 @@ PERSISTENT_PATHS = (
     LOG_DIR_EVENT_NOTIFICATION,
     CONTROLLED_SHUTDOWN,
     OFFLINE_REPLICAS,
+    REPLICA_LOGS,
+    ELECTIONS,
 )
 
 
@@ -88,6 +105,111 @@ def controlled_shutdown_path(broker_id: int) -> str:
 
 def offline_replicas_path(broker_id: int) -> str:
     return f"{OFFLINE_REPLICAS}/{broker_id}"
+
+
+def replica_logs_path(broker_id: int) -> str:
+    return f"{REPLICA_LOGS}/{broker_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogReport:
+    """One replica's log as its broker reported it, against the partition state it saw then:
+    a report made while the partition was offline stays true (nobody fetches), one made
+    earlier may be stale."""
+
+    topic_id: str  # a topic deleted and created again must not inherit the old logs
+    last_epoch: int
+    log_end_offset: int
+    partition_epoch: int  # the zkVersion of the partition state the broker saw
+    broker_epoch: int = -1  # the reporting broker's registration: a restart makes it stale
+
+
+def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLogReport]) -> bytes:
+    return _dump(
+        {
+            "version": 1,
+            "generation": generation,
+            "partitions": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "topic_id": r.topic_id,
+                    "last_epoch": r.last_epoch,
+                    "log_end_offset": r.log_end_offset,
+                    "partition_epoch": r.partition_epoch,
+                    "broker_epoch": r.broker_epoch,
+                }
+                for tp, r in sorted(logs.items())
+            ],
+        }
+    )
+
+
+def decode_replica_logs(data: bytes) -> tuple[int, dict[TopicPartition, ReplicaLogReport]]:
+    obj = _load(data)
+    return int(obj.get("generation", 0)), {
+        TopicPartition(p["topic"], int(p["partition"])): ReplicaLogReport(
+            str(p["topic_id"]),
+            int(p["last_epoch"]),
+            int(p["log_end_offset"]),
+            int(p["partition_epoch"]),
+            int(p.get("broker_epoch", -1)),
+        )
+        for p in obj["partitions"]
+    }
+
+
+def encode_election(req: ElectionRequest) -> bytes:
+    obj: dict[str, Any] = {
+        "version": 1,
+        "type": req.kind,
+        "partitions": None
+        if req.partitions is None
+        else [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(req.partitions)],
+        "replica": req.replica,
+        "force": req.force,
+    }
+    if req.results is not None:
+        obj["results"] = [
+            {"topic": tp.topic, "partition": tp.partition, "error": err, "message": why}
+            for tp, (err, why) in sorted(req.results.items())
+        ]
+    return _dump(obj)
+
+
+def decode_election(data: bytes) -> ElectionRequest:
+    obj = _load(data)
+    kind = obj["type"]
+    if kind not in ELECTION_TYPES:
+        raise ValueError(f"unknown election type {kind!r}")
+    parts = obj.get("partitions")
+    results = obj.get("results")
+    return ElectionRequest(
+        kind,
+        None
+        if parts is None
+        else frozenset(TopicPartition(p["topic"], int(p["partition"])) for p in parts),
+        None if obj.get("replica") is None else int(obj["replica"]),
+        bool(obj.get("force", False)),
+        None
+        if results is None
+        else {
+            TopicPartition(r["topic"], int(r["partition"])): (r["error"], r["message"])
+            for r in results
+        },
+    )
+
+
+def encode_producer_id_block(broker_id: int, start: int, end_inclusive: int) -> bytes:
+    return _dump(
+        {"version": 1, "broker": broker_id, "block_start": str(start),
+         "block_end": str(end_inclusive)}
+    )  # fmt: skip
+
+
+def decode_producer_id_block_end(data: bytes) -> int:
+    """The last id of the block (inclusive)."""
+    return int(_load(data)["block_end"])
 
 
 def _dump(obj: Mapping[str, Any]) -> bytes:
@@ -234,6 +356,10 @@ class LeaderIsr:
     isr: tuple[int, ...]
     controller_epoch: int
     zk_version: int = 0
+    # logkeel's own: the leader's broker epoch when it was elected (-1: not recorded). A broker
+    # back from a restart with another epoch does not take the leadership up again: its disk
+    # may have lost what it held (the incident), so the controller elects anew.
+    leader_broker_epoch: int = -1
 
 
 def encode_partition_state(s: LeaderIsr) -> bytes:
@@ -244,6 +370,7 @@ def encode_partition_state(s: LeaderIsr) -> bytes:
             "version": 1,
             "leader_epoch": s.leader_epoch,
             "isr": list(s.isr),
+            **({"leader_broker_epoch": s.leader_broker_epoch} if s.leader_broker_epoch >= 0 else {}),
         }
     )
 
@@ -256,18 +383,23 @@ def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
         isr=tuple(int(r) for r in obj["isr"]),
         controller_epoch=int(obj["controller_epoch"]),
         zk_version=zk_version,
+        leader_broker_epoch=int(obj.get("leader_broker_epoch", -1)),
     )
 
 
 def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegistration:
     """The controller's value for a partition: its assignment and its state znode."""
     return PartitionRegistration(
-        tuple(replicas), state.leader, state.leader_epoch, state.isr, state.zk_version
+        tuple(replicas), state.leader, state.leader_epoch, state.isr, state.zk_version,
+        leader_broker_epoch=state.leader_broker_epoch,
     )
 
 
 def leader_isr_of(reg: PartitionRegistration, controller_epoch: int) -> LeaderIsr:
-    return LeaderIsr(reg.leader, reg.leader_epoch, reg.isr, controller_epoch, reg.partition_epoch)
+    return LeaderIsr(
+        reg.leader, reg.leader_epoch, reg.isr, controller_epoch, reg.partition_epoch,
+        reg.leader_broker_epoch,
+    )
 
 
 # ---- /controller, /controller_epoch ----------------------------------------------------------

@@ -28,6 +28,7 @@ from logkeel.cluster.assignment import assign_replicas, validate_assignment
 from logkeel.cluster.metadata import (
     INTERNAL_TOPICS,
     BrokerInfo,
+    ElectionResults,
     Listener,
     MetadataError,
     MetadataStore,
@@ -37,6 +38,7 @@ from logkeel.cluster.metadata import (
     check_partition_increase,
     check_topic_absent,
 )
+from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.session_fence import SessionFence
 from logkeel.cluster.zk_client import BrokerIdInUse, StalePartitionState, ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
@@ -67,6 +69,7 @@ class ZkMetadataStore(MetadataStore):
         self.cluster_id = cluster_id or ""
         self.controller_id = -1
         self._registration: BrokerRegistration | None = None
+        self.broker_epoch = -1  # this incarnation's, once registered
         self._live: Mapping[int, BrokerRegistration] = MappingProxyType({})
         self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
         self._leader_isr: dict[tuple[str, int], LeaderIsr] = {}
@@ -142,6 +145,7 @@ class ZkMetadataStore(MetadataStore):
                 time.sleep(0.2)
                 continue
             log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id, epoch)
+            self.broker_epoch = epoch
             if self._offline:  # ephemeral, so gone with an expired session
                 self.client.set_offline_replicas(self.node_id, self._offline)
             self.write_fence.registered()
@@ -160,6 +164,12 @@ class ZkMetadataStore(MetadataStore):
             )
             self.client.update_broker(self._registration)
         self.client.notify_log_dir_failure(self.node_id)
+
+    def reserve_producer_ids(self, size: int) -> tuple[int, int] | None:
+        return self.client.reserve_producer_ids(self.node_id, size)
+
+    def elect_leaders(self, request: ElectionRequest, timeout_s: float) -> ElectionResults:
+        return self.client.run_election(request, timeout_s)
 
     def close(self) -> None:
         """Ends the session: the registration (and /controller, if held) goes at once."""
@@ -307,8 +317,13 @@ class ZkMetadataStore(MetadataStore):
             if state is None:
                 continue  # the controller has not elected its first leader yet
             self._leader_isr[(name, p)] = state
+            leader = state.leader
+            if leader == self.node_id and state.leader_broker_epoch not in (-1, self.broker_epoch):
+                # Elected in an earlier run of this broker, whose disk may have lost what it
+                # held: not taken up until the controller elects again (on this run's report).
+                leader = -1
             partitions[p] = PartitionState(
-                name, p, list(replicas), state.leader, state.leader_epoch, list(state.isr),
+                name, p, list(replicas), leader, state.leader_epoch, list(state.isr),
                 state.zk_version,
                 [
                     r for r in replicas
@@ -450,7 +465,10 @@ class ZkMetadataStore(MetadataStore):
         try:
             self.client.leader_update_partition_state(
                 state.topic, state.partition,
-                LeaderIsr(state.leader, state.leader_epoch, tuple(state.isr), controller_epoch),
+                LeaderIsr(
+                    state.leader, state.leader_epoch, tuple(state.isr), controller_epoch,
+                    leader_broker_epoch=current.leader_broker_epoch if current is not None else -1,
+                ),
                 state.partition_epoch - 1,
             )
         except (StalePartitionState, NoNodeError) as exc:

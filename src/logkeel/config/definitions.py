@@ -198,6 +198,16 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("unclean.leader.election.enable", BOOLEAN, False,
        "Allow a replica outside the ISR to become leader as a last resort, accepting data loss.",
        topic="unclean.leader.election.enable"),
+    _K("log.dir.recovery.check.interval.ms", LONG, 10000,
+       "logkeel's own (beyond KIP-18): how often an offline log dir is probed (write, sync, "
+       "read back); one that answers again with the same directory id in its meta.properties is "
+       "loaded through unclean recovery and serves again without a restart. 0: off (a restart "
+       "brings it back).", Range(0)),
+    _K("unclean.leader.election.wait.ms", LONG, 5000,
+       "logkeel's own (as KIP-966's unclean recovery): before an unclean election the controller "
+       "waits this long for every replica to report its log, ending early once all have, so "
+       "that the longest log wins even when its broker starts a little later. 0: no wait.",
+       Range(0)),
     # ---- log layout -----------------------------------------------------------------------
     _K("log.dir", STRING, DEFAULT_LOG_DIR,
        "Directory of the log data, used when log.dirs is unset. logkeel: defaults to "

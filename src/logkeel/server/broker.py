@@ -34,9 +34,11 @@ from logkeel.cluster.metadata import (
     MetadataStore,
     TopicState,
 )
+from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
+from logkeel.server.api import elections as elections_api
 from logkeel.server.api import fetch as fetch_api
 from logkeel.server.api import groups as groups_api
 from logkeel.server.api import log_dirs as log_dirs_api
@@ -166,6 +168,7 @@ class Broker:
             validation_rate_bytes_per_sec=config.log_startup_validation_rate_bytes_per_sec,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
+        self.log_manager.add_dir_online_listener(self._on_log_dir_online)
         self.log_manager.add_partition_failure_listener(self._on_partition_failure)
 
         self.replica_manager = ReplicaManager(
@@ -184,7 +187,9 @@ class Broker:
             )
         )
         self.group_coordinator = GroupCoordinator(self)
-        self.producer_ids = producer_id_api.InitProducerIdApi(self.log_manager)
+        self.producer_ids = producer_id_api.InitProducerIdApi(
+            self.log_manager, self.metadata.reserve_producer_ids
+        )
         txn_settings = TxnSettings.from_broker_config(config)
         self.txn_markers = TxnMarkers(
             self.node_id, self.metadata, self.replica_manager, self._on_txn_completed
@@ -218,6 +223,8 @@ class Broker:
             )
         )
         self.server.add_observer(self.metrics.observe_request)
+        if self.cluster is not None:
+            self.cluster.controller.on_truncation = self.metrics.election_truncated
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host or self.bind_host
         self._metrics_server: Any = None
@@ -359,8 +366,10 @@ class Broker:
                     exposed,
                 )
             if self.cluster is not None:
+                self.replica_manager.add_partition_listener(self._on_partitions_changed)
                 await self.cluster.join(
-                    *self.advertised, self._log_dir_ids(), *self._offline_replicas()
+                    *self.advertised, self._log_dir_ids(), *self._offline_replicas(),
+                    replica_logs=self._replica_logs,
                 )
             if self.metrics_port is not None:
                 try:
@@ -449,6 +458,46 @@ class Broker:
     def _offline_replicas(self) -> tuple[list[TopicPartition], list[str]]:
         return list(self.log_manager.offline_partitions), self._log_dir_ids(offline=True)
 
+    def _replica_logs(self) -> dict[TopicPartition, ReplicaLogReport]:
+        """What each replica held here has in its log, against the partition state seen now
+        (thread-safe reads: called on the cluster's writer thread). A replica with no log here
+        is reported empty -- a wiped disk looks exactly like that -- unless a log dir is
+        offline (its log may be there): then it is not reported, and cannot lead."""
+        out = {}
+        assert self.cluster is not None
+        broker_epoch = self.cluster.store.broker_epoch
+        dirs_online = all(d.online for d in self.log_manager.dirs)
+        for topic in list(self.metadata.topics().values()):
+            for state in list(topic.partitions.values()):
+                if self.node_id not in state.replicas:
+                    continue
+                plog = self.log_manager.get_log(state.tp)
+                if plog is None:
+                    if dirs_online and state.tp not in self.log_manager.offline_partitions:
+                        out[state.tp] = ReplicaLogReport(
+                            topic.topic_id, -1, 0, state.partition_epoch, broker_epoch
+                        )
+                    continue
+                epoch = plog.leader_epochs.latest_epoch
+                out[state.tp] = ReplicaLogReport(
+                    topic.topic_id,
+                    -1 if epoch is None else epoch,
+                    plog.log_end_offset,
+                    state.partition_epoch,
+                    broker_epoch,
+                )
+        return out
+
+    def _on_partitions_changed(self, tps: list[TopicPartition]) -> None:
+        """A partition held here lost its leader: report this replica's log against the new
+        state at once, so the controller can elect from it without waiting."""
+        assert self.cluster is not None
+        for tp in tps:
+            p = self.replica_manager.partition(tp)
+            if p is not None and p.leader_id < 0:
+                self.cluster.report_replica_logs()
+                return
+
     # -- storage failures -----------------------------------------------------------------------
 
     def _finish_topic_deletions(self) -> None:
@@ -475,6 +524,16 @@ class Broker:
         dir keeps serving): it answers KAFKA_STORAGE_ERROR from now on."""
         self.replica_manager.on_partition_failure(tp, reason)
 
+    def _on_log_dir_online(self, log_dir: str, loaded: list[TopicPartition]) -> None:
+        """A failed dir is healthy again and loaded (beyond KIP-18, without a restart): its
+        partitions serve again; in a cluster the controller is told they can be replicas
+        again (they rejoin the ISR once caught up) and gets their logs' report."""
+        self.metrics.log_dir_online(log_dir)
+        self.replica_manager.on_log_dir_online(log_dir, loaded)
+        if self.cluster is not None:
+            self.cluster.report_offline(*self._offline_replicas())
+            self.cluster.report_replica_logs()
+
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
         """Called by the log manager when a dir goes offline, in the thread that hit the error
         (an IO or metadata thread: the replica manager never lets it happen on the event
@@ -494,6 +553,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     topic_admin.register(registry, broker)
     configs_api.register(registry, broker)
     log_dirs_api.register(registry, broker.log_manager)
+    elections_api.register(registry, broker.metadata)
     produce_api.register(
         registry,
         broker.metadata,
@@ -540,6 +600,9 @@ def _background_intervals(config: BrokerConfig) -> BackgroundIntervals:
         recovery_checkpoint_ms=bounded(config.log_flush_offset_checkpoint_interval_ms),
         retention_check_ms=bounded(config.log_retention_check_interval_ms),
         recovery_flush_ms=bounded(config.log_recovery_checkpoint_interval_ms),
+        # 0 (probing off) stays 0.
+        dir_recovery_check_ms=config.log_dir_recovery_check_interval_ms
+        and bounded(config.log_dir_recovery_check_interval_ms),
     )
 
 

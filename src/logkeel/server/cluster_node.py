@@ -10,14 +10,16 @@ this broker's leaderships away, then this broker resigns as controller, and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
 from logkeel.storage.topic_partition import TopicPartition
@@ -25,6 +27,11 @@ from logkeel.storage.topic_partition import TopicPartition
 __all__ = ["ClusterNode", "ClusterJoinError"]
 
 log = logging.getLogger(__name__)
+
+# What this broker's replicas' logs hold, per partition (for the controller's elections).
+ReplicaLogs = Callable[[], Mapping[TopicPartition, ReplicaLogReport]]
+# Besides on request and when a partition goes offline, reports are refreshed this often.
+_REPORT_INTERVAL_S = 5.0
 
 
 class ClusterJoinError(Exception):
@@ -52,6 +59,7 @@ class ClusterNode:
         self.controller = Controller(
             client, config.node_id,
             unclean_leader_election=config.unclean_leader_election_enable,
+            unclean_wait_ms=config.unclean_leader_election_wait_ms,
             rebalance_interval_s=(
                 config.leader_imbalance_check_interval_seconds
                 if config.auto_leader_rebalance_enable
@@ -61,20 +69,61 @@ class ClusterNode:
         )
         self._joined = False
         self._left = False
+        # One thread for this broker's writes to ZooKeeper that must not wait on the event
+        # loop: ISR changes and replica-log reports.
         self._isr_writer = ThreadPoolExecutor(1, thread_name_prefix="isr-writer")
+        self._replica_logs: ReplicaLogs | None = None
+        self._report_generation = 0
+        self._report_task: asyncio.Task[None] | None = None
 
     async def join(
         self, host: str, port: int, log_dir_ids: Iterable[str],
         offline: Iterable[TopicPartition] = (), offline_dir_ids: Iterable[str] = (),
+        replica_logs: ReplicaLogs | None = None,
     ) -> None:
-        """Registers this broker (listener bound), reports the replicas it could not load, and
-        starts its controller."""
+        """Registers this broker (listener bound), reports the replicas it could not load and
+        (``replica_logs``) what its replicas' logs hold, and starts its controller."""
         offline = list(offline)
         await asyncio.to_thread(self.store.register, host, port, list(log_dir_ids))
         if offline:
             await asyncio.to_thread(self.report_offline, offline, offline_dir_ids)
+        if replica_logs is not None:
+            self._replica_logs = replica_logs
+            # The watch fires at once: the first report goes out before the controller starts.
+            await asyncio.to_thread(
+                self.store.client.replica_log_request, self._on_report_request
+            )
+            self._report_task = asyncio.get_running_loop().create_task(self._report_regularly())
         self.controller.start()
         self._joined = True
+
+    # -- replica-log reports (what unclean and designated elections rank replicas by) ----------
+
+    def _on_report_request(self, generation: int) -> None:
+        self._report_generation = max(self._report_generation, generation)
+        self.report_replica_logs()
+
+    def report_replica_logs(self) -> None:
+        """Writes this broker's report soon, on the writer thread (any thread may call it)."""
+        with contextlib.suppress(RuntimeError):  # leaving the cluster: the writer is shut down
+            self._isr_writer.submit(self._write_report)
+
+    def _write_report(self) -> None:
+        if self._replica_logs is None or self._left:
+            return
+        try:
+            self.store.client.set_replica_logs(
+                self.config.node_id, self._report_generation, self._replica_logs()
+            )
+        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+            log.exception("could not report this broker's replica logs")
+
+    async def _report_regularly(self) -> None:
+        # Reports outlive their broker: the last one says whether a partition ever held data,
+        # which is how a replica that comes back empty is recognised as wiped.
+        while True:
+            await asyncio.sleep(_REPORT_INTERVAL_S)
+            self.report_replica_logs()
 
     def isr_change_requested(
         self, tp: TopicPartition, proposal: PartitionRegistration, reason: str
@@ -121,6 +170,8 @@ class ClusterNode:
                 log.warning(
                     "controlled shutdown: leaderships not all moved within %.0fs", timeout_s
                 )
+        if self._report_task is not None:
+            self._report_task.cancel()
         if self._joined:
             await asyncio.to_thread(self.controller.stop)
         await asyncio.to_thread(self._isr_writer.shutdown, wait=True, cancel_futures=True)

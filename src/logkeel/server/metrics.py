@@ -17,7 +17,11 @@ Names (all prefixed ``logkeel_``):
 - ``partitions``: partitions in the metadata; ``offline_partitions``: partitions that cannot
   be served (offline log dir or failed load); ``topics``.
 - ``log_dir_online{log_dir}``: 1 online, 0 offline; ``offline_log_dirs``;
-  ``log_dir_failures_total{log_dir}``: times a dir was taken offline.
+  ``log_dir_failures_total{log_dir}``: times a dir was taken offline;
+  ``log_dir_recoveries_total{log_dir}``: times an offline dir came back without a restart;
+  ``election_truncations_total`` / ``election_truncated_offsets_total``: elections this
+  broker made as controller after which replicas truncate (unclean or designated leaders with
+  a shorter log), and the offsets they lose.
 - ``startup_duration_seconds``: from ``start()`` until the listener accepts;
   ``log_load_duration_seconds``: loading (and recovering) the logs;
   ``log_recovery_duration_seconds``: the same after an unclean shutdown, else 0;
@@ -27,7 +31,7 @@ Names (all prefixed ``logkeel_``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +105,22 @@ class BrokerMetrics:
             ("log_dir",),
             registry=self.registry,
         )
+        self.dir_recoveries = Counter(
+            "logkeel_log_dir_recoveries",
+            "Times an offline log dir was loaded again without a restart.",
+            ("log_dir",),
+            registry=self.registry,
+        )
+        self.election_truncations = Counter(
+            "logkeel_election_truncations",
+            "Elections (as controller) after which other replicas truncate records.",
+            registry=self.registry,
+        )
+        self.election_truncated_offsets = Counter(
+            "logkeel_election_truncated_offsets",
+            "Offsets other replicas lose after elections this broker made as controller.",
+            registry=self.registry,
+        )
         self.failed_authentications = Counter(
             "logkeel_failed_authentications",
             "SASL authentications that failed (wrong password, unknown user, bad token).",
@@ -130,6 +150,13 @@ class BrokerMetrics:
 
     def log_dir_failed(self, log_dir: str) -> None:
         self.dir_failures.labels(log_dir).inc()
+
+    def log_dir_online(self, log_dir: str) -> None:
+        self.dir_recoveries.labels(log_dir).inc()
+
+    def election_truncated(self, _tp: object, truncated: Mapping[int, int]) -> None:
+        self.election_truncations.inc()
+        self.election_truncated_offsets.inc(sum(truncated.values()))
 
     # -- exposition -----------------------------------------------------------------------------
 

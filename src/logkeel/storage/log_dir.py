@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import json
 import logging
@@ -37,6 +38,8 @@ STARTUP_MANIFEST = "logkeel-startup-manifest.json"
 _MANIFEST_VERSION = 1
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
+# Written and removed when an offline dir is probed (logkeel's own).
+PROBE_FILE = ".logkeel-probe"
 
 
 def random_uuid() -> str:
@@ -146,6 +149,17 @@ class LogDir:
                 )
                 atomic_write(meta_path, meta.render())
             self.meta = meta
+
+    def probe(self) -> None:
+        """Writes, syncs, reads back and removes a small file: raises ``KafkaStorageError``
+        while the disk still fails (deciding whether a failed dir may come back)."""
+        probe = self.path / PROBE_FILE
+        data = os.urandom(16)
+        with io_guard(self.path, "probing log dir"):
+            atomic_write(probe, data)
+            if probe.read_bytes() != data:
+                raise OSError(errno.EIO, "probe read back other bytes", str(probe))
+            probe.unlink()
 
     def _lock(self) -> None:
         fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 ConfigFor = Callable[[str], LogConfig]
 
 
+class LogDirNotRecoverable(Exception):
+    """A dir asked to come back is not offline, or is no longer the disk it was."""
+
+
 @dataclass(frozen=True, slots=True)
 class BackgroundIntervals:
     flush_check_ms: int = 1_000  # log.flush.scheduler.interval.ms (bounded for responsiveness)
@@ -57,6 +61,9 @@ class BackgroundIntervals:
     # log.cleaner.backoff.ms: how often the log cleaner looks for compacted logs to clean
     cleaner_backoff_ms: int = 15_000
     producer_expiration_check_ms: int = 600_000  # producer.id.expiration.check.interval.ms
+    # log.dir.recovery.check.interval.ms (logkeel's own): how often offline dirs are probed
+    # and brought back when healthy; 0: off.
+    dir_recovery_check_ms: int = 10_000
 
 
 class LogManager:
@@ -96,6 +103,9 @@ class LogManager:
         self.scheduler = Scheduler()
         self.cleaner = LogCleaner()
         self._dir_failure_listeners: list[Callable[[str, str], None]] = []
+        self._dir_online_listeners: list[Callable[[str, list[TopicPartition]], None]] = []
+        # One bring-back at a time: the probe and an operator's request may race.
+        self._online_lock = threading.Lock()
         self._partition_failure_listeners: list[Callable[[TopicPartition, str], None]] = []
         self.startup_report: StartupReport | None = None
         self.startup_validation = startup_validation
@@ -112,6 +122,10 @@ class LogManager:
 
     def add_dir_failure_listener(self, fn: Callable[[str, str], None]) -> None:
         self._dir_failure_listeners.append(fn)
+
+    def add_dir_online_listener(self, fn: Callable[[str, list[TopicPartition]], None]) -> None:
+        """``fn(log_dir, partitions)`` after an offline dir was loaded again."""
+        self._dir_online_listeners.append(fn)
 
     def add_partition_failure_listener(self, fn: Callable[[TopicPartition, str], None]) -> None:
         """``fn(tp, reason)`` when an error that is not a device fault takes one partition
@@ -379,6 +393,12 @@ class LogManager:
             iv.producer_expiration_check_ms / 1000,
             iv.producer_expiration_check_ms / 1000,
         )
+        if iv.dir_recovery_check_ms > 0:
+            self.scheduler.schedule(
+                self.probe_offline_dirs,
+                iv.dir_recovery_check_ms / 1000,
+                iv.dir_recovery_check_ms / 1000,
+            )
         self.scheduler.start()
         self.validator.start()
 
@@ -580,6 +600,66 @@ class LogManager:
                 fn(str(d.path), reason)
             except Exception:
                 log.exception("log dir failure listener failed")
+
+    # -- bringing a dir back -------------------------------------------------------------------
+    def probe_offline_dirs(self) -> None:
+        """Tries each offline dir once; one that is healthy again comes back (the timer of
+        ``log.dir.recovery.check.interval.ms``). Failures keep it offline, quietly."""
+        for d in self.dirs:
+            if d.online:
+                continue
+            try:
+                self.bring_dir_online(str(d.path))
+            except (KafkaStorageError, LogDirNotRecoverable) as exc:
+                log.debug("log dir %s is still offline: %s", d.path, exc)
+
+    def bring_dir_online(self, path: str) -> list[TopicPartition]:
+        """Loads an offline dir again through unclean recovery (it failed while in use), if it
+        answers IO and its meta.properties still carries the directory id it had: the same
+        disk, healthy again. Returns the partitions it serves again. Raises
+        ``KafkaStorageError`` while the dir still fails, and ``LogDirNotRecoverable`` for a
+        dir that is not offline or is another disk (restart the broker to adopt that one).
+        Blocking: run it off the event loop."""
+        d = next((d for d in self.dirs if str(d.path) == str(Path(path).absolute())), None)
+        if d is None:
+            raise LogDirNotRecoverable(f"{path} is not a log dir of this broker")
+        with self._online_lock:
+            if d.online:
+                raise LogDirNotRecoverable(f"{d.path} is online")
+            expected = d.meta.directory_id if d.meta is not None else None
+            d.close()
+            try:
+                d.open(self.cluster_id or "", self.node_id)
+                if expected is not None and d.meta is not None and d.meta.directory_id != expected:
+                    raise LogDirNotRecoverable(
+                        f"{d.path} now holds directory id {d.meta.directory_id}, not {expected}: "
+                        "another disk; restart the broker to use it"
+                    )
+                d.probe()
+                report = StartupReport(validation=self.startup_validation)
+                log.info("%s: answers IO again; loading it (unclean recovery)", d.path)
+                self._load_dir(d, report, force_recovery=True)
+            except BaseException:
+                d.close()
+                raise
+            d.offline_reason = None
+            with self._lock:
+                loaded = sorted(tp for tp, owner in self._dir_of.items() if owner is d)
+                for tp in loaded:
+                    self.offline_partitions.pop(tp, None)
+                # Partitions that went offline with the dir but had no log in it: free to be
+                # created again (as a new replica that catches up).
+                gone = f"log dir {d.path} is offline"
+                for tp in [tp for tp, why in self.offline_partitions.items() if why == gone]:
+                    del self.offline_partitions[tp]
+        report.log_summary(log, 1)
+        log.info("log dir %s is online again: %d partition(s)", d.path, len(loaded))
+        for fn in self._dir_online_listeners:
+            try:
+                fn(str(d.path), loaded)
+            except Exception:
+                log.exception("log dir online listener failed")
+        return loaded
 
     # -- shutdown -------------------------------------------------------------------------------
     def shutdown(self) -> None:

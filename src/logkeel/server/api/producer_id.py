@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,15 @@ class ProducerIdManager:
 
     BLOCK_SIZE = 1000
 
-    def __init__(self, log_manager: LogManager) -> None:
+    def __init__(
+        self,
+        log_manager: LogManager,
+        reserve_in_cluster: Callable[[int], tuple[int, int] | None] = lambda _size: None,
+    ) -> None:
         self._log_manager = log_manager
+        # In a cluster the blocks come from the metadata store (ZooKeeper), shared by every
+        # broker; alone, from the files in the log dirs.
+        self._reserve_in_cluster = reserve_in_cluster
         self._next = 0
         self._block_end = 0  # exclusive; _next == _block_end: a new block is needed
         self._loaded = False
@@ -77,6 +85,12 @@ class ProducerIdManager:
         self._loaded = True
 
     def _reserve_block(self) -> None:
+        while (block := self._reserve_in_cluster(self.BLOCK_SIZE)) is not None:
+            start, end = block
+            if start >= self._block_end:  # never below an id already in the logs here
+                self._next, self._block_end = start, end
+                log.info("reserved producer ids [%d, %d) in the cluster", start, end)
+                return
         start = self._block_end
         end = min(start + self.BLOCK_SIZE, _INT64_MAX)
         if start >= end:
@@ -113,8 +127,12 @@ class InitProducerIdApi:
     MIN_VERSION = 0
     MAX_VERSION = 6
 
-    def __init__(self, log_manager: LogManager) -> None:
-        self.manager = ProducerIdManager(log_manager)
+    def __init__(
+        self,
+        log_manager: LogManager,
+        reserve_in_cluster: Callable[[int], tuple[int, int] | None] = lambda _size: None,
+    ) -> None:
+        self.manager = ProducerIdManager(log_manager, reserve_in_cluster)
         self._lock = asyncio.Lock()
         self.txn_coordinator: TransactionCoordinator | None = None
 
@@ -131,6 +149,9 @@ class InitProducerIdApi:
         except KafkaStorageError as exc:
             log.error("cannot allocate a producer id: %s", exc)
             return self._response(ctx, ErrorCode.kafka_storage_error, -1, -1)
+        except Exception:  # noqa: BLE001 - ZooKeeper unreachable: the client retries
+            log.exception("cannot reserve producer ids in the cluster")
+            return self._response(ctx, ErrorCode.coordinator_not_available, -1, -1)
         return self._response(ctx, ErrorCode.none, pid, 0)
 
     async def _transactional(self, ctx: RequestContext, request: Any) -> Any:

@@ -154,6 +154,31 @@ class PartitionTable:
             except Exception:
                 log.exception("checking the ISR of %s failed", p.tp)
 
+    def take_dir_online(self, log_dir: str, loaded: list[TopicPartition]) -> list[TopicPartition]:
+        """A failed dir is back: the partitions that went offline with it (or found no log
+        at start-up while it was offline) serve again from the log it now holds, or from a
+        new log that catches up. Returns them."""
+        back = set(loaded)
+        with self._lock:
+            returning = [
+                p for p in self._partitions.values()
+                if p.offline_reason is not None and (
+                    p.tp in back
+                    or p.offline_reason.startswith(f"log dir {log_dir} is offline")
+                    or (p.offline_reason.startswith("no log found") and log_dir in p.offline_reason)
+                )
+            ]  # fmt: skip
+            for p in returning:
+                p.offline_reason = None
+                p.log = None
+        changed: list[TopicPartition] = []
+        for name in sorted({p.tp.topic for p in returning}):
+            changed += self.apply_topic(name, self._ctx.metadata.topic(name))
+        for p in returning:
+            if p.log is not None:
+                p.become_leader_or_follower()
+        return changed
+
     def take_dir_offline(self, log_dir: str, reason: str) -> list[TopicPartition]:
         """The partitions of a failed log dir answer KAFKA_STORAGE_ERROR from now on; returns
         them. In-memory only, so safe on any thread."""

@@ -226,6 +226,11 @@ class ReplicaManager:
         answered. In-memory only, so safe on any thread."""
         self._wake(self._table.take_dir_offline(log_dir, reason))
 
+    def on_log_dir_online(self, log_dir: str, loaded: list[TopicPartition]) -> None:
+        """A failed log dir was loaded again (called from the thread that loaded it): its
+        partitions serve again, as followers catching up or as leaders the controller picks."""
+        self._wake(self._table.take_dir_online(log_dir, loaded))
+
     def on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
         """One partition's log went offline for an error that is not a device fault (its dir
         keeps serving): it answers KAFKA_STORAGE_ERROR, and requests waiting on it are

@@ -1,0 +1,253 @@
+"""Faults on 3 local brokers with a real ZooKeeper, each next to what stock Kafka does:
+
+- disk: broker 1 leads a partition from a log dir on a FUSE mount that starts answering EIO
+  while an idempotent acks=all producer (RF 3, min.insync.replicas 2) sends to it: seconds from
+  the failure until another replica leads (goal < 5 s), sends that failed after the client's
+  retries (goal 0), and seconds from the disk healing until broker 1 is back in the ISR
+  (Kafka: the dir stays offline until the broker restarts);
+- unclean: the leader of a partition is lost for good after both followers stopped at
+  different points; the follower with the shorter log starts first, the longer 1.5 s later;
+  with unclean.leader.election.enable, is the replica elected the one with the longest log?
+  (goal: every trial; Kafka's ZooKeeper controller elects the first live replica, the shorter);
+- wiped: the last in-sync replica comes back with an empty disk; is it ever elected in the
+  next WIPED_WATCH_S seconds? (goal: never; Kafka elects it, and the others truncate to it).
+
+    .venv/bin/python bench/faults.py            # 5 trials of each
+    .venv/bin/python bench/faults.py --quick    # 2 trials
+
+Needs root (or /dev/fuse) for the disk scenario, as the tests do. The last line printed is one
+JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.storage.topic_partition import TopicPartition
+from logkeel.testing.broker_process import LogkeelBroker
+from logkeel.testing.faulty_fs import FaultyFs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replication import SESSION_TIMEOUT_MS, start_cluster, wait_for  # noqa: E402
+
+WIPED_WATCH_S = 10.0
+
+
+def metadata(brokers: dict[int, LogkeelBroker], topic: str) -> Any:
+    live = [b for b in brokers.values() if b.alive()]
+    admin = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in live)})
+    md = admin.list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    return None if t is None or t.error is not None else t.partitions
+
+
+def leader(brokers: dict[int, LogkeelBroker], topic: str, p: int = 0) -> int:
+    parts = metadata(brokers, topic)
+    return -1 if not parts or p not in parts else int(parts[p].leader)
+
+
+def in_sync(brokers: dict[int, LogkeelBroker], topic: str, n: int) -> bool:
+    parts = metadata(brokers, topic)
+    return bool(parts) and all(len(p.isrs) == n for p in parts.values())
+
+
+def produce(brokers: dict[int, LogkeelBroker], topic: str, start: int, count: int) -> None:
+    live = [b for b in brokers.values() if b.alive()]
+    p = confluent_kafka.Producer({"bootstrap.servers": ",".join(b.bootstrap for b in live),
+                                  "acks": "all", "enable.idempotence": True})  # fmt: skip
+    for i in range(start, start + count):
+        p.produce(topic, str(i).encode(), partition=0)
+    assert p.flush(60) == 0
+
+
+def designate(connect: str, topic: str, p: int, replica: int) -> None:
+    zk = ZkMetadataClient(connect).start()
+    try:
+        zk.run_election(ElectionRequest("designated", frozenset({TopicPartition(topic, p)}),
+                                        replica), 30)  # fmt: skip
+    finally:
+        zk.close()
+
+
+def disk_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
+    chroot = f"/faults-{uuid.uuid4().hex[:8]}"
+    with FaultyFs(work / "backing", work / "mnt") as fs:
+        dirs = {1: [fs.mountpoint / "logs", work / "b1-healthy"]}
+        connect = zk.connect_string + chroot
+        brokers = start_cluster(work, connect, {"log.dir.recovery.check.interval.ms": "500"}, dirs)
+        try:
+            topic = "disk"
+            admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+            admin.create_topics([NewTopic(topic, 4, 3, config={"min.insync.replicas": "2"})])[
+                topic
+            ].result(30)
+            wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
+            failing = sorted(int(d.name.rsplit("-", 1)[1])
+                             for d in (fs.mountpoint / "logs").glob(f"{topic}-*"))  # fmt: skip
+            p = failing[0]
+            designate(connect, topic, p, 1)
+            wait_for(lambda: leader(brokers, topic, p) == 1, "broker 1 leads")
+            acked, failed = [0], [0]
+            stop = threading.Event()
+
+            def send() -> None:
+                prod = confluent_kafka.Producer(
+                    {"bootstrap.servers": brokers[2].bootstrap, "acks": "all",
+                     "enable.idempotence": True, "linger.ms": 5}  # fmt: skip
+                )
+
+                def done(err: Any, _m: Any) -> None:
+                    (failed if err else acked)[0] += 1
+
+                while not stop.is_set():
+                    prod.produce(topic, b"x", partition=p, on_delivery=done)
+                    prod.poll(0)
+                    time.sleep(0.002)
+                prod.flush(60)
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            wait_for(lambda: acked[0] > 200, "first acks")
+            fs.fail(errno.EIO, ops={"write", "fsync"})
+            failed_at = time.monotonic()
+            wait_for(lambda: leader(brokers, topic, p) not in (1, -1), "a new leader", 60)
+            moved_s = time.monotonic() - failed_at
+            time.sleep(2)
+            fs.heal()
+            healed_at = time.monotonic()
+            wait_for(lambda: in_sync(brokers, topic, 3), "broker 1 back in sync", 120)
+            back_s = time.monotonic() - healed_at
+            stop.set()
+            sender.join(90)
+            return {"leader_moved_s": round(moved_s, 2), "failed_sends": failed[0],
+                    "acked_sends": acked[0], "back_in_isr_after_heal_s": round(back_s, 2)}  # fmt: skip
+        finally:
+            for b in brokers.values():
+                b.kill()
+
+
+def unclean_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
+    connect = zk.connect_string + f"/faults-{uuid.uuid4().hex[:8]}"
+    brokers = start_cluster(work, connect, {"unclean.leader.election.enable": "true"})
+    try:
+        topic = "unclean"
+        admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+        wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
+        lead = leader(brokers, topic)
+        shorter, longer = (b for b in (1, 2, 3) if b != lead)
+        produce(brokers, topic, 0, 1000)
+        brokers[shorter].stop()
+        produce(brokers, topic, 1000, 1000)
+        brokers[longer].stop()
+        produce(brokers, topic, 2000, 500)
+        brokers[lead].kill()
+        time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)
+        brokers[shorter].start(60)
+        time.sleep(1.5)
+        started = time.monotonic()
+        brokers[longer].start(60)
+        chosen = wait_for(lambda: (x := leader(brokers, topic)) not in (-1, lead) and x, "a leader")
+        return {"chosen_longest": chosen == longer,
+                "elected_after_longer_started_s": round(time.monotonic() - started, 2)}  # fmt: skip
+    finally:
+        for b in brokers.values():
+            b.kill()
+
+
+def wiped_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
+    connect = zk.connect_string + f"/faults-{uuid.uuid4().hex[:8]}"
+    brokers = start_cluster(work, connect)
+    try:
+        topic = "wiped"
+        admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+        wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
+        lead = leader(brokers, topic)
+        followers = [b for b in (1, 2, 3) if b != lead]
+        produce(brokers, topic, 0, 1000)
+        time.sleep(6)  # the brokers' periodic reports record that the partition holds data
+        for f in followers:
+            brokers[f].stop()
+        produce(brokers, topic, 1000, 100)
+        brokers[lead].stop()
+        for d in brokers[lead].log_dirs:
+            shutil.rmtree(d)
+        brokers[lead].start(60)
+        deadline = time.monotonic() + WIPED_WATCH_S
+        elected = False
+        while time.monotonic() < deadline:
+            elected = elected or leader(brokers, topic) == lead
+            time.sleep(0.25)
+        return {"wiped_replica_elected": elected}
+    finally:
+        for b in brokers.values():
+            b.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trials", type=int)
+    parser.add_argument("--only", choices=("disk", "unclean", "wiped"))
+    args = parser.parse_args()
+    trials = args.trials or (2 if args.quick else 5)
+    result: dict[str, Any] = {"trials": trials}
+    base = Path(tempfile.mkdtemp(prefix="logkeel-faults-"))
+    zk = ZooKeeperServer(base / "zookeeper")
+    zk.start()
+    try:
+        for name, trial in (("disk", disk_trial), ("unclean", unclean_trial),
+                            ("wiped", wiped_trial)):  # fmt: skip
+            if args.only and args.only != name:
+                continue
+            runs = []
+            for i in range(trials):
+                runs.append(trial(zk, base / f"{name}-{i}"))
+                print(name, i, json.dumps(runs[-1]), flush=True)
+            result[name] = runs
+        if "disk" in result:
+            d = result["disk"]
+            result["disk_summary"] = {
+                "leader_moved_s_median": statistics.median(r["leader_moved_s"] for r in d),
+                "failed_sends_total": sum(r["failed_sends"] for r in d),
+                "back_in_isr_after_heal_s_median": statistics.median(
+                    r["back_in_isr_after_heal_s"] for r in d
+                ),
+                "kafka": "dir offline until a broker restart; leadership moves via LeaderAndIsr",
+            }
+        if "unclean" in result:
+            result["unclean_summary"] = {
+                "chose_longest": f"{sum(r['chosen_longest'] for r in result['unclean'])}/{trials}",
+                "kafka": "first live replica in assignment order (here: the shorter log)",
+            }
+        if "wiped" in result:
+            result["wiped_summary"] = {
+                "elected": f"{sum(r['wiped_replica_elected'] for r in result['wiped'])}/{trials}",
+                "kafka": "the restarted last ISR member leads again with its empty log",
+            }
+    finally:
+        zk.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

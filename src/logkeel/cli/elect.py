@@ -1,0 +1,156 @@
+"""`logkeel elect`: leader elections an operator asks for.
+
+``--preferred`` and ``--unclean`` go through Kafka's ElectLeaders API, as
+``kafka-leader-election.sh`` does. ``--replica N`` makes a chosen replica the leader, in or out
+of the ISR (the index-corruption incident: the operator knows which copy is good). ElectLeaders
+has no field for a chosen replica, so this one is handed to the controller through ZooKeeper,
+whose address the broker's DescribeConfigs gives (``zookeeper.connect``), or ``--zookeeper``.
+A replica whose storage was wiped is refused unless ``--force``. Either way the result names
+what the other replicas will truncate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+
+import click
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+from rich.console import Console
+from rich.table import Table
+
+from logkeel.cli.broker_requests import call, fail, nested
+from logkeel.cli.cluster import cluster_status
+from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.server.protocol import ApiKey, request_schema
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["elect_command"]
+
+_ELECTION_TYPE = {"preferred": 0, "unclean": 1}
+_BROKER_RESOURCE = 4
+
+Results = dict[TopicPartition, tuple[str | None, str]]
+
+
+@click.command("elect")
+@click.option("--topic", help="The topic (with --partition), or every partition when omitted.")
+@click.option("--partition", type=int, help="The partition of --topic.")
+@click.option("--preferred", "kind", flag_value="preferred", help="Kafka's preferred election.")
+@click.option("--unclean", "kind", flag_value="unclean",
+              help="Kafka's unclean election: with no in-sync replica left, the replica with the "
+                   "highest (last leader epoch, log end offset) leads.")  # fmt: skip
+@click.option("--replica", type=int, help="Make this replica the leader, in or out of the ISR.")
+@click.option("--force", is_flag=True,
+              help="With --replica: accept a replica that lost its storage.")  # fmt: skip
+@click.option("--bootstrap-server", default="127.0.0.1:9092", show_default=True,
+              help="HOST:PORT of a PLAINTEXT listener of a broker.")  # fmt: skip
+@click.option("--zookeeper", help="zookeeper.connect of the cluster (default: asked of the broker).")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the result.")
+def elect_command(
+    topic: str | None, partition: int | None, kind: str | None, replica: int | None,
+    force: bool, bootstrap_server: str, zookeeper: str | None, timeout: float,
+) -> None:
+    """Elect partition leaders: --preferred, --unclean, or --replica N."""
+    if partition is not None and topic is None:
+        fail("elect", "--partition needs --topic")
+    if replica is not None:
+        if kind is not None:
+            fail("elect", "--replica is an election of its own: drop --preferred/--unclean")
+        if topic is None or partition is None:
+            fail("elect", "--replica needs --topic and --partition")
+        tp = TopicPartition(topic, partition)
+        results = _designated(tp, replica, force, bootstrap_server, zookeeper, timeout)
+    else:
+        if kind is None:
+            fail("elect", "say --preferred, --unclean or --replica N")
+        if force:
+            fail("elect", "--force goes with --replica")
+        if topic is not None and partition is None:
+            fail("elect", "--topic needs --partition (or name neither for every partition)")
+        wanted = None if topic is None else [TopicPartition(topic, partition or 0)]
+        results = _elect_leaders(kind, wanted, bootstrap_server, timeout)
+    _print(results)
+    if any(err not in (None, "ELECTION_NOT_NEEDED") for err, _ in results.values()):
+        sys.exit(1)
+
+
+def _elect_leaders(
+    kind: str, wanted: list[TopicPartition] | None, bootstrap: str, timeout: float
+) -> Results:
+    Request = request_schema(ApiKey.ELECT_LEADERS, 2)
+    assert Request is not None
+    TopicPartitions = nested(Request, "TopicPartitions")
+    request = Request(
+        election_type=i8(_ELECTION_TYPE[kind]),
+        topic_partitions=None
+        if wanted is None
+        else tuple(TopicPartitions(topic=tp.topic, partitions=(i32(tp.partition),)) for tp in wanted),
+        timeout=datetime.timedelta(seconds=timeout),
+    )
+    response = call("elect", bootstrap, request)
+    if response.error_code != ErrorCode.none:
+        fail("elect", f"the broker refused: {response.error_code.name.upper()}")
+    return {
+        TopicPartition(str(r.topic), int(p.partition_id)): (
+            None if p.error_code == ErrorCode.none else p.error_code.name.upper(),
+            p.error_message or "",
+        )
+        for r in response.replica_election_results
+        for p in r.partition_result
+    }
+
+
+def _designated(
+    tp: TopicPartition, replica: int, force: bool, bootstrap: str, zookeeper: str | None,
+    timeout: float,
+) -> Results:
+    connect = zookeeper or _zookeeper_of(bootstrap)
+    client = ZkMetadataClient(connect, session_timeout_ms=10_000)
+    try:
+        client.start()
+    except ZooKeeperUnavailable as exc:
+        fail("elect", str(exc))
+    try:
+        request = ElectionRequest("designated", frozenset({tp}), replica, force)
+        return client.run_election(request, timeout)
+    finally:
+        client.close()
+
+
+def _zookeeper_of(bootstrap: str) -> str:
+    """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs."""
+    host, _, port = bootstrap.rpartition(":")
+    status = cluster_status(bootstrap)
+    node = next(
+        (b["id"] for b in status["brokers"] if b["port"] == int(port) and
+         (not host or b["host"] == host)),  # fmt: skip
+        None,
+    )
+    if node is None:
+        fail("elect", f"{bootstrap} is not among the brokers it lists; give --zookeeper")
+    Request = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
+    assert Request is not None
+    Resource = nested(Request, "DescribeConfigsResource")
+    response = call("elect", bootstrap, Request(
+        resources=(Resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
+                            configuration_keys=("zookeeper.connect",)),),
+        include_synonyms=False,
+    ))  # fmt: skip
+    for result in response.results:
+        for config in result.configs:
+            if config.name == "zookeeper.connect" and config.value:
+                return str(config.value)
+    fail("elect", f"{bootstrap} is not a cluster member (no zookeeper.connect): a single node "
+                  "leads every partition alone")  # fmt: skip
+
+
+def _print(results: Results) -> None:
+    table = Table(title="elections")
+    for column in ("partition", "result", "reason"):
+        table.add_column(column)
+    for tp, (err, why) in sorted(results.items()):
+        table.add_row(str(tp), err or "elected", why)
+    Console().print(table)
