@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ class Writer(threading.Thread):
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "delivery.timeout.ms": 120000, "message.timeout.ms": 120000,
+            # A frozen leader never answers: the client gives its requests up after this and
+            # retries them at the new leader (idempotence keeps them in order, once).
+            "request.timeout.ms": 10000, "socket.timeout.ms": 10000,
         })  # fmt: skip
 
     def run(self) -> None:
@@ -102,10 +105,11 @@ def final_logs(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
     return logs
 
 
-def run_rounds(cluster: Cluster, fault: str) -> list[float]:
-    """Writes and reads while the leader of partition 0 suffers ``fault`` ("kill": SIGKILL,
-    "stop": SIGTERM, a controlled shutdown) ROUNDS times, each time restarted and waited for
-    back in every ISR; checks the history; returns how long acks took to resume each time."""
+def run_rounds(cluster: Cluster, faults: Iterable[str]) -> list[float]:
+    """Writes and reads while the leader of partition 0 suffers each of ``faults`` in turn
+    ("kill": SIGKILL, "stop": SIGTERM, a controlled shutdown; "freeze": SIGSTOP until acks
+    resume elsewhere, then SIGCONT), each time restarted (or thawed) and waited for back in
+    every ISR; checks the history; returns how long acks took to resume each time."""
     admin = cluster.admin()
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
         TOPIC
@@ -118,9 +122,11 @@ def run_rounds(cluster: Cluster, fault: str) -> list[float]:
     writer.start()
     reader.start()
     resumed: list[float] = []
+    done: list[str] = []
     try:
         wait_until(lambda: len(history.acked) > 200, "first acks", 30)
-        for _ in range(ROUNDS):
+        for fault in faults:
+            done.append(fault)
             victim = cluster.partitions(TOPIC)[0].leader_id
             acked_before = len(history.acked)
             started = time.monotonic()
@@ -132,15 +138,22 @@ def run_rounds(cluster: Cluster, fault: str) -> list[float]:
             )
             if fault == "kill":
                 cluster.brokers[victim].kill()
+            elif fault == "freeze":
+                cluster.brokers[victim].freeze()
             else:
                 stopping.start()
             wait_until(lambda a=acked_before: len(history.acked) > a + 100,
                        "acks after the fault", FAILOVER_BOUND_S + 30)  # fmt: skip
             resumed.append(time.monotonic() - started)
-            if fault != "kill":
+            if fault == "stop":
                 stopping.join(100)
                 assert exit_codes == [0]
-            cluster.brokers[victim].start(60)
+            if fault == "freeze":
+                # Back after its session expired: it must not have acked anything as the
+                # leader it no longer is (the checker below says), and it rejoins as a follower.
+                cluster.brokers[victim].thaw()
+            else:
+                cluster.brokers[victim].start(60)
 
             def all_in_sync() -> bool:
                 parts = cluster.partitions(TOPIC)
@@ -153,7 +166,7 @@ def run_rounds(cluster: Cluster, fault: str) -> list[float]:
         reader.stop.set()
         reader.join(30)
     anomalies = history.check(final_logs(bootstrap))
-    print(f"{fault}: {writer.sent} sent, {len(history.acked)} acked, "
+    print(f"{', '.join(done)}: {writer.sent} sent, {len(history.acked)} acked, "
           f"{sum(len(r) for r in history.reads.values())} read during the run; acks resumed "
           f"{', '.join(f'{s:.1f}s' for s in resumed)} after each fault")  # fmt: skip
     assert not writer.is_alive()
@@ -164,11 +177,19 @@ def run_rounds(cluster: Cluster, fault: str) -> list[float]:
 
 
 def test_acked_writes_survive_repeated_leader_sigkill(cluster: Cluster) -> None:
-    run_rounds(cluster, "kill")
+    run_rounds(cluster, ["kill"] * ROUNDS)
 
 
 def test_controlled_shutdowns_fail_no_send(cluster: Cluster) -> None:
     """SIGTERM moves leadership before the broker exits: no failed send, and acks go on without
     waiting for a session to expire."""
-    resumed = run_rounds(cluster, "stop")
+    resumed = run_rounds(cluster, ["stop"] * ROUNDS)
     assert max(resumed) < FAILOVER_BOUND_S
+
+
+def test_a_frozen_leader_loses_nothing_when_it_wakes(cluster: Cluster) -> None:
+    """SIGSTOP of the leader (a hung machine): acks resume once its session expires and another
+    replica leads; woken with SIGCONT, the old leader must not acknowledge or serve anything as
+    the leader it no longer is, and it rejoins every ISR as a follower."""
+    resumed = run_rounds(cluster, ["freeze"] * 2)
+    assert max(resumed) < FAILOVER_BOUND_S + 10

@@ -140,6 +140,16 @@ class ChildBroker(ABC):
                 f"{self.name} ignored SIGTERM for {timeout}s:\n{self.output(60_000)}"
             ) from None
 
+    def freeze(self) -> None:
+        """SIGSTOP: a broker that hangs (a stalled VM, a GC pause) with its sockets open."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: the frozen broker runs on, unaware of the time it lost."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: no shutdown at all."""
         proc, self.proc = self.proc, None
