@@ -45,7 +45,6 @@ REJECTED_UNLESS_DEFAULT = {
     "max.connections.per.ip",
     "compression.type",
     "log.cleaner.enable",
-    "follower.fetch.process.time.max.ms",
 }
 REJECTED_TOPIC_KEYS = {"compression.type"}
 

@@ -28,6 +28,28 @@ def on_failing_disk(fs: FaultyFs) -> list[int]:
     return sorted(int(p.name.rsplit("-", 1)[1]) for p in (fs.mountpoint / "logs").glob(f"{TOPIC}-*"))
 
 
+def broker_1_leads_from_the_fuse_dir(cluster: Cluster, fs: FaultyFs) -> int:
+    """Creates the topic (RF 3, min.insync.replicas 2) and makes broker 1 the leader (with
+    `logkeel elect --replica`) of a partition whose broker-1 replica is on the FUSE dir."""
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
+    admin.create_topics(
+        [NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]
+    )[TOPIC].result(20)
+    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
+               "every replica in sync", 30)  # fmt: skip
+    failing = on_failing_disk(fs)
+    assert failing, "no partition of broker 1 landed on the FUSE dir"
+    p = failing[0]
+    elected = subprocess.run(
+        [sys.executable, "-m", "logkeel", "elect", "--topic", TOPIC, "--partition", str(p),
+         "--replica", "1", "--bootstrap-server", cluster.brokers[2].bootstrap],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert elected.returncode == 0 or "already leads" in elected.stdout, elected.stdout
+    wait_until(lambda: cluster.partitions(TOPIC)[p].leader_id == 1, "broker 1 leads", 10)
+    return p
+
+
 def send(cluster: Cluster, partition: int, values: list[str]) -> list[str]:
     """acks=all with the client's retries; returns the errors of the sends that failed."""
     p = Producer({"bootstrap.servers": ",".join(b.bootstrap for b in cluster.live()),
@@ -63,22 +85,7 @@ def test_a_failed_disk_moves_leadership_within_seconds_and_comes_back_healed(
     dirs = {1: [faulty_fs.mountpoint / "logs", tmp_path / "b1-healthy"]}
     overrides = {"log.dir.recovery.check.interval.ms": "500"}
     with three_brokers(zookeeper, tmp_path, f"/disk_{tmp_path.name}", overrides, dirs) as cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
-        admin.create_topics(
-            [NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]
-        )[TOPIC].result(20)
-        wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
-                   "every replica in sync", 30)  # fmt: skip
-        failing = on_failing_disk(faulty_fs)
-        assert failing, "no partition of broker 1 landed on the FUSE dir"
-        p = failing[0]
-        elected = subprocess.run(
-            [sys.executable, "-m", "logkeel", "elect", "--topic", TOPIC, "--partition", str(p),
-             "--replica", "1", "--bootstrap-server", cluster.brokers[2].bootstrap],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert elected.returncode == 0 or "already leads" in elected.stdout, elected.stdout
-        wait_until(lambda: cluster.partitions(TOPIC)[p].leader_id == 1, "broker 1 leads", 10)
+        p = broker_1_leads_from_the_fuse_dir(cluster, faulty_fs)
         assert send(cluster, p, [f"a{i}" for i in range(50)]) == []
 
         faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
@@ -110,3 +117,53 @@ def test_a_failed_disk_moves_leadership_within_seconds_and_comes_back_healed(
         assert [v for v in values if v.startswith("a")] == [f"a{i}" for i in range(50)]
         assert values.count("trigger") == 1
         assert [v for v in values if v.startswith("b")] == [f"b{p}-{i}" for i in range(20)]
+
+
+def test_a_leader_too_slow_for_its_followers_hands_leadership_over(
+    zookeeper: ZooKeeperServer, tmp_path: Path, faulty_fs: FaultyFs
+) -> None:
+    """Beyond KIP-501: broker 1's disk starts answering reads half a second late. Serving its
+    followers' fetches takes longer than follower.fetch.process.time.max.ms for longer than
+    replica.lag.time.max.ms, so it asks the controller to hand leadership to an in-sync
+    follower; the partition never goes offline and no acks=all send fails."""
+    dirs = {1: [faulty_fs.mountpoint / "logs", tmp_path / "b1-healthy"]}
+    overrides = {
+        "replica.lag.time.max.ms": "6000",
+        "follower.fetch.process.time.max.ms": "200",
+        "auto.leader.rebalance.enable": "false",
+    }
+    with three_brokers(zookeeper, tmp_path, f"/slow_{tmp_path.name}", overrides, dirs) as cluster:
+        p = broker_1_leads_from_the_fuse_dir(cluster, faulty_fs)
+
+        acked, failed = [0], [0]
+        stop = False
+        producer = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5})  # fmt: skip
+
+        def done(err: object, _m: object) -> None:
+            (failed if err else acked)[0] += 1
+
+        def keep_sending(seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while not stop and time.monotonic() < deadline:
+                producer.produce(TOPIC, b"x" * 1000, partition=p, on_delivery=done)
+                producer.poll(0)
+                time.sleep(0.005)
+
+        keep_sending(2)
+        faulty_fs.delay(0.5, ops={"read"})
+        slowed_at = time.monotonic()
+        smallest_isr = 3
+        while cluster.partitions(TOPIC, via=2)[p].leader_id == 1:
+            assert time.monotonic() - slowed_at < 40, "the slow leader kept its leadership"
+            part = cluster.partitions(TOPIC, via=2)[p]
+            smallest_isr = min(smallest_isr, len(part.isr_nodes))
+            keep_sending(0.5)
+        part = cluster.partitions(TOPIC, via=2)[p]
+        assert part.leader_id in (2, 3) and len(part.isr_nodes) >= 2
+        assert smallest_isr >= 2  # min.insync.replicas held all along
+        faulty_fs.heal()
+        keep_sending(2)
+        assert producer.flush(60) == 0
+        assert failed[0] == 0 and acked[0] > 0
+        assert "asking the controller to move leadership" in cluster.brokers[1].output()

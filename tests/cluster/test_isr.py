@@ -13,6 +13,7 @@ from logkeel.cluster.isr import (
     fetch_completed,
     fetch_failed,
     fetch_started,
+    follower_fetch_served,
     high_watermark,
     in_sync,
     shrink_isr,
@@ -118,20 +119,23 @@ def test_alter_partition_fences_stale_proposals() -> None:
 
 
 def test_slow_leader_resigns_only_after_sustained_slowness() -> None:
-    cfg = IsrConfig(
-        replica_lag_time_max_ms=LAG,
-        follower_fetch_pending_reads_insync_enable=True,
-        follower_fetch_process_time_max_ms=500,
-    )
-    stalled = {2: fetch_started(caught_up_follower(0, 10), 10, 0, cfg)}
-    tracking, resign, _ = slow_leader_check(SlowLeader(), stalled, 400, cfg)
-    assert tracking.slow_since_ms is None and not resign
-    tracking, resign, _ = slow_leader_check(tracking, stalled, 600, cfg)
-    assert tracking.slow_since_ms == 600 and not resign
-    tracking, resign, why = slow_leader_check(tracking, stalled, 600 + LAG + 1, cfg)
+    cfg = IsrConfig(replica_lag_time_max_ms=LAG, follower_fetch_process_time_max_ms=500)
+    fast = follower_fetch_served(SlowLeader(), 20, 100, cfg)
+    assert fast.slow_since_ms is None and not slow_leader_check(fast, None, 100, cfg)[1]
+    slow = follower_fetch_served(fast, 800, 1000, cfg)
+    assert slow.slow_since_ms == 200  # the spell began when the slow fetch did
+    assert follower_fetch_served(slow, 900, 2000, cfg) == slow
+    tracking, resign, _ = slow_leader_check(slow, None, 200 + LAG, cfg)
+    assert not resign
+    tracking, resign, why = slow_leader_check(tracking, None, 200 + LAG + 1, cfg)
     assert resign and "slower than 500 ms" in why
-    healthy, resign, _ = slow_leader_check(tracking, {2: caught_up_follower(0, 10)}, 700 + LAG, cfg)
-    assert healthy.slow_since_ms is None and not resign
+    assert follower_fetch_served(tracking, 30, 300 + LAG, cfg) == SlowLeader()
+    # A response that never finishes sending (a disk that hangs) is slow too.
+    hung, resign, _ = slow_leader_check(SlowLeader(), 1000, 1400, cfg)
+    assert hung.slow_since_ms is None and not resign
+    hung, resign, _ = slow_leader_check(SlowLeader(), 1000, 1600, cfg)
+    assert hung.slow_since_ms == 1000 and not resign
+    assert slow_leader_check(hung, 1000, 1001 + LAG, cfg)[1]
 
 
 offsets = st.integers(0, 1000)

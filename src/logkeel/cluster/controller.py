@@ -34,6 +34,7 @@ from logkeel.cluster.elections import (
     elect_leader,
     on_replicas_offline,
     preferred_election,
+    resign_leadership,
 )
 from logkeel.cluster.partition_state import (
     NO_LEADER,
@@ -450,7 +451,8 @@ class Controller:
     ) -> dict[TopicPartition, tuple[str | None, str]]:
         c = self.client
         # An operator's unclean or designated choice is decided on fresh reports.
-        cluster = self._cluster() if request.kind == "preferred" else self._fresh_cluster()
+        fresh = request.kind in ("unclean", "designated")
+        cluster = self._fresh_cluster() if fresh else self._cluster()
         assignments: dict[str, TopicAssignment | None] = {}
         if request.partitions is None:
             targets = []
@@ -488,6 +490,9 @@ class Controller:
             elif request.kind == "unclean":
                 # The operator asked now: no wait (the reports are fresh).
                 d = elect_leader(reg, views, unclean_allowed=True, partition_had_data=had_data)
+            elif request.kind == "resign":
+                assert request.replica is not None
+                d = resign_leadership(reg, views, request.replica, partition_had_data=had_data)
             else:
                 assert request.replica is not None
                 d = designated_election(

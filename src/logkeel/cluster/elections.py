@@ -282,3 +282,23 @@ def designated_election(
     return _lead_alone(
         state, views, replica, f"designated election: out-of-sync {replica} leads alone"
     )
+
+
+def resign_leadership(
+    state: PartitionRegistration, views: Views, leader: int, *, partition_had_data: bool = False
+) -> Decision:
+    """A leader too slow to serve its followers (KIP-501, beyond the KIP) hands leadership to
+    the first other eligible in-sync replica; it stays in the ISR (its log is complete) and
+    gets leadership back only through a preferred election once healthy."""
+    if state.leader != leader:
+        return unchanged(state, f"{leader} does not lead (leader {state.leader})", "NOT_LEADER_OR_FOLLOWER")
+    for replica in state.replicas:
+        if replica != leader and replica in state.isr and _eligible(views, replica, partition_had_data):
+            return Decision(
+                state.with_leader(replica, state.isr),
+                f"slow leader {leader} resigned: {replica} leads",
+                changed=True,
+            )
+    return unchanged(
+        state, f"slow leader {leader}: no other eligible in-sync replica", "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+    )

@@ -241,22 +241,35 @@ class SlowLeader:
     slow_since_ms: int | None = None
 
 
+def follower_fetch_served(
+    tracking: SlowLeader, served_ms: int, now_ms: int, config: IsrConfig
+) -> SlowLeader:
+    """A follower fetch's response took ``served_ms`` from its read to its last byte sent (the
+    part a slow disk makes slow; not the long-poll wait). One within
+    `follower.fetch.process.time.max.ms` ends a slow spell; a slower one starts one, from when
+    it began, or continues it."""
+    if served_ms <= config.follower_fetch_process_time_max_ms:
+        return SlowLeader()
+    if tracking.slow_since_ms is not None:
+        return tracking
+    return SlowLeader(now_ms - served_ms)
+
+
 def slow_leader_check(
-    previous: SlowLeader,
-    followers: Mapping[int, FollowerState],
-    now_ms: int,
-    config: IsrConfig,
+    tracking: SlowLeader, oldest_unsent_ms: int | None, now_ms: int, config: IsrConfig
 ) -> tuple[SlowLeader, bool, str]:
-    """Beyond KIP-501: a leader with a follower fetch pending longer than
-    `follower.fetch.process.time.max.ms`, continuously for longer than `replica.lag.time.max.ms`,
-    should hand leadership to an in-sync follower. Returns the new tracking state, whether to
-    resign, and why."""
+    """Beyond KIP-501: a leader whose follower fetches take longer than
+    `follower.fetch.process.time.max.ms` to serve, continuously for longer than
+    `replica.lag.time.max.ms`, should hand leadership to an in-sync follower. A response still
+    being sent (started at ``oldest_unsent_ms``) counts too, so a disk that hangs outright is
+    noticed. Returns the new tracking state, whether to resign, and why."""
     limit = config.follower_fetch_process_time_max_ms
-    slowest = max((now_ms - p.started_ms for f in followers.values() for p in f.pending), default=0)
-    if slowest <= limit:
+    since = tracking.slow_since_ms
+    if oldest_unsent_ms is not None and now_ms - oldest_unsent_ms > limit:
+        since = oldest_unsent_ms if since is None else min(since, oldest_unsent_ms)
+    if since is None:
         return SlowLeader(), False, f"follower fetches are served within {limit} ms"
-    since = previous.slow_since_ms if previous.slow_since_ms is not None else now_ms
     slow_for = now_ms - since
     if slow_for > config.replica_lag_time_max_ms:
-        return SlowLeader(since), True, f"fetches slower than {limit} ms for {slow_for} ms"
-    return SlowLeader(since), False, f"fetches slower than {limit} ms for {slow_for} ms so far"
+        return SlowLeader(since), True, f"follower fetches slower than {limit} ms for {slow_for} ms"
+    return SlowLeader(since), False, f"follower fetches slower than {limit} ms for {slow_for} ms"

@@ -155,7 +155,7 @@ def unchanged(state: PartitionRegistration, reason: str, error: str | None = Non
     return Decision(state, reason, changed=False, error=error)
 
 
-ELECTION_TYPES = ("preferred", "unclean", "designated")
+ELECTION_TYPES = ("preferred", "unclean", "designated", "resign")
 
 
 @dataclass(frozen=True, slots=True)

@@ -314,9 +314,11 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "replica.lag.time.max.ms counts as caught up at its completion time, not its start.",
        Range(0, 1, min_exclusive=True)),
     _K("follower.fetch.process.time.max.ms", LONG, 500,
-       "logkeel (from KIP-501): a leader that takes longer than this to serve follower fetches "
-       "gives up leadership to an in-sync follower (not built yet: the availability issue).",
-       Range(1), unsupported="a slow leader does not hand over leadership yet"),
+       "logkeel (beyond KIP-501): a leader that takes longer than this to serve every in-sync "
+       "follower's fetches (from reading the records to sending the last byte), for longer "
+       "than replica.lag.time.max.ms, asks the controller to hand leadership to one of them; "
+       "it gets it back through a preferred election (auto.leader.rebalance.enable).",
+       Range(1)),
     # ---- groups and offsets ---------------------------------------------------------------
     _K("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", Range(1)),
     _K("offsets.topic.replication.factor", SHORT, 1,

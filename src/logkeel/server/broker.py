@@ -184,6 +184,9 @@ class Broker:
                 write_fence=(
                     self.cluster.store.write_fence.why_fenced if self.cluster is not None else None
                 ),
+                resign_requested=(
+                    self.cluster.resign_leadership if self.cluster is not None else None
+                ),
             )
         )
         self.group_coordinator = GroupCoordinator(self)

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState
-from logkeel.cluster.partition_state import PartitionRegistration
+from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.cluster.zk_store import ZkMetadataStore
@@ -147,6 +147,27 @@ class ClusterNode:
             log.info("%s: ISR change %s refused: %s", tp, list(proposal.isr), exc)
         except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
             log.exception("%s: writing the ISR change failed", tp)
+
+    def resign_leadership(self, tp: TopicPartition, reason: str) -> None:
+        """This broker, leading ``tp``, is too slow for its followers (beyond KIP-501): the
+        controller hands leadership to an in-sync follower (any thread; written on the writer
+        thread)."""
+        with contextlib.suppress(RuntimeError):  # leaving the cluster
+            self._isr_writer.submit(self._resign, tp, reason)
+
+    def _resign(self, tp: TopicPartition, reason: str) -> None:
+        request = ElectionRequest("resign", frozenset({tp}), self.config.node_id)
+        try:
+            error, why = self.store.client.run_election(request, 10.0).get(
+                tp, ("REQUEST_TIMED_OUT", "no answer")
+            )
+        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+            log.exception("%s: asking to resign the leadership failed", tp)
+            return
+        if error is None:
+            log.warning("%s: leadership handed over (%s): %s", tp, reason, why)
+        else:
+            log.warning("%s: could not hand leadership over: %s (%s)", tp, error, why)
 
     def report_offline(self, partitions: Iterable[TopicPartition], dir_ids: Iterable[str]) -> None:
         """Replicas this broker cannot serve (blocking: from the IO thread that hit the error,

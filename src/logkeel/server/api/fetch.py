@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import logging
 import struct
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -94,8 +95,13 @@ class FetchResponseFrame:
         self.__version__ = response.__version__
         self.response = response
         self._records = records
+        # Told when sending starts (False) and ends (True): a follower's fetch is timed so a
+        # leader too slow for its followers can tell (beyond KIP-501).
+        self.on_send: Callable[[bool], None] | None = None
 
     def frame_parts(self, correlation_id: int) -> list[bytes | RegionRecords]:
+        if self.on_send is not None:
+            self.on_send(False)
         response_type = type(self.response)
         header_type = response_type.__header_schema__
         head = io.BytesIO()
@@ -117,6 +123,9 @@ class FetchResponseFrame:
     def close(self) -> None:
         for r in self._records:
             r.close()
+        on_send, self.on_send = self.on_send, None
+        if on_send is not None:
+            on_send(True)
 
 
 class FetchApi:
@@ -207,10 +216,17 @@ class FetchApi:
         )
         try:
             by_request = {id(r): res for r, res in zip(wanted, results, strict=True)}
-            return self._response(ctx, mod, layout, by_request, results)
+            frame = self._response(ctx, mod, layout, by_request, results)
         except BaseException:
             close_records(results)
             raise
+        served = [r.tp for r in results if r.records is not None]
+        if follower and served:
+            token = id(frame)
+            frame.on_send = lambda sent: self._replica_manager.follower_response(
+                served, replica_id, token, sent
+            )
+        return frame
 
     def _response(
         self,

@@ -74,3 +74,6 @@ class ReplicaManagerContext:
     isr_change_requested: IsrChangeRequested | None = None
     # Why this broker may not take writes as a leader now (cut off from ZooKeeper), or None.
     write_fence: Callable[[], str | None] | None = None
+    # The controller's seam for a leader too slow for its followers (beyond KIP-501); None:
+    # a single node, nobody to hand leadership to.
+    resign_requested: Callable[[TopicPartition, str], None] | None = None

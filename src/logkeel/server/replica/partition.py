@@ -9,6 +9,7 @@ Methods that touch the log run on the IO threads and take ``log.lock``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster import isr as isr_rules
-from logkeel.cluster.isr import FollowerState, IsrConfig
+from logkeel.cluster.isr import FollowerState, IsrConfig, SlowLeader
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
 from logkeel.config import TopicConfig
@@ -47,6 +48,8 @@ from logkeel.storage.engine.log_results import (
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["AppendRejected", "Partition", "TopicSettings"]
+
+log = logging.getLogger(__name__)
 
 
 class AppendRejected(Exception):
@@ -108,6 +111,12 @@ class Partition:
         # The last ISR asked for in this partition epoch, so a proposal is made once.
         self._proposed_isr: tuple[int, ...] | None = None
         self._followers_lock = threading.Lock()
+        # Beyond KIP-501: how slow this leader is to serve each follower, the responses to
+        # them still being sent (token -> follower, start ms), and the epoch it resigned in.
+        self._slow: dict[int, SlowLeader] = {}
+        self._unsent: dict[int, tuple[int, int]] = {}
+        self._resigned_in_epoch: int | None = None
+        self.resign_requested: Callable[[TopicPartition, str], None] | None = None
         # Bytes appended since start: delayed fetches compare it to decide they have enough.
         self.appended_bytes = 0
         # Cached under the log's lock after every change, for cheap reads on the event loop.
@@ -473,6 +482,48 @@ class Partition:
         """Per follower: log end offset, last caught-up time, pending fetches (KIP-501)."""
         with self._followers_lock:
             return dict(self.followers)
+
+    # -- beyond KIP-501: a leader too slow for its followers resigns -----------------------------
+
+    def follower_response_started(self, replica_id: int, token: int, now_ms: int) -> None:
+        with self._followers_lock:
+            self._unsent[token] = (replica_id, now_ms)
+
+    def follower_response_sent(self, token: int, now_ms: int) -> None:
+        """A response carrying this partition's records to a follower is sent (or dropped)."""
+        with self._followers_lock:
+            entry = self._unsent.pop(token, None)
+            if entry is not None and self.is_leader:
+                replica, started = entry
+                self._slow[replica] = isr_rules.follower_fetch_served(
+                    self._slow.get(replica, SlowLeader()), now_ms - started, now_ms,
+                    self.isr_config,
+                )
+
+    def maybe_resign(self, now_ms: int) -> bool:
+        """The periodic check: a leader slow to serve every in-sync follower for longer than
+        replica.lag.time.max.ms asks the controller, once per leader epoch, to hand leadership
+        to one of them (one slow follower or network is not the leader's fault). True if it
+        asked."""
+        followers = [r for r in self.isr if r != self.node_id]
+        if not self.is_leader or self.resign_requested is None or not followers:
+            return False
+        verdicts = []
+        with self._followers_lock:
+            for r in followers:
+                oldest = min((t for f, t in self._unsent.values() if f == r), default=None)
+                self._slow[r], resign, why = isr_rules.slow_leader_check(
+                    self._slow.get(r, SlowLeader()), oldest, now_ms, self.isr_config
+                )
+                verdicts.append((resign, f"follower {r}: {why}"))
+        resign = all(v for v, _ in verdicts)
+        why = "; ".join(w for _, w in verdicts)
+        if not resign or self._resigned_in_epoch == self.leader_epoch:
+            return False
+        self._resigned_in_epoch = self.leader_epoch
+        log.warning("%s: %s; asking the controller to move leadership", self.tp, why)
+        self.resign_requested(self.tp, why)
+        return True
 
     def maybe_shrink_isr(self, now_ms: int) -> Decision | None:
         """The periodic check (Kafka's isr-expiration task): proposes an ISR without the

@@ -113,6 +113,7 @@ class PartitionTable:
                     self._partitions[tp] = p
             moved = p.apply_state(pstate)
             p.settings = settings
+            p.resign_requested = self._ctx.resign_requested
             if self._ctx.node_id not in pstate.replicas:
                 changed.append(tp)
                 continue
@@ -147,10 +148,12 @@ class PartitionTable:
         return changed
 
     def check_isr_shrinks(self, now_ms: int) -> None:
-        """Each leader proposes an ISR without the followers that fell behind (the hook)."""
+        """Each leader proposes an ISR without the followers that fell behind (the hook), and
+        asks to hand leadership over when it is too slow for them (beyond KIP-501)."""
         for p in self.all():
             try:
                 p.maybe_shrink_isr(now_ms)
+                p.maybe_resign(now_ms)
             except Exception:
                 log.exception("checking the ISR of %s failed", p.tp)
 

@@ -226,6 +226,21 @@ class ReplicaManager:
         answered. In-memory only, so safe on any thread."""
         self._wake(self._table.take_dir_offline(log_dir, reason))
 
+    def follower_response(
+        self, tps: Iterable[TopicPartition], replica_id: int, token: int, sent: bool
+    ) -> None:
+        """A response carrying these partitions' records to a follower starts being sent, or
+        is sent (beyond KIP-501: how long a leader takes to serve its followers)."""
+        now = int(time.time() * 1000)
+        for tp in tps:
+            p = self._table.get(tp)
+            if p is None:
+                continue
+            if sent:
+                p.follower_response_sent(token, now)
+            else:
+                p.follower_response_started(replica_id, token, now)
+
     def on_log_dir_online(self, log_dir: str, loaded: list[TopicPartition]) -> None:
         """A failed log dir was loaded again (called from the thread that loaded it): its
         partitions serve again, as followers catching up or as leaders the controller picks."""
