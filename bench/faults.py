@@ -5,6 +5,9 @@
   the failure until another replica leads (goal < 5 s), sends that failed after the client's
   retries (goal 0), and seconds from the disk healing until broker 1 is back in the ISR
   (Kafka: the dir stays offline until the broker restarts);
+- slow: reads on the leader's disk take SLOW_READ_S longer for SLOW_FOR_S (Kafka's
+  defaults otherwise): partitions seen offline (goal 0), the smallest ISR seen (goal >= 2),
+  failed acks=all sends (goal 0), and when leadership moved off the slow leader;
 - unclean: the leader of a partition is lost for good after both followers stopped at
   different points; the follower with the shorter log starts first, the longer 1.5 s later;
   with unclean.leader.election.enable, is the replica elected the one with the longest log?
@@ -48,6 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replication import SESSION_TIMEOUT_MS, start_cluster, wait_for  # noqa: E402
 
 WIPED_WATCH_S = 10.0
+SLOW_READ_S = 2.0
+SLOW_FOR_S = 40.0
 
 
 def metadata(brokers: dict[int, LogkeelBroker], topic: str) -> Any:
@@ -143,6 +148,57 @@ def disk_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
                 b.kill()
 
 
+def slow_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
+    """Reads on the leader's disk delayed by SLOW_READ_S for SLOW_FOR_S, Kafka's defaults
+    otherwise (replica.lag.time.max.ms 30 s): offline observations, the smallest ISR seen,
+    failed acks=all sends, and when (if) leadership moved off the slow leader."""
+    chroot = f"/faults-{uuid.uuid4().hex[:8]}"
+    with FaultyFs(work / "backing", work / "mnt") as fs:
+        dirs = {1: [fs.mountpoint / "logs", work / "b1-healthy"]}
+        connect = zk.connect_string + chroot
+        brokers = start_cluster(work, connect, {"auto.leader.rebalance.enable": "false"}, dirs)
+        try:
+            topic = "slow"
+            admin = AdminClient({"bootstrap.servers": brokers[2].bootstrap})
+            admin.create_topics([NewTopic(topic, 4, 3, config={"min.insync.replicas": "2"})])[
+                topic
+            ].result(30)
+            wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
+            p = sorted(int(d.name.rsplit("-", 1)[1])
+                       for d in (fs.mountpoint / "logs").glob(f"{topic}-*"))[0]  # fmt: skip
+            designate(connect, topic, p, 1)
+            wait_for(lambda: leader(brokers, topic, p) == 1, "broker 1 leads")
+            acked, failed = [0], [0]
+            prod = confluent_kafka.Producer({"bootstrap.servers": brokers[2].bootstrap,
+                                             "acks": "all", "enable.idempotence": True,
+                                             "linger.ms": 5})  # fmt: skip
+
+            def done(err: Any, _m: Any) -> None:
+                (failed if err else acked)[0] += 1
+
+            fs.delay(SLOW_READ_S, ops={"read"})
+            started = time.monotonic()
+            offline_seen, smallest_isr, moved_s = 0, 3, None
+            while time.monotonic() - started < SLOW_FOR_S:
+                for _ in range(50):
+                    prod.produce(topic, b"x" * 1000, partition=p, on_delivery=done)
+                    prod.poll(0)
+                    time.sleep(0.005)
+                part = metadata(brokers, topic)[p]
+                offline_seen += part.leader < 0
+                smallest_isr = min(smallest_isr, len(part.isrs))
+                if moved_s is None and part.leader not in (1, -1):
+                    moved_s = round(time.monotonic() - started, 1)
+            fs.heal()
+            assert prod.flush(120) == 0
+            return {"offline_observations": offline_seen, "smallest_isr": smallest_isr,
+                    "failed_sends": failed[0], "acked_sends": acked[0],
+                    "leader_moved_after_s": moved_s}  # fmt: skip
+        finally:
+            for b in brokers.values():
+                b.kill()
+
+
 def unclean_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
     connect = zk.connect_string + f"/faults-{uuid.uuid4().hex[:8]}"
     brokers = start_cluster(work, connect, {"unclean.leader.election.enable": "true"})
@@ -206,7 +262,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trials", type=int)
-    parser.add_argument("--only", choices=("disk", "unclean", "wiped"))
+    parser.add_argument("--only", choices=("disk", "slow", "unclean", "wiped"))
     args = parser.parse_args()
     trials = args.trials or (2 if args.quick else 5)
     result: dict[str, Any] = {"trials": trials}
@@ -214,8 +270,8 @@ def main() -> None:
     zk = ZooKeeperServer(base / "zookeeper")
     zk.start()
     try:
-        for name, trial in (("disk", disk_trial), ("unclean", unclean_trial),
-                            ("wiped", wiped_trial)):  # fmt: skip
+        for name, trial in (("disk", disk_trial), ("slow", slow_trial),
+                            ("unclean", unclean_trial), ("wiped", wiped_trial)):  # fmt: skip
             if args.only and args.only != name:
                 continue
             runs = []
@@ -232,6 +288,16 @@ def main() -> None:
                     r["back_in_isr_after_heal_s"] for r in d
                 ),
                 "kafka": "dir offline until a broker restart; leadership moves via LeaderAndIsr",
+            }
+        if "slow" in result:
+            sl = result["slow"]
+            result["slow_summary"] = {
+                "offline_observations_total": sum(r["offline_observations"] for r in sl),
+                "smallest_isr": min(r["smallest_isr"] for r in sl),
+                "failed_sends_total": sum(r["failed_sends"] for r in sl),
+                "leader_moved_after_s": [r["leader_moved_after_s"] for r in sl],
+                "kafka": "KIP-501: followers of a leader with slow reads drop out of the ISR "
+                "(below min.insync.replicas: acks=all fails); the slow leader keeps leading",
             }
         if "unclean" in result:
             result["unclean_summary"] = {

@@ -37,6 +37,10 @@ def broker_1_leads_from_the_fuse_dir(cluster: Cluster, fs: FaultyFs) -> int:
     )[TOPIC].result(20)
     wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
                "every replica in sync", 30)  # fmt: skip
+    # The ISR says who should hold a replica, not that its dir exists yet.
+    wait_until(lambda: len(list((fs.mountpoint / "logs").glob(f"{TOPIC}-*")))
+               + len(list((fs.mountpoint.parent / "b1-healthy").glob(f"{TOPIC}-*"))) == PARTITIONS,
+               "broker 1's partition dirs", 20)  # fmt: skip
     failing = on_failing_disk(fs)
     assert failing, "no partition of broker 1 landed on the FUSE dir"
     p = failing[0]

@@ -78,7 +78,8 @@ def reported_end(cluster: Cluster, broker: int) -> int:
 
 
 def leader(cluster: Cluster) -> int:
-    return int(cluster.partitions(TOPIC)[0].leader_id)
+    part = cluster.partitions(TOPIC).get(0)
+    return -1 if part is None else int(part.leader_id)
 
 
 def stays_offline(cluster: Cluster, seconds: float) -> bool:
@@ -100,8 +101,8 @@ def elect(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 def replicas_in_isr_order(cluster: Cluster) -> tuple[int, int, int]:
     """(leader, a follower, the other follower) once all three are in sync."""
     def in_sync() -> object | None:
-        part = cluster.partitions(TOPIC)[0]
-        return part if len(part.isr_nodes) == 3 else None
+        part = cluster.partitions(TOPIC).get(0)  # the broker asked may not know it yet
+        return part if part is not None and len(part.isr_nodes) == 3 else None
 
     part: object = wait_until(in_sync, "all three in sync", 30)
     lead = int(part.leader_id)  # type: ignore[attr-defined]
