@@ -237,3 +237,21 @@ def test_producer_id_blocks_never_overlap_across_brokers(
     assert len(ids) == 40 and ids[0] == (0, 1000)
     assert all(end == next_start for (_, end), (next_start, _) in zip(ids, ids[1:], strict=False))
     assert all(end - start == 1000 for start, end in ids)
+
+
+def test_adding_partitions_is_conditional_on_the_assignment_read(
+    clients: Callable[[], ZkMetadataClient],
+) -> None:
+    """Two brokers adding partitions at once: the second write, made against the assignment
+    both read, is refused, so it cannot overwrite the first one's partitions."""
+    a, b = clients(), clients()
+    a.create_topic(TopicAssignment("t", None, {0: (1,)}), {})
+    found_a, found_b = a.versioned_topic_assignment("t"), b.versioned_topic_assignment("t")
+    assert found_a is not None and found_b is not None
+    (current, version), (_, version_b) = found_a, found_b
+    grown = dataclasses.replace(current, partitions={0: (1,), 1: (2,)})
+    assert a.set_topic_assignment(grown, version)
+    other = dataclasses.replace(current, partitions={0: (1,), 1: (3,), 2: (3,)})
+    assert not b.set_topic_assignment(other, version_b)
+    assert a.topic_assignment("t") == grown
+    assert b.versioned_topic_assignment("t") == (grown, version + 1)

@@ -244,11 +244,16 @@ class ZkMetadataClient:
         return sorted(self.zk.get_children(zd.TOPICS))
 
     def topic_assignment(self, topic: str) -> TopicAssignment | None:
+        found = self.versioned_topic_assignment(topic)
+        return None if found is None else found[0]
+
+    def versioned_topic_assignment(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        """The assignment and its znode version, for a conditional change."""
         try:
-            data, _ = self.zk.get(zd.topic_path(topic))
+            data, stat = self.zk.get(zd.topic_path(topic))
         except NoNodeError:
             return None
-        return zd.decode_topic(topic, data)
+        return zd.decode_topic(topic, data), int(stat.version)
 
     def topic_config(self, topic: str) -> dict[str, str]:
         try:
@@ -265,10 +270,18 @@ class ZkMetadataClient:
         txn.create(zd.topic_path(assignment.topic), zd.encode_topic(assignment))
         _raise_first_failure(txn.commit(), {})
 
-    def set_topic_assignment(self, assignment: TopicAssignment) -> None:
-        """CreatePartitions: the assignment with the new partitions added; the controller
-        watches it and elects their first leaders."""
-        self.zk.set(zd.topic_path(assignment.topic), zd.encode_topic(assignment))
+    def set_topic_assignment(self, assignment: TopicAssignment, expected_version: int) -> bool:
+        """CreatePartitions: the assignment with the new partitions added, only over the
+        version it was read at (False: another change came first); the controller watches it
+        and elects their first leaders."""
+        try:
+            self.zk.set(
+                zd.topic_path(assignment.topic), zd.encode_topic(assignment),
+                version=expected_version,
+            )
+        except BadVersionError:
+            return False
+        return True
 
     def set_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
         self.zk.set(zd.topic_config_path(topic), zd.encode_topic_config(configs))

@@ -423,20 +423,27 @@ class ZkMetadataStore(MetadataStore):
         self, name: str, total: int, *, validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
-        current = self.client.topic_assignment(name)
-        state = self._snapshot.get(name)
-        if current is None or state is None:
-            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
-        have = len(current.partitions)
-        check_partition_increase(name, have, total)
-        brokers = self._live_racks()
-        replication = len(next(iter(current.partitions.values())))
-        added = self._place(brokers, total - have, replication, assignment, have)
-        if validate_only:
-            return state
-        self.client.set_topic_assignment(
-            replace(current, partitions={**current.partitions, **added})
-        )
+        # Conditional on the assignment's version: two CreatePartitions racing on two brokers
+        # must not both place "the next" partitions; the loser decides again on the new count.
+        while True:
+            found = self.client.versioned_topic_assignment(name)
+            state = self._snapshot.get(name)
+            if found is None or state is None:
+                raise MetadataError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist"
+                )
+            current, version = found
+            have = len(current.partitions)
+            check_partition_increase(name, have, total)
+            brokers = self._live_racks()
+            replication = len(next(iter(current.partitions.values())))
+            added = self._place(brokers, total - have, replication, assignment, have)
+            if validate_only:
+                return state
+            if self.client.set_topic_assignment(
+                replace(current, partitions={**current.partitions, **added}), version
+            ):
+                break
         self.wait_for(lambda: self._complete(name, total), ADMIN_WAIT_S)
         return self._snapshot.get(name) or state
 
