@@ -52,7 +52,7 @@ from replication import SESSION_TIMEOUT_MS, start_cluster, wait_for  # noqa: E40
 
 WIPED_WATCH_S = 10.0
 SLOW_READ_S = 2.0
-SLOW_FOR_S = 40.0
+SLOW_FOR_S = 30.0
 
 
 def metadata(brokers: dict[int, LogkeelBroker], topic: str) -> Any:

@@ -125,3 +125,24 @@ def test_a_wiped_replica_never_leads_even_alone_while_the_partition_had_data() -
     assert recreated.state.leader == NO_LEADER  # no report for this topic id yet
     fresh = LiveBrokers(frozenset({1}), frozenset(), {}, {1: {TP: ReplicaLogReport("new", -1, 0, 7)}})
     assert decide(TP, offline, fresh, unclean=False, preferred=False, topic_id="new").state.leader == 1
+
+
+def test_a_live_leaders_old_report_never_deposes_it() -> None:
+    """An online partition's reports may be seconds old: the leader's report from before the
+    first write says LEO 0 while the followers' later ones hold data. That is not a wiped disk;
+    only a restart (a new broker epoch) or an offline partition gets its logs judged."""
+    online = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, leader_broker_epoch=40)
+    logs = LiveBrokers(
+        frozenset({1, 2, 3}), frozenset(), {},
+        {1: {TP: ReplicaLogReport("id", -1, 0, 7, 40)}, 2: {TP: ReplicaLogReport("id", 5, 90, 7, 41)}},
+        {1: 40, 2: 41, 3: 42},
+    )
+    assert decide(TP, online, logs, unclean=False, preferred=False, topic_id="id").state is online
+    # The same leader back from a restart with that empty log is judged, and loses it.
+    restarted = LiveBrokers(
+        frozenset({1, 2, 3}), frozenset(), {},
+        {1: {TP: ReplicaLogReport("id", -1, 0, 7, 43)}, 2: {TP: ReplicaLogReport("id", 5, 90, 7, 41)}},
+        {1: 43, 2: 41, 3: 42},
+    )
+    after = decide(TP, online, restarted, unclean=False, preferred=False, topic_id="id").state
+    assert after.leader == 2 and after.leader_epoch == 6

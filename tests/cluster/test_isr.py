@@ -12,6 +12,7 @@ from logkeel.cluster.isr import (
     expand_isr,
     fetch_completed,
     fetch_failed,
+    fetch_sent,
     fetch_started,
     follower_fetch_served,
     high_watermark,
@@ -176,3 +177,21 @@ def test_high_watermark_bounded_by_isr_ends(ends, leader_end, current) -> None:
     hw = high_watermark(current, 1, leader_end, isr, followers)
     assert hw >= current
     assert hw == current or hw == min([leader_end, *ends])
+
+
+def test_a_fetch_stays_pending_until_its_records_are_sent() -> None:
+    """With zero-copy reads the slow part is the send: under KIP-501 the fetch is pending until
+    its records reached the follower, and a send that took long makes the follower caught up
+    at its end."""
+    f = fetch_started(caught_up_follower(0, 10), 10, 1_000, KIP501)
+    f = fetch_completed(f, 10, 1_000, 1_001, 20, KIP501, sending=True)
+    assert f.pending and in_sync(f, 30, 1_000 + LAG + 5_000, KIP501)[0]
+    late = 1_000 + LAG  # the send took the whole lag time
+    sent = fetch_sent(f, 10, 1_000, late, KIP501)
+    assert sent.pending == () and sent.last_caught_up_ms == late
+    assert fetch_sent(sent, 10, 1_000, late + 1, KIP501) == sent  # once
+    quick = fetch_sent(f, 10, 1_000, 1_050, KIP501)
+    assert quick.pending == () and quick.last_caught_up_ms == f.last_caught_up_ms
+    # One fetch at a time: a new one replaces a pending one whose response was lost.
+    again = fetch_started(f, 20, 2_000, KIP501)
+    assert [p.started_ms for p in again.pending] == [2_000]

@@ -83,27 +83,31 @@ class LiveBrokers:
 
     def views(
         self, tp: TopicPartition, reg: PartitionRegistration, *, shutdown: bool,
-        topic_id: str | None = None,
+        topic_id: str | None = None, fresh: bool = False,
     ) -> Views:
-        """The replicas of ``reg`` as the decisions see them. A replica's log is known only from
-        a report made against the current partition state (of an offline partition nobody
-        fetches, so such a report stays true); of an offline partition, a live replica with no
-        such report may not lead until it reports (it may be back with a wiped disk)."""
+        """The replicas of ``reg`` as the decisions see them. Logs are judged only where a
+        report is known to be true: every replica of an offline partition (nobody fetches, so
+        a report made against its current state stays true), a leader back from a restart (its
+        report of this run), and every replica when ``fresh`` (an operator's election, on
+        reports just asked for). An online partition's followers fetch all the time: their
+        last report may be seconds old, and judging it could take a healthy replica for a
+        wiped one. Of those judged, a live replica with no such report may not lead until it
+        reports (it may be back with a wiped disk)."""
         out = {}
         for r in reg.replicas:
-            log_ = self._log(r, tp, topic_id, reg.partition_epoch)
             restarted = (
                 r == reg.leader
                 and reg.leader_broker_epoch >= 0
                 and self.epochs.get(r, reg.leader_broker_epoch) != reg.leader_broker_epoch
             )
+            judged = self.logs is not None and (reg.offline or restarted or fresh)
+            log_ = self._log(r, tp, topic_id, reg.partition_epoch) if judged else None
             out[r] = ReplicaView(
                 live=r in self.live,
                 log_dir_online=tp not in self.offline_replicas.get(r, ()),
                 shutting_down=shutdown and r in self.shutting_down,
                 log=log_,
-                awaiting_report=self.logs is not None and (reg.offline or restarted)
-                and log_ is None,
+                awaiting_report=judged and not fresh and log_ is None,
                 restarted=restarted,
             )
         return out
@@ -483,7 +487,10 @@ class Controller:
             if current is None:
                 return ("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"{tp} has no leader yet")
             reg = zd.registration_of(replicas, current)
-            views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
+            views = cluster.views(
+                tp, reg, shutdown=True, topic_id=topic_id,
+                fresh=request.kind in ("unclean", "designated"),
+            )
             had_data = cluster.had_data(tp, topic_id)
             if request.kind == "preferred":
                 d = preferred_election(reg, views, partition_had_data=had_data)

@@ -55,12 +55,13 @@ def fetch_started(
 ) -> FollowerState:
     """A follower fetch begins to be served. Under KIP-501 it is recorded as pending when it
     starts at or past the leader's log end as of the previous fetch (the follower had caught up
-    to what it last saw)."""
+    to what it last saw). A follower sends one fetch at a time: an earlier one still recorded
+    (its response was lost) no longer counts."""
     if not config.follower_fetch_pending_reads_insync_enable:
         return follower
     if fetch_offset < follower.last_fetch_leader_log_end_offset:
-        return follower
-    return replace(follower, pending=(*follower.pending, PendingFetch(fetch_offset, now_ms)))
+        return replace(follower, pending=())
+    return replace(follower, pending=(PendingFetch(fetch_offset, now_ms),))
 
 
 def _without_pending(
@@ -80,10 +81,14 @@ def fetch_completed(
     now_ms: int,
     leader_log_end_offset: int,
     config: IsrConfig,
+    *,
+    sending: bool = False,
 ) -> FollowerState:
-    """A follower fetch was served: its fetch offset is the follower's log end offset, and it
+    """A follower fetch was read: its fetch offset is the follower's log end offset, and it
     counts as caught up at the fetch's start time when it reached the leader's current log end,
-    or at the previous fetch's time when it reached the log end seen then."""
+    or at the previous fetch's time when it reached the log end seen then. ``sending``: its
+    records still have to reach the follower, so it stays pending until `fetch_sent` (the
+    send is what a slow disk makes slow, with zero-copy reads)."""
     slow_read = now_ms - started_ms >= (
         config.replica_lag_time_max_ms * config.replica_read_time_insync_factor
     )
@@ -105,7 +110,27 @@ def fetch_completed(
         last_caught_up_ms=caught_up,
         last_fetch_ms=fetch_time,
         last_fetch_leader_log_end_offset=leader_log_end_offset,
+        pending=follower.pending if sending else _without_pending(follower, fetch_offset, started_ms),
+    )
+
+
+def fetch_sent(
+    follower: FollowerState, fetch_offset: int, started_ms: int, now_ms: int, config: IsrConfig
+) -> FollowerState:
+    """The records of a pending fetch reached the follower (or the response was dropped): it
+    is pending no more, and if serving it took at least
+    ``replica.lag.time.max.ms * replica.read.time.insync.factor`` the follower counts as caught
+    up now, its completion, rather than when it started (KIP-501)."""
+    mine = PendingFetch(fetch_offset, started_ms)
+    if mine not in follower.pending:
+        return follower
+    caught_up = follower.last_caught_up_ms
+    if now_ms - started_ms >= config.replica_lag_time_max_ms * config.replica_read_time_insync_factor:
+        caught_up = max(caught_up, now_ms)
+    return replace(
+        follower,
         pending=_without_pending(follower, fetch_offset, started_ms),
+        last_caught_up_ms=caught_up,
     )
 
 

@@ -474,7 +474,8 @@ class ZkMetadataStore(MetadataStore):
                 state.topic, state.partition,
                 LeaderIsr(
                     state.leader, state.leader_epoch, tuple(state.isr), controller_epoch,
-                    leader_broker_epoch=current.leader_broker_epoch if current is not None else -1,
+                    # Only the leader writes its ISR, and it is this run of this broker.
+                    leader_broker_epoch=self.broker_epoch,
                 ),
                 state.partition_epoch - 1,
             )

@@ -115,6 +115,9 @@ class Partition:
         # them still being sent (token -> follower, start ms), and the epoch it resigned in.
         self._slow: dict[int, SlowLeader] = {}
         self._unsent: dict[int, tuple[int, int]] = {}
+        # follower -> (fetch offset, start ms) of its read whose records are being sent: it
+        # stays pending (KIP-501) until they are.
+        self._reads_unsent: dict[int, tuple[int, int]] = {}
         self._resigned_in_epoch: int | None = None
         self.resign_requested: Callable[[TopicPartition, str], None] | None = None
         # Bytes appended since start: delayed fetches compare it to decide they have enough.
@@ -405,8 +408,12 @@ class Partition:
                     result.aborted_transactions = info.aborted_transactions
                 if follower:
                     served = True
+                    sending = result.records is not None
+                    if sending:
+                        with self._followers_lock:
+                            self._reads_unsent[replica_id] = (r.fetch_offset, now)
                     hw_moved = self._follower_fetched_locked(
-                        replica_id, r.fetch_offset, now, leader_end
+                        replica_id, r.fetch_offset, now, leader_end, sending=sending
                     )
                     # The follower learns the high watermark its own fetch just moved.
                     result.high_watermark = plog.high_watermark
@@ -441,7 +448,8 @@ class Partition:
             return state
 
     def _follower_fetched_locked(
-        self, replica_id: int, fetch_offset: int, started_ms: int, leader_end: int
+        self, replica_id: int, fetch_offset: int, started_ms: int, leader_end: int,
+        *, sending: bool = False,
     ) -> bool:
         """A follower's fetch from ``fetch_offset`` was served: it holds everything below it.
         Moves the high watermark (True if it moved) and asks for an ISR expansion when the
@@ -450,7 +458,7 @@ class Partition:
         state = self._update_follower(
             replica_id,
             lambda f: isr_rules.fetch_completed(
-                f, fetch_offset, started_ms, now, leader_end, self.isr_config
+                f, fetch_offset, started_ms, now, leader_end, self.isr_config, sending=sending
             ),
         )
         if state is None:
@@ -493,6 +501,15 @@ class Partition:
         """A response carrying this partition's records to a follower is sent (or dropped)."""
         with self._followers_lock:
             entry = self._unsent.pop(token, None)
+            if entry is not None:
+                read = self._reads_unsent.pop(entry[0], None)
+                if read is not None:
+                    offset, read_started = read
+                    state = self.followers.get(entry[0])
+                    if state is not None:
+                        self.followers[entry[0]] = isr_rules.fetch_sent(
+                            state, offset, read_started, now_ms, self.isr_config
+                        )
             if entry is not None and self.is_leader:
                 replica, started = entry
                 self._slow[replica] = isr_rules.follower_fetch_served(
