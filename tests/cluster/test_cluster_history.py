@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from logkeel.cluster.zk_server import ZooKeeperServer
@@ -85,13 +85,35 @@ class Reader(threading.Thread):
         self.consumer.close()
 
 
+_STALE_LEADER = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT,
+}
+
+
+def high_watermark(consumer: Consumer, partition: int) -> int:
+    """The partition's high watermark, asked again while the client's metadata still names a
+    leader that has just lost its leadership (a woken or restarted broker answers
+    NOT_LEADER_OR_FOLLOWER; the client does not retry ListOffsets by itself). Bounded."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=20)
+            return int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _STALE_LEADER or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def final_logs(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "history-final",
                          "enable.auto.commit": False})
     logs: dict[int, list[tuple[int, str]]] = {}
     try:
         for p in range(PARTITIONS):
-            _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=20)
+            high = high_watermark(consumer, p)
             consumer.assign([TopicPartition(TOPIC, p, 0)])
             records: list[tuple[int, str]] = []
             deadline = time.monotonic() + 60
