@@ -129,7 +129,7 @@ static void bitmap_trim(Buf *b, Py_ssize_t n) {
 
 static PyObject *bincol_take(BinCol *c) {
     bitmap_trim(&c->valid, c->n);
-    PyObject *t = Py_BuildValue("(y#y#y#n)", c->offsets.p, c->offsets.len, c->data.p, c->data.len,
+    PyObject *t = Py_BuildValue("(y#y#y#n)", c->offsets.p, c->offsets.len, c->data.p ? c->data.p : "", c->data.len,
                                 c->valid.p ? c->valid.p : "", c->valid.len, c->nulls);
     c->offsets.len = 4; /* keeps the leading 0 */
     c->data.len = c->valid.len = 0;
