@@ -8,6 +8,7 @@ over its records with a ``take`` on the per-record batch index.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pyarrow as pa
@@ -119,6 +120,27 @@ def _headers(h: HeaderColumns, n: int, type_: pa.ListType) -> pa.Array:
     )
 
 
+def _spread(values: tuple[Any, ...], type_: pa.DataType, index: pa.Array) -> pa.Array:
+    """One value per batch, spread over the records of each (``index``: the batch of each)."""
+    n = len(index)
+    first = values[0] if values else None
+    if any(v != first for v in values):
+        return pa.array(values, type_).take(index)
+    # The same value for every batch of the chunk (most columns, most of the time): built
+    # directly, which is 2-5x cheaper than a take.
+    if first is None:
+        return pa.nulls(n, type_)
+    if pa.types.is_boolean(type_):
+        bitmap = bytearray((b"\xff" if first else b"\x00") * ((n + 7) // 8))
+        if n & 7:
+            bitmap[-1] &= (1 << (n & 7)) - 1
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(bitmap)])
+    if pa.types.is_integer(type_):
+        value = first.to_bytes(type_.bit_width // 8, sys.byteorder, signed=True)
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(value * n)])
+    return pa.repeat(pa.scalar(first, type_), n)
+
+
 def record_batch(
     schema: pa.Schema, cols: RecordColumns, per_batch: dict[str, tuple[Any, ...]]
 ) -> pa.RecordBatch:
@@ -140,7 +162,7 @@ def record_batch(
             assert cols.headers is not None
             arrays.append(_headers(cols.headers, n, type_))
         elif name in per_batch:
-            arrays.append(pa.array(per_batch[name], type_).take(index))
+            arrays.append(_spread(per_batch[name], type_, index))
         else:
             arrays.append(pa.nulls(n, type_))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
