@@ -21,6 +21,8 @@ Prints one line per measurement and, last, one JSON object. Medians over --repea
     .venv/bin/python bench/spark_read.py                # 1,000,000 records of 100 bytes, 4 partitions
     .venv/bin/python bench/spark_read.py --records 200000 --repeats 3
     .venv/bin/python bench/spark_read.py --segments-only  # no topic source or consumers
+    mkdir /tmp/base && git archive main src | tar -x -C /tmp/base && \\
+      .venv/bin/python bench/spark_read.py --segments-only --baseline-src /tmp/base
 """
 
 from __future__ import annotations
@@ -285,6 +287,48 @@ def median_rate(samples: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
 
+def measure_segments(args: argparse.Namespace) -> None:
+    """The segment reader of whichever logkeel is on the path (--baseline-src's), as a child
+    process: prints its samples as one JSON line."""
+    from logkeel.spark.session import spark_session
+
+    spark = spark_session(
+        args.master, "baseline", {"spark.ui.enabled": "false", "spark.log.level": "ERROR"}
+    )
+    paths = [
+        s.path
+        for r in find_partitions([args.measure_segments])
+        if r.topic_partition.topic == args.topic
+        for s in list_segments(r)
+    ]
+    nbytes = args.records * (args.value_bytes + len(b"key-00000000"))
+    total = sum(os.path.getsize(p) for p in paths)
+    df = spark.read.format("logkeel-segments").option("subscribe", args.topic)
+    df = df.load(args.measure_segments)
+    spark_action(df)
+    samples = [timed_action(df, args.records, nbytes, total) for _ in range(args.repeats)]
+    spark.stop()
+    print(json.dumps(samples))
+
+
+def baseline_samples(args: argparse.Namespace, log_dir: str, topic: str) -> list[dict]:
+    import subprocess
+
+    src = str(Path(args.baseline_src).resolve() / "src")
+    env = dict(os.environ, PYTHONPATH=src, PYSPARK_PYTHON=sys.executable)
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure-segments", log_dir, "--topic", topic]
+        + ["--records", str(args.records), "--value-bytes", str(args.value_bytes)]
+        + ["--repeats", str(args.repeats), "--master", args.master],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -299,7 +343,17 @@ def main() -> None:
         action="store_true",
         help="measure only the segment reader (no topic source, no consumers)",
     )
+    parser.add_argument(
+        "--baseline-src",
+        help="a logkeel source tree (e.g. `git archive main src | tar -x -C DIR`) whose segment reader "
+        "is measured too, on the same files, after the others (reported as segments_baseline)",
+    )
+    parser.add_argument("--measure-segments", help=argparse.SUPPRESS)  # LOG_DIR: the baseline run
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure_segments:
+        measure_segments(args)
+        return
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     broker = None
@@ -387,6 +441,10 @@ def main() -> None:
                     )
                     log(f"[{i}] {decoder}: scan+decode {sd}  segments {seg}")
         spark.stop()
+        if args.baseline_src and log_dir:
+            log(f"baseline: the segment reader of {args.baseline_src} ...")
+            results["segments_baseline"] = baseline_samples(args, log_dir, topic)
+            log(f"baseline {results['segments_baseline']}")
         summary: dict[str, Any] = {
             "records": args.records,
             "value_bytes": args.value_bytes,
@@ -417,6 +475,12 @@ def main() -> None:
             summary["segments_native_to_python"] = round(
                 native["rows_s"] / summary["segments_python"]["rows_s"], 2
             )
+            if "segments_baseline" in summary:
+                base = summary["segments_baseline"]
+                summary["segments_native_to_baseline"] = round(native["rows_s"] / base["rows_s"], 2)
+                summary["segments_native_to_baseline_per_cpu_s"] = round(
+                    native["rows_per_cpu_s"] / base["rows_per_cpu_s"], 2
+                )
             summary["segments_native_to_spark_floor"] = round(
                 native["rows_s"] / summary["spark_floor"]["rows_s"], 2
             )
