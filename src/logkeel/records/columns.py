@@ -20,7 +20,6 @@ platform logkeel runs on), and the Spark side wraps them without copying.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
@@ -35,8 +34,6 @@ except ImportError:  # not built: no compiler or headers at install
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-# The decoder a reader uses when not told: compiled when built, unless this says "python".
-DECODER_ENV = "LOGKEEL_RECORD_DECODER"
 _ATTR_COMPRESSION_MASK = 0x07
 _ATTR_LOG_APPEND_TIME = 0x08
 
@@ -97,9 +94,8 @@ def native_available() -> bool:
 
 
 def column_builder(with_headers: bool = False, decoder: str | None = None) -> ColumnBuilder:
-    """A builder of ``decoder`` "native" or "python"; None means the ``LOGKEEL_RECORD_DECODER``
-    environment variable, else native when built."""
-    choice = (decoder or os.environ.get(DECODER_ENV) or "auto").lower()
+    """A builder of ``decoder`` "native" or "python"; "auto" (or None): native when built."""
+    choice = (decoder or "auto").lower()
     if choice not in ("auto", "native", "python"):
         raise ValueError(f"record decoder must be auto, native or python, not {choice!r}")
     if choice == "native" and _native is None:

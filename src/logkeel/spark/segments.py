@@ -52,7 +52,8 @@ FAILFAST = "FAILFAST"
 _MODES = (PERMISSIVE, DROPMALFORMED, FAILFAST)
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 MIN_SPLIT_BYTES = 4 * 1024 * 1024  # below this a task costs more than it reads (openCostInBytes)
-# Spark's cost per Arrow batch is high enough that 8k-row batches read ~2x slower than 64k.
+# Spark's cost per Arrow batch is high: fed prebuilt batches, it read ~2x more rows/s here with
+# 64k-row batches than with 8k ones.
 ROWS_PER_ARROW_BATCH = 65536
 BYTES_PER_ARROW_BATCH = 64 * 1024 * 1024  # key/value bytes; an Arrow binary column holds < 2 GiB
 _DECODERS = ("auto", "native", "python")
