@@ -247,3 +247,15 @@ def test_offsets_beyond_int64_are_refused(decoder: str) -> None:
 def test_unknown_decoder_is_refused() -> None:
     with pytest.raises(ValueError, match="auto, native or python"):
         column_builder(False, "rust")
+
+
+def test_without_the_extension_the_python_decoder_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As after an install without a C compiler: the module is then absent.
+    import logkeel.records.columns as columns
+
+    monkeypatch.setattr(columns, "_native", None)
+    assert not columns.native_available()
+    assert isinstance(column_builder(True), columns.PyColumnBuilder)
+    assert isinstance(column_builder(True, "auto"), columns.PyColumnBuilder)
+    with pytest.raises(RuntimeError, match="not built"):
+        column_builder(True, "native")
