@@ -79,9 +79,13 @@ class ColumnBuilder(Protocol):
         Arrow column may hold (2 GiB)."""
         ...
 
-    def add(self, buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    def add(
+        self, buf: bytes | memoryview, pos: int = 0, header: BatchHeader | None = None
+    ) -> BatchHeader:
         """Decodes the batch at ``pos`` of ``buf`` (its CRC is not checked: the caller has);
-        its records become rows. InvalidBatchError, and nothing added, when they do not decode."""
+        its records become rows. InvalidBatchError, and nothing added, when they do not decode.
+        ``header``: the batch's header, when the caller has parsed and validated it already
+        (a batch walk has), so that it is not parsed again."""
         ...
 
     def take(self) -> RecordColumns:
@@ -130,8 +134,11 @@ class NativeColumnBuilder:
     def nbytes(self) -> int:
         return self._builder.nbytes
 
-    def add(self, buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-        header = read_header(buf, pos, verify_crc=False)
+    def add(
+        self, buf: bytes | memoryview, pos: int = 0, header: BatchHeader | None = None
+    ) -> BatchHeader:
+        if header is None:
+            header = read_header(buf, pos, verify_crc=False)
         attributes = header.attributes
         if attributes & _ATTR_COMPRESSION_MASK:
             data = records_section(buf, header, pos)
@@ -197,7 +204,9 @@ class PyColumnBuilder:
     def nbytes(self) -> int:
         return self._nbytes
 
-    def add(self, buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    def add(
+        self, buf: bytes | memoryview, pos: int = 0, header: BatchHeader | None = None
+    ) -> BatchHeader:
         header, records = decode_records(buf, pos, verify_crc=False)
         # Offsets increase within a batch; timestamps need not.
         if records and (

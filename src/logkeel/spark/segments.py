@@ -245,7 +245,7 @@ def read_segments(
                 yield corrupt.take(schema)
             assert item.data is not None
             try:
-                records.add(segment, item.position, item.data)
+                records.add(segment, item.position, item.data, item.header)
             except InvalidBatchError as exc:
                 # The CRC matched, so these are the bytes the producer sent: a writer bug.
                 bad = CorruptRange(

@@ -2,13 +2,16 @@
 object per record.
 
 Record columns (`logkeel.records.columns`) arrive as Arrow-layout buffers and are wrapped as
-they are; the batch's own fields (where it lives, its header) are one value per batch, spread
-over its records with a ``take`` on the per-record batch index.
+they are; the batch's own fields (where it lives, its header) are one value per batch, derived
+from all headers of the chunk at once and spread over the records with a ``take`` on the
+per-record batch index (or built directly when the whole chunk shares one value).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -19,58 +22,27 @@ from logkeel.records.columns import BinaryColumn, ColumnBuilder, HeaderColumns, 
 from logkeel.spark.segment_scan import SegmentFile
 
 COMPRESSION_NAMES = {c.value: c.name.lower() for c in CompressionType}
-# Columns of a valid record that are the same for every record of its batch.
-_PER_BATCH = (
-    "topic",
-    "partition",
-    "timestampType",
-    "logDir",
-    "segment",
-    "position",
-    "baseOffset",
-    "lastOffset",
-    "leaderEpoch",
-    "producerId",
-    "producerEpoch",
-    "baseSequence",
-    "isTransactional",
-    "isControl",
-    "compression",
-    "crcValid",
-    "corrupt",
-)
-
-
-def batch_fields(segment: SegmentFile, position: int, header: BatchHeader) -> tuple[Any, ...]:
-    """The values of ``_PER_BATCH`` for the records of one batch."""
-    return (
-        segment.topic,
-        segment.partition,
-        int(header.timestamp_type),
-        segment.log_dir,
-        segment.path,
-        position,
-        header.base_offset,
-        header.last_offset,
-        header.partition_leader_epoch,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        header.is_transactional,
-        header.is_control,
-        COMPRESSION_NAMES.get(header.attributes & 0x07),
-        True,
-        False,
-    )
+# The names by the attributes' 3 codec bits (5-7 are refused before a batch gets here).
+_CODEC_NAMES = pa.array([COMPRESSION_NAMES.get(i) for i in range(8)], pa.string())
 
 
 class RecordChunk:
-    """Valid batches decoded into one Arrow batch to be."""
+    """Valid batches decoded into one Arrow batch to be.
+
+    Per batch only its header and position are kept (two list appends): the batch columns are
+    derived from all headers at once when the Arrow batch is built, so a chunk of many small
+    batches costs little Python per batch.
+    """
 
     def __init__(self, schema: pa.Schema, builder: ColumnBuilder) -> None:
         self.schema = schema
         self.builder = builder
-        self.batches: list[tuple[Any, ...]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.headers: list[BatchHeader] = []
+        self.positions: list[int] = []
+        self.segments: list[tuple[SegmentFile, int]] = []  # each segment and its first batch
 
     @property
     def rows(self) -> int:
@@ -80,18 +52,65 @@ class RecordChunk:
     def nbytes(self) -> int:
         return self.builder.nbytes
 
-    def add(self, segment: SegmentFile, position: int, data: bytes | memoryview) -> None:
-        """The records of the batch ``data`` (CRC already checked); InvalidBatchError, and
-        nothing added, when they do not decode."""
-        header = self.builder.add(data)
-        self.batches.append(batch_fields(segment, position, header))
+    def add(
+        self, segment: SegmentFile, position: int, data: bytes | memoryview, header: BatchHeader
+    ) -> None:
+        """The records of the batch ``data``, whose ``header`` a scan has parsed and checked
+        (CRC included); InvalidBatchError, and nothing added, when they do not decode."""
+        self.builder.add(data, 0, header)
+        if not self.segments or self.segments[-1][0] is not segment:
+            self.segments.append((segment, len(self.headers)))
+        self.headers.append(header)
+        self.positions.append(position)
 
     def take(self) -> pa.RecordBatch:
-        cols = self.builder.take()
-        columns = list(zip(*self.batches, strict=True)) or [()] * len(_PER_BATCH)
-        per_batch = dict(zip(_PER_BATCH, columns, strict=True))
-        self.batches = []
-        return record_batch(self.schema, cols, per_batch)
+        batch = record_batch(self.schema, self.builder.take(), self._batch_columns())
+        self._reset()
+        return batch
+
+    def _batch_columns(self) -> dict[str, pa.Array]:
+        """The columns that hold one value per batch, one entry per batch."""
+        n = len(self.headers)
+        runs = [
+            (segment, end - first)
+            for (segment, first), end in zip(
+                self.segments, [first for _, first in self.segments[1:]] + [n], strict=True
+            )
+        ]
+        fields = list(zip(*self.headers, strict=True)) if n else [()] * len(BatchHeader._fields)
+        header = dict(zip(BatchHeader._fields, fields, strict=True))
+        attributes = pa.array(header["attributes"], pa.int32())
+        base_offset = pa.array(header["base_offset"], pa.int64())
+
+        def per_segment(value: Callable[[SegmentFile], Any], type_: pa.DataType) -> pa.Array:
+            return pa.array(
+                list(chain.from_iterable([value(seg)] * count for seg, count in runs)), type_
+            )
+
+        def flag(mask: int) -> pa.Array:
+            return pc.not_equal(pc.bit_wise_and(attributes, mask), 0)
+
+        return {
+            "topic": per_segment(lambda s: s.topic, pa.string()),
+            "partition": per_segment(lambda s: s.partition, pa.int32()),
+            "logDir": per_segment(lambda s: s.log_dir, pa.string()),
+            "segment": per_segment(lambda s: s.path, pa.string()),
+            "timestampType": pc.bit_wise_and(pc.shift_right(attributes, 3), 1),
+            "position": pa.array(self.positions, pa.int64()),
+            "baseOffset": base_offset,
+            "lastOffset": pc.add_checked(
+                base_offset, pa.array(header["last_offset_delta"], pa.int64())
+            ),
+            "leaderEpoch": pa.array(header["partition_leader_epoch"], pa.int32()),
+            "producerId": pa.array(header["producer_id"], pa.int64()),
+            "producerEpoch": pa.array(header["producer_epoch"], pa.int32()),
+            "baseSequence": pa.array(header["base_sequence"], pa.int32()),
+            "isTransactional": flag(0x10),
+            "isControl": flag(0x20),
+            "compression": _CODEC_NAMES.take(pc.bit_wise_and(attributes, 0x07)),
+            "crcValid": pa.repeat(True, n),
+            "corrupt": pa.repeat(False, n),
+        }
 
 
 def _binary(col: BinaryColumn, n: int, type_: pa.DataType) -> pa.Array:
@@ -120,14 +139,15 @@ def _headers(h: HeaderColumns, n: int, type_: pa.ListType) -> pa.Array:
     )
 
 
-def _spread(values: tuple[Any, ...], type_: pa.DataType, index: pa.Array) -> pa.Array:
+def _spread(values: pa.Array, type_: pa.DataType, index: pa.Array) -> pa.Array:
     """One value per batch, spread over the records of each (``index``: the batch of each)."""
+    values = values.cast(type_)
     n = len(index)
-    first = values[0] if values else None
-    if any(v != first for v in values):
-        return pa.array(values, type_).take(index)
+    if len(values) == 0 or pc.count_distinct(values, mode="all").as_py() > 1:
+        return values.take(index)
     # The same value for every batch of the chunk (most columns, most of the time): built
     # directly, which is 2-5x cheaper than a take.
+    first = values[0].as_py()
     if first is None:
         return pa.nulls(n, type_)
     if pa.types.is_boolean(type_):
@@ -142,7 +162,7 @@ def _spread(values: tuple[Any, ...], type_: pa.DataType, index: pa.Array) -> pa.
 
 
 def record_batch(
-    schema: pa.Schema, cols: RecordColumns, per_batch: dict[str, tuple[Any, ...]]
+    schema: pa.Schema, cols: RecordColumns, per_batch: dict[str, pa.Array]
 ) -> pa.RecordBatch:
     n = cols.rows
     index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(cols.batch_index)])
