@@ -62,7 +62,7 @@ class SegmentFile:
 class ValidBatch(NamedTuple):
     position: int
     header: BatchHeader
-    data: bytes | None  # the whole batch, when the scan was asked for data
+    data: bytes | memoryview | None  # the whole batch, when the scan was asked for data
 
 
 class CorruptRange(NamedTuple):
@@ -259,7 +259,9 @@ def _scan(win: BatchWindow, segment: SegmentFile, with_data: bool) -> Iterator[S
         data = None
         if with_data:
             buf, rel = win.get(pos, header.size)
-            data = bytes(buf[rel : rel + header.size])
+            data = memoryview(buf)[rel : rel + header.size]
+            if type(buf) is not bytes:  # a view of immutable bytes is as good as a copy
+                data = bytes(data)
         yield ValidBatch(pos, header, data)
     if bad is not None:
         nxt = segment.next_base_offset
