@@ -84,6 +84,7 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._last_snapshot_ms = _now_ms()
+        self._truncations = 0  # bumped by truncations; a snapshot written meanwhile is stale
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.tp}, [{self.log_start_offset}, {self.log_end_offset}))"
@@ -372,6 +373,7 @@ class PartitionLog:
             for segment in doomed:
                 removed += segment.size
             self._remove_segments(doomed, rename=True)
+            self._truncations += 1
             removed += self.active_segment.truncate_to(offset)
             if not self._segments:
                 raise AssertionError("a log always keeps one segment")
@@ -386,6 +388,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empties the log and restarts it at ``offset`` (a follower far behind the leader)."""
         with self.lock:
+            self._truncations += 1
             self._remove_segments(list(self._segments), rename=True)
             segment = self.new_segment(self.dir, offset, self.config, self.log_dir)
             segment.make_active()
@@ -549,11 +552,29 @@ class PartitionLog:
         if interval <= 0 or now_ms - self._last_snapshot_ms < interval:
             return False  # 0: snapshots only at roll and shutdown
         self._last_snapshot_ms = now_ms
+        return self.snapshot_producer_state()
+
+    def snapshot_producer_state(self) -> bool:
+        """Snapshots producer state at its end, once the data it describes is flushed (a
+        snapshot is only useful for recovery up to there); False if nothing changed.
+
+        Neither the fsync of the data nor the snapshot's own holds the lock: an fsync of a busy
+        partition can take seconds while writeback is throttled, and appends (with the produce
+        request carrying them) waited for it.
+        """
         with self.lock:
-            # A snapshot is only useful for recovery up to the flushed data it describes.
-            if self.producer_state.map_end_offset > self.recovery_point:
-                self.flush()
-            return self.producer_state.take_snapshot() is not None
+            pending = self.producer_state.prepare_snapshot()
+            truncations = self._truncations
+        if pending is None:
+            return False
+        self.flush(pending.offset)
+        pending.write()
+        with self.lock:
+            if truncations != self._truncations or pending.offset < self.log_start_offset:
+                pending.discard()  # it may describe batches removed meanwhile
+                return False
+            self.producer_state.add_snapshot(pending)
+            return True
 
     def close(self) -> None:
         """Flushes, snapshots producer state at the log end and closes every file."""
