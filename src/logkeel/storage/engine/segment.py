@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from logkeel.records.batch import NO_TIMESTAMP, BatchHeader, InvalidBatchError
+from logkeel.records.batch import LOG_OVERHEAD, NO_TIMESTAMP, BatchHeader, InvalidBatchError
 from logkeel.records.walk import BadBatch, BatchPosition, BatchWindow, walk_batches
 from logkeel.storage.engine.file_records import FileRecords, FileRegion
 from logkeel.storage.engine.offset_index import OffsetIndex
@@ -287,12 +287,13 @@ class LogSegment:
         size = self.log.size
         if size == 0:
             return not self.can_hold(last_offset)
+        # Checked before every append: cheapest tests first, each in line.
         return (
             size + incoming_bytes > segment_bytes
+            or not 0 <= last_offset - self.base_offset <= _INT32_MAX
+            or self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
             or self.offset_index.is_full()
             or self.time_index.is_full()
-            or not self.can_hold(last_offset)
-            or self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
         )
 
     def _time_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
@@ -313,7 +314,8 @@ class LogSegment:
 
         Index entries are keyed by each batch's last offset and point to the batch start.
         """
-        self._ensure_grown()
+        if self._grow_pending:
+            self.make_active()
         start = self.log.append(*buffers)
         for rel, header in batches:
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
@@ -322,15 +324,17 @@ class LogSegment:
 
     def _note_batch(self, position: int, header: BatchHeader) -> None:
         max_ts = self._max_timestamp or self._max_ts()
-        if header.max_timestamp > max_ts[0]:
-            max_ts = self._max_timestamp = (header.max_timestamp, header.last_offset)
+        batch_max = header.max_timestamp
+        if batch_max > max_ts[0]:
+            max_ts = self._max_timestamp = (batch_max, header.base_offset + header.last_offset_delta)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(header.last_offset, position)
+            self.offset_index.append(header.base_offset + header.last_offset_delta, position)
             if max_ts[0] > self._time_indexed:
                 self.time_index.maybe_append(*max_ts)
                 self._time_indexed = max_ts[0]
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += header.size
+            self._bytes_since_last_index_entry = header.batch_length + LOG_OVERHEAD
+        else:
+            self._bytes_since_last_index_entry += header.batch_length + LOG_OVERHEAD
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         self.raw_txn_index.append(txn)
@@ -352,10 +356,6 @@ class LogSegment:
         self._grow_pending = False
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
-
-    def _ensure_grown(self) -> None:
-        if self._grow_pending:
-            self.make_active()
 
     def on_becoming_inactive(self) -> None:
         """On roll: record the final max timestamp and shrink the preallocated indexes."""
