@@ -8,14 +8,28 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from logkeel.records.batch import BatchHeader, crc_valid
 from logkeel.records.record import iter_records
 from logkeel.storage.engine.segment import file_name
 from logkeel.storage.errors import OffsetOutOfRangeError
 from logkeel.storage.log_manager import LogManager
 
 from .logutil import all_records, batch
-from .startuputil import CFG, TP, copy, load, scribble, segment_files, wait_for, write_dir
+from .startuputil import (
+    CFG,
+    TP,
+    copy,
+    fingerprint,
+    load,
+    scribble,
+    segment_files,
+    settle,
+    wait_for,
+    write_dir,
+)
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +197,70 @@ def test_read_committed_first_read_validates_only_segments_with_aborted_txns(wri
         by_entries[s.base_offset] for s in plog.segments[:-1]
     ]
     m.shutdown()
+
+
+def served_first(m) -> list[int]:
+    """Reads the partition from start to end before anything is validated (each fetch the
+    first read of its range), checking every batch served; base offsets served."""
+    plog = m.get_log(TP)
+    offset, out = plog.log_start_offset, []
+    while offset < plog.log_end_offset:
+        try:
+            data = plog.read(offset, 700).read_bytes()
+        except OffsetOutOfRangeError:
+            break  # the read met damage, and the log was cut below ``offset``
+        if not data:
+            break
+        pos = 0
+        while pos < len(data):
+            header = BatchHeader.parse(data, pos)
+            assert crc_valid(data, pos), f"served a corrupt batch at offset {header.base_offset}"
+            assert header.last_offset >= offset
+            out.append(header.base_offset)
+            offset = header.next_offset
+            pos += header.size
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    hits=st.lists(
+        st.tuples(
+            st.integers(0, 10_000),
+            st.floats(0, 1, exclude_max=True),
+            st.binary(min_size=1, max_size=16),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_first_reads_of_damaged_segments_serve_only_valid_batches(written, tmp_path_factory, hits):
+    """Random damage to inactive segments' files: first reads never serve a batch failing its
+    CRC, and once validated the partition is what an eager start makes of the same damage."""
+    work = tmp_path_factory.mktemp("damaged")
+    files = [
+        p
+        for p in sorted((written / TP.dir_name).iterdir())
+        if p.suffix in (".log", ".index", ".timeindex") and not p.name.startswith(
+            segment_files(written, ".log")[-1].name[:20]
+        )
+    ]
+    paths = {}
+    for mode in ("lazy", "eager"):
+        path = copy(written, work / mode)
+        for pick, where, data in hits:
+            victim = path / TP.dir_name / files[pick % len(files)].name
+            scribble(victim, int(where * max(victim.stat().st_size, 1)), data)
+        paths[mode] = path
+    lazy = load(paths["lazy"])
+    served_first(lazy)
+    settle(lazy)
+    eager = load(paths["eager"], validation="eager")
+    a, b = (fingerprint(m.get_log(TP), indexes=False) for m in (lazy, eager))
+    # Segment bases are left out: a cut at a segment's first batch leaves that segment empty
+    # in a running log and gone after an eager start (both at the same log end); that
+    # difference predates first reads (test_corruption_random finds it on main too).
+    del a["bases"], b["bases"]
+    assert a == b
+    lazy.shutdown()
+    eager.shutdown()

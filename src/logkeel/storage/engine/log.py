@@ -42,6 +42,7 @@ from logkeel.storage.errors import (
     CorruptRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -308,11 +309,23 @@ class PartitionLog:
             i = self._segment_for(fetch_offset)
             segments = self._segments[i:]
             ends = [s.base_offset for s in segments[1:]] + [end]
+            truncations = self._truncations
         for segment, segment_end in zip(segments, ends, strict=True):
-            info = segment.read(
-                fetch_offset, max_bytes, max_offset=limit if limit < segment_end else None,
-                min_one_message=min_one_message,
-            )
+            if truncations != self._truncations:
+                break  # see below: the next fetch sees the cut
+            try:
+                info = segment.read(
+                    fetch_offset, max_bytes, max_offset=limit if limit < segment_end else None,
+                    min_one_message=min_one_message,
+                )
+            except KafkaStorageError:
+                raise
+            except StorageError:
+                if truncations == self._truncations:
+                    raise
+                # Validating this segment on its first read found damage and cut the log at or
+                # below it (lazy start-up), deleting what followed, possibly this segment.
+                break
             if info is not None and info.region.size > 0:
                 aborted: tuple[AbortedTxn, ...] = ()
                 if include_aborted:

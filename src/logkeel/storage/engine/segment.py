@@ -444,6 +444,11 @@ class LogSegment:
         info = self._select(first, start_offset, max_size, max_offset, min_one_message)
         if info is None or info.region.size == 0:
             return info  # nothing served
+        if not 0 <= hint.position <= first.position:
+            raise InvalidBatchError(f"{self}: index entry {hint} does not lead to offset {start_offset}")
+        if info.region.size > max(max_size, first.header.size):
+            # An index entry past the range stretched it (lookup_by_position trusts it).
+            raise InvalidBatchError(f"{self}: a read of {max_size} bytes grew to {info.region.size}")
         end = first.position + info.region.size
         # (base offset, 0) is what the index answers when no entry is at or below the offset.
         indexed = hint.position > 0
