@@ -9,7 +9,6 @@ import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from logkeel.records.batch import BatchHeader, crc_valid
 from logkeel.records.record import iter_records
@@ -30,6 +29,7 @@ from .startuputil import (
     wait_for,
     write_dir,
 )
+from .test_corruption_random import damage  # the same random overwrites
 
 
 @pytest.fixture(scope="module")
@@ -223,17 +223,7 @@ def served_first(m) -> list[int]:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    hits=st.lists(
-        st.tuples(
-            st.integers(0, 10_000),
-            st.floats(0, 1, exclude_max=True),
-            st.binary(min_size=1, max_size=16),
-        ),
-        min_size=1,
-        max_size=3,
-    )
-)
+@given(hits=damage)
 def test_first_reads_of_damaged_segments_serve_only_valid_batches(written, tmp_path_factory, hits):
     """Random damage to inactive segments' files: first reads never serve a batch failing its
     CRC, and once validated the partition is what an eager start makes of the same damage."""
