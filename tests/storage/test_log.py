@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -295,3 +297,27 @@ def test_reopen_gives_back_every_record(tmp_path_factory, sizes, segment_bytes, 
         for entry in seg.offset_index.iter_entries():
             assert starts[entry.position] == entry.offset
     m2.shutdown()
+
+
+def test_a_slow_fsync_of_the_snapshot_timer_does_not_block_appends(faulty_fs) -> None:
+    """producer.state.snapshot.interval.ms flushes the log before it snapshots; on a disk
+    whose fsyncs take seconds (throttled writeback, here a FUSE disk delaying them), appends
+    go on meanwhile instead of waiting behind the partition's lock."""
+    m = open_manager(faulty_fs.mountpoint / "logs", LogConfig(producer_snapshot_interval_ms=1))
+    plog = m.get_or_create_log(TP)
+    plog.append_as_leader(batch(2, producer_id=7, producer_epoch=0, base_sequence=0), 0)
+    faulty_fs.delay(4.0, ops={"fsync"}, path_glob="*.log")
+    snapshot = threading.Thread(target=plog.maybe_take_snapshot, args=(now_ms() + 10,))
+    snapshot.start()
+    try:
+        time.sleep(1.0)  # the snapshot thread is inside the delayed fsync by now
+        plog.append_as_leader(batch(2, producer_id=7, producer_epoch=0, base_sequence=2), 0)
+        assert snapshot.is_alive(), "the append waited for the snapshot's fsync"
+    finally:
+        snapshot.join(timeout=60)
+        faulty_fs.heal()
+    assert not snapshot.is_alive()
+    # taken at the state it prepared, with the data it describes flushed first
+    assert plog.producer_state.latest_snapshot_offset == 2
+    assert plog.recovery_point >= 2
+    m.shutdown()

@@ -93,7 +93,7 @@ class BatchHeader(NamedTuple):
     def parse(cls, buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
         if len(buf) - pos < HEADER_SIZE:
             raise InvalidBatchError(f"batch header needs {HEADER_SIZE} bytes, got {len(buf) - pos}")
-        return cls._make(_HEADER.unpack_from(buf, pos))
+        return _new_header(cls, _HEADER.unpack_from(buf, pos))
 
     @property
     def size(self) -> int:
@@ -138,6 +138,16 @@ class BatchHeader(NamedTuple):
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+# BatchHeader(*fields) without the Python-level __new__ a NamedTuple generates (the fields are
+# already a tuple of the right length): headers are made for every batch appended or scanned.
+_new_header = tuple.__new__
+unpack_header = _HEADER.unpack_from  # (buf, pos) -> the 13 header fields, BatchHeader's order
+
+
+def header_from_fields(fields: tuple[int, ...]) -> BatchHeader:
+    return _new_header(BatchHeader, fields)
 
 
 def validate_structure(header: BatchHeader, available: int | None = None) -> None:

@@ -27,11 +27,15 @@ import crc32c as _crc32c
 from .batch import (
     CRC_START,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC_V2,
     MIN_RECORD_SIZE,
     BatchHeader,
+    CompressionType,
     InvalidBatchError,
     compute_crc,
+    header_from_fields,
+    unpack_header,
     validate_structure,
 )
 
@@ -41,6 +45,8 @@ FILE_CHUNK = 8 * 1024 * 1024
 _MAGIC_AT = 16  # position of the magic byte in a batch header
 _MAGIC = bytes([MAGIC_V2])
 _KNOWN_ATTRIBUTES = 0x7F  # compression, timestamp type, transactional, control, delete horizon
+_CODEC_MASK = 0x07
+_MAX_CODEC = max(CompressionType)
 
 
 class OnBadBatch(Enum):
@@ -211,7 +217,28 @@ def split_batches(buf: Buffer, *, max_batch_size: int | None = None) -> list[Bat
     the first bad one. The STOP walk without a generator: it runs once per produced batch."""
     batches = []
     pos, end = 0, len(buf)
+    view = memoryview(buf)
+    limit = end if max_batch_size is None else max_batch_size
+    crc = _crc32c.crc32c
     while pos < end:
+        if end - pos >= HEADER_SIZE:
+            fields = unpack_header(buf, pos)
+            size = fields[1] + LOG_OVERHEAD
+            # The usual batch passes validate_structure's checks, the size limits and its CRC
+            # here, in line (this runs for every produced batch); any other goes to _bad_at,
+            # which finds what is wrong and words it.
+            if (
+                fields[3] == MAGIC_V2
+                and HEADER_SIZE <= size <= limit
+                and size <= end - pos
+                and fields[6] >= 0  # lastOffsetDelta
+                and fields[12] >= 0  # recordsCount
+                and fields[5] & _CODEC_MASK <= _MAX_CODEC
+                and crc(view[pos + CRC_START : pos + size]) == fields[4]
+            ):
+                batches.append(_batch_position(BatchPosition, (pos, header_from_fields(fields))))
+                pos += size
+                continue
         item = _bad_at(None, buf, pos, end, True, max_batch_size, None)
         if type(item) is not BatchPosition:
             return item  # type: ignore[return-value]

@@ -437,11 +437,8 @@ class LogManager:
 
         def flush(plog: PartitionLog) -> None:
             plog.flush()
-            with plog.lock:
-                # With nothing appended since the flush, a producer snapshot here sits exactly
-                # at the recovery point: recovery then replays only what came after it.
-                if plog.producer_state.map_end_offset == plog.recovery_point:
-                    plog.producer_state.take_snapshot()
+            # A producer snapshot at the recovery point: recovery replays only what follows.
+            plog.snapshot_producer_state()
 
         self._each_log(flush)
         self.checkpoint_all()

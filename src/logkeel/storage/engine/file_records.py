@@ -113,8 +113,10 @@ class FileRecords:
         Several buffers go out in one ``pwritev``, so a caller can patch a batch header
         without copying the batch.
         """
-        fd = self.fd
-        position = self.size
+        fd = self._fd
+        position = self._size
+        if fd is None or position is None:
+            fd, position = self.fd, self.size
         size = sum(map(len, buffers))
         try:
             # Hot path: one syscall, no context manager; on a short write, finish the rest.

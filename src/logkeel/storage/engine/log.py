@@ -14,8 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from logkeel.records.batch import (
+    LOG_OVERHEAD,
     NO_TIMESTAMP,
     BatchHeader,
+    header_from_fields,
     set_base_offset,
     set_partition_leader_epoch,
 )
@@ -40,6 +42,7 @@ from logkeel.storage.errors import (
     CorruptRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 
 # baseOffset, batchLength, partitionLeaderEpoch: the bytes offset assignment rewrites
 _PREFIX = struct.Struct(">qii")
+_PREFIX_SIZE = _PREFIX.size
+# AppendInfo(...) without the NamedTuple's Python-level __new__: one per append.
+_new_append_info = tuple.__new__
 
 
 class PartitionLog:
@@ -84,6 +90,7 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._last_snapshot_ms = _now_ms()
+        self._truncations = 0  # bumped by truncations; a snapshot written meanwhile is stale
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.tp}, [{self.log_start_offset}, {self.log_end_offset}))"
@@ -136,19 +143,22 @@ class PartitionLog:
         """Validates, deduplicates and appends a producer's batches, assigning their offsets."""
         batches = parse_batches(records, self.config.max_message_bytes)
         with self.lock:
-            duplicate = None
-            if any(h.has_producer_id for _, h in batches):
-                view = memoryview(records)
+            view = memoryview(records)
+            # (one batch per request is the usual case: no generator for it)
+            if (
+                batches[0][1].producer_id >= 0
+                if len(batches) == 1
+                else any(h.producer_id >= 0 for _, h in batches)
+            ):
                 duplicate = self.producer_state.prepare_appends(
                     ((h, view[p : p + h.size] if h.is_control else None) for p, h in batches),
                     origin_is_client,
                 )
-            if duplicate is not None:
-                return AppendInfo(
-                    duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, -1,
-                    self.log_start_offset, 0, 0, duplicate=True,
-                )
-            view = memoryview(records)
+                if duplicate is not None:
+                    return AppendInfo(
+                        duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, -1,
+                        self.log_start_offset, 0, 0, duplicate=True,
+                    )
             append_time = _now_ms() if self.config.log_append_time else -1
             next_offset = self.log_end_offset
             assigned: list[tuple[int, BatchHeader]] = []
@@ -165,10 +175,11 @@ class PartitionLog:
                     # Only baseOffset and partitionLeaderEpoch change, outside the CRC: write
                     # a new 16-byte prefix and the rest of the batch straight from the request.
                     buffers.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
-                    buffers.append(view[pos + _PREFIX.size : pos + header.size])
-                header = BatchHeader._make((next_offset, header[1], leader_epoch, *header[3:]))
+                    buffers.append(view[pos + _PREFIX_SIZE : pos + header.batch_length + LOG_OVERHEAD])
+                # The header as written: its new base offset and epoch, the rest as received.
+                header = header_from_fields((next_offset, header[1], leader_epoch) + header[3:])
                 assigned.append((pos, header))
-                next_offset = header.next_offset
+                next_offset += header.last_offset_delta + 1
             return self._append(buffers, view, assigned, leader_epoch, append_time)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
@@ -198,24 +209,27 @@ class PartitionLog:
 
         ``view`` holds the batches' record bytes as received (control markers are read there).
         """
-        first = batches[0][1].base_offset
+        first_header = batches[0][1]
+        first = first_header.base_offset
         last = batches[-1][1].last_offset
         if len(batches) == 1:  # the usual produce request: one batch per partition
-            max_ts, records = batches[0][1].max_timestamp, batches[0][1].records_count
+            max_ts, records = first_header.max_timestamp, first_header.records_count
         else:
             max_ts = max(h.max_timestamp for _, h in batches)
             records = sum(h.records_count for _, h in batches)
         size = len(view)
         segment = self._maybe_roll(size, first, last, max_ts)
+        latest_epoch = self.leader_epochs.latest_epoch
         for _, header in batches:
             epoch = header.partition_leader_epoch
-            if epoch >= 0 and epoch != self.leader_epochs.latest_epoch:
+            if epoch >= 0 and epoch != latest_epoch:
                 self.leader_epochs.assign(epoch, header.base_offset)
+                latest_epoch = self.leader_epochs.latest_epoch
         segment.append(buffers, batches)
         state = self.producer_state
         for pos, header in batches:
-            if not header.has_producer_id:
-                state.update_map_end_offset(header.next_offset)
+            if header.producer_id < 0:
+                state.update_map_end_offset(header.base_offset + header.last_offset_delta + 1)
                 continue
             completed = state.update(
                 header, header.base_offset, header.last_offset,
@@ -232,14 +246,17 @@ class PartitionLog:
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
-        return AppendInfo(first, last, max_ts, append_time, self.log_start_offset, records, size)
+        return _new_append_info(
+            AppendInfo, (first, last, max_ts, append_time, self.log_start_offset, records, size, False)
+        )
 
     def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
-        segment = self.active_segment
+        segment = self._segments[-1]
         config = self.config
         if segment.should_roll(
-            incoming, last_offset, max_timestamp, config.segment_bytes, config.segment_ms, _now_ms()
-        ):
+            incoming, last_offset, max_timestamp, config.segment_bytes, config.segment_ms,
+            int(time.time() * 1000),
+        ):  # fmt: skip
             return self.roll(first_offset)
         return segment
 
@@ -292,11 +309,23 @@ class PartitionLog:
             i = self._segment_for(fetch_offset)
             segments = self._segments[i:]
             ends = [s.base_offset for s in segments[1:]] + [end]
+            truncations = self._truncations
         for segment, segment_end in zip(segments, ends, strict=True):
-            info = segment.read(
-                fetch_offset, max_bytes, max_offset=limit if limit < segment_end else None,
-                min_one_message=min_one_message,
-            )
+            if truncations != self._truncations:
+                break  # see below: the next fetch sees the cut
+            try:
+                info = segment.read(
+                    fetch_offset, max_bytes, max_offset=limit if limit < segment_end else None,
+                    min_one_message=min_one_message,
+                )
+            except KafkaStorageError:
+                raise
+            except StorageError:
+                if truncations == self._truncations:
+                    raise
+                # Validating this segment on its first read found damage and cut the log at or
+                # below it (lazy start-up), deleting what followed, possibly this segment.
+                break
             if info is not None and info.region.size > 0:
                 aborted: tuple[AbortedTxn, ...] = ()
                 if include_aborted:
@@ -372,6 +401,7 @@ class PartitionLog:
             for segment in doomed:
                 removed += segment.size
             self._remove_segments(doomed, rename=True)
+            self._truncations += 1
             removed += self.active_segment.truncate_to(offset)
             if not self._segments:
                 raise AssertionError("a log always keeps one segment")
@@ -386,6 +416,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empties the log and restarts it at ``offset`` (a follower far behind the leader)."""
         with self.lock:
+            self._truncations += 1
             self._remove_segments(list(self._segments), rename=True)
             segment = self.new_segment(self.dir, offset, self.config, self.log_dir)
             segment.make_active()
@@ -549,11 +580,29 @@ class PartitionLog:
         if interval <= 0 or now_ms - self._last_snapshot_ms < interval:
             return False  # 0: snapshots only at roll and shutdown
         self._last_snapshot_ms = now_ms
+        return self.snapshot_producer_state()
+
+    def snapshot_producer_state(self) -> bool:
+        """Snapshots producer state at its end, once the data it describes is flushed (a
+        snapshot is only useful for recovery up to there); False if nothing changed.
+
+        Neither the fsync of the data nor the snapshot's own holds the lock: an fsync of a busy
+        partition can take seconds while writeback is throttled, and appends (with the produce
+        request carrying them) waited for it.
+        """
         with self.lock:
-            # A snapshot is only useful for recovery up to the flushed data it describes.
-            if self.producer_state.map_end_offset > self.recovery_point:
-                self.flush()
-            return self.producer_state.take_snapshot() is not None
+            pending = self.producer_state.prepare_snapshot()
+            truncations = self._truncations
+        if pending is None:
+            return False
+        self.flush(pending.offset)
+        pending.write()
+        with self.lock:
+            if truncations != self._truncations or pending.offset < self.log_start_offset:
+                pending.discard()  # it may describe batches removed meanwhile
+                return False
+            self.producer_state.add_snapshot(pending)
+            return True
 
     def close(self) -> None:
         """Flushes, snapshots producer state at the log end and closes every file."""

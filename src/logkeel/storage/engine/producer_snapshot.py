@@ -20,6 +20,7 @@ Kafka keeps only the last batch per producer in the file, not the five kept in m
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import struct
@@ -29,8 +30,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from logkeel.records.batch import crc32c
-from logkeel.storage.errors import CorruptSnapshotError
+from logkeel.storage.errors import CorruptSnapshotError, io_guard
 from logkeel.storage.fileio import atomic_write
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
@@ -128,6 +131,26 @@ def decode_snapshot(
 def write_snapshot(path: str | Path, entries: Iterable[ProducerSnapshotEntry]) -> None:
     """Writes atomically, so a crash leaves the old file or the complete new one. Raises OSError."""
     atomic_write(path, encode_snapshot(entries))
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSnapshot:
+    """A snapshot encoded (under the log's lock) and not yet written (possibly without it)."""
+
+    path: Path
+    offset: int
+    data: bytes
+    producers: int
+    log_dir: Path
+
+    def write(self) -> None:
+        with io_guard(self.log_dir, f"writing producer snapshot {self.path}"):
+            atomic_write(self.path, self.data)
+        log.info("wrote producer snapshot %s with %d producer ids", self.path, self.producers)
+
+    def discard(self) -> None:
+        with io_guard(self.log_dir, f"deleting producer snapshot {self.path}"):
+            self.path.unlink(missing_ok=True)
 
 
 def read_snapshot(path: str | Path) -> list[ProducerSnapshotEntry]:

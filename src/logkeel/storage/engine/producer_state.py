@@ -49,11 +49,12 @@ from logkeel.storage.engine.producer_entry import (
     read_end_txn_marker,
 )
 from logkeel.storage.engine.producer_snapshot import (
+    PendingSnapshot,
+    encode_snapshot,
     list_snapshot_files,
     read_snapshot,
     snapshot_listing,
     snapshot_path,
-    write_snapshot,
 )
 from logkeel.storage.errors import (
     CorruptSnapshotError,
@@ -451,16 +452,30 @@ class ProducerStateManager:
                     f"cannot snapshot at {offset}: state already covers up to {self._last_map_offset}"
                 )
             self._last_map_offset = offset
-        if self._last_map_offset <= self._last_snap_offset:
+        pending = self.prepare_snapshot()
+        if pending is None:
             return None
-        path = snapshot_path(self.partition_dir, self._last_map_offset)
+        pending.write()
+        self.add_snapshot(pending)
+        return pending.path
+
+    def prepare_snapshot(self) -> PendingSnapshot | None:
+        """The state at ``map_end_offset``, encoded, for ``PendingSnapshot.write`` (which may
+        run without the log's lock: it fsyncs) and then ``add_snapshot``; None if no batch
+        arrived since the last snapshot."""
+        offset = self._last_map_offset
+        if offset <= self._last_snap_offset:
+            return None
         entries = [self._producers[pid].to_snapshot_entry() for pid in sorted(self._producers)]
-        with io_guard(self.log_dir, f"writing producer snapshot {path}"):
-            write_snapshot(path, entries)
-        self._snapshots[self._last_map_offset] = path
-        self._last_snap_offset = self._last_map_offset
-        log.info("wrote producer snapshot %s with %d producer ids", path, len(entries))
-        return path
+        return PendingSnapshot(
+            snapshot_path(self.partition_dir, offset), offset, encode_snapshot(entries),
+            len(entries), self.log_dir,
+        )  # fmt: skip
+
+    def add_snapshot(self, pending: PendingSnapshot) -> None:
+        """Registers a written snapshot as the newest (``take_snapshot``'s last step)."""
+        self._snapshots[pending.offset] = pending.path
+        self._last_snap_offset = max(self._last_snap_offset, pending.offset)
 
     def load_latest_snapshot(
         self, log_start_offset: int = 0, now_ms: int | None = None

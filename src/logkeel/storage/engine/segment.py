@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from logkeel.records.batch import NO_TIMESTAMP, BatchHeader
-from logkeel.records.walk import BatchPosition, BatchWindow
+from logkeel.records.batch import LOG_OVERHEAD, NO_TIMESTAMP, BatchHeader, InvalidBatchError
+from logkeel.records.walk import BadBatch, BatchPosition, BatchWindow, walk_batches
 from logkeel.storage.engine.file_records import FileRecords, FileRegion
 from logkeel.storage.engine.offset_index import OffsetIndex
 from logkeel.storage.engine.time_index import TimeIndex
@@ -28,6 +28,10 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 _INT32_MAX = (1 << 31) - 1
+
+# What a validator's ``read`` returns when it cannot serve a read from an unvalidated segment
+# by checking just that read: the segment is then validated whole first.
+NEEDS_VALIDATION = object()
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -181,8 +185,15 @@ class LogSegment:
 
     @property
     def txn_index(self) -> TransactionIndex:
-        """The transaction index, validated first if this segment still awaits validation."""
-        self.ensure_valid()
+        """The transaction index, validated first if this segment still awaits validation
+        (by the validator's cheaper check of it when it has one)."""
+        validator = self.validator
+        if validator is not None:
+            check = getattr(validator, "check_txn_index", None)
+            if check is not None:
+                check(self)
+            else:
+                self.ensure_valid()
         return self.raw_txn_index
 
     def _files(self) -> tuple[FileRecords, OffsetIndex, TimeIndex, TransactionIndex]:
@@ -276,12 +287,13 @@ class LogSegment:
         size = self.log.size
         if size == 0:
             return not self.can_hold(last_offset)
+        # Checked before every append: cheapest tests first, each in line.
         return (
             size + incoming_bytes > segment_bytes
+            or not 0 <= last_offset - self.base_offset <= _INT32_MAX
+            or self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
             or self.offset_index.is_full()
             or self.time_index.is_full()
-            or not self.can_hold(last_offset)
-            or self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
         )
 
     def _time_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
@@ -302,7 +314,8 @@ class LogSegment:
 
         Index entries are keyed by each batch's last offset and point to the batch start.
         """
-        self._ensure_grown()
+        if self._grow_pending:
+            self.make_active()
         start = self.log.append(*buffers)
         for rel, header in batches:
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
@@ -311,15 +324,17 @@ class LogSegment:
 
     def _note_batch(self, position: int, header: BatchHeader) -> None:
         max_ts = self._max_timestamp or self._max_ts()
-        if header.max_timestamp > max_ts[0]:
-            max_ts = self._max_timestamp = (header.max_timestamp, header.last_offset)
+        batch_max = header.max_timestamp
+        if batch_max > max_ts[0]:
+            max_ts = self._max_timestamp = (batch_max, header.base_offset + header.last_offset_delta)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(header.last_offset, position)
+            self.offset_index.append(header.base_offset + header.last_offset_delta, position)
             if max_ts[0] > self._time_indexed:
                 self.time_index.maybe_append(*max_ts)
                 self._time_indexed = max_ts[0]
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += header.size
+            self._bytes_since_last_index_entry = header.batch_length + LOG_OVERHEAD
+        else:
+            self._bytes_since_last_index_entry += header.batch_length + LOG_OVERHEAD
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         self.raw_txn_index.append(txn)
@@ -342,10 +357,6 @@ class LogSegment:
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
 
-    def _ensure_grown(self) -> None:
-        if self._grow_pending:
-            self.make_active()
-
     def on_becoming_inactive(self) -> None:
         """On roll: record the final max timestamp and shrink the preallocated indexes."""
         self._grow_pending = False
@@ -363,6 +374,13 @@ class LogSegment:
     def _batches_from(self, offset: int, starting_position: int = 0) -> Iterator[BatchPosition]:
         """Batches from the one holding ``offset`` on, located through the offset index."""
         self.ensure_valid()
+        return self._batches_at(offset, starting_position)
+
+    def _scan_from(self, offset: int) -> BatchPosition | None:
+        """``find_position`` without validating first (the caller did, or checks itself)."""
+        return next(self._batches_at(offset, 0), None)
+
+    def _batches_at(self, offset: int, starting_position: int) -> Iterator[BatchPosition]:
         hint = self.offset_index.lookup(offset)
         batches = self.log.batches(max(hint.position, starting_position))
         for batch in batches:
@@ -387,13 +405,80 @@ class LogSegment:
         stalls on a big batch. The offset index bounds the header scan at both ends, so a
         read costs two index lookups and at most ~2 index intervals of headers.
         """
-        self.ensure_valid()
-        first = self.find_position(start_offset)
+        validator = self.validator
+        if validator is not None:
+            # A segment not yet validated (lazy start-up) checks only what this read serves,
+            # if its validator can (see PartitionValidation.read); else it is validated whole.
+            read_unvalidated = getattr(validator, "read", None)
+            if read_unvalidated is not None:
+                info = read_unvalidated(self, start_offset, max_size, max_offset, min_one_message)
+                if info is not NEEDS_VALIDATION:
+                    return info
+            self.ensure_valid()
+        first = self._scan_from(start_offset)
+        return self._select(first, start_offset, max_size, max_offset, min_one_message)
+
+    def read_checked(
+        self,
+        start_offset: int,
+        max_size: int,
+        *,
+        upper_bound: int | None,
+        max_offset: int | None = None,
+        min_one_message: bool = False,
+    ) -> SegmentReadInfo | None:
+        """``read`` of a segment not yet validated, checking just the bytes it serves.
+
+        Every batch from the offset-index entry the read starts from to the end of the range
+        must pass the checks a full validation applies (structure, CRC, ``OffsetRule``) and
+        tile the range exactly, and that entry must name the batch it points to. The rest of
+        the segment is left to its validator. Raises InvalidBatchError for anything else (a
+        bad batch or index entry in the range, a range that cannot be found): the caller then
+        validates the whole segment, which finds and handles the problem as it always did.
+        """
+        hint = self.offset_index.lookup(start_offset)
+        first = self._scan_from(start_offset)
+        if first is None:
+            # Past this segment's readable data, or a broken tail the header scan stopped at.
+            raise InvalidBatchError(f"{self}: no batch holds offset {start_offset}")
+        info = self._select(first, start_offset, max_size, max_offset, min_one_message)
+        if info is None or info.region.size == 0:
+            return info  # nothing served
+        if not 0 <= hint.position <= first.position:
+            raise InvalidBatchError(f"{self}: index entry {hint} does not lead to offset {start_offset}")
+        if info.region.size > max(max_size, first.header.size):
+            # An index entry past the range stretched it (lookup_by_position trusts it).
+            raise InvalidBatchError(f"{self}: a read of {max_size} bytes grew to {info.region.size}")
+        end = first.position + info.region.size
+        # (base offset, 0) is what the index answers when no entry is at or below the offset.
+        indexed = hint.position > 0
+        offsets = OffsetRule(self.base_offset, self.base_offset - 1, upper_bound)
+        position = hint.position
+        for item in walk_batches(self.log.window(end), position, check=offsets):
+            if type(item) is BadBatch:
+                raise InvalidBatchError(f"{self}: {item.reason} at position {item.position}")
+            if indexed and position == hint.position and item.header.last_offset != hint.offset:
+                raise InvalidBatchError(f"{self}: index entry {hint} names no batch")
+            position = item.end
+        if position != end:
+            raise InvalidBatchError(f"{self}: the batches read end at {position}, not {end}")
+        return info
+
+    def _select(
+        self,
+        first: BatchPosition | None,
+        start_offset: int,
+        max_size: int,
+        max_offset: int | None,
+        min_one_message: bool,
+    ) -> SegmentReadInfo | None:
+        """Where the batches ``read`` returns lie, from ``first`` (the batch holding
+        ``start_offset``), through the offset index, unchecked."""
         if first is None or (max_offset is not None and first.header.base_offset >= max_offset):
             return None
         limit = first.position + max_size
         if max_offset is not None:
-            stop = self.find_position(max_offset)
+            stop = self._scan_from(max_offset)
             if stop is not None:
                 limit = min(
                     limit, stop.position if stop.header.base_offset >= max_offset else stop.end

@@ -85,6 +85,13 @@ class TransactionIndex:
         return f"TransactionIndex({str(self._path)!r}, start_offset={self._start_offset}, {state})"
 
     @property
+    def is_empty(self) -> bool:
+        """No entry and no stray bytes (a missing file is empty)."""
+        with self._lock:
+            self._ensure_loaded()
+            return not self._data and not self._torn
+
+    @property
     def last_offset(self) -> int | None:
         """The last offset of the last aborted transaction, or None if there is none."""
         with self._lock:

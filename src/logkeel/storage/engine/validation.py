@@ -30,9 +30,11 @@ from pathlib import Path
 
 from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
+    NEEDS_VALIDATION,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
+    SegmentReadInfo,
     file_name,
 )
 from logkeel.storage.engine.segment_check import (
@@ -281,6 +283,10 @@ class PartitionValidation:
         self.plog = None  # the PartitionLog, once built
         self.segments: list[LogSegment] = []
         self._txn_rebuilder = txn_rebuilder
+        # Segments first read before their validation: readers may hold their descriptors
+        # (file regions on their way to sendfile), so the background must not close them.
+        self._read: set[int] = set()
+        self._read_lock = threading.Lock()
 
     def install(self, segments: list[LogSegment]) -> None:
         self.segments = sorted({*self.segments, *segments}, key=lambda s: s.base_offset)
@@ -309,6 +315,49 @@ class PartitionValidation:
                 pass
         self.validate(segment)
 
+    def check_txn_index(self, segment: LogSegment) -> None:
+        """Enough for a read_committed fetch: a transaction index without entries has nothing
+        a validation checks (each entry is checked against the marker it names), so only one
+        with entries sends its segment through a full validation."""
+        if segment.validator is self and not segment.raw_txn_index.is_empty:
+            self.validate(segment)
+
+    def read(
+        self,
+        segment: LogSegment,
+        start_offset: int,
+        max_size: int,
+        max_offset: int | None,
+        min_one_message: bool,
+    ) -> SegmentReadInfo | None | object:
+        """A read of an inactive segment still awaiting validation, checked only as far as it
+        reads (``LogSegment.read_checked``), so a first fetch costs what a validated one does
+        whatever the segment's size; the rest is left to the background validator.
+
+        Anything wrong in that range returns NEEDS_VALIDATION: the segment is then validated
+        whole, and the problem handled, exactly as before (repair, cut, report).
+        """
+        plog = self.plog
+        if segment.validator is not self or plog is None or plog.active_segment is segment:
+            return NEEDS_VALIDATION
+        if segment.missing_files:
+            return NEEDS_VALIDATION  # an index to rebuild before it can be trusted
+        with self._read_lock:
+            self._read.add(id(segment))
+        try:
+            return segment.read_checked(
+                start_offset,
+                max_size,
+                upper_bound=self.upper_bounds.get(segment.base_offset),
+                max_offset=max_offset,
+                min_one_message=min_one_message,
+            )
+        except KafkaStorageError:
+            raise
+        except (StorageError, ValueError) as exc:
+            log.info("%s: first read of %s needs a full validation: %s", self.tp, segment, exc)
+            return NEEDS_VALIDATION
+
     def pending(self) -> list[LogSegment]:
         segments = self.plog.segments if self.plog is not None else self.segments
         return [s for s in segments if s.validator is self]
@@ -324,8 +373,10 @@ class PartitionValidation:
                 return None
             result = self._run(segment, throttle, inactive=True)
             # Index pages read by the check need not stay mapped: the segment is inactive.
-            if result is not None and throttle is not None:
-                segment.close()
+            with self._read_lock:
+                if result is not None and throttle is not None and id(segment) not in self._read:
+                    segment.close()
+                self._read.discard(id(segment))
         self._done(segment, result)
         return result
 
