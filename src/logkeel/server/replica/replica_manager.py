@@ -456,11 +456,9 @@ class ReplicaManager:
         """Reads every partition in order, long-polling up to ``max_wait_ms`` for
         ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
         (Kafka's rule, so a consumer never gets stuck behind a large batch)."""
-        results = self._read_at_log_end(requests, replica_id, max_bytes, isolation_level)
-        if results is None:
-            results = await self.run_in_io(
-                self._read_all, requests, replica_id, max_bytes, isolation_level
-            )
+        results = await self.run_in_io(
+            self._read_all, requests, replica_id, max_bytes, isolation_level
+        )
         total = sum(r.size for r in results)
         if (
             max_wait_ms <= 0
@@ -489,38 +487,6 @@ class ReplicaManager:
         return await self.run_in_io(
             self._read_all, requests, replica_id, max_bytes, isolation_level
         )
-
-    def _read_at_log_end(
-        self,
-        requests: Sequence[FetchPartitionRequest],
-        replica_id: int,
-        max_bytes: int,
-        isolation_level: int,
-    ) -> list[FetchPartitionResult] | None:
-        """A follower's fetch from the log end of every partition, served on the event loop.
-
-        Such a fetch reads nothing from disk: it only records the follower's position, which
-        moves the high watermark and so completes acks=all produces. That is the fetch every
-        in-sync follower sends after each append, and sparing it two thread switches takes
-        them off the acks=all round trip. None (the IO threads read as usual) when a
-        partition has records to read or its log's lock is held (an append or a read in
-        progress, which may be slow on a slow disk: the loop never waits for it)."""
-        if replica_id < 0 or not requests:
-            return None
-        held = []
-        try:
-            for r in requests:
-                p = self._table.get(r.tp)
-                plog = p.log if p is not None else None
-                if plog is None or not plog.lock.acquire(blocking=False):
-                    return None
-                held.append(plog.lock)
-                if r.fetch_offset != plog.log_end_offset:
-                    return None
-            return self._read_all(requests, replica_id, max_bytes, isolation_level)
-        finally:
-            for lock in held:
-                lock.release()
 
     def _read_all(
         self,
