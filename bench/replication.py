@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -128,10 +129,23 @@ CASES = {
 }
 
 
-def throughput(bootstrap: str, admin: AdminClient, messages: int, repeats: int) -> dict[str, Any]:
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(
+    brokers: dict[int, LogkeelBroker], admin: AdminClient, messages: int, repeats: int
+) -> dict[str, Any]:
     """Every case once per repeat, in an order rotated each repeat; the ratios are taken
-    within a repeat and their median reported."""
+    within a repeat and their median reported. Next to MB/s, the CPU time the three brokers
+    spent per MB: unlike throughput, it hardly depends on what else runs on the machine."""
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
     rows: dict[str, list[float]] = {case: [] for case in CASES}
+    cpu: dict[str, list[float]] = {case: [] for case in CASES}
     ratios: dict[str, list[float]] = {"ratio": [], "ratio_idempotent": []}
     names = list(CASES)
     for r in range(repeats):
@@ -140,14 +154,21 @@ def throughput(bootstrap: str, admin: AdminClient, messages: int, repeats: int) 
             rf, acks, idempotent = CASES[case]
             topic = f"tp-{uuid.uuid4().hex[:8]}"
             create(admin, topic, rf, **({"min.insync.replicas": "2"} if rf == 3 else {}))
+            before = sum(cpu_seconds(b.pid) for b in brokers.values())
             got[case] = produce(bootstrap, topic, messages, acks, idempotent)
+            spent = sum(cpu_seconds(b.pid) for b in brokers.values()) - before
+            cpu[case].append(spent * 1000 / (messages * MESSAGE / 1e6))
             rows[case].append(got[case])
             admin.delete_topics([topic])[topic].result(30)
         ratios["ratio"].append(got["rf3_acks_all"] / got["rf1_acks_1"])
         ratios["ratio_idempotent"].append(got["rf3_acks_all_idempotent"] / got["rf1_acks_1"])
         print(f"repeat {r}: " + ", ".join(f"{c} {v:.0f} MB/s" for c, v in got.items()), flush=True)
     return {
-        **{k: {"mb_s_median": statistics.median(v), "runs": v} for k, v in rows.items()},
+        **{
+            k: {"mb_s_median": statistics.median(v), "runs": v,
+                "broker_cpu_ms_per_mb_median": statistics.median(cpu[k])}
+            for k, v in rows.items()
+        },  # fmt: skip
         "ratio_median": statistics.median(ratios["ratio"]),
         "ratio_idempotent_median": statistics.median(ratios["ratio_idempotent"]),
         "ratios": ratios,
@@ -251,7 +272,7 @@ def main() -> None:
             bootstrap = ",".join(b.bootstrap for b in brokers.values())
             admin = AdminClient({"bootstrap.servers": bootstrap})
             if args.only in (None, "produce"):
-                result["produce"] = throughput(bootstrap, admin, args.messages, args.repeats)
+                result["produce"] = throughput(brokers, admin, args.messages, args.repeats)
             if args.only in (None, "catch-up"):
                 result["catch_up"] = catch_up(brokers, admin, args.data_mb)
             if args.only in (None, "failover"):
