@@ -225,16 +225,21 @@ def failover(brokers: dict[int, LogkeelBroker], admin: AdminClient, how: str) ->
         wait_for(lambda: len(acked) > 200, "first acks")
         victim = brokers[partition(admin, topic).leader]
         signalled = time.monotonic()
+        stopper = None
         if how == "kill":
             victim.kill()
         else:
-            threading.Thread(target=victim.stop, args=(60,)).start()
+            stopper = threading.Thread(target=victim.stop, args=(60,))
+            stopper.start()
         first = wait_for(
             lambda: next((a for s, a in list(acked) if s > signalled), None), "an ack", 120
         )
     finally:
         stop.set()
         thread.join(150)
+    if stopper is not None:
+        # Restarting before the old process is gone would find its log dir still locked.
+        stopper.join(90)
     victim.start(60)
     wait_for(lambda: len(partition(admin, topic).isrs) == 3, "ISR whole again", 120)
     return float(first - signalled)
