@@ -196,7 +196,11 @@ def catch_up(brokers: dict[int, LogkeelBroker], admin: AdminClient, data_mb: int
     return {"mib": data_mb, "seconds": elapsed, "mb_s": rate, "goal_mb_s": 200}
 
 
-def failover(brokers: dict[int, LogkeelBroker], admin: AdminClient, how: str) -> float:
+def failover(
+    brokers: dict[int, LogkeelBroker], admin: AdminClient, how: str
+) -> tuple[float, float | None]:
+    """(seconds from the signal to the first acknowledgement of a later send, and after
+    SIGTERM seconds until the old process exited)."""
     topic = f"failover-{uuid.uuid4().hex[:8]}"
     create(admin, topic, 3, **{"min.insync.replicas": "2"})
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
@@ -226,10 +230,16 @@ def failover(brokers: dict[int, LogkeelBroker], admin: AdminClient, how: str) ->
         victim = brokers[partition(admin, topic).leader]
         signalled = time.monotonic()
         stopper = None
+        exited: list[float] = []
         if how == "kill":
             victim.kill()
         else:
-            stopper = threading.Thread(target=victim.stop, args=(60,))
+
+            def stop_victim() -> None:
+                victim.stop(60)
+                exited.append(time.monotonic())
+
+            stopper = threading.Thread(target=stop_victim)
             stopper.start()
         first = wait_for(
             lambda: next((a for s, a in list(acked) if s > signalled), None), "an ack", 120
@@ -242,17 +252,20 @@ def failover(brokers: dict[int, LogkeelBroker], admin: AdminClient, how: str) ->
         stopper.join(90)
     victim.start(60)
     wait_for(lambda: len(partition(admin, topic).isrs) == 3, "ISR whole again", 120)
-    return float(first - signalled)
+    return float(first - signalled), (exited[0] - signalled if exited else None)
 
 
 def failovers(brokers: dict[int, LogkeelBroker], admin: AdminClient) -> dict[str, Any]:
-    kills = [failover(brokers, admin, "kill") for _ in range(3)]
-    terms = [failover(brokers, admin, "stop") for _ in range(3)]
-    print(f"failover: SIGKILL {kills}, SIGTERM {terms}", flush=True)
+    kills = [failover(brokers, admin, "kill")[0] for _ in range(3)]
+    stops = [failover(brokers, admin, "stop") for _ in range(3)]
+    terms = [t for t, _ in stops]
+    print(f"failover: SIGKILL {kills}, SIGTERM {terms}, SIGTERMed broker exited after "
+          f"{[e for _, e in stops]}", flush=True)  # fmt: skip
     return {
         "sigkill": kills, "sigkill_median": statistics.median(kills),
         "goal_sigkill": SESSION_TIMEOUT_MS / 1000 + 1,
         "sigterm": terms, "sigterm_median": statistics.median(terms), "goal_sigterm": 1.0,
+        "sigterm_exit_s": [e for _, e in stops],
     }  # fmt: skip
 
 
