@@ -83,6 +83,34 @@ class _FetchState:
     delayed_until: float = 0.0
 
 
+@dataclass(slots=True)
+class _Append:
+    """A partition's part of a fetch answer, to append."""
+
+    tp: TopicPartition
+    state: _FetchState
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+
+
+def _append_all(appends: list[_Append]) -> list[StorageError | None]:
+    """IO thread: each partition's records with the leader's offsets and epochs; per
+    partition, the storage error it raised or None. Other exceptions propagate (the round
+    fails and backs off, as a single append's would)."""
+    outcomes: list[StorageError | None] = []
+    for a in appends:
+        try:
+            a.state.partition.append_as_follower(
+                a.records, a.state.leader_epoch, a.high_watermark, a.log_start_offset
+            )
+        except StorageError as exc:
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+    return outcomes
+
+
 # Errors that new partition state resolves: wait, then try again in case it came.
 _BACKOFF_ERRORS = frozenset(
     {
@@ -323,6 +351,7 @@ class ReplicaFetcher:
             self._back_off(states.values())
             return
         names = {topic_id: name for name, topic_id in ids.items()}
+        appends: list[_Append] = []
         for topic in response.responses:
             name = names.get(topic_id_text(topic.topic_id)) if topic.topic_id else None
             if name is None:
@@ -331,36 +360,46 @@ class ReplicaFetcher:
                 tp = TopicPartition(name, int(part.partition_index))
                 s = states.get(tp)
                 if s is not None and self._current(tp, s):
-                    await self._fetched(tp, s, part)
+                    append = await self._fetched(tp, s, part)
+                    if append is not None:
+                        appends.append(append)
+        if appends:
+            # Every partition of the answer in one trip to the IO threads: a trip per
+            # partition would add two thread switches each to the round trip.
+            outcomes = await self._run_in_io(_append_all, appends)
+            for append, outcome in zip(appends, outcomes, strict=True):
+                if outcome is not None:
+                    self._append_failed(append, outcome)
 
-    async def _fetched(self, tp: TopicPartition, s: _FetchState, part: Any) -> None:
+    async def _fetched(self, tp: TopicPartition, s: _FetchState, part: Any) -> _Append | None:
+        """Handles one partition of a fetch answer; records (or a new high watermark) to
+        append are returned, to be appended with the others."""
         error = part.error_code
         if error == ErrorCode.offset_out_of_range:
             await self._out_of_range(tp, s, int(part.log_start_offset))
-            return
+            return None
         if error != ErrorCode.none:
             self._partition_error(tp, s, error, "Fetch")
-            return
+            return None
         diverging = part.diverging_epoch
         if diverging is not None and int(diverging.end_offset) >= 0:
             await self._truncate_on_epoch(tp, s, int(diverging.epoch), int(diverging.end_offset))
-            return
+            return None
         records = bytes(part.records) if part.records else b""
-        try:
-            await self._run_in_io(
-                s.partition.append_as_follower,
-                records,
-                s.leader_epoch,
-                int(part.high_watermark),
-                int(part.log_start_offset),
-            )
-        except KafkaStorageError as exc:
+        return _Append(tp, s, records, int(part.high_watermark), int(part.log_start_offset))
+
+    def _append_failed(self, append: _Append, exc: StorageError) -> None:
+        tp, s = append.tp, append.state
+        if isinstance(exc, KafkaStorageError):
             self._storage_failure(s.partition, exc)
-            self.remove(tp)
-        except StorageError as exc:
-            log.error("%r: appending to %s failed: %s; truncating again", self, tp, exc)
-            s.truncating = True
-            self._back_off([s])
+            if self._current(tp, s):
+                self.remove(tp)
+            return
+        if not self._current(tp, s):
+            return  # handed over afresh meanwhile: the new state truncates first anyway
+        log.error("%r: appending to %s failed: %s; truncating again", self, tp, exc)
+        s.truncating = True
+        self._back_off([s])
 
     async def _out_of_range(self, tp: TopicPartition, s: _FetchState, leader_start: int) -> None:
         """Kafka's reset: below the leader's log start, restart there with an empty log; above

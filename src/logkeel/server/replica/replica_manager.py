@@ -284,6 +284,20 @@ class ReplicaManager:
         else:
             self._loop.call_soon_threadsafe(wake)
 
+    def _high_watermark_moved(self, tp: TopicPartition) -> None:
+        """Completes what waits for ``tp``'s high watermark (acks=all produces, consumers'
+        long polls), from any thread. Not a state change: fetchers and partition listeners
+        are not told."""
+
+        def complete() -> None:
+            self.produce_purgatory.check_and_complete(tp)
+            self.fetch_purgatory.check_and_complete(tp)
+
+        if threading.get_ident() == self._loop_thread:
+            complete()
+        elif self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(complete)
+
     def _storage_failure(self, p: Partition, exc: KafkaStorageError) -> None:
         """An IO error in ``p``'s log: the dir goes offline (the log manager tells us back).
 
@@ -520,7 +534,7 @@ class ReplicaManager:
             log.error("read of %s failed: %s", tp, exc)
             return FetchPartitionResult(tp, ErrorCode.kafka_storage_error)
         if hw_moved:
-            self._wake([tp])
+            self._high_watermark_moved(tp)
         return result
 
     async def read_records(
