@@ -105,12 +105,17 @@ def produce_and_consume(conf: dict[str, Any], count: int = 20) -> list[bytes]:
     for i in range(count):
         producer.produce(topic, value=b"m%d" % i)
     assert producer.flush(30) == 0
+    return consume(conf, topic, count)
+
+
+def consume(conf: dict[str, Any], topic: str, count: int, timeout: float = 30) -> list[bytes]:
+    """Up to ``count`` values of ``topic`` from the start, read within ``timeout`` seconds."""
     consumer = confluent_kafka.Consumer(
         {**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
     )
     consumer.subscribe([topic])
     got: list[bytes] = []
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     try:
         while len(got) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)

@@ -3,7 +3,10 @@ AlterUserScramCredentials / DescribeUserScramCredentials APIs (what kafka-config
 --alter --add-config 'SCRAM-SHA-256=[password=…]' does).
 
 The password is salted and hashed here; only the salted password crosses the network, and the
-broker stores only keys derived from it. The command talks to a PLAINTEXT listener.
+broker stores only keys derived from it. The command talks to a PLAINTEXT listener, or, with
+``--zookeeper``, writes the salted credential straight into a cluster's ZooKeeper: the way to
+create the brokers' own SCRAM user before they start (what ``kafka-configs.sh --zookeeper``
+did), since brokers that log in to each other with SCRAM cannot replicate without it.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from kio.static.primitive import i8, i32
 
 from logkeel.cli.broker_requests import call, fail, nested
 from logkeel.cluster.scram import (
+    MAX_ITERATIONS,
     MECHANISMS,
     MIN_ITERATIONS,
+    ScramCredential,
     mechanism_name,
     mechanism_type,
     salted_password,
 )
+from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["users_group"]
@@ -54,10 +60,19 @@ def users_group() -> None:
 @click.option("--iterations", default=MIN_ITERATIONS, show_default=True, type=int)
 @_MECHANISM
 @_BOOTSTRAP
+@click.option(
+    "--zookeeper",
+    default=None,
+    help="zookeeper.connect of a cluster (host:port[/chroot]): write there, no broker needed.",
+)
 def add(
-    name: str, password: str, iterations: int, mechanisms: tuple[str, ...], bootstrap_server: str
-) -> None:
+    name: str, password: str, iterations: int, mechanisms: tuple[str, ...], bootstrap_server: str,
+    zookeeper: str | None,
+) -> None:  # fmt: skip
     """Add user NAME, or set a new password."""
+    if zookeeper is not None:
+        _add_in_zookeeper(zookeeper, name, password, iterations, mechanisms)
+        return
     Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
     Upsertion = nested(Request, "ScramCredentialUpsertion")
     upsertions = []
@@ -104,6 +119,28 @@ def list_users(bootstrap_server: str) -> None:
             for i in result.credential_infos
         )
         click.echo(f"{result.user}: {mechs}")
+
+
+def _add_in_zookeeper(
+    connect: str, name: str, password: str, iterations: int, mechanisms: tuple[str, ...]
+) -> None:
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        _fail(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
+    client = ZkMetadataClient(connect, session_timeout_ms=10_000)
+    try:
+        client.start()
+    except ZooKeeperUnavailable as exc:
+        _fail(str(exc))
+    try:
+        current: dict[str, dict[str, Any]] = {}
+        client.scram_credentials(watch=current.update)  # the watch fires at once
+        credentials = dict(current.get(name, {}))
+        for mech in mechanisms or tuple(sorted(MECHANISMS)):
+            credentials[mech] = ScramCredential.from_password(mech, password, iterations).to_json()
+        client.set_scram_credentials(name, credentials)
+    finally:
+        client.close()
+    click.echo(f"{name}: ok")
 
 
 def _describe(bootstrap_server: str, name: str) -> Any:
