@@ -207,6 +207,27 @@ def test_deny_wins_and_reads_need_their_own_grant(acl_broker: AclBroker) -> None
     assert produce(acl_broker.conf("admin"), topic, 2) == [None, None]  # super user
 
 
+def test_write_on_one_prefix_only_neither_reads_nor_writes_elsewhere(acl_broker: AclBroker) -> None:
+    prefix = f"pay-{uuid.uuid4().hex[:6]}-"
+    inside, outside, group = prefix + "eu", f"other-{uuid.uuid4().hex[:6]}", f"g-{prefix}"
+    create_topics(acl_broker, inside, outside)
+    create_acls(acl_broker.admin(), [
+        topic_acl(prefix, "User:bob", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    assert produce(acl_broker.conf("bob"), inside, 3) == [None] * 3
+    refused = produce(acl_broker.conf("bob"), outside, 1)
+    assert [e.code() for e in refused if e is not None] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    # Allowed to produce, not to consume: the group is his, the topic's records are not.
+    got, errors = consume(acl_broker.conf("bob"), inside, group, 3)
+    assert got == [] and confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
+    got, _ = consume(acl_broker.conf("admin"), inside, f"admin-{group}", 3)
+    assert got == [b"v0", b"v1", b"v2"]
+
+
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:
     visible, hidden = f"vis-{uuid.uuid4().hex[:6]}", f"hid-{uuid.uuid4().hex[:6]}"
     create_topics(acl_broker, visible, hidden)

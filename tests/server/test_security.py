@@ -1,12 +1,12 @@
 """Listeners, TLS and SASL with real clients: one `logkeel serve` process with a PLAINTEXT,
 SSL, SASL_PLAINTEXT, SASL_SSL and a mutual-TLS listener (certificates made by the test), and
-confluent-kafka, kafka-python, aiokafka and kcat producing and consuming through them.
+confluent-kafka producing and consuming through them (kafka-python, aiokafka and kcat:
+test_security_clients.py).
 Every failed attempt (wrong password, unknown user, untrusted certificate, plaintext on a TLS
 port, skipping or garbling authentication) must fail clearly while the broker keeps serving."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import ssl
@@ -318,84 +318,6 @@ def test_sasl_handshake_v0_then_raw_tokens(secure: SecureBroker) -> None:
         token = b"\0alice\0wrong"
         s.sendall(struct.pack(">i", len(token)) + token)
         assert _closed(s)
-
-
-def test_kafka_python_over_ssl_and_scram(secure: SecureBroker) -> None:
-    import kafka
-
-    for extra in (
-        {"security_protocol": "SSL", "ssl_cafile": str(secure.certs.ca),
-         "bootstrap_servers": secure.bootstrap("SSL")},
-        {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
-         "sasl_plain_username": "bob", "sasl_plain_password": BOB_PASSWORD,
-         "bootstrap_servers": secure.bootstrap("SASL_PLAINTEXT")},
-    ):  # fmt: skip
-        topic = f"kp-{uuid.uuid4().hex[:8]}"
-        producer = kafka.KafkaProducer(**extra)
-        for i in range(5):
-            producer.send(topic, b"k%d" % i)
-        producer.flush(30)
-        producer.close()
-        consumer = kafka.KafkaConsumer(
-            topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **extra
-        )
-        assert [m.value for m in consumer] == [b"k%d" % i for i in range(5)]
-        consumer.close()
-
-
-def test_aiokafka_over_sasl_ssl(secure: SecureBroker) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.helpers import create_ssl_context
-
-    async def run() -> list[bytes]:
-        topic = f"aio-{uuid.uuid4().hex[:8]}"
-        common = {
-            "bootstrap_servers": secure.bootstrap("SASL_SSL"),
-            "security_protocol": "SASL_SSL",
-            "ssl_context": create_ssl_context(cafile=str(secure.certs.ca)),
-            "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": "alice",
-            "sasl_plain_password": "alice-secret",
-        }
-        producer = AIOKafkaProducer(**common)
-        await producer.start()
-        try:
-            for i in range(5):
-                await producer.send_and_wait(topic, b"a%d" % i)
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **common)
-        await consumer.start()
-        try:
-            got = []
-            while len(got) < 5:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
-                got += [m.value for msgs in batch.values() for m in msgs]
-            return got
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(run()) == [b"a%d" % i for i in range(5)]
-
-
-@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
-def test_kcat_over_ssl_and_sasl_ssl(secure: SecureBroker, listener: str) -> None:
-    topic = f"kcat-{uuid.uuid4().hex[:8]}"
-    tls = ["-b", secure.bootstrap(listener), "-X", f"security.protocol={listener}",
-           "-X", f"ssl.ca.location={secure.certs.ca}"]  # fmt: skip
-    if listener == "SASL_SSL":
-        tls += ["-X", "sasl.mechanism=SCRAM-SHA-512", "-X", "sasl.username=bob",
-                "-X", f"sasl.password={BOB_PASSWORD}"]  # fmt: skip
-    produced = subprocess.run(
-        ["kcat", *tls, "-P", "-t", topic], input=b"one\ntwo\nthree\n", timeout=60,
-        capture_output=True,
-    )  # fmt: skip
-    assert produced.returncode == 0, produced.stderr
-    consumed = subprocess.run(
-        ["kcat", *tls, "-C", "-t", topic, "-o", "beginning", "-c", "3", "-e"],
-        timeout=60, capture_output=True,
-    )  # fmt: skip
-    assert consumed.stdout.split() == [b"one", b"two", b"three"], consumed.stderr
 
 
 def test_scram_users_are_managed_and_stored_salted(secure: SecureBroker) -> None:
