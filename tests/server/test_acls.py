@@ -4,12 +4,14 @@ admin clients, and alice's and bob's clients are allowed or refused by them."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,14 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.delete_records.v2 import request as dr
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7 import request as lo
+from kio.schema.offset_for_leader_epoch.v4 import request as oe
 
+from logkeel.server.protocol import ApiKey
 from logkeel.testing.broker_process import LogkeelBroker, free_port
+from tests.server.test_security import _call, _login
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -226,6 +234,48 @@ def test_write_on_one_prefix_only_neither_reads_nor_writes_elsewhere(acl_broker:
     assert got == [] and confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
     got, _ = consume(acl_broker.conf("admin"), inside, f"admin-{group}", 3)
     assert got == [b"v0", b"v1", b"v2"]
+
+
+def test_offsets_and_record_deletion_need_describe_and_delete(acl_broker: AclBroker) -> None:
+    topic = f"offs-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    assert produce(acl_broker.conf("admin"), topic, 4) == [None] * 4
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.DESCRIBE),
+        topic_acl(topic, "User:alice", AclOperation.DELETE),
+    ])  # fmt: skip
+    # Clients ask Metadata first, which hides the topic from bob: his requests go on the wire.
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "bob", "bob-pw").error_code == ErrorCode.none
+        listed = _call(s, ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=(
+            lo.ListOffsetsTopic(name=topic, partitions=(
+                lo.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),
+            )),
+        ))  # fmt: skip
+        assert listed.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+        deleted = _call(s, ApiKey.DELETE_RECORDS, 2, timeout=timedelta(seconds=10), topics=(
+            dr.DeleteRecordsTopic(name=topic, partitions=(
+                dr.DeleteRecordsPartition(partition_index=0, offset=2),)),
+        ))  # fmt: skip
+        assert deleted.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+        for replica_id, error in ((-1, ErrorCode.topic_authorization_failed),
+                                  (2, ErrorCode.cluster_authorization_failed)):  # fmt: skip
+            epochs = _call(s, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=replica_id, topics=(
+                oe.OffsetForLeaderTopic(topic=topic, partitions=(
+                    oe.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                leader_epoch=0),)),
+            ))  # fmt: skip
+            assert epochs.topics[0].partitions[0].error_code == error
+    # alice may: confluent-kafka's own ListOffsets and DeleteRecords.
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    consumer = confluent_kafka.Consumer({**acl_broker.conf("alice"), "group.id": "unused"})
+    try:
+        assert consumer.get_watermark_offsets(tp, timeout=15) == (0, 4)
+    finally:
+        consumer.close()
+    admin = AdminClient(acl_broker.conf("alice"))
+    futures = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, 2)])
+    assert next(iter(futures.values())).result(timeout=30).low_watermark == 2
 
 
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:

@@ -248,6 +248,21 @@ def _read_frame(sock: socket.socket | ssl.SSLSocket) -> bytes | None:
     return data
 
 
+def _call(sock: socket.socket | ssl.SSLSocket, api: ApiKey, version: int, **fields: Any) -> Any:
+    sock.sendall(_frame(api, version, **fields))
+    answer = _read_frame(sock)
+    assert answer is not None, f"{api.name} v{version}: connection closed"
+    schema = response_schema_of(api, version)
+    assert schema is not None
+    return decode_response(schema, answer)[1]
+
+
+def _login(sock: socket.socket | ssl.SSLSocket, user: str = "alice", password: str = "alice-secret") -> Any:
+    shake = _call(sock, ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+    assert shake.error_code == ErrorCode.none
+    return _call(sock, ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=f"\0{user}\0{password}".encode())
+
+
 def _closed(sock: socket.socket | ssl.SSLSocket) -> bool:
     try:
         return sock.recv(1) == b""

@@ -18,10 +18,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from logkeel.ports import free_port
-from logkeel.server.protocol import ApiKey, decode_response
-from logkeel.server.protocol import response_schema as response_schema_of
+from logkeel.server.protocol import ApiKey
 from logkeel.testing.broker_process import LogkeelBroker
-from tests.server.test_security import PLAIN_JAAS, _closed, _frame, _read_frame
+from tests.server.test_security import PLAIN_JAAS, _call, _closed, _frame, _login, _read_frame
 
 REAUTH_MS = 1500
 
@@ -41,21 +40,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogkeelBroker]:
         yield b
     finally:
         b.stop()
-
-
-def _call(sock: socket.socket, api: ApiKey, version: int, **fields: Any) -> Any:
-    sock.sendall(_frame(api, version, **fields))
-    answer = _read_frame(sock)
-    assert answer is not None, f"{api.name} v{version}: connection closed"
-    schema = response_schema_of(api, version)
-    assert schema is not None
-    return decode_response(schema, answer)[1]
-
-
-def _login(sock: socket.socket, user: str = "alice", password: str = "alice-secret") -> Any:
-    shake = _call(sock, ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
-    assert shake.error_code == ErrorCode.none
-    return _call(sock, ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=f"\0{user}\0{password}".encode())
 
 
 def _metadata(sock: socket.socket) -> None:

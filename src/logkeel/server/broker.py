@@ -578,7 +578,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     fetch_api.register(
         registry, broker.config, broker.metadata, broker.replica_manager, broker.authorizer
     )
-    offsets_api.register(registry, broker.replica_manager)
+    offsets_api.register(registry, broker.replica_manager, broker.authorizer)
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(registry, broker, broker.group_coordinator, broker.txn_coordinator)
     transactions_api.register(
