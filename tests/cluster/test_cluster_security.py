@@ -1,7 +1,7 @@
-"""Brokers that talk SASL_SSL to each other (inter.broker.listener.name), on the real ZooKeeper
-of the session, with an authorizer on: three `logkeel serve` processes whose follower fetchers
-log in to the leaders' INTERNAL listener with SCRAM-SHA-512 over TLS, while clients use the
-CLIENT listener. A broker with a wrong inter-broker password stays out of the ISR, says why in
+"""Brokers that talk TLS to each other (inter.broker.listener.name), on the real ZooKeeper of
+the session, with an authorizer on: three `logkeel serve` processes whose follower fetchers
+log in to the leaders' INTERNAL listener with SCRAM-SHA-512 over TLS (SASL_SSL), or with their
+own certificate (SSL, client certificates required), while clients use the CLIENT listener. A broker with a wrong inter-broker password stays out of the ISR, says why in
 its log, and nothing crashes. Every wait is bounded."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import confluent_kafka
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from logkeel.ports import free_port
@@ -49,10 +50,29 @@ def add_user(zk_connect: str, name: str, password: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def inter_broker_settings(protocol: str, password: str) -> dict[str, str]:
+    """The INTERNAL listener: SASL_SSL with SCRAM-SHA-512 as user broker, or SSL requiring a
+    client certificate (each broker's own, CN=localhost, mapped to User:localhost)."""
+    if protocol == "SSL":
+        return {
+            "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SSL",
+            "listener.name.internal.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=(.*?),.*$/$1/,DEFAULT",
+        }
+    return {
+        "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config": SCRAM_JAAS.format(
+            "broker", password
+        ),
+    }
+
+
 class SecureCluster:
     def __init__(self, base: Path, zk_connect: str, certs: Certificates,
-                 passwords: dict[int, str]) -> None:  # fmt: skip
+                 passwords: dict[int, str], inter_broker: str) -> None:  # fmt: skip
         self.certs = certs
+        self.inter_broker = inter_broker
         self.brokers: dict[int, BrokerProcess] = {}
         self.internal_ports: dict[int, int] = {}
         for i in (1, 2, 3):
@@ -66,17 +86,13 @@ class SecureCluster:
                     "zookeeper.session.timeout.ms": "6000",
                     "listeners": f"CLIENT://127.0.0.1:{client_port},"
                     f"INTERNAL://127.0.0.1:{internal_port}",
-                    "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
                     "inter.broker.listener.name": "INTERNAL",
                     "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-                    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-                    "listener.name.internal.scram-sha-512.sasl.jaas.config": SCRAM_JAAS.format(
-                        "broker", passwords[i]
-                    ),
+                    **inter_broker_settings(inter_broker, passwords[i]),
                     "ssl.keystore.location": str(certs.server),
                     "ssl.truststore.location": str(certs.ca),
                     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                    "super.users": "User:broker;User:admin",
+                    "super.users": "User:broker;User:localhost;User:admin",
                     "replica.lag.time.max.ms": "3000",
                     "default.replication.factor": "3",
                 },
@@ -109,12 +125,13 @@ class SecureCluster:
 
 
 @contextmanager
-def secure_cluster(base: Path, zk_connect: str,
-                   passwords: dict[int, str] | None = None) -> Iterator[SecureCluster]:  # fmt: skip
+def secure_cluster(base: Path, zk_connect: str, passwords: dict[int, str] | None = None,
+                   inter_broker: str = "SASL_SSL") -> Iterator[SecureCluster]:  # fmt: skip
     add_user(zk_connect, "broker", BROKER_PASSWORD)
     add_user(zk_connect, "admin", ADMIN_PASSWORD)
     certs = make_certificates(base / "certs")
-    cluster = SecureCluster(base, zk_connect, certs, passwords or dict.fromkeys((1, 2, 3), BROKER_PASSWORD))
+    passwords = passwords or dict.fromkeys((1, 2, 3), BROKER_PASSWORD)
+    cluster = SecureCluster(base, zk_connect, certs, passwords, inter_broker)
     try:
         for broker in cluster.brokers.values():
             broker.start(timeout=45)
@@ -160,8 +177,14 @@ def consume_all(cluster: SecureCluster, topic: str, count: int) -> list[bytes]:
     return consume(cluster.client_config(), topic, count, timeout=60)
 
 
-def test_brokers_replicate_over_sasl_ssl_with_an_authorizer(tmp_path: Path, zk_connect: str) -> None:
-    with secure_cluster(tmp_path, zk_connect) as cluster:
+@pytest.mark.parametrize("inter_broker", ["SASL_SSL", "SSL"])
+def test_brokers_replicate_over_tls_with_an_authorizer(
+    tmp_path: Path, zk_connect: str, inter_broker: str
+) -> None:
+    """SASL_SSL: the followers log in as User:broker; SSL: the leaders require a client
+    certificate and the followers' (CN=localhost) maps to User:localhost."""
+    login = "as User:broker" if inter_broker == "SASL_SSL" else "principal User:localhost"
+    with secure_cluster(tmp_path, zk_connect, inter_broker=inter_broker) as cluster:
         topic = create_topic(cluster, 3)
         produce_all(cluster, topic, 600)
         got = consume_all(cluster, topic, 600)
@@ -190,9 +213,10 @@ def test_brokers_replicate_over_sasl_ssl_with_an_authorizer(tmp_path: Path, zk_c
             if any(p.leader == i for p in cluster.partitions(topic).values()):
                 logins = [
                     line for line in cluster.brokers[i].output(limit=50_000_000).splitlines()
-                    if f"authenticated on 127.0.0.1:{port}-" in line
+                    if f" 127.0.0.1:{port}-" in line and ("authenticated on" in line
+                                                          or "certificate principal" in line)
                 ]  # fmt: skip
-                assert logins and all(line.endswith("as User:broker") for line in logins)
+                assert logins and all(line.endswith(login) for line in logins)
 
 
 def test_a_wrong_inter_broker_password_keeps_the_follower_out(tmp_path: Path, zk_connect: str) -> None:

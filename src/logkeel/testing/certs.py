@@ -76,8 +76,11 @@ def _cert(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
         )
     else:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # A broker's certificate serves both ends of the connections between brokers.
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server:
+            usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
