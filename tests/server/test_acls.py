@@ -24,6 +24,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -276,6 +279,45 @@ def test_offsets_and_record_deletion_need_describe_and_delete(acl_broker: AclBro
     admin = AdminClient(acl_broker.conf("alice"))
     futures = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, 2)])
     assert next(iter(futures.values())).result(timeout=30).low_watermark == 2
+
+
+def test_configs_need_describe_configs_and_alter_configs(acl_broker: AclBroker) -> None:
+    topic = f"cfg-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.DESCRIBE_CONFIGS),
+        topic_acl(topic, "User:alice", AclOperation.ALTER_CONFIGS),
+    ])  # fmt: skip
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    broker_resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+
+    def outcome(user: str, call: str, res: ConfigResource) -> int | None:
+        admin = AdminClient(acl_broker.conf(user))
+        futures = getattr(admin, call)([res], request_timeout=20)
+        try:
+            next(iter(futures.values())).result(timeout=30)
+        except confluent_kafka.KafkaException as exc:
+            return int(exc.args[0].code())
+        return None
+
+    denied_topic = confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # bob may not shorten the topic's retention (and lose its data) nor read its configs.
+    assert outcome("bob", "incremental_alter_configs", resource) == denied_topic
+    assert outcome("bob", "describe_configs", resource) == denied_topic
+    assert outcome("bob", "describe_configs", broker_resource) == (
+        confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    )
+    assert outcome("alice", "describe_configs", broker_resource) == (
+        confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    )  # her grants are on the topic only
+    assert outcome("alice", "describe_configs", resource) is None
+    assert outcome("admin", "describe_configs", broker_resource) is None
+    assert outcome("alice", "incremental_alter_configs", resource) is None
+    admin = acl_broker.admin()  # kept alive: a collected client cancels its futures
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    assert next(iter(described.values())).result(timeout=30)["retention.ms"].value == "1"
 
 
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:
