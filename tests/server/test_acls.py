@@ -18,6 +18,7 @@ from typing import Any
 import confluent_kafka
 import kafka.admin as kp
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -318,6 +319,47 @@ def test_configs_need_describe_configs_and_alter_configs(acl_broker: AclBroker) 
     admin = acl_broker.admin()  # kept alive: a collected client cancels its futures
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
     assert next(iter(described.values())).result(timeout=30)["retention.ms"].value == "1"
+
+
+def test_group_apis_need_describe_and_delete_on_the_group(acl_broker: AclBroker) -> None:
+    topic, group, other = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("grp", "g-alice", "g-bob"))
+    create_topics(acl_broker, topic)
+    assert produce(acl_broker.conf("admin"), topic, 3) == [None] * 3
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.READ),
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.GROUP, other, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    got, _ = consume(acl_broker.conf("alice"), topic, group, 3)  # commits on close
+    assert got == [b"v0", b"v1", b"v2"]
+    admin = acl_broker.admin()
+    committed = ConsumerGroupTopicPartitions(other, [confluent_kafka.TopicPartition(topic, 0, 2)])
+    admin.alter_consumer_group_offsets([committed])[other].result(timeout=30)
+
+    def error_of(future: Any) -> int | None:
+        try:
+            future.result(timeout=30)
+        except confluent_kafka.KafkaException as exc:
+            return int(exc.args[0].code())
+        return None
+
+    denied = confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED
+    bob, alice = AdminClient(acl_broker.conf("bob")), AdminClient(acl_broker.conf("alice"))
+    assert error_of(bob.describe_consumer_groups([group])[group]) == denied
+    assert error_of(bob.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]) == denied
+    assert error_of(bob.delete_consumer_groups([group])[group]) == denied
+    listed = {g.group_id for g in bob.list_consumer_groups().result(timeout=30).valid}
+    assert group not in listed and other in listed
+    # bob's own group, on a topic he may not describe: its offsets are left out for him.
+    mine = bob.list_consumer_group_offsets([ConsumerGroupTopicPartitions(other)])[other]
+    assert mine.result(timeout=30).topic_partitions == []
+    offsets = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    assert [tp.offset for tp in offsets.result(timeout=30).topic_partitions] == [3]
+    assert error_of(alice.describe_consumer_groups([group])[group]) is None
+    assert error_of(alice.delete_consumer_groups([group])[group]) == denied  # READ is not DELETE
+    assert error_of(admin.delete_consumer_groups([group])[group]) is None
 
 
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:

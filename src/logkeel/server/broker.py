@@ -580,7 +580,9 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     )
     offsets_api.register(registry, broker.replica_manager, broker.authorizer)
     producer_id_api.register(registry, broker.producer_ids)
-    groups_api.register(registry, broker, broker.group_coordinator, broker.txn_coordinator)
+    groups_api.register(
+        registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer
+    )
     transactions_api.register(
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
     )
