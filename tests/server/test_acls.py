@@ -362,6 +362,36 @@ def test_group_apis_need_describe_and_delete_on_the_group(acl_broker: AclBroker)
     assert error_of(admin.delete_consumer_groups([group])[group]) is None
 
 
+def test_transactions_are_described_only_to_who_may_describe_the_id(acl_broker: AclBroker) -> None:
+    topic, txn_id = f"txn-{uuid.uuid4().hex[:6]}", f"tid-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    producer = confluent_kafka.Producer({**acl_broker.conf("admin"), "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"x")
+    producer.commit_transaction(30)
+    create_acls(acl_broker.admin(), [AclBinding(
+        ResourceType.TRANSACTIONAL_ID, txn_id, ResourcePatternType.LITERAL, "User:alice", "*",
+        AclOperation.DESCRIBE, AclPermissionType.ALLOW,
+    )])  # fmt: skip
+    seen = {}
+    for user in ("bob", "alice"):
+        with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+            assert _login(s, user, f"{user}-pw").error_code == ErrorCode.none
+            [described] = _call(s, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                transactional_ids=(txn_id,)).transaction_states  # fmt: skip
+            listed = _call(s, ApiKey.LIST_TRANSACTIONS, 0, state_filters=(),
+                           producer_id_filters=()).transaction_states  # fmt: skip
+            seen[user] = (described, {t.transactional_id for t in listed})
+    bob_described, bob_listed = seen["bob"]
+    assert bob_described.error_code == ErrorCode.transactional_id_authorization_failed
+    assert txn_id not in bob_listed
+    alice_described, alice_listed = seen["alice"]
+    assert alice_described.error_code == ErrorCode.none
+    assert alice_described.transaction_state == "CompleteCommit"
+    assert txn_id in alice_listed
+
+
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:
     visible, hidden = f"vis-{uuid.uuid4().hex[:6]}", f"hid-{uuid.uuid4().hex[:6]}"
     create_topics(acl_broker, visible, hidden)

@@ -587,7 +587,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
     )
     txn_markers_api.register(registry, broker.txn_markers)
-    txn_admin_api.register(registry, broker.txn_coordinator)
+    txn_admin_api.register(registry, broker.txn_coordinator, broker.authorizer)
     sasl_api.register(
         registry,
         broker.config.connection_failed_authentication_delay_ms,
