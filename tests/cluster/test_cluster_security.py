@@ -33,7 +33,10 @@ ADMIN_PASSWORD = "admin-secret"
 def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
     deadline = time.monotonic() + timeout
     while True:
-        value = probe()
+        try:
+            value = probe()
+        except confluent_kafka.KafkaException:  # a broker busy electing: ask again
+            value = None
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
