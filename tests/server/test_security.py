@@ -374,6 +374,30 @@ def test_scram_users_are_managed_and_stored_salted(secure: SecureBroker) -> None
     assert missing.returncode == 1 and "does not exist" in missing.stderr
 
 
+@pytest.mark.parametrize("listener", ["SASL_SSL", "SASL_PLAINTEXT", "SSL"])
+def test_commands_reach_tls_and_sasl_listeners_with_a_command_config(
+    secure: SecureBroker, tmp_path: Path, listener: str
+) -> None:
+    """`logkeel users` (and `logkeel acls`) take Kafka client properties, as kafka-configs.sh
+    --command-config does: no PLAINTEXT listener needed."""
+    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="bob" password="{BOB_PASSWORD}";')  # fmt: skip
+    props = {"security.protocol": listener, "ssl.truststore.location": str(secure.certs.ca),
+             "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": jaas}  # fmt: skip
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    command = [sys.executable, "-m", "logkeel", "users", "list",
+               "--bootstrap-server", secure.bootstrap(listener), "--command-config", str(config)]  # fmt: skip
+    listing = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0 and "bob: " in listing.stdout, listing.stderr
+    if listener.startswith("SASL_"):
+        config.write_text(config.read_text().replace(BOB_PASSWORD, "wrong"))
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1
+        assert "SASL authentication (SCRAM-SHA-512) as bob" in refused.stderr, refused.stderr
+        assert "wrong" not in refused.stderr
+
+
 def test_tls_listener_without_a_key_refuses_to_start(tmp_path: Path) -> None:
     port = free_port()
     result = subprocess.run(

@@ -26,7 +26,7 @@ from logkeel.config.jaas import plain_users
 from logkeel.config.types import ConfigError
 from logkeel.server.authorization import exposed_listeners
 from logkeel.server.network.client import SaslLogin
-from logkeel.server.network.inter_broker import InterBroker, inter_broker
+from logkeel.server.network.inter_broker import InterBroker, client_security, inter_broker
 from logkeel.server.network.sasl import ListenerSasl
 from logkeel.server.network.tls import PrincipalMapper, server_ssl_context
 from logkeel.server.session import SaslFailure, Session
@@ -369,3 +369,23 @@ def test_without_reauth_ms_sessions_never_expire_and_re_authentication_is_refuse
     assert session.expires_at is None and not session.expired()
     with pytest.raises(SaslFailure, match="re-authentication is off"):
         session.begin("PLAIN")
+
+
+def test_command_client_properties_are_read_as_kafka_clients_read_them(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="admin" password="pw";')  # fmt: skip
+    sasl_ssl = {"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": jaas, "ssl.truststore.location": str(certs.ca)}  # fmt: skip
+    got = client_security(sasl_ssl, "client.properties")
+    assert got.protocol == "SASL_SSL" and got.sasl == SaslLogin("PLAIN", "admin", "pw")
+    assert got.ssl_context is not None and got.ssl_context().check_hostname
+    assert client_security({}, "x").protocol == "PLAINTEXT"
+    for broken, message in (
+        ({**sasl_ssl, "sasl.mechanism": "GSSAPI"}, "PLAIN, SCRAM"),  # Kafka's default
+        ({**sasl_ssl, "sasl.jaas.config": jaas.replace('password="pw"', "")}, "username"),
+        ({**sasl_ssl, "ssl.truststore.location": str(tmp_path / "none.pem")}, "client.properties"),
+        ({"security.protocol": "TLS"}, "unknown"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            client_security(broken, "client.properties")

@@ -3,8 +3,8 @@ AlterUserScramCredentials / DescribeUserScramCredentials APIs (what kafka-config
 --alter --add-config 'SCRAM-SHA-256=[password=…]' does).
 
 The password is salted and hashed here; only the salted password crosses the network, and the
-broker stores only keys derived from it. The command talks to a PLAINTEXT listener, or, with
-``--zookeeper``, writes the salted credential straight into a cluster's ZooKeeper: the way to
+broker stores only keys derived from it. The command talks to a PLAINTEXT listener (any other
+with ``--command-config``), or, with ``--zookeeper``, writes the salted credential straight into a cluster's ZooKeeper: the way to
 create the brokers' own SCRAM user before they start (what ``kafka-configs.sh --zookeeper``
 did), since brokers that log in to each other with SCRAM cannot replicate without it.
 """
@@ -19,7 +19,7 @@ import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from logkeel.cli.broker_requests import call, fail, nested
+from logkeel.cli.broker_requests import call, command_config_option, fail, nested
 from logkeel.cluster.scram import (
     MAX_ITERATIONS,
     MECHANISMS,
@@ -38,7 +38,7 @@ _BOOTSTRAP = click.option(
     "--bootstrap-server",
     default="127.0.0.1:9092",
     show_default=True,
-    help="HOST:PORT of a PLAINTEXT listener of the broker.",
+    help="HOST:PORT of a listener of the broker (PLAINTEXT unless --command-config).",
 )
 _MECHANISM = click.option(
     "--mechanism",
@@ -60,6 +60,7 @@ def users_group() -> None:
 @click.option("--iterations", default=MIN_ITERATIONS, show_default=True, type=int)
 @_MECHANISM
 @_BOOTSTRAP
+@command_config_option
 @click.option(
     "--zookeeper",
     default=None,
@@ -94,6 +95,7 @@ def add(
 @click.argument("name")
 @_MECHANISM
 @_BOOTSTRAP
+@command_config_option
 def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> None:
     """Delete user NAME's credentials (every mechanism it has unless --mechanism)."""
     if not mechanisms:
@@ -109,6 +111,7 @@ def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> Non
 
 @users_group.command("list")
 @_BOOTSTRAP
+@command_config_option
 def list_users(bootstrap_server: str) -> None:
     """List the SCRAM users and their mechanisms (never their credentials)."""
     Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)

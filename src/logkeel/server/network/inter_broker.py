@@ -8,22 +8,29 @@ client certificate) and trust store of that listener; SASL logs in with
 ``sasl.mechanism.inter.broker.protocol`` as the ``username=``/``password=`` options of the
 listener's ``listener.name.<listener>.<mechanism>.sasl.jaas.config``, as Kafka's brokers do.
 Follower fetchers and transaction markers open their connections through ``client``.
+
+``client_security`` reads the same from Kafka client properties (a command's
+``--command-config``: ``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from logkeel.cluster.metadata import BrokerInfo
 from logkeel.config import BrokerConfig
+from logkeel.config.definitions import BROKER_CONFIG_DEF
 from logkeel.config.jaas import parse_jaas_options
+from logkeel.config.listeners import SECURITY_PROTOCOLS
 from logkeel.config.types import ConfigError, ConfigProblem
 from logkeel.server.network.client import BrokerClient, ClientSecurity, SaslLogin
-from logkeel.server.network.tls import client_ssl_context
+from logkeel.server.network.tls import client_ssl_context, client_ssl_context_of
 
-__all__ = ["InterBroker", "inter_broker"]
+__all__ = ["InterBroker", "client_security", "inter_broker"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +90,35 @@ def inter_broker(config: BrokerConfig) -> InterBroker:
     return InterBroker(listener, ClientSecurity(protocol, ssl_context, sasl))
 
 
+def client_security(props: Mapping[str, str], source: str) -> ClientSecurity:
+    """How a client with Kafka client properties ``props`` (read from ``source``) reaches a
+    listener; ConfigError names what is wrong."""
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError([ConfigProblem("security.protocol", protocol, f"unknown ({source})")])
+
+    def value(key: str) -> Any:
+        definition = BROKER_CONFIG_DEF[key]
+        try:
+            return definition.parse(props[key]) if key in props else definition.default
+        except ValueError as exc:
+            raise ConfigError([ConfigProblem(key, props[key], f"{exc} ({source})")]) from None
+
+    ssl_context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        client_ssl_context_of(value, source)  # unreadable stores fail now, named
+        ssl_context = functools.partial(client_ssl_context_of, value, source)
+    sasl = None
+    if protocol.startswith("SASL_"):
+        mechanism = props.get("sasl.mechanism", "GSSAPI").strip().upper()
+        if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ConfigError([ConfigProblem(
+                "sasl.mechanism", mechanism, f"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 ({source})"
+            )])  # fmt: skip
+        sasl = _login(mechanism, props.get("sasl.jaas.config"), f"sasl.jaas.config ({source})")
+    return ClientSecurity(protocol, ssl_context, sasl)
+
+
 def _sasl_login(config: BrokerConfig, listener: str) -> SaslLogin:
     mechanism = config.sasl_mechanism_inter_broker_protocol
     if mechanism not in config.listener_value(listener, "sasl.enabled.mechanisms"):
@@ -97,7 +133,11 @@ def _sasl_login(config: BrokerConfig, listener: str) -> SaslLogin:
             ]
         )
     key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
-    jaas = config.originals.get(key)
+    return _login(mechanism, config.originals.get(key), key)
+
+
+def _login(mechanism: str, jaas: str | None, key: str) -> SaslLogin:
+    """The ``username=``/``password=`` options of a JAAS config, as Kafka's clients log in."""
     options = parse_jaas_options(jaas, key) if jaas is not None else {}
     if not options.get("username") or "password" not in options:
         raise ConfigError(
@@ -105,8 +145,8 @@ def _sasl_login(config: BrokerConfig, listener: str) -> SaslLogin:
                 ConfigProblem(
                     key,
                     None,
-                    f"brokers log in to listener {listener} with {mechanism}: give this "
-                    'broker\'s username="..." and password="..." in this JAAS config',
+                    f"logging in with {mechanism} needs username=\"...\" and "
+                    'password="..." in this JAAS config',
                 )
             ]
         )

@@ -28,6 +28,7 @@ __all__ = [
     "CertificateReloader",
     "PrincipalMapper",
     "client_ssl_context",
+    "client_ssl_context_of",
     "distinguished_name",
     "server_ssl_context",
 ]
@@ -73,11 +74,14 @@ def client_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     system's CAs without one); ``ssl.endpoint.identification.algorithm=https`` also checks
     that the certificate names the host connected to."""
 
-    def value(key: str) -> Any:
-        return config.listener_value(listener, key)
+    return client_ssl_context_of(lambda key: config.listener_value(listener, key), listener)
 
+
+def client_ssl_context_of(value: Callable[[str], Any], name: str) -> ssl.SSLContext:
+    """``client_ssl_context`` from the ``ssl.*`` values ``value`` gives (``name`` for
+    messages): a listener's, or a command's client properties."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    if not _load_stores(ctx, value, listener, key_pair_required=False):
+    if not _load_stores(ctx, value, name, key_pair_required=False):
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     ctx.check_hostname = value("ssl.endpoint.identification.algorithm") == "https"
     ctx.verify_mode = ssl.CERT_REQUIRED
