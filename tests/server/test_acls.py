@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.add_partitions_to_txn.v1 import request as ap
 from kio.schema.delete_records.v2 import request as dr
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7 import request as lo
@@ -390,6 +391,30 @@ def test_transactions_are_described_only_to_who_may_describe_the_id(acl_broker: 
     assert alice_described.error_code == ErrorCode.none
     assert alice_described.transaction_state == "CompleteCommit"
     assert txn_id in alice_listed
+
+
+def test_a_transaction_cannot_take_in_a_topic_the_producer_may_not_write(acl_broker: AclBroker) -> None:
+    topic, txn_id = f"txw-{uuid.uuid4().hex[:6]}", f"tid-bob-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    create_acls(acl_broker.admin(), [
+        AclBinding(ResourceType.TRANSACTIONAL_ID, txn_id, ResourcePatternType.LITERAL, "User:bob",
+                   "*", AclOperation.WRITE, AclPermissionType.ALLOW),
+        topic_acl(topic, "User:bob", AclOperation.DESCRIBE),  # he sees it, may not write it
+    ])  # fmt: skip
+    # On the wire: a client's Produce would be refused anyway; AddPartitionsToTxn must be first.
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "bob", "bob-pw").error_code == ErrorCode.none
+        init = _call(s, ApiKey.INIT_PRODUCER_ID, 1, transactional_id=txn_id,
+                     transaction_timeout=timedelta(seconds=60))  # fmt: skip
+        assert init.error_code == ErrorCode.none  # WRITE on the transactional id suffices
+        added = _call(s, ApiKey.ADD_PARTITIONS_TO_TXN, 1, v3_and_below_transactional_id=txn_id,
+                      v3_and_below_producer_id=init.producer_id,
+                      v3_and_below_producer_epoch=init.producer_epoch,
+                      v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),))  # fmt: skip
+    [result] = added.results_by_topic_v3_and_below
+    assert [r.partition_error_code for r in result.results_by_partition] == [
+        ErrorCode.topic_authorization_failed
+    ]
 
 
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:

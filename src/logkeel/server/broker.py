@@ -584,7 +584,8 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
         registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer
     )
     transactions_api.register(
-        registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
+        registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator,
+        broker.authorizer,
     )
     txn_markers_api.register(registry, broker.txn_markers)
     txn_admin_api.register(registry, broker.txn_coordinator, broker.authorizer)
