@@ -36,6 +36,7 @@ from kio.schema.add_partitions_to_txn.v1 import request as ap
 from kio.schema.delete_records.v2 import request as dr
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7 import request as lo
+from kio.schema.offset_commit.v2 import request as oc
 from kio.schema.offset_for_leader_epoch.v4 import request as oe
 
 from logkeel.server.protocol import ApiKey
@@ -415,6 +416,28 @@ def test_a_transaction_cannot_take_in_a_topic_the_producer_may_not_write(acl_bro
     assert [r.partition_error_code for r in result.results_by_partition] == [
         ErrorCode.topic_authorization_failed
     ]
+
+
+def test_committing_offsets_needs_read_on_the_topic(acl_broker: AclBroker) -> None:
+    readable, other, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("rd", "wr", "g-oc"))
+    create_topics(acl_broker, readable, other)
+    create_acls(acl_broker.admin(), [
+        topic_acl(readable, "User:bob", AclOperation.READ),
+        topic_acl(other, "User:bob", AclOperation.WRITE),  # writing is not reading
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "bob", "bob-pw").error_code == ErrorCode.none
+        committed = _call(s, ApiKey.OFFSET_COMMIT, 2, group_id=group,
+                          generation_id_or_member_epoch=-1, member_id="",
+                          retention_time=timedelta(milliseconds=-1), topics=tuple(
+            oc.OffsetCommitRequestTopic(name=name, partitions=(
+                oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=0,
+                                                committed_metadata=""),)) for name in (readable, other)
+        ))  # fmt: skip
+    codes = {t.name: t.partitions[0].error_code for t in committed.topics}
+    assert codes == {readable: ErrorCode.none, other: ErrorCode.topic_authorization_failed}
 
 
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:

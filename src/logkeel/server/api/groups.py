@@ -22,6 +22,7 @@ from kio.static.primitive import i32, i64
 
 from logkeel.cluster.acls import CLUSTER_NAME, AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
+from logkeel.server.api.commit_offsets import commit_offsets_of
 from logkeel.server.api.responses import (
     OPERATIONS_NOT_REQUESTED,
     Endpoint,
@@ -34,13 +35,12 @@ from logkeel.server.api.responses import (
 from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.records import OFFSETS_TOPIC
-from logkeel.server.group.results import CommitOffset
 from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "commit_offsets_of", "register"]
+__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "register"]
 
 # Versions served, per API (kio has schemas for all of them).
 VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -299,7 +299,10 @@ class GroupApi:
         return self._broker.metadata.partition(TopicPartition(topic, partition)) is not None
 
     async def offset_commit(self, ctx: RequestContext, request: Any) -> Any:
-        offsets, errors = commit_offsets_of(request.topics, self._partition_exists)
+        offsets, errors = commit_offsets_of(
+            request.topics, self._partition_exists,
+            lambda topic: self._may(ctx, AclOperation.READ, ResourceType.TOPIC, topic),
+        )  # fmt: skip
         retention = getattr(request, "retention_time", None)
         code, per_partition = await self.coordinator.commit_offsets(
             request.group_id,
@@ -560,31 +563,6 @@ class GroupApi:
                 entry(group_id=g, error_code=code) for g in dict.fromkeys(request.groups_names)
             ),
         )
-
-
-def commit_offsets_of(
-    topics: Any, partition_exists: Callable[[str, int], bool]
-) -> tuple[list[CommitOffset], dict[tuple[str, int], ErrorCode]]:
-    """The offsets of an OffsetCommit/TxnOffsetCommit request's topics, and
-    UNKNOWN_TOPIC_OR_PARTITION for those of partitions that do not exist."""
-    offsets: list[CommitOffset] = []
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    for topic in topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            if not partition_exists(*tp):
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            offsets.append(
-                CommitOffset(
-                    topic.name,
-                    p.partition_index,
-                    p.committed_offset,
-                    getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata,
-                )
-            )
-    return offsets, errors
 
 
 def register(

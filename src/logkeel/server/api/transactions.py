@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
-from logkeel.server.api.groups import commit_offsets_of
+from logkeel.server.api.commit_offsets import commit_offsets_of
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
 from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.group.coordinator import GroupCoordinator
@@ -152,7 +152,11 @@ class TransactionsApi:
     # -- TxnOffsetCommit -----------------------------------------------------------------------
 
     async def txn_offset_commit(self, ctx: RequestContext, request: Any) -> Any:
-        offsets, errors = commit_offsets_of(request.topics, self._partition_exists)
+        offsets, errors = commit_offsets_of(
+            request.topics, self._partition_exists,
+            lambda topic: self._authorizer is None
+            or self._authorizer.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic),
+        )  # fmt: skip
         code = self._verify_offsets_partition(request)
         if code != ErrorCode.none:
             for o in offsets:
