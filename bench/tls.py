@@ -94,14 +94,20 @@ def consume(conf: dict[str, Any], topic: str, count: int) -> float:
     return count * MESSAGE / 1e6 / elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_args(doc: str, quick_messages: int) -> argparse.Namespace:
+    """--messages (100k), --repeats (5), --quick (``quick_messages``, 3 repeats)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.messages, args.repeats = 50_000, 3
+        args.messages, args.repeats = quick_messages, 3
+    return args
+
+
+def main() -> None:
+    args = run_args(__doc__, 50_000)
     work = Path(tempfile.mkdtemp(prefix="logkeel-bench-tls-"))
     certs = make_certificates(work / "certs")
     ports = {name: free_port() for name in LISTENERS}

@@ -37,7 +37,6 @@ README = PACKAGE.parents[1] / "README.md"
 # default. Adding a key here (or `unsupported=` in the definitions) is a decision, not a way
 # around the reader check: both lists must agree.
 REJECTED_UNLESS_DEFAULT = {
-    "inter.broker.listener.name",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "queued.max.requests",
@@ -54,6 +53,8 @@ READ_THROUGH = {
     "broker.id": "node.id",
     "log.dir": "log.dirs",
     "listener.security.protocol.map": "listeners",
+    "inter.broker.listener.name": "inter.broker.listener",
+    "security.inter.broker.protocol": "inter.broker.listener",
 }
 
 

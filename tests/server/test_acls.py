@@ -4,30 +4,44 @@ admin clients, and alice's and bob's clients are allowed or refused by them."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 import kafka.admin as kp
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
 )
+from kio.schema.add_partitions_to_txn.v1 import request as ap
+from kio.schema.delete_records.v2 import request as dr
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7 import request as lo
+from kio.schema.offset_commit.v2 import request as oc
+from kio.schema.offset_for_leader_epoch.v4 import request as oe
 
+from logkeel.server.protocol import ApiKey
 from logkeel.testing.broker_process import LogkeelBroker, free_port
+from tests.server.test_security import _call, _login
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -205,6 +219,225 @@ def test_deny_wins_and_reads_need_their_own_grant(acl_broker: AclBroker) -> None
         confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
     ]
     assert produce(acl_broker.conf("admin"), topic, 2) == [None, None]  # super user
+
+
+def test_write_on_one_prefix_only_neither_reads_nor_writes_elsewhere(acl_broker: AclBroker) -> None:
+    prefix = f"pay-{uuid.uuid4().hex[:6]}-"
+    inside, outside, group = prefix + "eu", f"other-{uuid.uuid4().hex[:6]}", f"g-{prefix}"
+    create_topics(acl_broker, inside, outside)
+    create_acls(acl_broker.admin(), [
+        topic_acl(prefix, "User:bob", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    assert produce(acl_broker.conf("bob"), inside, 3) == [None] * 3
+    refused = produce(acl_broker.conf("bob"), outside, 1)
+    assert [e.code() for e in refused if e is not None] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    # Allowed to produce, not to consume: the group is his, the topic's records are not.
+    got, errors = consume(acl_broker.conf("bob"), inside, group, 3)
+    assert got == [] and confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
+    got, _ = consume(acl_broker.conf("admin"), inside, f"admin-{group}", 3)
+    assert got == [b"v0", b"v1", b"v2"]
+
+
+def test_offsets_and_record_deletion_need_describe_and_delete(acl_broker: AclBroker) -> None:
+    topic = f"offs-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    assert produce(acl_broker.conf("admin"), topic, 4) == [None] * 4
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.DESCRIBE),
+        topic_acl(topic, "User:alice", AclOperation.DELETE),
+    ])  # fmt: skip
+    # Clients ask Metadata first, which hides the topic from bob: his requests go on the wire.
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "bob", "bob-pw").error_code == ErrorCode.none
+        listed = _call(s, ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=(
+            lo.ListOffsetsTopic(name=topic, partitions=(
+                lo.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),
+            )),
+        ))  # fmt: skip
+        assert listed.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+        deleted = _call(s, ApiKey.DELETE_RECORDS, 2, timeout=timedelta(seconds=10), topics=(
+            dr.DeleteRecordsTopic(name=topic, partitions=(
+                dr.DeleteRecordsPartition(partition_index=0, offset=2),)),
+        ))  # fmt: skip
+        assert deleted.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+        for replica_id, error in ((-1, ErrorCode.topic_authorization_failed),
+                                  (2, ErrorCode.cluster_authorization_failed)):  # fmt: skip
+            epochs = _call(s, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=replica_id, topics=(
+                oe.OffsetForLeaderTopic(topic=topic, partitions=(
+                    oe.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                leader_epoch=0),)),
+            ))  # fmt: skip
+            assert epochs.topics[0].partitions[0].error_code == error
+    # alice may: confluent-kafka's own ListOffsets and DeleteRecords.
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    consumer = confluent_kafka.Consumer({**acl_broker.conf("alice"), "group.id": "unused"})
+    try:
+        assert consumer.get_watermark_offsets(tp, timeout=15) == (0, 4)
+    finally:
+        consumer.close()
+    admin = AdminClient(acl_broker.conf("alice"))
+    futures = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, 2)])
+    assert next(iter(futures.values())).result(timeout=30).low_watermark == 2
+
+
+def test_configs_need_describe_configs_and_alter_configs(acl_broker: AclBroker) -> None:
+    topic = f"cfg-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.DESCRIBE_CONFIGS),
+        topic_acl(topic, "User:alice", AclOperation.ALTER_CONFIGS),
+    ])  # fmt: skip
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    broker_resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+
+    def outcome(user: str, call: str, res: ConfigResource) -> int | None:
+        admin = AdminClient(acl_broker.conf(user))
+        futures = getattr(admin, call)([res], request_timeout=20)
+        try:
+            next(iter(futures.values())).result(timeout=30)
+        except confluent_kafka.KafkaException as exc:
+            return int(exc.args[0].code())
+        return None
+
+    denied_topic = confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # bob may not shorten the topic's retention (and lose its data) nor read its configs.
+    assert outcome("bob", "incremental_alter_configs", resource) == denied_topic
+    assert outcome("bob", "describe_configs", resource) == denied_topic
+    assert outcome("bob", "describe_configs", broker_resource) == (
+        confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    )
+    assert outcome("alice", "describe_configs", broker_resource) == (
+        confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    )  # her grants are on the topic only
+    assert outcome("alice", "describe_configs", resource) is None
+    assert outcome("admin", "describe_configs", broker_resource) is None
+    assert outcome("alice", "incremental_alter_configs", resource) is None
+    admin = acl_broker.admin()  # kept alive: a collected client cancels its futures
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    assert next(iter(described.values())).result(timeout=30)["retention.ms"].value == "1"
+
+
+def test_group_apis_need_describe_and_delete_on_the_group(acl_broker: AclBroker) -> None:
+    topic, group, other = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("grp", "g-alice", "g-bob"))
+    create_topics(acl_broker, topic)
+    assert produce(acl_broker.conf("admin"), topic, 3) == [None] * 3
+    create_acls(acl_broker.admin(), [
+        topic_acl(topic, "User:alice", AclOperation.READ),
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.GROUP, other, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    got, _ = consume(acl_broker.conf("alice"), topic, group, 3)  # commits on close
+    assert got == [b"v0", b"v1", b"v2"]
+    admin = acl_broker.admin()
+    committed = ConsumerGroupTopicPartitions(other, [confluent_kafka.TopicPartition(topic, 0, 2)])
+    admin.alter_consumer_group_offsets([committed])[other].result(timeout=30)
+
+    def error_of(future: Any) -> int | None:
+        try:
+            future.result(timeout=30)
+        except confluent_kafka.KafkaException as exc:
+            return int(exc.args[0].code())
+        return None
+
+    denied = confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED
+    bob, alice = AdminClient(acl_broker.conf("bob")), AdminClient(acl_broker.conf("alice"))
+    assert error_of(bob.describe_consumer_groups([group])[group]) == denied
+    assert error_of(bob.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]) == denied
+    assert error_of(bob.delete_consumer_groups([group])[group]) == denied
+    listed = {g.group_id for g in bob.list_consumer_groups().result(timeout=30).valid}
+    assert group not in listed and other in listed
+    # bob's own group, on a topic he may not describe: its offsets are left out for him.
+    mine = bob.list_consumer_group_offsets([ConsumerGroupTopicPartitions(other)])[other]
+    assert mine.result(timeout=30).topic_partitions == []
+    offsets = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    assert [tp.offset for tp in offsets.result(timeout=30).topic_partitions] == [3]
+    assert error_of(alice.describe_consumer_groups([group])[group]) is None
+    assert error_of(alice.delete_consumer_groups([group])[group]) == denied  # READ is not DELETE
+    assert error_of(admin.delete_consumer_groups([group])[group]) is None
+
+
+def test_transactions_are_described_only_to_who_may_describe_the_id(acl_broker: AclBroker) -> None:
+    topic, txn_id = f"txn-{uuid.uuid4().hex[:6]}", f"tid-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    producer = confluent_kafka.Producer({**acl_broker.conf("admin"), "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"x")
+    producer.commit_transaction(30)
+    create_acls(acl_broker.admin(), [AclBinding(
+        ResourceType.TRANSACTIONAL_ID, txn_id, ResourcePatternType.LITERAL, "User:alice", "*",
+        AclOperation.DESCRIBE, AclPermissionType.ALLOW,
+    )])  # fmt: skip
+    seen = {}
+    for user in ("bob", "alice"):
+        with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+            assert _login(s, user, f"{user}-pw").error_code == ErrorCode.none
+            [described] = _call(s, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                transactional_ids=(txn_id,)).transaction_states  # fmt: skip
+            listed = _call(s, ApiKey.LIST_TRANSACTIONS, 0, state_filters=(),
+                           producer_id_filters=()).transaction_states  # fmt: skip
+            seen[user] = (described, {t.transactional_id for t in listed})
+    bob_described, bob_listed = seen["bob"]
+    assert bob_described.error_code == ErrorCode.transactional_id_authorization_failed
+    assert txn_id not in bob_listed
+    alice_described, alice_listed = seen["alice"]
+    assert alice_described.error_code == ErrorCode.none
+    assert alice_described.transaction_state == "CompleteCommit"
+    assert txn_id in alice_listed
+
+
+def test_a_transaction_cannot_take_in_a_topic_the_producer_may_not_write(acl_broker: AclBroker) -> None:
+    topic, txn_id = f"txw-{uuid.uuid4().hex[:6]}", f"tid-bob-{uuid.uuid4().hex[:6]}"
+    create_topics(acl_broker, topic)
+    create_acls(acl_broker.admin(), [
+        AclBinding(ResourceType.TRANSACTIONAL_ID, txn_id, ResourcePatternType.LITERAL, "User:bob",
+                   "*", AclOperation.WRITE, AclPermissionType.ALLOW),
+        topic_acl(topic, "User:bob", AclOperation.DESCRIBE),  # he sees it, may not write it
+    ])  # fmt: skip
+    # On the wire: a client's Produce would be refused anyway; AddPartitionsToTxn must be first.
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "bob", "bob-pw").error_code == ErrorCode.none
+        init = _call(s, ApiKey.INIT_PRODUCER_ID, 1, transactional_id=txn_id,
+                     transaction_timeout=timedelta(seconds=60))  # fmt: skip
+        assert init.error_code == ErrorCode.none  # WRITE on the transactional id suffices
+        added = _call(s, ApiKey.ADD_PARTITIONS_TO_TXN, 1, v3_and_below_transactional_id=txn_id,
+                      v3_and_below_producer_id=init.producer_id,
+                      v3_and_below_producer_epoch=init.producer_epoch,
+                      v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),))  # fmt: skip
+    [result] = added.results_by_topic_v3_and_below
+    assert [r.partition_error_code for r in result.results_by_partition] == [
+        ErrorCode.topic_authorization_failed
+    ]
+
+
+def test_committing_offsets_needs_read_on_the_topic(acl_broker: AclBroker) -> None:
+    readable, other, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("rd", "wr", "g-oc"))
+    create_topics(acl_broker, readable, other)
+    create_acls(acl_broker.admin(), [
+        topic_acl(readable, "User:bob", AclOperation.READ),
+        topic_acl(other, "User:bob", AclOperation.WRITE),  # writing is not reading
+        AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "bob", "bob-pw").error_code == ErrorCode.none
+        committed = _call(s, ApiKey.OFFSET_COMMIT, 2, group_id=group,
+                          generation_id_or_member_epoch=-1, member_id="",
+                          retention_time=timedelta(milliseconds=-1), topics=tuple(
+            oc.OffsetCommitRequestTopic(name=name, partitions=(
+                oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=0,
+                                                committed_metadata=""),)) for name in (readable, other)
+        ))  # fmt: skip
+    codes = {t.name: t.partitions[0].error_code for t in committed.topics}
+    assert codes == {readable: ErrorCode.none, other: ErrorCode.topic_authorization_failed}
 
 
 def test_metadata_hides_topics_the_principal_may_not_describe(acl_broker: AclBroker) -> None:

@@ -1,12 +1,12 @@
 """Listeners, TLS and SASL with real clients: one `logkeel serve` process with a PLAINTEXT,
 SSL, SASL_PLAINTEXT, SASL_SSL and a mutual-TLS listener (certificates made by the test), and
-confluent-kafka, kafka-python, aiokafka and kcat producing and consuming through them.
+confluent-kafka producing and consuming through them (kafka-python, aiokafka and kcat:
+test_security_clients.py).
 Every failed attempt (wrong password, unknown user, untrusted certificate, plaintext on a TLS
 port, skipping or garbling authentication) must fail clearly while the broker keeps serving."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import ssl
@@ -105,12 +105,17 @@ def produce_and_consume(conf: dict[str, Any], count: int = 20) -> list[bytes]:
     for i in range(count):
         producer.produce(topic, value=b"m%d" % i)
     assert producer.flush(30) == 0
+    return consume(conf, topic, count)
+
+
+def consume(conf: dict[str, Any], topic: str, count: int, timeout: float = 30) -> list[bytes]:
+    """Up to ``count`` values of ``topic`` from the start, read within ``timeout`` seconds."""
     consumer = confluent_kafka.Consumer(
         {**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
     )
     consumer.subscribe([topic])
     got: list[bytes] = []
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     try:
         while len(got) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -243,6 +248,21 @@ def _read_frame(sock: socket.socket | ssl.SSLSocket) -> bytes | None:
     return data
 
 
+def _call(sock: socket.socket | ssl.SSLSocket, api: ApiKey, version: int, **fields: Any) -> Any:
+    sock.sendall(_frame(api, version, **fields))
+    answer = _read_frame(sock)
+    assert answer is not None, f"{api.name} v{version}: connection closed"
+    schema = response_schema_of(api, version)
+    assert schema is not None
+    return decode_response(schema, answer)[1]
+
+
+def _login(sock: socket.socket | ssl.SSLSocket, user: str = "alice", password: str = "alice-secret") -> Any:
+    shake = _call(sock, ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+    assert shake.error_code == ErrorCode.none
+    return _call(sock, ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=f"\0{user}\0{password}".encode())
+
+
 def _closed(sock: socket.socket | ssl.SSLSocket) -> bool:
     try:
         return sock.recv(1) == b""
@@ -315,84 +335,6 @@ def test_sasl_handshake_v0_then_raw_tokens(secure: SecureBroker) -> None:
         assert _closed(s)
 
 
-def test_kafka_python_over_ssl_and_scram(secure: SecureBroker) -> None:
-    import kafka
-
-    for extra in (
-        {"security_protocol": "SSL", "ssl_cafile": str(secure.certs.ca),
-         "bootstrap_servers": secure.bootstrap("SSL")},
-        {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
-         "sasl_plain_username": "bob", "sasl_plain_password": BOB_PASSWORD,
-         "bootstrap_servers": secure.bootstrap("SASL_PLAINTEXT")},
-    ):  # fmt: skip
-        topic = f"kp-{uuid.uuid4().hex[:8]}"
-        producer = kafka.KafkaProducer(**extra)
-        for i in range(5):
-            producer.send(topic, b"k%d" % i)
-        producer.flush(30)
-        producer.close()
-        consumer = kafka.KafkaConsumer(
-            topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **extra
-        )
-        assert [m.value for m in consumer] == [b"k%d" % i for i in range(5)]
-        consumer.close()
-
-
-def test_aiokafka_over_sasl_ssl(secure: SecureBroker) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.helpers import create_ssl_context
-
-    async def run() -> list[bytes]:
-        topic = f"aio-{uuid.uuid4().hex[:8]}"
-        common = {
-            "bootstrap_servers": secure.bootstrap("SASL_SSL"),
-            "security_protocol": "SASL_SSL",
-            "ssl_context": create_ssl_context(cafile=str(secure.certs.ca)),
-            "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": "alice",
-            "sasl_plain_password": "alice-secret",
-        }
-        producer = AIOKafkaProducer(**common)
-        await producer.start()
-        try:
-            for i in range(5):
-                await producer.send_and_wait(topic, b"a%d" % i)
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **common)
-        await consumer.start()
-        try:
-            got = []
-            while len(got) < 5:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
-                got += [m.value for msgs in batch.values() for m in msgs]
-            return got
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(run()) == [b"a%d" % i for i in range(5)]
-
-
-@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
-def test_kcat_over_ssl_and_sasl_ssl(secure: SecureBroker, listener: str) -> None:
-    topic = f"kcat-{uuid.uuid4().hex[:8]}"
-    tls = ["-b", secure.bootstrap(listener), "-X", f"security.protocol={listener}",
-           "-X", f"ssl.ca.location={secure.certs.ca}"]  # fmt: skip
-    if listener == "SASL_SSL":
-        tls += ["-X", "sasl.mechanism=SCRAM-SHA-512", "-X", "sasl.username=bob",
-                "-X", f"sasl.password={BOB_PASSWORD}"]  # fmt: skip
-    produced = subprocess.run(
-        ["kcat", *tls, "-P", "-t", topic], input=b"one\ntwo\nthree\n", timeout=60,
-        capture_output=True,
-    )  # fmt: skip
-    assert produced.returncode == 0, produced.stderr
-    consumed = subprocess.run(
-        ["kcat", *tls, "-C", "-t", topic, "-o", "beginning", "-c", "3", "-e"],
-        timeout=60, capture_output=True,
-    )  # fmt: skip
-    assert consumed.stdout.split() == [b"one", b"two", b"three"], consumed.stderr
-
-
 def test_scram_users_are_managed_and_stored_salted(secure: SecureBroker) -> None:
     admin = AdminClient({"bootstrap.servers": secure.bootstrap("PLAINTEXT")})
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
@@ -430,6 +372,30 @@ def test_scram_users_are_managed_and_stored_salted(secure: SecureBroker) -> None
         [*cli, "delete", "carol", *bootstrap], capture_output=True, text=True, timeout=60
     )
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+@pytest.mark.parametrize("listener", ["SASL_SSL", "SASL_PLAINTEXT", "SSL"])
+def test_commands_reach_tls_and_sasl_listeners_with_a_command_config(
+    secure: SecureBroker, tmp_path: Path, listener: str
+) -> None:
+    """`logkeel users` (and `logkeel acls`) take Kafka client properties, as kafka-configs.sh
+    --command-config does: no PLAINTEXT listener needed."""
+    jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="bob" password="{BOB_PASSWORD}";')  # fmt: skip
+    props = {"security.protocol": listener, "ssl.truststore.location": str(secure.certs.ca),
+             "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": jaas}  # fmt: skip
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    command = [sys.executable, "-m", "logkeel", "users", "list",
+               "--bootstrap-server", secure.bootstrap(listener), "--command-config", str(config)]  # fmt: skip
+    listing = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0 and "bob: " in listing.stdout, listing.stderr
+    if listener.startswith("SASL_"):
+        config.write_text(config.read_text().replace(BOB_PASSWORD, "wrong"))
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1
+        assert "SASL authentication (SCRAM-SHA-512) as bob" in refused.stderr, refused.stderr
+        assert "wrong" not in refused.stderr
 
 
 def test_tls_listener_without_a_key_refuses_to_start(tmp_path: Path) -> None:

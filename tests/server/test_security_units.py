@@ -1,5 +1,6 @@
 """The pieces of TLS and SASL that need no broker: SCRAM against RFC 7677's test vector and a
-client written from RFC 5802, the certificate-to-principal rules, and JAAS parsing."""
+client written from RFC 5802, the certificate-to-principal rules, JAAS parsing, the
+inter-broker listener and login, and session expiry (re-authentication)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from logkeel.cluster.scram import ScramCredential, ScramError, ScramServerExchange, salted_password
+from logkeel.cluster.metadata import BrokerInfo
+from logkeel.cluster.scram import (
+    ScramClientExchange,
+    ScramCredential,
+    ScramError,
+    ScramServerExchange,
+    salted_password,
+)
 from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
 from logkeel.config.types import ConfigError
 from logkeel.server.authorization import exposed_listeners
+from logkeel.server.network.client import SaslLogin
+from logkeel.server.network.inter_broker import InterBroker, client_security, inter_broker
+from logkeel.server.network.sasl import ListenerSasl
 from logkeel.server.network.tls import PrincipalMapper, server_ssl_context
+from logkeel.server.session import SaslFailure, Session
 from logkeel.testing.certs import make_certificates
 
 # RFC 7677 section 3: user "user", password "pencil".
@@ -173,3 +185,207 @@ def test_exposed_plaintext_listeners_are_named_only_without_an_authorizer() -> N
     assert exposed_listeners(BrokerConfig(wide)) == ["PLAINTEXT://:9092"]
     guarded = {**wide, "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
     assert exposed_listeners(BrokerConfig(guarded)) == []
+
+
+# ---- the client side a broker logs in to another broker with --------------------------------
+
+
+def _server_for(mechanism: str, user: str, password: str) -> ScramServerExchange:
+    credential = ScramCredential.from_password(mechanism, password)
+    return ScramServerExchange(
+        mechanism, lambda name, mech: credential if (name, mech) == (user, mechanism) else None
+    )
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("user", ["broker", "odd,name=x"])
+def test_scram_client_logs_in_and_checks_the_server(mechanism: str, user: str) -> None:
+    server = _server_for(mechanism, user, "pencil")
+    client = ScramClientExchange(mechanism, user, "pencil")
+    client_final = client.step(server.step(client.first()))
+    assert client.step(server.step(client_final)) == b""
+    assert client.complete and server.username == user
+
+
+def test_scram_client_refuses_a_server_that_cannot_prove_itself() -> None:
+    server = _server_for("SCRAM-SHA-512", "broker", "pencil")
+    client = ScramClientExchange("SCRAM-SHA-512", "broker", "pencil")
+    server_final = server.step(client.step(server.step(client.first())))
+    forged = b"v=" + base64.b64encode(b"\0" * 64)
+    assert server_final != forged
+    with pytest.raises(ScramError, match="signature"):
+        client.step(forged)
+    client = ScramClientExchange("SCRAM-SHA-512", "broker", "pencil")
+    client.step(_server_for("SCRAM-SHA-512", "broker", "pencil").step(client.first()))
+    with pytest.raises(ScramError, match="refused"):
+        client.step(b"e=invalid-proof")
+
+
+def test_scram_client_with_a_wrong_password_is_refused_by_the_server() -> None:
+    server = _server_for("SCRAM-SHA-256", "broker", "pencil")
+    client = ScramClientExchange("SCRAM-SHA-256", "broker", "crayon")
+    with pytest.raises(ScramError, match="invalid credentials"):
+        server.step(client.step(server.step(client.first())))
+
+
+def test_scram_client_refuses_a_nonce_it_did_not_start_or_too_few_iterations() -> None:
+    client = ScramClientExchange("SCRAM-SHA-256", "broker", "pencil")
+    client.first()
+    with pytest.raises(ScramError, match="server-first"):
+        client.step(b"r=someone-elses-nonce,s=QSXCR+Q6sek8bf92,i=4096")
+    client = ScramClientExchange("SCRAM-SHA-256", "broker", "pencil")
+    nonce = client.first().decode().rpartition("r=")[2]
+    with pytest.raises(ScramError, match="iteration"):
+        client.step(f"r={nonce}xyz,s=QSXCR+Q6sek8bf92,i=1".encode())
+
+
+# ---- the inter-broker listener and this broker's credentials on it ----------------------------
+
+CLUSTER = {"zookeeper.connect": "127.0.0.1:2181/x"}
+TWO_LISTENERS = {
+    **CLUSTER,
+    "listeners": "CLIENT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+    "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_PLAINTEXT",
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "listener"),
+    [
+        ({}, "PLAINTEXT"),  # Kafka's default: the listener named after PLAINTEXT
+        ({"listeners": "SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092"}, "PLAINTEXT"),
+        ({"listeners": "SSL://127.0.0.1:9093"}, "SSL"),  # logkeel: else the first one
+        ({**TWO_LISTENERS, "inter.broker.listener.name": "internal"}, "INTERNAL"),
+        ({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+          "security.inter.broker.protocol": "SSL"}, "SSL"),
+    ],
+)  # fmt: skip
+def test_inter_broker_listener_is_chosen_as_kafka_does(settings: dict[str, str], listener: str) -> None:
+    assert BrokerConfig(settings).inter_broker_listener == listener
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({**TWO_LISTENERS, "inter.broker.listener.name": "INTERNAL",
+          "security.inter.broker.protocol": "SSL"}, "not both"),
+        ({**TWO_LISTENERS, "inter.broker.listener.name": "OTHER"}, "not one of listeners"),
+        ({"security.inter.broker.protocol": "SSL"}, "not one of listeners"),
+        ({**TWO_LISTENERS, "inter.broker.listener.name": "INTERNAL",
+          "advertised.listeners": "CLIENT://broker1:9092"}, "advertised.listeners"),
+    ],
+)  # fmt: skip
+def test_inter_broker_listener_mistakes_are_refused(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig(settings)
+
+
+def test_inter_broker_login_comes_from_the_listeners_jaas_config() -> None:
+    base = {**TWO_LISTENERS, "inter.broker.listener.name": "INTERNAL"}
+    with pytest.raises(ConfigError, match="listener.name.internal.plain.sasl.jaas.config"):
+        inter_broker(BrokerConfig(base))
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="broker" password="s3cret" user_broker="s3cret";')  # fmt: skip
+    got = inter_broker(BrokerConfig({**base, "listener.name.internal.plain.sasl.jaas.config": jaas}))
+    assert got.listener == "INTERNAL" and got.security.protocol == "SASL_PLAINTEXT"
+    assert got.security.sasl == SaslLogin("PLAIN", "broker", "s3cret")
+    assert "s3cret" not in repr(got)
+    with pytest.raises(ConfigError, match="sasl.enabled.mechanisms"):
+        inter_broker(BrokerConfig({**base, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+                                   "sasl.enabled.mechanisms": "PLAIN"}))  # fmt: skip
+    # A single node reaches no other broker: nothing to log in with is needed.
+    single = {k: v for k, v in base.items() if k != "zookeeper.connect"}
+    assert inter_broker(BrokerConfig(single)).security.sasl is None
+
+
+def test_inter_broker_tls_uses_the_listeners_stores_and_checks_the_host(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    config = BrokerConfig({
+        **CLUSTER, "listeners": "SSL://127.0.0.1:9093",
+        "ssl.keystore.location": str(certs.server), "ssl.truststore.location": str(certs.ca),
+    })  # fmt: skip
+    factory = inter_broker(config).security.ssl_context
+    assert factory is not None
+    ctx = factory()
+    assert ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+    lax = config.updated({"ssl.endpoint.identification.algorithm": ""})
+    lax_factory = inter_broker(lax).security.ssl_context
+    assert lax_factory is not None and not lax_factory().check_hostname
+    broken = config.updated({"ssl.truststore.location": str(tmp_path / "missing.pem")})
+    with pytest.raises(ConfigError):
+        inter_broker(broken)  # at start-up, not at the first fetch
+
+
+def test_endpoint_of_a_peer_is_its_inter_broker_listener() -> None:
+    peer = BrokerInfo(2, "10.0.0.2", 9092, None, (("CLIENT", "10.0.0.2", 9092),
+                                                  ("INTERNAL", "10.1.0.2", 9093)))  # fmt: skip
+    assert InterBroker("INTERNAL").endpoint(peer) == ("10.1.0.2", 9093)
+    assert InterBroker("INTERNAL").endpoint(BrokerInfo(3, "h", 1)) == ("h", 1)
+
+
+# ---- re-authentication (KIP-368) --------------------------------------------------------------
+
+
+def _session(reauth_ms: int) -> Session:
+    users = {"alice": "a-pw", "bob": "b-pw"}
+    return Session("SASL_PLAINTEXT", "SASL_PLAINTEXT", sasl=ListenerSasl(("PLAIN",), users, None),  # type: ignore[arg-type]
+                   reauth_ms=reauth_ms)  # fmt: skip
+
+
+def test_a_session_expires_and_is_renewed_by_re_authenticating() -> None:
+    session = _session(60_000)
+    session.begin("PLAIN")
+    assert not session.may_serve(3)
+    session.step(b"\0alice\0a-pw")
+    assert session.may_serve(3) and session.principal == "User:alice"
+    assert session.expires_at is not None and not session.expired()
+    assert session.expired(session.expires_at + 1)
+    first_expiry = session.expires_at
+    session.begin("PLAIN")  # re-authentication: the old session still serves meanwhile
+    assert session.exchanging and session.may_serve(3)
+    session.step(b"\0alice\0a-pw")
+    assert not session.exchanging and session.expires_at >= first_expiry
+
+
+def test_re_authentication_keeps_the_principal_and_the_mechanism() -> None:
+    session = _session(60_000)
+    session.begin("PLAIN")
+    session.step(b"\0alice\0a-pw")
+    session.begin("PLAIN")
+    with pytest.raises(SaslFailure, match="principal"):
+        session.step(b"\0bob\0b-pw")
+    assert session.close_after_response
+    other = _session(60_000)
+    other.begin("PLAIN")
+    other.step(b"\0alice\0a-pw")
+    with pytest.raises(SaslFailure, match="must use PLAIN"):
+        other.begin("SCRAM-SHA-256")
+
+
+def test_without_reauth_ms_sessions_never_expire_and_re_authentication_is_refused() -> None:
+    session = _session(0)
+    session.begin("PLAIN")
+    session.step(b"\0alice\0a-pw")
+    assert session.expires_at is None and not session.expired()
+    with pytest.raises(SaslFailure, match="re-authentication is off"):
+        session.begin("PLAIN")
+
+
+def test_command_client_properties_are_read_as_kafka_clients_read_them(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="admin" password="pw";')  # fmt: skip
+    sasl_ssl = {"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": jaas, "ssl.truststore.location": str(certs.ca)}  # fmt: skip
+    got = client_security(sasl_ssl, "client.properties")
+    assert got.protocol == "SASL_SSL" and got.sasl == SaslLogin("PLAIN", "admin", "pw")
+    assert got.ssl_context is not None and got.ssl_context().check_hostname
+    assert client_security({}, "x").protocol == "PLAINTEXT"
+    for broken, message in (
+        ({**sasl_ssl, "sasl.mechanism": "GSSAPI"}, "PLAIN, SCRAM"),  # Kafka's default
+        ({**sasl_ssl, "sasl.jaas.config": jaas.replace('password="pw"', "")}, "username"),
+        ({**sasl_ssl, "ssl.truststore.location": str(tmp_path / "none.pem")}, "client.properties"),
+        ({"security.protocol": "TLS"}, "unknown"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            client_security(broken, "client.properties")

@@ -1,8 +1,8 @@
 """`logkeel acls add|list|remove`: the ACLs of a running broker, managed through Kafka's
 CreateAcls / DescribeAcls / DeleteAcls (what kafka-acls.sh does). The command talks to a
-PLAINTEXT listener, whose principal (User:ANONYMOUS) needs ALTER on the cluster (DESCRIBE to
-list) once an authorizer is on; a broker started with an authorizer lets it in through
-``super.users``."""
+PLAINTEXT listener, or to a TLS or SASL one with ``--command-config`` (Kafka client
+properties); its principal needs ALTER on the cluster (DESCRIBE to list) once an authorizer is
+on, e.g. through ``super.users``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import call, fail, nested
+from logkeel.cli.broker_requests import call, command_config_option, fail, nested
 from logkeel.cluster.acls import (
     CLUSTER_NAME,
     AclOperation,
@@ -44,7 +44,9 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
                      type=click.Choice(_OPERATIONS, case_sensitive=False), help="Repeatable."),
         click.option("--deny", is_flag=True, help="A DENY binding (default: ALLOW)."),
         click.option("--bootstrap-server", default="127.0.0.1:9092", show_default=True,
-                     help="HOST:PORT of a PLAINTEXT listener of the broker."),
+                     help="HOST:PORT of a listener of the broker (PLAINTEXT unless "
+                          "--command-config)."),
+        command_config_option,
     ]):  # fmt: skip
         command = decorator(command)
     return command

@@ -1,5 +1,10 @@
-"""One Kafka request from a CLI command to a broker's PLAINTEXT listener, and the one way such a
-command fails (a message on stderr, exit status 1)."""
+"""One Kafka request from a CLI command to a broker's listener, and the one way such a command
+fails (a message on stderr, exit status 1).
+
+A PLAINTEXT listener by default; ``--command-config FILE`` (``command_config_option``) gives
+Kafka client properties for a TLS or SASL one, as Kafka's tools take them: ``security.protocol``,
+``ssl.truststore.location`` (and for mutual TLS ``ssl.keystore.location``; PEM),
+``sasl.mechanism`` and ``sasl.jaas.config`` with ``username=`` and ``password=``."""
 
 from __future__ import annotations
 
@@ -9,13 +14,38 @@ from typing import Any, NoReturn
 
 import click
 
-from logkeel.server.network.client import BrokerClient, BrokerConnectionError
+from logkeel.config.properties import load_properties
+from logkeel.config.types import ConfigError
+from logkeel.server.network.client import BrokerClient, BrokerConnectionError, ClientSecurity
+from logkeel.server.network.inter_broker import client_security
 
-__all__ = ["call", "fail", "nested"]
+__all__ = ["call", "command_config_option", "fail", "nested"]
+
+_SECURITY = "logkeel.client_security"
+
+
+def _read_command_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
+    if path is not None:
+        try:
+            ctx.meta[_SECURITY] = client_security(load_properties(path), path)
+        except ConfigError as exc:
+            fail(ctx.parent.info_name if ctx.parent else ctx.info_name, str(exc))
+
+
+command_config_option = click.option(
+    "--command-config",
+    type=click.Path(exists=True, dir_okay=False),
+    expose_value=False,
+    callback=_read_command_config,
+    help="Kafka client properties to reach a TLS or SASL listener (security.protocol, "
+    "ssl.truststore.location, sasl.mechanism, sasl.jaas.config).",
+)
 
 
 def call(command: str, bootstrap_server: str, request: Any) -> Any:
     host, _, port = bootstrap_server.rpartition(":")
+    context = click.get_current_context(silent=True)
+    security = context.meta.get(_SECURITY) if context is not None else None
 
     async def round_trip() -> Any:
         client = BrokerClient(
@@ -24,6 +54,7 @@ def call(command: str, bootstrap_server: str, request: Any) -> Any:
             client_id=f"logkeel-{command}",
             request_timeout_ms=30_000,
             max_response_bytes=10 * 1024 * 1024,
+            security=security or ClientSecurity(),
         )
         try:
             return await client.send(request)

@@ -3,7 +3,10 @@ AlterUserScramCredentials / DescribeUserScramCredentials APIs (what kafka-config
 --alter --add-config 'SCRAM-SHA-256=[password=…]' does).
 
 The password is salted and hashed here; only the salted password crosses the network, and the
-broker stores only keys derived from it. The command talks to a PLAINTEXT listener.
+broker stores only keys derived from it. The command talks to a PLAINTEXT listener (any other
+with ``--command-config``), or, with ``--zookeeper``, writes the salted credential straight into a cluster's ZooKeeper: the way to
+create the brokers' own SCRAM user before they start (what ``kafka-configs.sh --zookeeper``
+did), since brokers that log in to each other with SCRAM cannot replicate without it.
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from logkeel.cli.broker_requests import call, fail, nested
+from logkeel.cli.broker_requests import call, command_config_option, fail, nested
 from logkeel.cluster.scram import (
+    MAX_ITERATIONS,
     MECHANISMS,
     MIN_ITERATIONS,
+    ScramCredential,
     mechanism_name,
     mechanism_type,
     salted_password,
 )
+from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["users_group"]
@@ -32,7 +38,7 @@ _BOOTSTRAP = click.option(
     "--bootstrap-server",
     default="127.0.0.1:9092",
     show_default=True,
-    help="HOST:PORT of a PLAINTEXT listener of the broker.",
+    help="HOST:PORT of a listener of the broker (PLAINTEXT unless --command-config).",
 )
 _MECHANISM = click.option(
     "--mechanism",
@@ -54,10 +60,20 @@ def users_group() -> None:
 @click.option("--iterations", default=MIN_ITERATIONS, show_default=True, type=int)
 @_MECHANISM
 @_BOOTSTRAP
+@command_config_option
+@click.option(
+    "--zookeeper",
+    default=None,
+    help="zookeeper.connect of a cluster (host:port[/chroot]): write there, no broker needed.",
+)
 def add(
-    name: str, password: str, iterations: int, mechanisms: tuple[str, ...], bootstrap_server: str
-) -> None:
+    name: str, password: str, iterations: int, mechanisms: tuple[str, ...], bootstrap_server: str,
+    zookeeper: str | None,
+) -> None:  # fmt: skip
     """Add user NAME, or set a new password."""
+    if zookeeper is not None:
+        _add_in_zookeeper(zookeeper, name, password, iterations, mechanisms)
+        return
     Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
     Upsertion = nested(Request, "ScramCredentialUpsertion")
     upsertions = []
@@ -79,6 +95,7 @@ def add(
 @click.argument("name")
 @_MECHANISM
 @_BOOTSTRAP
+@command_config_option
 def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> None:
     """Delete user NAME's credentials (every mechanism it has unless --mechanism)."""
     if not mechanisms:
@@ -94,6 +111,7 @@ def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> Non
 
 @users_group.command("list")
 @_BOOTSTRAP
+@command_config_option
 def list_users(bootstrap_server: str) -> None:
     """List the SCRAM users and their mechanisms (never their credentials)."""
     Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
@@ -104,6 +122,28 @@ def list_users(bootstrap_server: str) -> None:
             for i in result.credential_infos
         )
         click.echo(f"{result.user}: {mechs}")
+
+
+def _add_in_zookeeper(
+    connect: str, name: str, password: str, iterations: int, mechanisms: tuple[str, ...]
+) -> None:
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        _fail(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
+    client = ZkMetadataClient(connect, session_timeout_ms=10_000)
+    try:
+        client.start()
+    except ZooKeeperUnavailable as exc:
+        _fail(str(exc))
+    try:
+        current: dict[str, dict[str, Any]] = {}
+        client.scram_credentials(watch=current.update)  # the watch fires at once
+        credentials = dict(current.get(name, {}))
+        for mech in mechanisms or tuple(sorted(MECHANISMS)):
+            credentials[mech] = ScramCredential.from_password(mech, password, iterations).to_json()
+        client.set_scram_credentials(name, credentials)
+    finally:
+        client.close()
+    click.echo(f"{name}: ok")
 
 
 def _describe(bootstrap_server: str, name: str) -> Any:

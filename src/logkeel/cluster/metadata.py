@@ -69,6 +69,12 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # (listener name, host, port) of every endpoint the broker registered; host and port
+    # above are its PLAINTEXT (or first) one.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        return next(((h, p) for name, h, p in self.endpoints if name == listener), None)
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
-"""SCRAM-SHA-256/512 (RFC 5802, RFC 7677): salted credentials and the server side of the
-exchange.
+"""SCRAM-SHA-256/512 (RFC 5802, RFC 7677): salted credentials, the server side of the
+exchange, and the client side a broker uses to log in to another broker.
 
 Only the salted form is ever stored: salt, iteration count, StoredKey = H(HMAC(SaltedPassword,
 "Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key"). That is enough to check a
@@ -23,6 +23,7 @@ __all__ = [
     "MAX_ITERATIONS",
     "MECHANISMS",
     "MIN_ITERATIONS",
+    "ScramClientExchange",
     "ScramCredential",
     "ScramError",
     "ScramServerExchange",
@@ -190,6 +191,64 @@ class ScramServerExchange:
         self.username = self._user
         server_signature = hmac.digest(cred.server_key, auth_message, self._digest)
         return b"v=" + base64.b64encode(server_signature)
+
+
+class ScramClientExchange:
+    """One client-side SCRAM exchange: ``first()`` -> client-first, ``step(server_first)`` ->
+    client-final, ``step(server_final)`` -> b"" once the server has proved it knows the
+    credential (a server that cannot is refused: it could be anyone)."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self._mechanism = mechanism
+        self._digest = MECHANISMS[mechanism][0]
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._nonce = secrets.token_urlsafe(24)
+        self._client_first_bare = f"n={name},r={self._nonce}"
+        self._server_signature: bytes | None = None
+        self.complete = False
+
+    def first(self) -> bytes:
+        return f"n,,{self._client_first_bare}".encode()
+
+    def step(self, message: bytes) -> bytes:
+        text = message.decode("utf-8", "replace")
+        if self._server_signature is None:
+            return self._client_final(text)
+        attrs = _attributes(text)
+        if "e" in attrs:
+            raise ScramError(f"the server refused the proof: {attrs['e']}")
+        try:
+            signature = base64.b64decode(attrs.get("v", ""), validate=True)
+        except ValueError:
+            signature = b""
+        if not hmac.compare_digest(signature, self._server_signature):
+            raise ScramError("the server's SCRAM signature is wrong")
+        self.complete = True
+        return b""
+
+    def _client_final(self, server_first: str) -> bytes:
+        attrs = _attributes(server_first)
+        nonce, salt_text, iterations_text = attrs.get("r", ""), attrs.get("s"), attrs.get("i")
+        if not nonce.startswith(self._nonce) or salt_text is None or iterations_text is None:
+            raise ScramError("invalid SCRAM server-first message")
+        try:
+            salt, iterations = base64.b64decode(salt_text, validate=True), int(iterations_text)
+        except ValueError:
+            raise ScramError("invalid SCRAM server-first message") from None
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise ScramError(f"SCRAM iteration count {iterations} out of bounds")
+        salted = salted_password(self._mechanism, self._password, salt, iterations)
+        credential = ScramCredential.from_salted_password(
+            self._mechanism, salt, iterations, salted
+        )
+        without_proof = f"c=biws,r={nonce}"  # biws: base64 of the gs2 header "n,,"
+        auth_message = f"{self._client_first_bare},{server_first},{without_proof}".encode()
+        client_key = hmac.digest(salted, b"Client Key", self._digest)
+        signature = hmac.digest(credential.stored_key, auth_message, self._digest)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = hmac.digest(credential.server_key, auth_message, self._digest)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
 def _attributes(text: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -189,20 +189,46 @@ class ZkMetadataClient:
 
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         add, remove = list(add), list(remove)
+        self._compare_and_set(
+            zd.ACLS, lambda data: encode_bindings(changed_bindings(decode_bindings(data), add, remove))
+        )
+
+    def _compare_and_set(self, path: str, change: Callable[[bytes | None], bytes]) -> None:
+        """Writes ``change(current data)`` (None: no znode yet) over the version it read; if
+        another broker wrote first, the change is applied again to theirs."""
         while True:
             try:
-                data, stat = self.zk.get(zd.ACLS)
+                data, stat = self.zk.get(path)
             except NoNodeError:
                 data, stat = None, None
-            new = encode_bindings(changed_bindings(decode_bindings(data), add, remove))
+            new = change(data)
             try:
                 if stat is None:
-                    self.zk.create(zd.ACLS, new, makepath=True)
+                    self.zk.create(path, new, makepath=True)
                 else:
-                    self.zk.set(zd.ACLS, new, version=stat.version)
+                    self.zk.set(path, new, version=stat.version)
                 return
             except (NodeExistsError, BadVersionError):
-                continue  # another broker changed them first: apply ours to theirs
+                continue
+
+    def scram_credentials(self, watch: Callable[[dict[str, dict[str, Any]]], None]) -> None:
+        """Calls ``watch`` with every user's SCRAM credentials now and after every change."""
+        self.zk.DataWatch(
+            zd.SCRAM_CREDENTIALS, lambda data, _stat: watch(zd.decode_scram_credentials(data))
+        )
+
+    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replaces ``user``'s credentials (empty: removes the user), over whatever another
+        broker wrote meanwhile."""
+
+        def change(data: bytes | None) -> bytes:
+            users = zd.decode_scram_credentials(data)
+            users.pop(user, None)
+            if credentials:
+                users[user] = {mech: dict(doc) for mech, doc in credentials.items()}
+            return zd.encode_scram_credentials(users)
+
+        self._compare_and_set(zd.SCRAM_CREDENTIALS, change)
 
     def controller_epoch(self) -> tuple[int, int]:
         """(epoch, znode version); (0, -1) before any controller was elected."""

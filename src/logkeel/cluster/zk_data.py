@@ -40,6 +40,11 @@ OFFLINE_REPLICAS = "/logkeel/offline_replicas"
 # changed by compare-and-set so concurrent CreateAcls/DeleteAcls on two brokers both land.
 # Kafka kept one znode per resource under /kafka-acl instead.
 ACLS = "/logkeel/acls"
+# logkeel's own: the SCRAM credentials of every user, salted (``cluster.scram`` documents:
+# salt, iterations, stored and server keys, never a password), in one JSON document
+# ``{"user": {"SCRAM-SHA-512": {...}}}`` changed by compare-and-set like the ACLs. Kafka kept
+# them in /config/users/<user>.
+SCRAM_CREDENTIALS = "/logkeel/scram_credentials"
 
 # logkeel's own: each broker's report of its replicas' logs (last leader epoch, log end
 # offset), one persistent znode per broker, read by the controller for unclean and designated
@@ -210,6 +215,15 @@ def encode_producer_id_block(broker_id: int, start: int, end_inclusive: int) -> 
 def decode_producer_id_block_end(data: bytes) -> int:
     """The last id of the block (inclusive)."""
     return int(_load(data)["block_end"])
+
+
+def encode_scram_credentials(credentials: Mapping[str, Mapping[str, Any]]) -> bytes:
+    return _dump({"version": 1, "users": credentials})
+
+
+def decode_scram_credentials(data: bytes | None) -> dict[str, dict[str, Any]]:
+    """user -> mechanism -> credential document; {} for a missing znode."""
+    return dict(_load(data).get("users", {})) if data else {}
 
 
 def _dump(obj: Mapping[str, Any]) -> bytes:

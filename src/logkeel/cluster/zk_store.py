@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -85,6 +86,7 @@ class ZkMetadataStore(MetadataStore):
         self._known_topics: set[str] = set()
         self._offline: frozenset[TopicPartition] = frozenset()
         self._acls: tuple[AclBinding, ...] = ()
+        self._scram: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class ZkMetadataStore(MetadataStore):
         )
         self.client.topics(watch=self._on_topics)
         self.client.acls(watch=self._on_acls)
+        self.client.scram_credentials(watch=self._on_scram)
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
         self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
@@ -121,13 +124,14 @@ class ZkMetadataStore(MetadataStore):
 
     def register(
         self, host: str, port: int, log_dir_ids: Iterable[str], *, listener: str = "PLAINTEXT",
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, endpoints: Sequence[EndPoint] = (),
     ) -> int:
-        """Creates this broker's ephemeral registration; returns the broker epoch. A previous
-        run's registration (a SIGKILLed broker restarted at once) lives on until its session
-        expires, so an id in use is retried for up to a session timeout."""
+        """Creates this broker's ephemeral registration (every one of ``endpoints``, else
+        ``listener`` at host:port); returns the broker epoch. A previous run's registration (a
+        SIGKILLed broker restarted at once) lives on until its session expires, so an id in
+        use is retried for up to a session timeout."""
         self._registration = BrokerRegistration(
-            self.node_id, (EndPoint(listener, host, port),), rack=self.rack,
+            self.node_id, tuple(endpoints) or (EndPoint(listener, host, port),), rack=self.rack,
             timestamp_ms=int(time.time() * 1000), log_dir_ids=tuple(log_dir_ids),
         )
         return self._register(timeout_s)
@@ -187,7 +191,12 @@ class ZkMetadataStore(MetadataStore):
         for reg in sorted(self._live.values(), key=lambda r: r.broker_id):
             end = reg.plaintext or (reg.endpoints[0] if reg.endpoints else None)
             if end is not None:
-                out.append(BrokerInfo(reg.broker_id, end.host, end.port, reg.rack))
+                out.append(
+                    BrokerInfo(
+                        reg.broker_id, end.host, end.port, reg.rack,
+                        tuple((e.listener, e.host, e.port) for e in reg.endpoints),
+                    )
+                )
         return out
 
     def registrations(self) -> Mapping[int, BrokerRegistration]:
@@ -226,6 +235,19 @@ class ZkMetadataStore(MetadataStore):
 
     def acl_bindings(self) -> tuple[AclBinding, ...]:
         return self._acls
+
+    def _on_scram(self, users: dict[str, dict[str, Any]]) -> None:
+        self._scram = MappingProxyType(users)
+        self._signal()
+
+    def scram_credentials(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
+        return self._scram
+
+    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+        """Written to ZooKeeper; served here once this broker's watch has seen it."""
+        self.client.set_scram_credentials(user, credentials)
+        wanted = {mech: dict(doc) for mech, doc in credentials.items()}
+        self.wait_for(lambda: dict(self._scram.get(user, {})) == wanted, 10.0)
 
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         """Written to ZooKeeper; every broker's watch (this one's too) then sees the change."""

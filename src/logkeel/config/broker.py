@@ -161,6 +161,13 @@ class BrokerConfig(TypedConfig):
     def listener_security_protocol_map(self) -> dict[str, str]:
         return dict(self._protocol_map)
 
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers are reached on: ``inter.broker.listener.name``, else
+        the one named after ``security.inter.broker.protocol`` if that was set, else the
+        listener named PLAINTEXT, else the first one."""
+        return self._inter_broker_listener
+
     def security_protocol(self, listener_name: str) -> str:
         """The security protocol of a listener (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
         return self._protocol_map.get(listener_name, listener_name)
@@ -327,7 +334,47 @@ class BrokerConfig(TypedConfig):
                             f"listener {listener.name} is not one of listeners",
                         )
                     )
+        problems.extend(self._derive_inter_broker(values))
         return problems
+
+    def _derive_inter_broker(self, values: dict[str, Any]) -> list[ConfigProblem]:
+        names = [listener.name for listener in self._listeners]
+        self._inter_broker_listener = names[0] if names else "PLAINTEXT"
+        by_name, by_protocol = values["inter.broker.listener.name"], "security.inter.broker.protocol"
+        if by_name is not None and self.is_set(by_protocol):
+            return [
+                ConfigProblem(
+                    "inter.broker.listener.name",
+                    by_name,
+                    "set inter.broker.listener.name or security.inter.broker.protocol, not both",
+                )
+            ]
+        if by_name is not None:
+            key, wanted = "inter.broker.listener.name", by_name.strip().upper()
+        elif self.is_set(by_protocol):
+            key, wanted = by_protocol, values[by_protocol]
+        elif "PLAINTEXT" in names or not names:
+            key, wanted = "", "PLAINTEXT"
+        else:
+            return []
+        self._inter_broker_listener = wanted
+        if key and names and wanted not in names:
+            return [
+                ConfigProblem(
+                    key,
+                    values[key],
+                    f"brokers would talk to each other on listener {wanted}, which is not one "
+                    f"of listeners ({', '.join(names)})",
+                )
+            ]
+        advertised = {listener.name for listener in self._advertised}
+        if key and advertised and wanted not in advertised:
+            return [
+                ConfigProblem(
+                    key, values[key], f"listener {wanted} is not one of advertised.listeners"
+                )
+            ]
+        return []
 
 
 def _reconcile_ids(raw: dict[str, str], problems: list[ConfigProblem]) -> None:

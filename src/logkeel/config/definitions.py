@@ -46,7 +46,6 @@ CLEANUP_POLICIES = ("compact", "delete")
 STARTUP_VALIDATION_MODES = ("lazy", "eager")
 
 # Why a Kafka setting is refused unless left at its default (``ConfigKey.unsupported``).
-SINGLE_NODE = "logkeel runs as a single node without replicas (the cluster work brings it)"
 NOT_ENFORCED = "logkeel does not enforce this network setting"
 NO_RECOMPRESSION = "the broker stores batches as the producer compressed them"
 CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
@@ -105,8 +104,20 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
        "Maps each listener name to its security protocol (NAME:PROTOCOL,...)."),
     _K("inter.broker.listener.name", STRING, None,
-       "Listener that brokers use to reach each other; unset means the first listener.",
-       unsupported=SINGLE_NODE),
+       "Listener that brokers use to reach each other (follower fetches, transaction markers): "
+       "they connect to each other's endpoint of that name with its security protocol. Set "
+       "this or security.inter.broker.protocol, not both. logkeel: with neither set, the "
+       "listener named PLAINTEXT, or the first listener if none is (Kafka requires one)."),
+    _K("security.inter.broker.protocol", STRING, "PLAINTEXT",
+       "Security protocol between brokers: the inter-broker listener is the one named after "
+       "it. Set this or inter.broker.listener.name, not both.",
+       OneOf(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))),
+    _K("sasl.mechanism.inter.broker.protocol", STRING, "PLAIN",
+       "SASL mechanism of a broker's connections to other brokers; its username and password "
+       "are the username= and password= options of the inter-broker listener's "
+       "listener.name.<listener>.<mechanism>.sasl.jaas.config. logkeel: PLAIN by default "
+       "(Kafka's default is GSSAPI, which logkeel does not have).",
+       OneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
     # ---- TLS (applies to SSL and SASL_SSL listeners; listener.name.<name>.ssl.* overrides) --
     _K("ssl.keystore.type", STRING, "PEM",
        "Format of the key store. logkeel: only PEM (Kafka's default is JKS).", OneOf(("PEM",))),
@@ -132,6 +143,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("ssl.enabled.protocols", LIST, ["TLSv1.2", "TLSv1.3"],
        "TLS versions accepted. logkeel: TLSv1.2 and TLSv1.3 only.",
        EachOneOf(("TLSv1.2", "TLSv1.3"))),
+    _K("ssl.endpoint.identification.algorithm", STRING, "https",
+       "How a broker connecting to another broker over TLS checks the peer's certificate: "
+       "https checks that it names the host connected to; empty skips that check (the "
+       "certificate must still be signed by the trust store).", OneOf(("https", ""))),
     _K("ssl.principal.mapping.rules", STRING, "DEFAULT",
        "How a client certificate's distinguished name becomes the principal: DEFAULT (the "
        "whole DN) or RULE:pattern/replacement/[LU] entries, as in Kafka."),
@@ -142,6 +157,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "credentials from the metadata store. logkeel: no GSSAPI or OAUTHBEARER (Kafka's default "
        "is GSSAPI).",
        EachOneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
+    _K("connections.max.reauth.ms", LONG, 0,
+       "Longest a SASL session lasts before the client must re-authenticate (KIP-368); a "
+       "connection that goes on after that without re-authenticating is closed on its next "
+       "request. 0: sessions do not expire.", Range(0)),
     _K("connection.failed.authentication.delay.ms", INT, 100,
        "How long the answer to a failed SASL authentication is held back, slowing down a "
        "client that keeps guessing.", Range(0)),

@@ -125,7 +125,11 @@ def _group(request: Any) -> str | None:
 
 
 def _txn(request: Any) -> str | None:
-    return None if request.transactional_id is None else str(request.transactional_id)
+    # AddPartitionsToTxn v0-3 name the field after the versions that have it (v4+ batch ids).
+    txn_id = getattr(request, "transactional_id", None)
+    if txn_id is None:
+        txn_id = getattr(request, "v3_and_below_transactional_id", None)
+    return None if txn_id is None else str(txn_id)
 
 
 def _cluster(_request: Any) -> str | None:

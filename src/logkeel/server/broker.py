@@ -34,7 +34,7 @@ from logkeel.cluster.metadata import (
     MetadataStore,
     TopicState,
 )
-from logkeel.cluster.zk_data import ReplicaLogReport
+from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
@@ -171,6 +171,7 @@ class Broker:
         self.log_manager.add_dir_online_listener(self._on_log_dir_online)
         self.log_manager.add_partition_failure_listener(self._on_partition_failure)
 
+        replication = ReplicationSettings.from_broker_config(config)
         self.replica_manager = ReplicaManager(
             ReplicaManagerContext(
                 node_id=self.node_id,
@@ -179,7 +180,7 @@ class Broker:
                 topic_config=self.topic_config,
                 log_config=self.log_config,
                 num_io_threads=config.num_io_threads,
-                replication=ReplicationSettings.from_broker_config(config),
+                replication=replication,
                 isr_change_requested=isr_change_requested,
                 write_fence=(
                     self.cluster.store.write_fence.why_fenced if self.cluster is not None else None
@@ -195,7 +196,8 @@ class Broker:
         )
         txn_settings = TxnSettings.from_broker_config(config)
         self.txn_markers = TxnMarkers(
-            self.node_id, self.metadata, self.replica_manager, self._on_txn_completed
+            self.node_id, self.metadata, self.replica_manager, self._on_txn_completed,
+            replication.inter_broker,
         )
         self.txn_coordinator = TransactionCoordinator(
             txn_settings,
@@ -251,6 +253,14 @@ class Broker:
             with contextlib.suppress(RuntimeError):  # not bound yet
                 port = self.server.port_of(listener_name)
         return host, port
+
+    def _endpoints(self) -> list[EndPoint]:
+        """Every advertised endpoint, with its security protocol (the registration's)."""
+        out = []
+        for listener in self.config.advertised_listeners:
+            host, port = self.advertised_for(listener.name)
+            out.append(EndPoint(listener.name, host, port, self.config.security_protocol(listener.name)))
+        return out
 
     @property
     def port(self) -> int:
@@ -372,7 +382,7 @@ class Broker:
                 self.replica_manager.add_partition_listener(self._on_partitions_changed)
                 await self.cluster.join(
                     *self.advertised, self._log_dir_ids(), *self._offline_replicas(),
-                    replica_logs=self._replica_logs,
+                    replica_logs=self._replica_logs, endpoints=self._endpoints(),
                 )
             if self.metrics_port is not None:
                 try:
@@ -568,14 +578,17 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     fetch_api.register(
         registry, broker.config, broker.metadata, broker.replica_manager, broker.authorizer
     )
-    offsets_api.register(registry, broker.replica_manager)
+    offsets_api.register(registry, broker.replica_manager, broker.authorizer)
     producer_id_api.register(registry, broker.producer_ids)
-    groups_api.register(registry, broker, broker.group_coordinator, broker.txn_coordinator)
+    groups_api.register(
+        registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer
+    )
     transactions_api.register(
-        registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator
+        registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator,
+        broker.authorizer,
     )
     txn_markers_api.register(registry, broker.txn_markers)
-    txn_admin_api.register(registry, broker.txn_coordinator)
+    txn_admin_api.register(registry, broker.txn_coordinator, broker.authorizer)
     sasl_api.register(
         registry,
         broker.config.connection_failed_authentication_delay_ms,

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
-from logkeel.cluster.zk_data import ReplicaLogReport
+from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
 from logkeel.storage.topic_partition import TopicPartition
@@ -79,12 +80,18 @@ class ClusterNode:
     async def join(
         self, host: str, port: int, log_dir_ids: Iterable[str],
         offline: Iterable[TopicPartition] = (), offline_dir_ids: Iterable[str] = (),
-        replica_logs: ReplicaLogs | None = None,
+        replica_logs: ReplicaLogs | None = None, endpoints: Sequence[EndPoint] = (),
     ) -> None:
-        """Registers this broker (listener bound), reports the replicas it could not load and
-        (``replica_logs``) what its replicas' logs hold, and starts its controller."""
+        """Registers this broker (listeners bound; every one of ``endpoints``, so that the
+        others find its inter-broker listener and clients the one they came in on), reports
+        the replicas it could not load and (``replica_logs``) what its replicas' logs hold,
+        and starts its controller."""
         offline = list(offline)
-        await asyncio.to_thread(self.store.register, host, port, list(log_dir_ids))
+        await asyncio.to_thread(
+            functools.partial(
+                self.store.register, host, port, list(log_dir_ids), endpoints=endpoints
+            )
+        )
         if offline:
             await asyncio.to_thread(self.report_offline, offline, offline_dir_ids)
         if replica_logs is not None:

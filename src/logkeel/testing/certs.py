@@ -1,6 +1,7 @@
 """Throw-away certificates for TLS tests and benchmarks: a CA, a server certificate for
-127.0.0.1/localhost signed by it, client certificates signed by it, and an untrusted one from
-a second CA. PEM files, written with the ``cryptography`` package (a test dependency)."""
+127.0.0.1/localhost signed by it, client certificates signed by it (one on demand that has
+expired), and an untrusted one from a second CA. PEM files, written with the ``cryptography``
+package (a test dependency)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Certificates", "make_certificates", "renew_server_certificate"]
+__all__ = [
+    "Certificates",
+    "expired_client_certificate",
+    "make_certificates",
+    "renew_server_certificate",
+]
 
 
 @dataclass(frozen=True)
@@ -50,16 +56,19 @@ def _cert(
     *,
     ca: bool = False,
     server: bool = False,
+    expired: bool = False,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
+    # An expired one was valid for a day that ended an hour ago.
+    end = now - datetime.timedelta(hours=1) if expired else now + datetime.timedelta(days=2)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
+        .not_valid_before(end - datetime.timedelta(days=2, minutes=5))
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if ca:
@@ -67,8 +76,11 @@ def _cert(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
         )
     else:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # A broker's certificate serves both ends of the connections between brokers.
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server:
+            usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
@@ -125,6 +137,20 @@ def make_certificates(directory: Path) -> Certificates:
         d / "intruder-cert.pem",
         d / "intruder-key.pem",
     )
+
+
+def expired_client_certificate(certs: Certificates) -> tuple[Path, Path]:
+    """A client certificate (CN=late) from the trusted CA whose validity ended an hour ago:
+    (certificate file, key file)."""
+    ca = x509.load_pem_x509_certificate(certs.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(certs.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = _key()
+    cert = _cert(_name("late", "apps"), key, ca.subject, ca_key, expired=True)
+    cert_path, key_path = certs.ca.with_name("expired-cert.pem"), certs.ca.with_name("expired-key.pem")
+    cert_path.write_bytes(_pem_cert(cert))
+    key_path.write_bytes(_pem_key(key))
+    return cert_path, key_path
 
 
 def renew_server_certificate(certs: Certificates) -> int:

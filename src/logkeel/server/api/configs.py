@@ -10,6 +10,10 @@ describes them with their sources and synonyms, marked read-only, and altering o
 with INVALID_REQUEST, as Kafka refuses configs it cannot update dynamically. Log levels are
 dynamic, as in Kafka: the BROKER_LOGGER resource describes every logger with its level, and
 IncrementalAlterConfigs SETs (FATAL, ERROR, WARN, INFO, DEBUG, TRACE) or DELETEs them.
+
+With an authorizer, each resource needs DESCRIBE_CONFIGS (describe) or ALTER_CONFIGS (alter) on
+its topic (TOPIC_AUTHORIZATION_FAILED), or on the cluster for broker and logger resources
+(CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataError
 from logkeel.config import (
     BROKER_CONFIG_DEF,
@@ -92,6 +97,16 @@ class ConfigsApi:
 
     # DescribeConfigs ---------------------------------------------------------------------------
 
+    def _require(self, ctx: RequestContext, operation: AclOperation, resource: Any) -> None:
+        """Kafka's checks: the operation on the topic, or on the cluster for a broker's (and
+        its loggers') configs."""
+        authorizer = self._broker.authorizer
+        if resource.resource_type == RESOURCE_TOPIC:
+            if not authorizer.allowed(ctx, operation, ResourceType.TOPIC, resource.resource_name):
+                raise EntryError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+        elif not authorizer.allowed(ctx, operation, ResourceType.CLUSTER):
+            raise EntryError(ErrorCode.cluster_authorization_failed, "Authorization failed.")
+
     async def describe_configs(self, ctx: RequestContext, request: Any) -> Any:
         types = nested_types(ApiKey.DESCRIBE_CONFIGS, ctx.api_version)
         synonyms = bool(getattr(request, "include_synonyms", False))
@@ -99,6 +114,7 @@ class ConfigsApi:
         results = []
         for resource in request.resources:
             try:
+                self._require(ctx, AclOperation.DESCRIBE_CONFIGS, resource)
                 configs = self._describe(types, resource, synonyms, docs)
             except EntryError as exc:
                 log.info(
@@ -281,6 +297,7 @@ class ConfigsApi:
                     raise EntryError(
                         ErrorCode.invalid_request, "Each resource must appear at most once."
                     )
+                self._require(ctx, AclOperation.ALTER_CONFIGS, resource)
                 await self._alter_one(resource, request.validate_only, incremental)
             except EntryError as exc:
                 log.info(

@@ -6,7 +6,9 @@ its own fields) and the ``GroupCoordinator``, which holds the logic. Responses a
 ``responses.build``, which drops the fields a version does not have, so one code path serves every
 version. A group's coordinator is the leader of its ``__consumer_offsets`` partition, as in
 Kafka: FindCoordinator names that broker (creating the topic on first use), so a single node is
-the coordinator of every group.
+the coordinator of every group. ACLs per entry, Kafka's: OffsetFetch and DescribeGroups need
+DESCRIBE on the group (and OffsetFetch on each topic), DeleteGroups DELETE, ListGroups shows only
+the groups the principal may describe unless it may describe the cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i64
 
+from logkeel.cluster.acls import CLUSTER_NAME, AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
+from logkeel.server.api.commit_offsets import commit_offsets_of
 from logkeel.server.api.responses import (
     OPERATIONS_NOT_REQUESTED,
     Endpoint,
@@ -28,15 +32,15 @@ from logkeel.server.api.responses import (
     register_family,
     response,
 )
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.records import OFFSETS_TOPIC
-from logkeel.server.group.results import CommitOffset
 from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "commit_offsets_of", "register"]
+__all__ = ["VERSIONS", "CoordinatorHost", "GroupApi", "register"]
 
 # Versions served, per API (kio has schemas for all of them).
 VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -57,6 +61,7 @@ VERSIONS: dict[ApiKey, tuple[int, int]] = {
 # DESCRIBE (8).
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _COORDINATOR_KEY_GROUP = 0
+_DESCRIBE = AclOperation.DESCRIBE
 _COORDINATOR_KEY_TRANSACTION = 1
 _COORDINATOR_KEY_SHARE = 2
 
@@ -80,10 +85,16 @@ class GroupApi:
         host: CoordinatorHost,
         coordinator: GroupCoordinator,
         txn_coordinator: TransactionCoordinator | None = None,
+        authorizer: RequestAuthorizer | None = None,
     ) -> None:
         self._broker = host
         self.coordinator = coordinator
         self.txn_coordinator = txn_coordinator
+        self._authorizer = authorizer
+
+    def _may(self, ctx: RequestContext, op: AclOperation, kind: ResourceType, name: str) -> bool:
+        """Kafka's per-entry checks (the request-level ones are the gate's)."""
+        return self._authorizer is None or self._authorizer.allowed(ctx, op, kind, name)
 
     # -- FindCoordinator ------------------------------------------------------------------------
 
@@ -288,7 +299,10 @@ class GroupApi:
         return self._broker.metadata.partition(TopicPartition(topic, partition)) is not None
 
     async def offset_commit(self, ctx: RequestContext, request: Any) -> Any:
-        offsets, errors = commit_offsets_of(request.topics, self._partition_exists)
+        offsets, errors = commit_offsets_of(
+            request.topics, self._partition_exists,
+            lambda topic: self._may(ctx, AclOperation.READ, ResourceType.TOPIC, topic),
+        )  # fmt: skip
         retention = getattr(request, "retention_time", None)
         code, per_partition = await self.coordinator.commit_offsets(
             request.group_id,
@@ -364,7 +378,9 @@ class GroupApi:
         else:
             topic_type = nested(ctx, "OffsetFetchResponseTopic")
             partition_type = nested(ctx, "OffsetFetchResponsePartition")
-        if getattr(request, "require_stable", False):
+        if not self._may(ctx, _DESCRIBE, ResourceType.GROUP, group_id):
+            code, fetched = ErrorCode.group_authorization_failed, []
+        elif getattr(request, "require_stable", False):
             code, fetched = self.coordinator.fetch_stable_offsets(group_id, topics)
         else:
             code, fetched = self.coordinator.fetch_offsets(group_id, topics)
@@ -391,14 +407,19 @@ class GroupApi:
             )
         by_topic: dict[str, list[Any]] = {}
         for f in fetched:
+            offset, error = f.offset, f.error
+            if not self._may(ctx, _DESCRIBE, ResourceType.TOPIC, f.topic):
+                if topics is None:
+                    continue  # all of the group's offsets: only the topics it may see
+                offset, error = -1, ErrorCode.topic_authorization_failed
             by_topic.setdefault(f.topic, []).append(
                 build(
                     partition_type,
                     partition_index=i32(f.partition),
-                    committed_offset=i64(f.offset),
+                    committed_offset=i64(offset),
                     committed_leader_epoch=i32(f.leader_epoch),
                     metadata=f.metadata,
-                    error_code=f.error,
+                    error_code=error,
                 )
             )
         return ErrorCode.none, tuple(
@@ -444,6 +465,8 @@ class GroupApi:
         code, groups = self.coordinator.list_groups(
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
+        if not self._may(ctx, _DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            groups = [g for g in groups if self._may(ctx, _DESCRIBE, ResourceType.GROUP, g.group_id)]
         entry = nested(ctx, "ListedGroup")
         return response(
             ctx,
@@ -473,6 +496,9 @@ class GroupApi:
         )
         out = []
         for group_id in request.groups:
+            if not self._may(ctx, _DESCRIBE, ResourceType.GROUP, group_id):
+                out.append(self._group_error(ctx, group_id, ErrorCode.group_authorization_failed))
+                continue
             d = self.coordinator.describe_group(group_id, not_found_error=ctx.api_version >= 6)
             out.append(
                 build(
@@ -501,32 +527,31 @@ class GroupApi:
         return response(ctx, groups=tuple(out))
 
     def describe_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        group_type = nested(ctx, "DescribedGroup")
-        return response(
-            ctx,
-            groups=tuple(
-                build(
-                    group_type,
-                    error_code=code,
-                    group_id=g,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=i32(OPERATIONS_NOT_REQUESTED),
-                )
-                for g in request.groups
-            ),
+        return response(ctx, groups=tuple(self._group_error(ctx, g, code) for g in request.groups))
+
+    @staticmethod
+    def _group_error(ctx: RequestContext, group_id: str, code: ErrorCode) -> Any:
+        return build(
+            nested(ctx, "DescribedGroup"),
+            error_code=code,
+            group_id=group_id,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=(),
+            authorized_operations=i32(OPERATIONS_NOT_REQUESTED),
         )
 
     async def delete_groups(self, ctx: RequestContext, request: Any) -> Any:
-        results = await self.coordinator.delete_groups(list(request.groups_names))
+        names = list(dict.fromkeys(request.groups_names))
+        allowed = [g for g in names if self._may(ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
+        results = await self.coordinator.delete_groups(allowed) if allowed else {}
         entry = nested(ctx, "DeletableGroupResult")
         return response(
             ctx,
             results=tuple(
-                entry(group_id=g, error_code=results[g])
-                for g in dict.fromkeys(request.groups_names)
+                entry(group_id=g, error_code=results.get(g, ErrorCode.group_authorization_failed))
+                for g in names
             ),
         )
 
@@ -540,38 +565,14 @@ class GroupApi:
         )
 
 
-def commit_offsets_of(
-    topics: Any, partition_exists: Callable[[str, int], bool]
-) -> tuple[list[CommitOffset], dict[tuple[str, int], ErrorCode]]:
-    """The offsets of an OffsetCommit/TxnOffsetCommit request's topics, and
-    UNKNOWN_TOPIC_OR_PARTITION for those of partitions that do not exist."""
-    offsets: list[CommitOffset] = []
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    for topic in topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            if not partition_exists(*tp):
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            offsets.append(
-                CommitOffset(
-                    topic.name,
-                    p.partition_index,
-                    p.committed_offset,
-                    getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata,
-                )
-            )
-    return offsets, errors
-
-
 def register(
     registry: HandlerRegistry,
     host: CoordinatorHost,
     coordinator: GroupCoordinator,
     txn_coordinator: TransactionCoordinator | None = None,
+    authorizer: RequestAuthorizer | None = None,
 ) -> GroupApi:
-    api = GroupApi(host, coordinator, txn_coordinator)
+    api = GroupApi(host, coordinator, txn_coordinator, authorizer)
     table: dict[ApiKey, tuple[Handler, ErrorResponder]] = {
         ApiKey.FIND_COORDINATOR: (api.find_coordinator, api.find_coordinator_error),
         ApiKey.JOIN_GROUP: (api.join_group, api.join_group_error),

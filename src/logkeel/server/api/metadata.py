@@ -128,16 +128,18 @@ class ClusterView(Protocol):
 
 
 def _endpoints(cluster: ClusterView, listener: str) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of every broker. This broker answers with the endpoint of
-    the listener the client came in on (its TLS or SASL port, as Kafka does); the store was
-    given the first listener's address, and an ephemeral port (0) is only known once bound."""
+    """(node id, host, port, rack) of every broker, at its endpoint of the listener the
+    client came in on (its TLS or SASL port, as Kafka does). This broker answers with its own
+    (an ephemeral port (0) is only known once bound); a broker that registered one address
+    only (a single node's store) is shown there."""
     out = []
     for info in cluster.metadata.brokers():
         if info.node_id == cluster.node_id:
             host, port = cluster.advertised_for(listener)
             out.append((info.node_id, host, port, cluster.config.broker_rack))
         else:
-            out.append((info.node_id, info.host, info.port, info.rack))
+            host, port = info.endpoint(listener) or (info.host, info.port)
+            out.append((info.node_id, host, port, info.rack))
     return out
 
 

@@ -9,6 +9,10 @@
   leader-epoch cache (followers truncate with it; consumers detect truncation, KIP-320).
 - DeleteRecords (key 21) v0-2: moves the log start offset (-1: to the high watermark); the new
   start is written to the log-start-offset checkpoint before the answer.
+
+Authorization, Kafka's: ListOffsets needs DESCRIBE on each topic, DeleteRecords DELETE
+(TOPIC_AUTHORIZATION_FAILED for that topic's partitions); OffsetForLeaderEpoch from a follower
+CLUSTER_ACTION on the cluster (the whole request fails), from a consumer DESCRIBE on each topic.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import INTERNAL_TOPICS
 from logkeel.server.api.responses import build, nested_types, response
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.replica.replica_manager import ReplicaManager
@@ -29,6 +35,8 @@ from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["DeleteRecordsApi", "ListOffsetsApi", "OffsetForLeaderEpochApi", "register"]
 
+_DENIED = ErrorCode.topic_authorization_failed
+
 
 class _PartitionOffsetsApi:
     """The three APIs answer from the replica manager, one partition at a time."""
@@ -36,8 +44,12 @@ class _PartitionOffsetsApi:
     MIN_VERSION: int
     MAX_VERSION: int
 
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, authorizer: RequestAuthorizer) -> None:
         self._replica_manager = replica_manager
+        self._authorizer = authorizer
+
+    def _may(self, ctx: RequestContext, operation: AclOperation, topic: str) -> bool:
+        return self._authorizer.allowed(ctx, operation, ResourceType.TOPIC, topic)
 
 
 class ListOffsetsApi(_PartitionOffsetsApi):
@@ -54,6 +66,8 @@ class ListOffsetsApi(_PartitionOffsetsApi):
         rm = self._replica_manager
 
         async def one(topic: str, part: Any) -> Any:
+            if not self._may(ctx, AclOperation.DESCRIBE, topic):
+                return self._partition(mod, int(part.partition_index), ListOffsetResult(_DENIED))
             result = await rm.offset_for_timestamp(
                 TopicPartition(topic, int(part.partition_index)),
                 int(part.timestamp),
@@ -105,11 +119,24 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         replica_id = int(getattr(request, "replica_id", -1))
+        if replica_id >= 0 and not self._authorizer.allowed(
+            ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
+        ):
+            return self.error_response(ctx, request, ErrorCode.cluster_authorization_failed)
         rm = self._replica_manager
         topics = []
         for topic in request.topics:
             partitions = []
+            described = replica_id >= 0 or self._may(ctx, AclOperation.DESCRIBE, str(topic.topic))
             for p in topic.partitions:
+                if not described:
+                    partitions.append(
+                        mod.EpochEndOffset(
+                            error_code=_DENIED, partition=p.partition, leader_epoch=-1,
+                            end_offset=-1,
+                        )  # fmt: skip
+                    )
+                    continue
                 error, epoch, end = rm.end_offset_for_epoch(
                     TopicPartition(str(topic.topic), int(p.partition)),
                     int(p.current_leader_epoch),
@@ -156,7 +183,9 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
         rm = self._replica_manager
 
         async def one(topic: str, p: Any) -> Any:
-            if topic in INTERNAL_TOPICS:
+            if not self._may(ctx, AclOperation.DELETE, topic):
+                error, low = _DENIED, -1
+            elif topic in INTERNAL_TOPICS:
                 # Kafka's ReplicaManager: "Cannot delete records of internal topic".
                 error, low = ErrorCode.invalid_topic_exception, -1
             else:
@@ -192,11 +221,13 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
         return response(ctx, topics=topics)
 
 
-def register(registry: HandlerRegistry, replica_manager: ReplicaManager) -> None:
+def register(
+    registry: HandlerRegistry, replica_manager: ReplicaManager, authorizer: RequestAuthorizer
+) -> None:
     for api_key, api in (
-        (ApiKey.LIST_OFFSETS, ListOffsetsApi(replica_manager)),
-        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(replica_manager)),
-        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(replica_manager)),
+        (ApiKey.LIST_OFFSETS, ListOffsetsApi(replica_manager, authorizer)),
+        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(replica_manager, authorizer)),
+        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(replica_manager, authorizer)),
     ):
         registry.register(
             api_key,

@@ -32,8 +32,9 @@ _NO_LIFETIME = i64Timedelta.parse(timedelta(0))
 
 async def handshake(ctx: RequestContext, request: Any) -> Any:
     session = ctx.session
-    if session.sasl is None or session.exchange is not None:
-        # Not a SASL listener, or a second handshake (re-authentication is not supported).
+    if session.sasl is None or session.exchanging or (session.established and ctx.api_version == 0):
+        # Not a SASL listener, a handshake in the middle of an exchange, or a re-authentication
+        # with raw (v0) tokens, which cannot follow Kafka-framed requests (KIP-368).
         session.close_after_response = True
         return response(ctx, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     enabled = session.sasl.mechanisms
@@ -47,7 +48,11 @@ async def handshake(ctx: RequestContext, request: Any) -> Any:
         )
         session.close_after_response = True
         return response(ctx, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled)
-    session.exchange = session.sasl.start(request.mechanism)
+    try:
+        session.begin(request.mechanism)
+    except SaslFailure as exc:
+        log.info("client %s on %s: %s", ctx.peer, ctx.connection_id, exc)
+        return response(ctx, error_code=ErrorCode.illegal_sasl_state, mechanisms=enabled)
     session.raw_tokens = ctx.api_version == 0
     return response(ctx, error_code=ErrorCode.none, mechanisms=enabled)
 
@@ -63,7 +68,7 @@ class Authenticator:
 
     async def authenticate(self, ctx: RequestContext, request: Any) -> Any:
         session = ctx.session
-        if session.exchange is None or session.authenticated:
+        if not session.exchanging:
             session.close_after_response = True
             return _authenticate_response(
                 ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate without a SaslHandshake", b""
@@ -75,20 +80,27 @@ class Authenticator:
             self._failed()
             await asyncio.sleep(self._delay_s)
             return _authenticate_response(ctx, ErrorCode.sasl_authentication_failed, str(exc), b"")
-        if session.authenticated:
+        lifetime = _NO_LIFETIME
+        if not session.exchanging:
             log.info("%s authenticated on %s as %s", ctx.peer, ctx.connection_id, session.principal)
-        return _authenticate_response(ctx, ErrorCode.none, None, token)
+            if session.reauth_ms > 0:
+                lifetime = i64Timedelta.parse(timedelta(milliseconds=session.reauth_ms))
+        return _authenticate_response(ctx, ErrorCode.none, None, token, lifetime)
 
 
 def _authenticate_response(
-    ctx: RequestContext, code: ErrorCode, message: str | None, token: bytes
+    ctx: RequestContext,
+    code: ErrorCode,
+    message: str | None,
+    token: bytes,
+    lifetime: i64Timedelta = _NO_LIFETIME,
 ) -> Any:
     return response(
         ctx,
         error_code=code,
         error_message=message,
         auth_bytes=token,
-        session_lifetime=_NO_LIFETIME,
+        session_lifetime=lifetime,
     )
 
 

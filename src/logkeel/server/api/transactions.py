@@ -13,9 +13,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
-from logkeel.server.api.groups import commit_offsets_of
+from logkeel.server.api.commit_offsets import commit_offsets_of
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -51,10 +53,12 @@ class TransactionsApi:
         metadata: MetadataStore,
         txn_coordinator: TransactionCoordinator,
         group_coordinator: GroupCoordinator,
+        authorizer: RequestAuthorizer | None = None,
     ) -> None:
         self._metadata = metadata
         self._txns = txn_coordinator
         self._groups = group_coordinator
+        self._authorizer = authorizer
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         state = self._metadata.topic(topic)
@@ -64,15 +68,19 @@ class TransactionsApi:
 
     async def add_partitions(self, ctx: RequestContext, request: Any) -> Any:
         wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-        unknown = {tp for tp in wanted if not self._partition_exists(*tp)}
-        if unknown:
-            # Nothing is added when one partition is unknown.
-            codes = {
-                tp: ErrorCode.unknown_topic_or_partition
-                if tp in unknown
-                else ErrorCode.operation_not_attempted
-                for tp in wanted
-            }
+        # Kafka's checks: WRITE on each topic (the transactional id is the gate's).
+        refused = {
+            tp: ErrorCode.topic_authorization_failed
+            for tp in wanted
+            if self._authorizer is not None
+            and not self._authorizer.allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, tp[0])
+        }
+        for tp in wanted:
+            if tp not in refused and not self._partition_exists(*tp):
+                refused[tp] = ErrorCode.unknown_topic_or_partition
+        if refused:
+            # Nothing is added when one partition is refused or unknown.
+            codes = {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
             return self._add_partitions_response(ctx, codes)
         try:
             await self._txns.add_partitions(
@@ -144,7 +152,11 @@ class TransactionsApi:
     # -- TxnOffsetCommit -----------------------------------------------------------------------
 
     async def txn_offset_commit(self, ctx: RequestContext, request: Any) -> Any:
-        offsets, errors = commit_offsets_of(request.topics, self._partition_exists)
+        offsets, errors = commit_offsets_of(
+            request.topics, self._partition_exists,
+            lambda topic: self._authorizer is None
+            or self._authorizer.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic),
+        )  # fmt: skip
         code = self._verify_offsets_partition(request)
         if code != ErrorCode.none:
             for o in offsets:
@@ -208,8 +220,9 @@ def register(
     metadata: MetadataStore,
     txn_coordinator: TransactionCoordinator,
     group_coordinator: GroupCoordinator,
+    authorizer: RequestAuthorizer | None = None,
 ) -> TransactionsApi:
-    api = TransactionsApi(metadata, txn_coordinator, group_coordinator)
+    api = TransactionsApi(metadata, txn_coordinator, group_coordinator, authorizer)
     register_family(
         registry,
         {

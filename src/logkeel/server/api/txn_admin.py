@@ -1,7 +1,9 @@
 """DescribeTransactions (65, v0) and ListTransactions (66, v0-2): the transaction coordinator's
 state of transactional ids, for the admin tools (``kafka-transactions.sh``, AdminClient). Each
 broker answers for the ``__transaction_state`` partitions it has loaded; an admin client asks
-every broker for a list and the id's coordinator for a description, as with Kafka."""
+every broker for a list and the id's coordinator for a description, as with Kafka. With an
+authorizer, describing an id needs DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and
+the list holds only the ids the principal may describe, as in Kafka."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
+from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
@@ -31,17 +35,28 @@ _STATES = {state_name(s): s for s in TxnStatus}
 
 
 class TxnAdminApi:
-    def __init__(self, txn_coordinator: TransactionCoordinator) -> None:
+    def __init__(
+        self, txn_coordinator: TransactionCoordinator, authorizer: RequestAuthorizer | None = None
+    ) -> None:
         self._txns = txn_coordinator
+        self._authorizer = authorizer
+
+    def _may_describe(self, ctx: RequestContext, txn_id: str) -> bool:
+        return self._authorizer is None or self._authorizer.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id
+        )
 
     async def describe_transactions(self, ctx: RequestContext, request: Any) -> Any:
         states = nested(ctx, "TransactionState")
         topic_data = nested(ctx, "TopicData")
         described = []
         for txn_id in request.transactional_ids:
+            meta: TxnMetadata | None = None
             try:
-                meta: TxnMetadata | None = self._txns.describe(txn_id)
-                code = ErrorCode.none
+                if not self._may_describe(ctx, txn_id):
+                    code = ErrorCode.transactional_id_authorization_failed
+                else:
+                    meta, code = self._txns.describe(txn_id), ErrorCode.none
             except TxnError as exc:
                 meta, code = None, exc.code
             v = meta.value if meta is not None else None
@@ -93,6 +108,7 @@ class TxnAdminApi:
             # As Kafka: the duration filter keeps transactions running longer than it.
             and (min_duration < 0 or now - m.value.start_ms > min_duration)
             and (pattern is None or pattern.fullmatch(m.transactional_id) is not None)
+            and self._may_describe(ctx, m.transactional_id)
         ]
         return response(
             ctx,
@@ -127,8 +143,12 @@ def _datetime(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-def register(registry: HandlerRegistry, txn_coordinator: TransactionCoordinator) -> TxnAdminApi:
-    api = TxnAdminApi(txn_coordinator)
+def register(
+    registry: HandlerRegistry,
+    txn_coordinator: TransactionCoordinator,
+    authorizer: RequestAuthorizer | None = None,
+) -> TxnAdminApi:
+    api = TxnAdminApi(txn_coordinator, authorizer)
     register_family(
         registry,
         {

@@ -46,6 +46,8 @@ __all__ = ["Connection", "ConnectionOwner", "Observer", "RequestRecord"]
 
 log = logging.getLogger(__name__)
 
+_REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
 # Reading from a connection pauses when this many frames (or bytes) wait behind the request in
 # flight, and resumes below half of it. Clients pipeline at most a handful of requests
 # (max.in.flight.requests.per.connection defaults to 5), so this only ever stops a flood.
@@ -286,6 +288,14 @@ class Connection(asyncio.Protocol):
             return False
 
         api = f"{api_name(header.api_key)} v{header.api_version}"
+        if self.session.expired() and header.api_key not in _REAUTHENTICATION:
+            # KIP-368: Kafka closes a connection whose session ended without re-authenticating.
+            self._reject(
+                frame, arrived, header, None,
+                f"{api} after the SASL session of {self.session.principal} expired "
+                "(connections.max.reauth.ms) without re-authentication",
+            )  # fmt: skip
+            return False
         if not self.session.may_serve(header.api_key):
             # Kafka's SaslServerAuthenticator closes a connection that skips authentication.
             self._reject(frame, arrived, header, None, f"{api} before SASL authentication")

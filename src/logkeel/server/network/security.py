@@ -23,6 +23,7 @@ class ListenerSecurity:
     certificates: CertificateReloader | None = None
     principals: PrincipalMapper | None = None
     sasl: SaslMechanisms | None = None
+    reauth_ms: int = 0  # connections.max.reauth.ms
 
     @property
     def tls(self) -> bool:
@@ -33,7 +34,7 @@ class ListenerSecurity:
         return None if self.certificates is None else self.certificates.context
 
     def new_session(self, listener: str, peercert: Mapping[str, Any] | None) -> Session:
-        session = Session(listener, self.protocol, sasl=self.sasl)
+        session = Session(listener, self.protocol, sasl=self.sasl, reauth_ms=self.reauth_ms)
         if self.principals is not None:
             session.principal = self.principals.principal(peercert)
         return session
@@ -56,4 +57,5 @@ def listener_security(
         if tls
         else None,
         listener_sasl(config, listener, metadata) if protocol.startswith("SASL_") else None,
+        int(config.listener_value(listener, "connections.max.reauth.ms")),
     )

@@ -1,6 +1,7 @@
 """TLS for SSL and SASL_SSL listeners: the server ``SSLContext`` built from Kafka's ``ssl.*``
-settings (PEM only; ``listener.name.<name>.ssl.*`` overrides them per listener), and the
-principal a client certificate maps to (``ssl.principal.mapping.rules``).
+settings (PEM only; ``listener.name.<name>.ssl.*`` overrides them per listener), the client
+one a broker reaches another broker's listener with, and the principal a client certificate
+maps to (``ssl.principal.mapping.rules``).
 
 PEM given as strings (``ssl.keystore.certificate.chain`` and ``ssl.keystore.key``) go through a
 private temporary file, because ``ssl`` loads key pairs from files only; the file is removed
@@ -14,7 +15,7 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,14 @@ from logkeel.config import BrokerConfig
 from logkeel.config.types import ConfigError, ConfigProblem
 from logkeel.server.session import ANONYMOUS
 
-__all__ = ["CertificateReloader", "PrincipalMapper", "distinguished_name", "server_ssl_context"]
+__all__ = [
+    "CertificateReloader",
+    "PrincipalMapper",
+    "client_ssl_context",
+    "client_ssl_context_of",
+    "distinguished_name",
+    "server_ssl_context",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +49,53 @@ def server_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     def value(key: str) -> Any:
         return config.listener_value(listener, key)
 
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    trusted = _load_stores(ctx, value, listener, key_pair_required=True)
+    client_auth = value("ssl.client.auth")
+    if client_auth != "none" and not trusted:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "ssl.client.auth",
+                    client_auth,
+                    f"listener {listener} checks client certificates: set "
+                    "ssl.truststore.location or ssl.truststore.certificates",
+                )
+            ]
+        )
+    ctx.verify_mode = _CLIENT_AUTH[client_auth]
+    return ctx
+
+
+def client_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The context this broker connects to another broker's TLS listener ``listener`` with
+    (Kafka's inter-broker client): the same key store (its certificate, should the peer ask
+    for one) and trust store (the peer's certificate is checked against it, or against the
+    system's CAs without one); ``ssl.endpoint.identification.algorithm=https`` also checks
+    that the certificate names the host connected to."""
+
+    return client_ssl_context_of(lambda key: config.listener_value(listener, key), listener)
+
+
+def client_ssl_context_of(value: Callable[[str], Any], name: str) -> ssl.SSLContext:
+    """``client_ssl_context`` from the ``ssl.*`` values ``value`` gives (``name`` for
+    messages): a listener's, or a command's client properties."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if not _load_stores(ctx, value, name, key_pair_required=False):
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    ctx.check_hostname = value("ssl.endpoint.identification.algorithm") == "https"
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _load_stores(
+    ctx: ssl.SSLContext, value: Callable[[str], Any], listener: str, *, key_pair_required: bool
+) -> bool:
+    """Loads the listener's TLS versions, key pair and trust store into ``ctx``; returns
+    whether a trust store was given."""
     for store in ("ssl.keystore.type", "ssl.truststore.type"):
         if value(store) != "PEM":  # the definitions refuse the rest; a reminder for new ones
             raise ConfigError([ConfigProblem(store, value(store), "only PEM is supported")])
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     enabled = sorted(value("ssl.enabled.protocols"), key=list(_VERSIONS).index)
     ctx.minimum_version = _VERSIONS[enabled[0]]
     ctx.maximum_version = _VERSIONS[enabled[-1]]
@@ -57,7 +108,7 @@ def server_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
             ctx.load_cert_chain(location, password=key_password)
         elif chain and key:
             _load_pem_strings(ctx, chain, key, key_password)
-        else:
+        elif key_pair_required:
             raise ConfigError(
                 [
                     ConfigProblem(
@@ -80,20 +131,7 @@ def server_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         raise ConfigError(
             [ConfigProblem("ssl.keystore.location", None, f"listener {listener}: {exc}")]
         ) from None
-    client_auth = value("ssl.client.auth")
-    if client_auth != "none" and not (trust_file or trust_pem):
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "ssl.client.auth",
-                    client_auth,
-                    f"listener {listener} checks client certificates: set "
-                    "ssl.truststore.location or ssl.truststore.certificates",
-                )
-            ]
-        )
-    ctx.verify_mode = _CLIENT_AUTH[client_auth]
-    return ctx
+    return bool(trust_file or trust_pem)
 
 
 class CertificateReloader:

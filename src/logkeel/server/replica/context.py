@@ -9,6 +9,7 @@ from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.config import BrokerConfig, TopicConfig
+from logkeel.server.network.inter_broker import InterBroker, inter_broker
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
@@ -32,6 +33,8 @@ class ReplicationSettings:
     socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
     num_fetchers: int = 1  # num.replica.fetchers
     isr: IsrConfig = IsrConfig()
+    # Where and how fetchers reach leaders (inter.broker.listener.name and its security).
+    inter_broker: InterBroker = InterBroker()
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> ReplicationSettings:
@@ -56,6 +59,7 @@ class ReplicationSettings:
                 ),
                 follower_fetch_process_time_max_ms=get("follower.fetch.process.time.max.ms"),
             ),
+            inter_broker=inter_broker(config),
         )
 
 

@@ -32,7 +32,7 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
 from kio.static.primitive import i32Timedelta
 
 from logkeel.cluster.metadata import BrokerInfo, topic_id_text, topic_uuid
-from logkeel.server.network.client import BrokerClient, BrokerConnectionError
+from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.replica.context import ReplicationSettings
 from logkeel.server.replica.partition import Partition
 from logkeel.storage.errors import KafkaStorageError, StorageError
@@ -144,9 +144,8 @@ class ReplicaFetcher:
         self._storage_failure = storage_failure
         self._states: dict[TopicPartition, _FetchState] = {}
         self._changed = asyncio.Event()
-        self._client = BrokerClient(
-            source.host,
-            source.port,
+        self._client = settings.inter_broker.client(
+            source,
             client_id=f"logkeel-replica-fetcher-{node_id}-{source.node_id}-{fetcher_id}",
             request_timeout_ms=settings.socket_timeout_ms + settings.fetch_wait_max_ms,
             max_response_bytes=max(settings.fetch_response_max_bytes, settings.fetch_max_bytes)

@@ -31,6 +31,7 @@ from logkeel.cluster.metadata import MetadataStore
 from logkeel.records.builder import build_control_batch
 from logkeel.records.control import ControlRecordType
 from logkeel.server.network.client import BrokerClient, BrokerConnectionError
+from logkeel.server.network.inter_broker import InterBroker
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -61,8 +62,10 @@ class TxnMarkers:
         metadata: MetadataStore,
         replica_manager: ReplicaManager,
         on_completed: TxnCompleted,
+        inter_broker: InterBroker | None = None,
     ) -> None:
         self._node_id = node_id
+        self._inter_broker = inter_broker or InterBroker()
         self._metadata = metadata
         self._replica_manager = replica_manager
         self._on_completed = on_completed
@@ -154,9 +157,8 @@ class TxnMarkers:
             return client
         for b in self._metadata.brokers():
             if b.node_id == node_id:
-                client = self._clients[node_id] = BrokerClient(
-                    b.host,
-                    b.port,
+                client = self._clients[node_id] = self._inter_broker.client(
+                    b,
                     client_id=f"logkeel-txn-markers-{self._node_id}",
                     request_timeout_ms=MARKER_TIMEOUT_MS + 5000,
                     max_response_bytes=_MAX_RESPONSE_BYTES,
