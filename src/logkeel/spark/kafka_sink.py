@@ -188,8 +188,8 @@ def write_batches(batches: Iterator[pa.RecordBatch], settings: SinkSettings) -> 
         kafka_txn.check_still_ours(bootstrap, described[0])
         return KafkaCommitMessage(written, described[0])
     except BaseException:
-        # A fenced or failed producer cannot abort: the coordinator does (at the next
-        # attempt's init, or when the transaction times out).
+        # A fenced or failed producer cannot abort: then the driver's abort does, or the next
+        # attempt's init, or the coordinator when the transaction times out.
         with contextlib.suppress(KafkaException):
             producer.abort_transaction(FLUSH_TIMEOUT_S)
         raise
@@ -212,7 +212,7 @@ def end_transactions(
     kafka_txn.end(bootstrap, txns, commit)
     if not commit:
         failed = [i for i, m in enumerate(messages) if not isinstance(m, KafkaCommitMessage)]
-        kafka_txn.abort_open(bootstrap, [settings.transactional_id(i) or "" for i in failed])
+        kafka_txn.abort_open(bootstrap, [t for i in failed if (t := settings.transactional_id(i))])
 
 
 def _produce_all(
