@@ -4,6 +4,7 @@ one transaction per task (``transactionalIdPrefix``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -295,3 +296,56 @@ def test_transactional_id_option_is_refused(spark, broker):
             .mode("append")
             .save()
         )
+
+
+def test_streaming_micro_batch_that_failed_is_written_once_after_restart(spark, broker, tmp_path):
+    """A task of a micro-batch fails after writing part of its rows: the query stops, the
+    micro-batch's transactions are aborted (read_committed readers go on past them at once);
+    the query restarted from its checkpoint writes that micro-batch again, and the output holds
+    every input row exactly once."""
+    source = create_topic(broker.bootstrap, unique("txf-in"), 2)
+    target = create_topic(broker.bootstrap, unique("txf-out"), 2)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(200):
+        plain.produce(source, b"m%d" % i, partition=i % 2)
+    assert plain.flush(TIMEOUT) == 0
+    flag = tmp_path / "fail"
+    flag_path = str(flag)
+    prefix = unique("restart")
+
+    def transform(value: bytes) -> str:
+        if value == b"m151" and os.path.exists(flag_path):
+            raise RuntimeError("the test failed this task")
+        return value.decode().upper()
+
+    def run() -> BaseException | None:
+        q = (
+            stream_from(spark, broker, source, 50)
+            .select(F.udf(transform, "string")("value").alias("value"))
+            .writeStream.format("logkeel")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("topic", target)
+            .option("transactionalIdPrefix", prefix)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with contextlib.suppress(Exception):
+            q.awaitTermination(180)
+        assert not q.isActive
+        return q.exception()
+
+    flag.write_text("fail")
+    assert run() is not None
+    for partition in (0, 1):
+        plain.produce(target, b"tail", partition=partition)
+    assert plain.flush(TIMEOUT) == 0
+    first = values_read(broker.bootstrap, target, "read_committed", 2, 2)
+    assert first.count(b"tail") == 2  # nothing of the failed micro-batch holds readers back
+    assert b"M151" not in first and len(set(first)) == len(first) - 1
+    # The failed micro-batch's other task did write: its rows are there, aborted.
+    assert len(values_read(broker.bootstrap, target, "read_uncommitted", 2, 2)) > len(first)
+    flag.unlink()
+    assert run() is None
+    got = values_read(broker.bootstrap, target, "read_committed", 202, 2)
+    assert sorted(v for v in got if v != b"tail") == sorted(b"M%d" % i for i in range(200))
