@@ -260,13 +260,19 @@ def test_transactional_sink_is_visible_only_after_the_task_commits(spark, broker
     assert ours("bad", "read_uncommitted")
 
 
-def test_streaming_transactional_sink_commits_each_micro_batch(spark, broker, tmp_path):
-    source = create_topic(broker.bootstrap, unique("txs-in"), 2)
-    target = create_topic(broker.bootstrap, unique("txs-out"), 2)
+def pipeline_topics(broker, name: str) -> tuple[str, str, Producer]:
+    """An input topic holding m0..m199 (two partitions), an empty output topic, a producer."""
+    source = create_topic(broker.bootstrap, unique(f"{name}-in"), 2)
+    target = create_topic(broker.bootstrap, unique(f"{name}-out"), 2)
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(200):
         plain.produce(source, b"m%d" % i, partition=i % 2)
     assert plain.flush(TIMEOUT) == 0
+    return source, target, plain
+
+
+def test_streaming_transactional_sink_commits_each_micro_batch(spark, broker, tmp_path):
+    source, target, _ = pipeline_topics(broker, "txs")
     q = (
         stream_from(spark, broker, source, 50)
         .selectExpr("upper(cast(value as string)) as value")
@@ -299,22 +305,25 @@ def test_transactional_id_option_is_refused(spark, broker):
 
 
 def test_streaming_micro_batch_that_failed_is_written_once_after_restart(spark, broker, tmp_path):
-    """A task of a micro-batch fails after writing part of its rows: the query stops, the
+    """A task of a micro-batch fails (the other one has written its rows): the query stops, the
     micro-batch's transactions are aborted (read_committed readers go on past them at once);
     the query restarted from its checkpoint writes that micro-batch again, and the output holds
     every input row exactly once."""
-    source = create_topic(broker.bootstrap, unique("txf-in"), 2)
-    target = create_topic(broker.bootstrap, unique("txf-out"), 2)
-    plain = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(200):
-        plain.produce(source, b"m%d" % i, partition=i % 2)
-    assert plain.flush(TIMEOUT) == 0
+    source, target, plain = pipeline_topics(broker, "txf")
     flag = tmp_path / "fail"
     flag_path = str(flag)
     prefix = unique("restart")
 
+    bootstrap = broker.bootstrap
+
     def transform(value: bytes) -> str:
         if value == b"m151" and os.path.exists(flag_path):
+            # Fail once the other task of this micro-batch (m150 is in it too) has written.
+            deadline = time.monotonic() + TIMEOUT
+            while b"M150" not in values_read(bootstrap, target, "read_uncommitted", 0, 2):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             raise RuntimeError("the test failed this task")
         return value.decode().upper()
 
@@ -344,7 +353,8 @@ def test_streaming_micro_batch_that_failed_is_written_once_after_restart(spark, 
     assert first.count(b"tail") == 2  # nothing of the failed micro-batch holds readers back
     assert b"M151" not in first and len(set(first)) == len(first) - 1
     # The failed micro-batch's other task did write: its rows are there, aborted.
-    assert len(values_read(broker.bootstrap, target, "read_uncommitted", 2, 2)) > len(first)
+    assert b"M150" in values_read(broker.bootstrap, target, "read_uncommitted", 2, 2)
+    assert b"M150" not in first
     flag.unlink()
     assert run() is None
     got = values_read(broker.bootstrap, target, "read_committed", 202, 2)

@@ -212,7 +212,16 @@ def end_transactions(
     kafka_txn.end(bootstrap, txns, commit)
     if not commit:
         failed = [i for i, m in enumerate(messages) if not isinstance(m, KafkaCommitMessage)]
-        kafka_txn.abort_open(bootstrap, [t for i in failed if (t := settings.transactional_id(i))])
+        _fence(settings, [t for i in failed if (t := settings.transactional_id(i))])
+
+
+def _fence(settings: SinkSettings, transactional_ids: list[str]) -> None:
+    """InitProducerId for the ids of failed tasks: it aborts what they left open and fences
+    them, since a cancelled task can go on writing for a moment after Spark gave up on it."""
+    params = dict(settings.params)
+    for txn_id in transactional_ids:
+        producer = Producer(producer_config({**params, "transactional.id": txn_id}))
+        producer.init_transactions(FLUSH_TIMEOUT_S)
 
 
 def _produce_all(

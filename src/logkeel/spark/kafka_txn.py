@@ -29,7 +29,6 @@ from logkeel.server.protocol import ApiKey, InvalidRequest, request_schema
 __all__ = [
     "TaskTransaction",
     "TransactionNotCommitted",
-    "abort_open",
     "check_still_ours",
     "describe",
     "end",
@@ -221,18 +220,3 @@ def end(bootstrap: str, transactions: Iterable[TaskTransaction], commit: bool) -
             "after transaction.timeout.ms, or fenced by another attempt of the task): "
             + "; ".join(failed)
         )
-
-
-def abort_open(bootstrap: str, transactional_ids: Iterable[str]) -> None:
-    """Aborts whatever transaction these ids have open: those of tasks whose commit message
-    never reached the driver (a task that failed after its input ended, as it does when the
-    input fails upstream), so that read_committed readers do not wait for the timeout."""
-    found = []
-    for txn_id in transactional_ids:
-        try:
-            txn, state = describe(bootstrap, txn_id)
-        except TransactionNotCommitted:
-            continue  # no transaction (kio cannot read the answer for an id without one)
-        if state == "Ongoing":
-            found.append(txn)
-    end(bootstrap, found, False)
