@@ -126,7 +126,7 @@ def open_transaction(c: RawClient, txn: str, topic: str) -> tuple[int, int]:
     return pid, epoch
 
 
-def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> None:
+def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient, tmp_path: Path) -> None:
     assert produce_one(client, 9, "bad", 0, batch([b"plain"])).error_code == ErrorCode.none
     init = init_producer_id(client, 4, transactional_id="bad-txn")
     pid, epoch = init.producer_id, init.producer_epoch
@@ -145,6 +145,17 @@ def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> No
         ErrorCode.invalid_producer_id_mapping
     )
     assert end_txn(client, "bad-txn", pid, epoch, True) == ErrorCode.invalid_txn_state
+    assert end_txn(client, "bad-txn", pid, epoch, False) == ErrorCode.invalid_txn_state
+    assert end_txn(client, "bad-txn", pid + 1000, epoch, True) == (
+        ErrorCode.invalid_producer_id_mapping
+    )
+    assert end_txn(client, "bad-txn", pid, epoch + 1, True) == ErrorCode.producer_fenced
+    assert end_txn(client, "bad-txn", pid, epoch + 1, True, version=1) == (
+        ErrorCode.invalid_producer_epoch
+    )
+    assert end_txn(client, "unknown-txn", pid, epoch, True) == (
+        ErrorCode.invalid_producer_id_mapping
+    )
     # Offsets of a transaction that did not add the group's partition (AddOffsetsToTxn).
     assert txn_offset_commit(client, "bad-txn", pid, epoch, "bad") == ErrorCode.invalid_txn_state
     # A transactional batch for a partition never added: refused, nothing written.
@@ -154,6 +165,21 @@ def test_bad_input_gets_kafka_errors_and_writes_nothing(client: RawClient) -> No
     assert txn_produce(client, "bad-txn", "bad", records).error_code == ErrorCode.invalid_txn_state
     p = fetch(client, "bad", 1)
     assert (p.high_watermark, p.last_stable_offset) == (1, 1)
+    # Nothing reached the coordinator's state either: no transaction began (so no partition
+    # was added), the unknown topic was not created on the way. (ListTransactions: kio cannot
+    # decode DescribeTransactions' start time of -1 for an id without a transaction.)
+    listing = schema_module(ApiKey.LIST_TRANSACTIONS, 2)
+    r = client.call(listing.ListTransactionsRequest(transactional_id_pattern="bad-txn"))
+    assert [
+        (t.transactional_id, t.producer_id, t.transaction_state) for t in r.transaction_states
+    ] == [("bad-txn", pid, "Empty")]
+    assert not list((tmp_path / "b" / "logs").glob("no-such-topic-*"))
+    # And the id still works: a transaction after all that commits normally.
+    assert add_partitions(client, "bad-txn", pid, epoch, "bad") == ErrorCode.none
+    assert txn_produce(client, "bad-txn", "bad", records).error_code == ErrorCode.none
+    assert end_txn(client, "bad-txn", pid, epoch, True) == ErrorCode.none
+    p = fetch(client, "bad", 1)
+    assert (p.high_watermark, p.last_stable_offset) == (3, 3)
 
 
 def test_open_transaction_sets_the_lso_and_abort_lists_it(client: RawClient) -> None:

@@ -50,7 +50,11 @@ def broker(tmp_path_factory):
     """One real `logkeel serve` for the Spark tests; every test uses its own topics."""
     from tests.brokerproc import BrokerProcess
 
-    b = BrokerProcess(tmp_path_factory.mktemp("spark-broker"))
+    # Few __transaction_state partitions: the transactions tests create it on first use.
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("spark-broker"),
+        overrides={"transaction.state.log.num.partitions": "3"},
+    )
     b.start()
     yield b
     try:

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from logkeel.cluster.metadata import INTERNAL_TOPICS
-from logkeel.spark.options import EARLIEST, LATEST, TopicSelection
+from logkeel.spark.options import EARLIEST, LATEST, TopicSelection, isolation_level
 
 Partition = tuple[str, int]
 METADATA_TIMEOUT_S = 30.0
@@ -38,12 +38,15 @@ class DataLossError(RuntimeError):
 def consumer_config(
     params: Mapping[str, str], group_prefix: str | None = None
 ) -> dict[str, object]:
-    """Settings for a consumer that is assigned partitions and never joins a group."""
-    config: dict[str, object] = {
-        # Spark's Java consumer reads uncommitted; librdkafka's default is read_committed.
-        "isolation.level": "read_uncommitted",
-    }
-    config.update(params)
+    """Settings for a consumer that is assigned partitions and never joins a group.
+
+    Its isolation level decides both what the driver plans and what tasks read: under
+    read_committed, ListOffsets(latest) answers the last stable offset (so a range never ends
+    inside an open transaction) and librdkafka drops aborted records; control records are
+    never returned at either level.
+    """
+    config: dict[str, object] = dict(params)
+    config["isolation.level"] = isolation_level(params)
     group = config.get("group.id") or f"{group_prefix or 'spark-kafka-source'}-{uuid.uuid4()}"
     config.update(
         {

@@ -5,7 +5,10 @@ by changing the format name: ``kafka.bootstrap.servers`` (and any ``kafka.*`` cl
 ``subscribe`` / ``subscribePattern`` / ``assign``, ``startingOffsets`` / ``endingOffsets``
 (``earliest``, ``latest``, JSON per partition with -2/-1), ``startingTimestamp`` /
 ``startingOffsetsByTimestamp`` (and the ``ending`` ones, batch), ``maxOffsetsPerTrigger``,
-``minPartitions``, ``includeHeaders``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``.
+``minPartitions``, ``includeHeaders``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``,
+``kafka.isolation.level`` (``read_uncommitted`` by default, as Spark's; ``read_committed`` plans
+every range up to the last stable offset instead of the high watermark, so a batch stops before
+the first open transaction, and skips aborted records).
 
 The driver decides offset ranges (which is all a micro-batch is, so a query restarted from its
 checkpoint re-reads exactly the ranges it had planned: nothing skipped, nothing twice); each Spark
@@ -253,9 +256,12 @@ def _handle_error(
     code = err.code()
     where = f"{r.topic}-{r.partition}"
     if code == KafkaError._PARTITION_EOF:
-        end = m.offset()  # the high watermark: every record below it has been delivered
+        # The high watermark (the last stable offset under read_committed): every record below
+        # it has been delivered.
+        end = m.offset()
         if end >= r.until_offset:
-            # Whatever was not delivered below `until` were control records or compacted away.
+            # Whatever was not delivered below `until` were control records, aborted records
+            # (read_committed) or compacted away.
             return r.until_offset
         # The log ends before the range does: records were truncated away after planning.
         if settings.fail_on_data_loss:
@@ -288,6 +294,7 @@ class _Planner:
         self.schema = schema
         self.params = opts.kafka_params(self.options)
         opts.bootstrap_servers(self.options)
+        opts.isolation_level(self.params)
         self.selection = opts.TopicSelection.parse(self.options)
         self.fail_on_data_loss = opts.get_bool(self.options, "failOnDataLoss", True)
         self.min_partitions = opts.get_int(self.options, "minPartitions", None, minimum=1)

@@ -76,6 +76,21 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
     return params
 
 
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def isolation_level(params: Mapping[str, str]) -> str:
+    """``kafka.isolation.level``: read_uncommitted unless set (Spark's Java consumer default;
+    librdkafka's own default is read_committed, so the source always sets it)."""
+    level = params.get("isolation.level", ISOLATION_LEVELS[0]).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise OptionError(
+            f"Kafka option 'isolation.level' must be one of {', '.join(ISOLATION_LEVELS)}, "
+            f"not {params['isolation.level']!r}"
+        )
+    return level
+
+
 def bootstrap_servers(options: Mapping[str, str]) -> str:
     servers = get(options, "kafka.bootstrap.servers")
     if not servers:
