@@ -31,6 +31,7 @@ from logkeel.storage.log_dir import (
     partition_dir_named,
     random_uuid,
 )
+from logkeel.storage.recovery.durability import Sync, sync_all
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
 from logkeel.storage.recovery.loader import load_partition
 from logkeel.storage.scheduler import Scheduler
@@ -222,8 +223,11 @@ class LogManager:
                 nbytes,
             )
 
+        syncs: dict[TopicPartition, Sync] = {}
+
         def load(path: Path) -> tuple[Path, PartitionLog | None, LoadReport | None, str | None]:
             tp = TopicPartition.parse_dir_name(path.name)
+            deferred: list[Sync] | None = None if clean else []
             try:
                 plog, r = load_partition(
                     path,
@@ -237,6 +241,7 @@ class LogManager:
                     validator=self.validator,
                     progress=progress,
                     cached=manifest.get(path.name),
+                    syncs=deferred,
                 )
             except KafkaStorageError as exc:
                 if exc.device_fault:
@@ -255,23 +260,39 @@ class LogManager:
                 plog.high_watermark = max(plog.log_start_offset, min(hw, plog.log_end_offset))
                 # Transactions completed below it are stable, as before the restart.
                 plog.producer_state.on_high_watermark_updated(plog.high_watermark)
+            if deferred:
+                with self._report_lock:
+                    syncs[tp] = deferred[0]
             return path, plog, r, None
 
         with ThreadPoolExecutor(
             self.recovery_threads_per_dir, thread_name_prefix="log-recovery"
         ) as pool:
-            for path, plog, r, error in pool.map(load, partition_dirs):
-                tp = TopicPartition.parse_dir_name(path.name)
-                if plog is None or r is None:
-                    with self._lock, self._report_lock:
-                        self.offline_partitions[tp] = error or "unknown"
-                        report.offline.append((tp, error or "unknown"))
-                else:
-                    with self._lock:
-                        self.logs[tp] = plog
-                        self._dir_of[tp] = d
-                    with self._report_lock:
-                        report.add(r)
+            results = list(pool.map(load, partition_dirs))
+        # What recovery wrote is durable before anything serves it or a checkpoint claims it.
+        sync_errors = sync_all(syncs.items())
+        for path, plog, r, error in results:
+            tp = TopicPartition.parse_dir_name(path.name)
+            failed = sync_errors.get(tp)
+            if failed is not None and plog is not None:
+                if isinstance(failed, KafkaStorageError) and failed.device_fault:
+                    for _, loaded, _, _ in results:
+                        if loaded is not None:
+                            loaded.close_without_flush()
+                    raise failed
+                log.error("%s: cannot make partition %s durable: %s", d.path, tp, failed)
+                plog.close_without_flush()
+                plog, error = None, f"{type(failed).__name__}: {failed}"
+            if plog is None or r is None:
+                with self._lock, self._report_lock:
+                    self.offline_partitions[tp] = error or "unknown"
+                    report.offline.append((tp, error or "unknown"))
+            else:
+                with self._lock:
+                    self.logs[tp] = plog
+                    self._dir_of[tp] = d
+                with self._report_lock:
+                    report.add(r)
         if progress is not None:
             with self._report_lock:
                 report.progress.extend(progress.lines)

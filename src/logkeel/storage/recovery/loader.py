@@ -39,6 +39,7 @@ from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     file_name,
 )
@@ -54,6 +55,7 @@ from logkeel.storage.errors import (
     CorruptIndexError,
     io_guard,
 )
+from logkeel.storage.recovery.durability import Sync, fsync_file
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, Truncation
 from logkeel.storage.recovery.repair import (
     rebuild_txn_index_for,
@@ -85,11 +87,14 @@ def load_partition(
     progress: RecoveryProgress | None = None,
     cached: object | None = None,
     trusted: bool = False,
+    syncs: list[Sync] | None = None,
 ) -> tuple[PartitionLog, LoadReport]:
     """Loads one partition dir (see the module doc). ``cached`` is its entry in the start-up
     manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
     the directory listing and the leader-epoch checkpoint read. ``trusted``: the dir was just
-    created by this process, so nothing in it needs validating."""
+    created by this process, so nothing in it needs validating. ``syncs``: after an unclean
+    shutdown, what recovery wrote is made durable by the callable appended there (the caller
+    runs it before checkpointing, see ``durability``) instead of here."""
     if validation not in VALIDATION_MODES:
         raise ValueError(
             f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}"
@@ -200,9 +205,9 @@ def load_partition(
         replay_headers(replay, segments, from_offset, log_end, report, touched)
         state.update_map_end_offset(log_end)
     state.remove_stray_snapshots([s.base_offset for s in segments] + [log_end])
-    if not clean:
-        # Recovery ends with a snapshot at the log end, so a crash right after start-up
-        # replays nothing again.
+    # Recovery ends with a snapshot at the log end, so a crash right after start-up replays
+    # nothing again; see _durable below.
+    if not clean and syncs is None:
         state.take_snapshot(log_end)
 
     if epochs_lost:
@@ -211,14 +216,16 @@ def load_partition(
     epochs.truncate_from_start(start)
 
     touched.update(s.base_offset for s in segments if s.opened)
+    closed: list[LogSegment] = []
     for segment in segments[:-1]:
         if segment.opened:
             segment.on_becoming_inactive()
-            if not clean:
+            if not clean and syncs is None:
                 segment.flush()
             # Inactive segments read during the load (replay, eager validation) need not keep
             # a descriptor and two maps each: at thousands of partitions that exhausts fds.
             segment.close()
+            closed.append(segment)
     active = segments[-1]
     # The indexes grow to their preallocated size on the first append, not at start-up.
     active.make_active(lazily=True)
@@ -226,7 +233,10 @@ def load_partition(
     if not clean:
         # What recovery wrote (index entries, truncations) is made durable before the
         # recovery point claims it.
-        active.flush()
+        if syncs is None:
+            active.flush()
+        else:
+            syncs.append(_durable(state, log_end, active, closed, log_dir))
 
     plog = PartitionLog(
         directory,
@@ -247,6 +257,26 @@ def load_partition(
         if validator is not None:
             validator.register(ctx)
     return plog, report
+
+
+def _durable(
+    state: ProducerStateManager,
+    log_end: int,
+    active: LogSegment,
+    closed: list[LogSegment],
+    log_dir: Path,
+) -> Sync:
+    """The syncs an unclean load leaves to the caller: the inactive segments it rewrote (closed
+    since, so synced by path), the active segment, and the producer snapshot at the log end."""
+
+    def sync() -> None:
+        for segment in closed:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                fsync_file(segment.dir / file_name(segment.base_offset, suffix), log_dir)
+        active.flush()
+        state.take_snapshot(log_end)
+
+    return sync
 
 
 def _leader_epochs(
