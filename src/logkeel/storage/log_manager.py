@@ -7,7 +7,9 @@ failed dir offline without touching the others.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
 import threading
 import time
@@ -34,6 +36,7 @@ from logkeel.storage.log_dir import (
 from logkeel.storage.recovery.durability import Sync, sync_all
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
 from logkeel.storage.recovery.loader import load_partition
+from logkeel.storage.recovery.vouch import newest_time, vouched_facts
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -196,19 +199,22 @@ class LogManager:
         clean = (d.was_clean and not force_recovery) or not partition_dirs
         with self._report_lock:
             report.clean = report.clean and clean
-        manifest = d.read_manifest() if clean else {}
+        manifest, manifest_mtime_ns = d.read_manifest() if clean else ({}, None)
         d.remove_manifest()
         recovery_points = d.read_checkpoint(d.recovery_points)
         start_offsets = d.read_checkpoint(d.log_start_offsets)
         replication = d.read_checkpoint(d.replication_offsets)
         total = len(partition_dirs)
         progress = None
+        # Each dir's names, listed once for the plan and the load.
+        listed: dict[Path, list[str]] = {}
         if not clean and total:
             segments = nbytes = 0
             for path in partition_dirs:
                 try:
                     tp = TopicPartition.parse_dir_name(path.name)
-                    n, b = recovery_plan(path, recovery_points.get(tp))
+                    names = listed[path] = os.listdir(path)
+                    n, b = recovery_plan(path, recovery_points.get(tp), names)
                 except (OSError, ValueError):
                     continue
                 segments += n
@@ -242,6 +248,8 @@ class LogManager:
                     progress=progress,
                     cached=manifest.get(path.name),
                     syncs=deferred,
+                    manifest_mtime_ns=manifest_mtime_ns,
+                    names=listed.pop(path, None),
                 )
             except KafkaStorageError as exc:
                 if exc.device_fault:
@@ -538,6 +546,7 @@ class LogManager:
 
     def _write_manifest(self, d: LogDir) -> None:
         entries: dict[str, object] = {}
+        newest = 0
         for tp, plog in list(self.logs.items()):
             if self._dir_of.get(tp) is not d:
                 continue
@@ -547,8 +556,12 @@ class LogManager:
                 continue
             if cached is not None:
                 cached["epochs"] = [list(e) for e in plog.leader_epochs.entries]
+                # Without the facts the listing alone is still worth keeping.
+                with contextlib.suppress(OSError):
+                    cached.update(vouched_facts(plog))
+                newest = max(newest, newest_time(cached))
                 entries[plog.dir.name] = cached
-        d.write_manifest(entries)
+        d.write_manifest(entries, newer_than_ns=newest)
 
     # -- failures -------------------------------------------------------------------------------
     def handle_dir_failure(self, exc: KafkaStorageError) -> None:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from logkeel.records.batch import InvalidBatchError
@@ -64,6 +65,7 @@ from logkeel.storage.recovery.repair import (
     validate_eagerly,
 )
 from logkeel.storage.recovery.unclean import recover
+from logkeel.storage.recovery.vouch import vouched
 from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -88,24 +90,31 @@ def load_partition(
     cached: object | None = None,
     trusted: bool = False,
     syncs: list[Sync] | None = None,
+    manifest_mtime_ns: int | None = None,
+    names: list[str] | None = None,
 ) -> tuple[PartitionLog, LoadReport]:
     """Loads one partition dir (see the module doc). ``cached`` is its entry in the start-up
     manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
-    the directory listing and the leader-epoch checkpoint read. ``trusted``: the dir was just
+    the directory listing and the leader-epoch checkpoint read, and when the active segment's
+files and the producer snapshot are unchanged too (``vouch``, against the manifest's time
+``manifest_mtime_ns``), nothing of the partition is opened or read. ``trusted``: the dir was just
     created by this process, so nothing in it needs validating. ``syncs``: after an unclean
     shutdown, what recovery wrote is made durable by the callable appended there (the caller
-    runs it before checkpointing, see ``durability``) instead of here."""
+    runs it before checkpointing, see ``durability``) instead of here. ``names``: the dir's file
+names when the caller has just listed it (an unclean start lists each dir to plan)."""
     if validation not in VALIDATION_MODES:
         raise ValueError(
             f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}"
         )
     tp = TopicPartition.parse_dir_name(directory.name)
     report = LoadReport(tp)
-    listing = listing_from_cache(directory, cached) if cached is not None and clean else None
+    if not clean or not _older_than_manifest(cached, manifest_mtime_ns):
+        cached = None
+    listing = listing_from_cache(directory, cached) if cached is not None else None
     if listing is None:
         cached = None
         with io_guard(log_dir, f"listing {directory}"):
-            listing = list_partition(directory)
+            listing = list_partition(directory, names)
         report.removed_files += listing.removed_files
         report.rebuilt_indexes += listing.swapped_in
         report.missing_segments += listing.missing_segments
@@ -116,17 +125,25 @@ def load_partition(
             )
     start = max(log_start_offset or 0, 0)
     interval, max_index = config.index_interval_bytes, config.segment_index_bytes
+    now_ms = int(time.time() * 1000)
     segments = [
         LogSegment(
-            directory, b, log_dir=log_dir, index_interval_bytes=interval, max_index_size=max_index
+            directory,
+            b,
+            log_dir=log_dir,
+            index_interval_bytes=interval,
+            max_index_size=max_index,
+            created_ms=now_ms,
         )
         for b in listing.bases
     ]
     if not segments:
         segments = [PartitionLog.new_segment(directory, start, config, log_dir)]
-    for segment in segments:
-        base = segment.base_offset
-        if base in listing.missing_index or base in listing.missing_time_index:
+    missing_any = listing.missing_index | listing.missing_time_index
+    by_base = {s.base_offset: s for s in segments} if missing_any else {}
+    for base in missing_any:
+        segment = by_base.get(base)
+        if segment is not None:
             missing = set()
             if base in listing.missing_index:
                 missing.add(file_name(base, INDEX_SUFFIX))
@@ -159,6 +176,7 @@ def load_partition(
     # checks above trust without reading.
     ctx: PartitionValidation | None = None
     cut: int | None = None
+    resume_at: int | None = None  # the active segment's index-interval counter, if vouched
     if validation == EAGER:
         count = len(segments) if clean else first_unsafe
         cut = validate_eagerly(tp, segments, count, bounds, report, touched)
@@ -173,14 +191,32 @@ def load_partition(
         state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
     elif clean:
-        log_end = _open_active_segment(
-            segments[-1],
-            report,
-            touched,
-            segments[-1].base_offset in listing.has_txn_index,
-            segments,
+        facts = (
+            vouched(
+                directory,
+                cached,
+                segments[-1].base_offset,
+                manifest_mtime_ns,
+                has_txn_index=segments[-1].base_offset in listing.has_txn_index,
+            )
+            if cached is not None
+            else None
         )
-        state.truncate_and_reload(start, log_end)
+        if facts is not None:
+            log_end = facts.log_end_offset
+            resume_at = facts.bytes_since_last_index_entry
+        else:
+            log_end = _open_active_segment(
+                segments[-1],
+                report,
+                touched,
+                segments[-1].base_offset in listing.has_txn_index,
+                segments,
+            )
+        if facts is not None and facts.empty_producer_state:
+            state.assume_empty_snapshot(start, log_end)
+        else:
+            state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
     else:
         log_end = recover(tp, segments, first_unsafe, rp, start, state, report, touched, progress)
@@ -215,10 +251,11 @@ def load_partition(
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(start)
 
-    touched.update(s.base_offset for s in segments if s.opened)
+    opened = [s for s in segments if s.opened]
+    touched.update(s.base_offset for s in opened)
     closed: list[LogSegment] = []
-    for segment in segments[:-1]:
-        if segment.opened:
+    for segment in opened:
+        if segment is not segments[-1]:
             segment.on_becoming_inactive()
             if not clean and syncs is None:
                 segment.flush()
@@ -229,7 +266,7 @@ def load_partition(
     active = segments[-1]
     # The indexes grow to their preallocated size on the first append, not at start-up.
     active.make_active(lazily=True)
-    active.resume_indexing()
+    active.resume_indexing(resume_at)
     if not clean:
         # What recovery wrote (index entries, truncations) is made durable before the
         # recovery point claims it.
@@ -257,6 +294,20 @@ def load_partition(
         if validator is not None:
             validator.register(ctx)
     return plog, report
+
+
+def _older_than_manifest(cached: object, manifest_mtime_ns: int | None) -> bool:
+    """Whether the dir's time in its manifest entry is before the manifest's own: file times
+    come from a coarse clock, so a dir changed in the same tick as the manifest was written
+    could show the cached time (see ``vouch``); such a dir is listed again."""
+    if not isinstance(cached, dict):
+        return False
+    if manifest_mtime_ns is None:
+        return True
+    try:
+        return int(cached["mtime_ns"]) < manifest_mtime_ns
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def _durable(
