@@ -7,7 +7,6 @@ failed dir offline without touching the others.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 from logkeel.storage.engine.cleaner import LogCleaner
 from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.engine.log_config import LogConfig
-from logkeel.storage.engine.partition_dir import cached_listing, recovery_plan
+from logkeel.storage.engine.partition_dir import recovery_plan
 from logkeel.storage.engine.validation import LAZY, VALIDATION_MODES, SegmentValidator
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.log_dir import (
@@ -36,7 +35,7 @@ from logkeel.storage.log_dir import (
 from logkeel.storage.recovery.durability import Sync, sync_all
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
 from logkeel.storage.recovery.loader import load_partition
-from logkeel.storage.recovery.vouch import newest_time, vouched_facts
+from logkeel.storage.recovery.vouch import manifest_entries
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -545,23 +544,8 @@ class LogManager:
             checkpoint.write(offsets)
 
     def _write_manifest(self, d: LogDir) -> None:
-        entries: dict[str, object] = {}
-        newest = 0
-        for tp, plog in list(self.logs.items()):
-            if self._dir_of.get(tp) is not d:
-                continue
-            try:
-                cached = cached_listing(plog.dir)
-            except OSError:
-                continue
-            if cached is not None:
-                cached["epochs"] = [list(e) for e in plog.leader_epochs.entries]
-                # Without the facts the listing alone is still worth keeping.
-                with contextlib.suppress(OSError):
-                    cached.update(vouched_facts(plog))
-                newest = max(newest, newest_time(cached))
-                entries[plog.dir.name] = cached
-        d.write_manifest(entries, newer_than_ns=newest)
+        logs = [plog for tp, plog in list(self.logs.items()) if self._dir_of.get(tp) is d]
+        d.write_manifest(*manifest_entries(logs))
 
     # -- failures -------------------------------------------------------------------------------
     def handle_dir_failure(self, exc: KafkaStorageError) -> None:

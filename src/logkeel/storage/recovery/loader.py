@@ -34,6 +34,7 @@ from logkeel.storage.engine.partition_dir import (
     list_partition,
     listing_from_cache,
 )
+from logkeel.storage.engine.producer_snapshot import ProducerSnapshotEntry
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
 from logkeel.storage.engine.segment import (
@@ -64,7 +65,7 @@ from logkeel.storage.recovery.repair import (
     replay_headers,
     validate_eagerly,
 )
-from logkeel.storage.recovery.unclean import recover
+from logkeel.storage.recovery.unclean import recover, snapshot_rows
 from logkeel.storage.recovery.vouch import vouched
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -176,6 +177,7 @@ names when the caller has just listed it (an unclean start lists each dir to pla
     # checks above trust without reading.
     ctx: PartitionValidation | None = None
     cut: int | None = None
+    loaded_rows: list[ProducerSnapshotEntry] | None = None  # unclean: the snapshot loaded
     resume_at: int | None = None  # the active segment's index-interval counter, if vouched
     if validation == EAGER:
         count = len(segments) if clean else first_unsafe
@@ -219,7 +221,9 @@ names when the caller has just listed it (an unclean start lists each dir to pla
             state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
     else:
-        log_end = recover(tp, segments, first_unsafe, rp, start, state, report, touched, progress)
+        log_end, loaded_rows = recover(
+            tp, segments, first_unsafe, rp, start, state, report, touched, progress
+        )
         if first_unsafe < len(segments) and rp > segments[first_unsafe].base_offset:
             if ctx is not None:
                 ctx.install([segments[first_unsafe]])
@@ -273,7 +277,16 @@ names when the caller has just listed it (an unclean start lists each dir to pla
         if syncs is None:
             active.flush()
         else:
-            syncs.append(_durable(state, log_end, active, closed, log_dir))
+            # A snapshot at the log end only where the replay changed the producer state: else
+            # the one loaded (still on disk, and kept) already holds it, and a crash right
+            # after start-up replays the same few batches from it again.
+            loaded_at = report.snapshot_offset
+            current = (
+                loaded_rows is not None
+                and state.latest_snapshot_offset == loaded_at
+                and snapshot_rows(state) == loaded_rows
+            )
+            syncs.append(_durable(state, log_end, active, closed, log_dir, snapshot=not current))
 
     plog = PartitionLog(
         directory,
@@ -316,16 +329,20 @@ def _durable(
     active: LogSegment,
     closed: list[LogSegment],
     log_dir: Path,
+    *,
+    snapshot: bool,
 ) -> Sync:
     """The syncs an unclean load leaves to the caller: the inactive segments it rewrote (closed
-    since, so synced by path), the active segment, and the producer snapshot at the log end."""
+    since, so synced by path), the active segment, and (``snapshot``) the producer snapshot at
+    the log end."""
 
     def sync() -> None:
         for segment in closed:
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 fsync_file(segment.dir / file_name(segment.base_offset, suffix), log_dir)
         active.flush()
-        state.take_snapshot(log_end)
+        if snapshot:
+            state.take_snapshot(log_end)
 
     return sync
 

@@ -18,11 +18,14 @@ is written again at shutdown until its time is later than every time it records.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.storage.engine.log import PartitionLog
+from logkeel.storage.engine.partition_dir import cached_listing
 from logkeel.storage.engine.producer_snapshot import snapshot_file_name
 from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
@@ -72,6 +75,29 @@ def vouched_facts(plog: PartitionLog) -> dict[str, object]:
             _file_facts(plog.dir / snapshot_file_name(snapshot)) if snapshot is not None else None
         ),
     }
+
+
+def manifest_entries(logs: Iterable[PartitionLog]) -> tuple[dict[str, object], int]:
+    """The start-up manifest of cleanly closed logs (dir name -> entry: the dir listing, the
+    leader epochs, the facts above) and the newest time it records (the manifest must be
+    written later than that; see ``LogDir.write_manifest``). A dir with leftovers to clean up
+    gets no entry."""
+    entries: dict[str, object] = {}
+    newest = 0
+    for plog in logs:
+        try:
+            cached = cached_listing(plog.dir)
+        except OSError:
+            continue
+        if cached is None:
+            continue
+        cached["epochs"] = [list(e) for e in plog.leader_epochs.entries]
+        # Without the facts the listing alone is still worth keeping.
+        with contextlib.suppress(OSError):
+            cached.update(vouched_facts(plog))
+        newest = max(newest, newest_time(cached))
+        entries[plog.dir.name] = cached
+    return entries, newest
 
 
 def newest_time(entry: dict[str, object]) -> int:
