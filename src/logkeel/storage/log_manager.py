@@ -7,6 +7,7 @@ failed dir offline without touching the others.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -170,13 +171,22 @@ class LogManager:
                     report.offline_dirs.append((str(d.path), str(exc)))
 
         online = self.online_dirs
-        if len(online) <= 1:
-            for d in online:
-                load_dir(d)
-        else:
-            # Dirs are separate disks (JBOD): they load side by side, each with its threads.
-            with ThreadPoolExecutor(len(online), thread_name_prefix="log-dir-load") as pool:
-                list(pool.map(load_dir, online))
+        # Loading makes a few objects per segment and no garbage: the cyclic collector's
+        # passes over them (a full one every time the tracked objects grow by a quarter) were
+        # a fifth of a clean start at 100 segments a partition. Off while loading only.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            if len(online) <= 1:
+                for d in online:
+                    load_dir(d)
+            else:
+                # Dirs are separate disks (JBOD): they load side by side, each with its threads.
+                with ThreadPoolExecutor(len(online), thread_name_prefix="log-dir-load") as pool:
+                    list(pool.map(load_dir, online))
+        finally:
+            if collecting:
+                gc.enable()
         report.elapsed_ms = (time.monotonic() - started) * 1000
         self.startup_report = report
         report.log_summary(log, len(self.dirs))

@@ -129,7 +129,7 @@ def listing_from_cache(directory: Path, cached: object) -> PartitionListing | No
         if os.stat(directory).st_mtime_ns != cached["mtime_ns"]:
             return None
         return PartitionListing(
-            [int(b) for b in cached["bases"]],
+            list(map(int, cached["bases"])),
             {int(b) for b in cached["missing_index"]},
             {int(b) for b in cached["missing_time_index"]},
             [str(n) for n in cached["snapshots"]],
