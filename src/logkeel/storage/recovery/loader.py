@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from logkeel.records.batch import InvalidBatchError
@@ -31,6 +32,7 @@ from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.engine.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.partition_dir import (
+    PartitionListing,
     list_partition,
     listing_from_cache,
 )
@@ -45,6 +47,7 @@ from logkeel.storage.engine.segment import (
     LogSegment,
     file_name,
 )
+from logkeel.storage.engine.segment_list import LazySegments, made_segments
 from logkeel.storage.engine.validation import (
     EAGER,
     LAZY,
@@ -125,32 +128,37 @@ names when the caller has just listed it (an unclean start lists each dir to pla
                 + ", ".join(file_name(b, LOG_SUFFIX) for b in listing.missing_segments)
             )
     start = max(log_start_offset or 0, 0)
-    interval, max_index = config.index_interval_bytes, config.segment_index_bytes
-    now_ms = int(time.time() * 1000)
-    segments = [
-        LogSegment(
+    bases = listing.bases or [start]
+    # After a clean shutdown: what the start-up manifest vouches for (see ``vouch``).
+    facts = (
+        vouched(
             directory,
-            b,
-            log_dir=log_dir,
-            index_interval_bytes=interval,
-            max_index_size=max_index,
-            created_ms=now_ms,
+            cached,
+            bases[-1],
+            manifest_mtime_ns,
+            has_txn_index=bases[-1] in listing.has_txn_index,
         )
-        for b in listing.bases
-    ]
-    if not segments:
+        if clean and cached is not None and listing.bases
+        else None
+    )
+    # Nothing reads a segment before serving when the manifest vouches for the log end and an
+    # empty producer state: then segment objects are made on first use (``LazySegments``),
+    # each with its validator, rather than all of them here.
+    lazy = (
+        facts is not None
+        and facts.empty_producer_state
+        and validation != EAGER
+        and not trusted
+    )
+    ctx: PartitionValidation | None = None
+    make = _segment_maker(directory, config, log_dir, listing, lambda: ctx if lazy else None)
+    segments: list[LogSegment] | LazySegments
+    if not listing.bases:
         segments = [PartitionLog.new_segment(directory, start, config, log_dir)]
-    missing_any = listing.missing_index | listing.missing_time_index
-    by_base = {s.base_offset: s for s in segments} if missing_any else {}
-    for base in missing_any:
-        segment = by_base.get(base)
-        if segment is not None:
-            missing = set()
-            if base in listing.missing_index:
-                missing.add(file_name(base, INDEX_SUFFIX))
-            if base in listing.missing_time_index:
-                missing.add(file_name(base, TIME_INDEX_SUFFIX))
-            segment.missing_files = frozenset(missing)
+    elif lazy:
+        segments = LazySegments(bases, make)
+    else:
+        segments = [make(b) for b in bases]
     report.segments = len(segments)
     state = ProducerStateManager(
         directory,
@@ -162,24 +170,8 @@ names when the caller has just listed it (an unclean start lists each dir to pla
     touched: set[int] = set()
     # Per-segment work is kept to C-level passes over the base offsets: at 100 segments a
     # partition, every Python-level pass over the segments is a measurable share of start-up.
-    bases = listing.bases or [segments[0].base_offset]
     bounds: dict[int, int | None] = dict(zip(bases, bases[1:], strict=False))
     bounds[bases[-1]] = None
-    # After a clean shutdown: what the start-up manifest vouches for (see ``vouch``).
-    facts = (
-        vouched(
-            directory,
-            cached,
-            bases[-1],
-            manifest_mtime_ns,
-            has_txn_index=bases[-1] in listing.has_txn_index,
-        )
-        if clean and cached is not None
-        else None
-    )
-    # Nothing reads a segment before serving when the manifest vouches for the log end and
-    # an empty producer state: every segment's validator is installed in one pass, at the end.
-    install_late = facts is not None and facts.empty_producer_state
 
     # Which segments must be rescanned: the active one's tail after a clean shutdown, every
     # segment from the one holding the recovery point after a crash.
@@ -193,7 +185,6 @@ names when the caller has just listed it (an unclean start lists each dir to pla
     # eagerly here, or lazily on first access / in the background. That includes the active
     # segment (clean start) and the data below the recovery point (unclean start), which the
     # checks above trust without reading.
-    ctx: PartitionValidation | None = None
     cut: int | None = None
     loaded_rows: list[ProducerSnapshotEntry] | None = None  # unclean: the snapshot loaded
     resume_at: int | None = None  # the active segment's index-interval counter, if vouched
@@ -204,7 +195,7 @@ names when the caller has just listed it (an unclean start lists each dir to pla
         ctx = PartitionValidation(
             tp, directory, log_dir, validator, bounds, txn_rebuilder=rebuild_txn_index_for
         )
-        if not install_late:
+        if not lazy:
             ctx.install(segments[:first_unsafe])
 
     if cut is not None:
@@ -242,9 +233,9 @@ names when the caller has just listed it (an unclean start lists each dir to pla
                 if cut is not None:
                     log_end = cut
                     state.truncate_and_reload(start, log_end)
-    if clean and ctx is not None and cut is None:
-        ctx.install(segments if install_late else [segments[-1]])
-    start = min(max(start, segments[0].base_offset), log_end)
+    if clean and ctx is not None and cut is None and not lazy:
+        ctx.install([segments[-1]])
+    start = min(max(start, bases[0]), log_end)
 
     if state.map_end_offset < log_end:
         # No snapshot reaches the log end: replay the log after the newest one.
@@ -263,7 +254,7 @@ names when the caller has just listed it (an unclean start lists each dir to pla
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(start)
 
-    opened = [s for s in segments if s.opened]
+    opened = [s for s in made_segments(segments) if s.opened]
     touched.update(s.base_offset for s in opened)
     closed: list[LogSegment] = []
     for segment in opened:
@@ -315,6 +306,42 @@ names when the caller has just listed it (an unclean start lists each dir to pla
         if validator is not None:
             validator.register(ctx)
     return plog, report
+
+
+def _segment_maker(
+    directory: Path,
+    config: LogConfig,
+    log_dir: Path,
+    listing: PartitionListing,
+    validator: Callable[[], PartitionValidation | None],
+) -> Callable[[int], LogSegment]:
+    """Makes the segment object of a base offset: the files the listing did not show noted,
+    and (lazy start) its validator installed, so no segment is read unvalidated."""
+    interval, max_index = config.index_interval_bytes, config.segment_index_bytes
+    now_ms = int(time.time() * 1000)
+
+    def make(base: int) -> LogSegment:
+        segment = LogSegment(
+            directory,
+            base,
+            log_dir=log_dir,
+            index_interval_bytes=interval,
+            max_index_size=max_index,
+            created_ms=now_ms,
+        )
+        if base in listing.missing_index or base in listing.missing_time_index:
+            missing = set()
+            if base in listing.missing_index:
+                missing.add(file_name(base, INDEX_SUFFIX))
+            if base in listing.missing_time_index:
+                missing.add(file_name(base, TIME_INDEX_SUFFIX))
+            segment.missing_files = frozenset(missing)
+        ctx = validator()
+        if ctx is not None:
+            segment.validator = ctx
+        return segment
+
+    return make
 
 
 def _older_than_manifest(cached: object, manifest_mtime_ns: int | None) -> bool:
