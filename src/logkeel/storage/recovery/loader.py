@@ -243,7 +243,17 @@ names when the caller has just listed it (an unclean start lists each dir to pla
         from_offset = max(state.map_end_offset, start)
         replay_headers(replay, segments, from_offset, log_end, report, touched)
         state.update_map_end_offset(log_end)
-    state.remove_stray_snapshots([*bases, log_end])
+    # Unclean: where the replay changed no producer, the snapshot loaded (at or below the
+    # recovery point) still holds the state at the log end; it is kept and no new one is
+    # written (a crash right after start-up replays the same few batches from it again).
+    current = (
+        not clean
+        and loaded_rows is not None
+        and state.latest_snapshot_offset == report.snapshot_offset
+        and snapshot_rows(state) == loaded_rows
+    )
+    kept = [report.snapshot_offset] if current and report.snapshot_offset is not None else []
+    state.remove_stray_snapshots([*bases, log_end, *kept])
     # Recovery ends with a snapshot at the log end, so a crash right after start-up replays
     # nothing again; see _durable below.
     if not clean and syncs is None:
@@ -276,15 +286,6 @@ names when the caller has just listed it (an unclean start lists each dir to pla
         if syncs is None:
             active.flush()
         else:
-            # A snapshot at the log end only where the replay changed the producer state: else
-            # the one loaded (still on disk, and kept) already holds it, and a crash right
-            # after start-up replays the same few batches from it again.
-            loaded_at = report.snapshot_offset
-            current = (
-                loaded_rows is not None
-                and state.latest_snapshot_offset == loaded_at
-                and snapshot_rows(state) == loaded_rows
-            )
             syncs.append(_durable(state, log_end, active, closed, log_dir, snapshot=not current))
 
     plog = PartitionLog(
