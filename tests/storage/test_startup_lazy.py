@@ -41,15 +41,17 @@ def written(tmp_path_factory):
     return path
 
 
-def test_clean_start_opens_only_active_segments(written, tmp_path):
+def test_clean_start_opens_no_segment(written, tmp_path):
+    # The start-up manifest vouches for the active segments too (tests/storage/
+    # test_startup_manifest.py): nothing is opened until first access.
     m = load(copy(written, tmp_path / "d"))
     report = m.startup_report
     assert report.clean and report.partitions == 3
     assert report.segments > 3 * 3
-    assert report.segments_opened == 3
+    assert report.segments_opened == 0
     assert report.segments_recovered == 0 and report.bytes_scanned == 0
     for plog in m.logs.values():
-        assert [s.opened for s in plog.segments] == [False] * (len(plog.segments) - 1) + [True]
+        assert not any(s.opened for s in plog.segments)
         assert all(s.needs_validation for s in plog.segments)
     m.shutdown()
 
@@ -179,5 +181,5 @@ def test_new_partition_then_restart_without_segments_opened(tmp_path):
     m.get_or_create_log(TP)
     m.shutdown()
     m2 = load(tmp_path, cfg=LogConfig())
-    assert m2.get_log(TP).log_end_offset == 0 and m2.startup_report.segments_opened == 1
+    assert m2.get_log(TP).log_end_offset == 0 and m2.startup_report.segments_opened == 0
     m2.shutdown()

@@ -94,7 +94,10 @@ def _exit_code(report: StartupReport) -> int:
     type=click.Choice([LAZY, EAGER]),
     default=LAZY,
     show_default=True,
-    help="log.startup.validation: lazy opens only active segments; eager validates every one.",
+    help=(
+        "log.startup.validation: lazy validates segments on first access (after a clean "
+        "shutdown nothing is opened at start-up); eager validates every one."
+    ),
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the report as one JSON object (last line)."

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from logkeel.cluster.acls import AclBinding, changed_bindings
+from logkeel.cluster.adoption import Adoption, colliding_topic
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
@@ -167,6 +168,18 @@ class MetadataStore(ABC):
         """The dirs of ``topics``' pending deletions are gone (or set aside for removal)."""
         return None
 
+    def deleted_topics(self) -> Mapping[str, str]:
+        """Topics whose deletion finished (name -> topic id of the last one deleted): their
+        leftover logs are never adopted (``cluster.adoption``). A store that does not record
+        them has none."""
+        return {}
+
+    def adopt_topics(
+        self, adoptions: Sequence[Adoption], configs: Callable[[Adoption], dict[str, str]]
+    ) -> list[TopicState]:
+        """Registers topics found as logs on disk (single node only, see ``cluster.adoption``)."""
+        raise MetadataError("INVALID_REQUEST", "only a single node adopts logs found on disk")
+
     @abstractmethod
     def add_listener(self, fn: Listener) -> None:
         """``fn(topic_name, state_or_None)`` after each topic change (None: deleted)."""
@@ -233,6 +246,8 @@ class EmbeddedMetadataStore(MetadataStore):
         # partitions}. Written in the same document that removes the topic, so a deletion a
         # crash interrupts before its dirs were renamed is finished at the next start.
         self._pending_deletions: list[dict[str, object]] = []
+        # Deletions finished: name -> topic id (see deleted_topics).
+        self._deleted: dict[str, str] = {}
         self._scram: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
         self._acls: tuple[AclBinding, ...] = ()
         self.cluster_id = cluster_id or ""
@@ -260,6 +275,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._version = best.get("version", 0)
         self.cluster_id = self.cluster_id or best.get("cluster_id", "")
         self._pending_deletions = list(best.get("pending_deletions", []))
+        self._deleted = dict(best.get("deleted_topics", {}))
         self._scram = MappingProxyType(best.get("scram_credentials", {}))
         self._acls = tuple(AclBinding.from_json(a) for a in best.get("acls", []))
         topics = {}
@@ -280,6 +296,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 for t in topics.values()
             ],
             "pending_deletions": self._pending_deletions,
+            "deleted_topics": self._deleted,
             "scram_credentials": dict(self._scram),
             "acls": [a.to_json() for a in self._acls],
         }
@@ -323,10 +340,41 @@ class EmbeddedMetadataStore(MetadataStore):
     def forget_deletions(self, topics: Iterable[str]) -> None:
         done = set(topics)
         with self._write_lock:
-            if not any(e["name"] in done for e in self._pending_deletions):
+            finished = [e for e in self._pending_deletions if e["name"] in done]
+            if not finished:
                 return
             self._pending_deletions = [e for e in self._pending_deletions if e["name"] not in done]
+            # A dir of such a topic can still turn up (a log dir that was offline while the
+            # deletion ran): it is recognised and never adopted.
+            self._deleted = {**self._deleted, **{str(e["name"]): str(e["topic_id"]) for e in finished}}
             self._publish(dict(self._snapshot))
+
+    def deleted_topics(self) -> Mapping[str, str]:
+        return MappingProxyType(self._deleted)
+
+    def adopt_topics(
+        self, adoptions: Sequence[Adoption], configs: Callable[[Adoption], dict[str, str]]
+    ) -> list[TopicState]:
+        """Registers every adopted topic in one write, as created here with the given
+        partitions and topic id; listeners hear of each."""
+        node = self._self.node_id
+        with self._write_lock:
+            current = self._snapshot
+            added: dict[str, TopicState] = {}
+            for a in adoptions:
+                check_topic_absent(a.topic, [*current, *added])
+                check_partition_count(a.topic, a.partitions)
+                added[a.topic] = TopicState(
+                    a.topic, a.topic_id,
+                    {i: PartitionState(a.topic, i, [node], node, 0, [node]) for i in range(a.partitions)},
+                    configs(a), a.internal,
+                )
+            if not added:
+                return []
+            self._publish({**current, **added})
+        for name, state in added.items():
+            self._notify(name, state)
+        return list(added.values())
 
     def scram_credentials(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
         return self._scram
@@ -475,14 +523,9 @@ def check_topic_absent(name: str, existing: Iterable[str]) -> None:
     names = set(existing)
     if name in names:
         raise MetadataError("TOPIC_ALREADY_EXISTS", f"topic '{name}' already exists")
-    collision = _collision(name, names)
+    collision = colliding_topic(name, names)
     if collision:
         raise MetadataError(
             "INVALID_TOPIC_EXCEPTION",
             f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
         )
-
-
-def _collision(name: str, topics: Iterable[str]) -> str | None:
-    key = name.replace(".", "_")
-    return next((t for t in topics if t != name and t.replace(".", "_") == key), None)

@@ -36,6 +36,7 @@ from logkeel.cluster.metadata import (
 )
 from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
 from logkeel.config import BrokerConfig, TopicConfig
+from logkeel.server.adopt_logs import adopt_stray_logs
 from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
 from logkeel.server.api import elections as elections_api
@@ -56,7 +57,7 @@ from logkeel.server.api import versions as api_versions
 from logkeel.server.authorization import RequestAuthorizer, exposed_listeners, refusal
 from logkeel.server.cluster_node import ClusterJoinError, ClusterNode
 from logkeel.server.group.coordinator import GroupCoordinator
-from logkeel.server.group.log import BrokerOffsetsStore
+from logkeel.server.group.log import BrokerOffsetsStore, InternalTopic
 from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
@@ -70,6 +71,7 @@ from logkeel.server.replica.context import (
 from logkeel.server.replica.replica_manager import ReplicaManager
 from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from logkeel.server.txn.markers import TxnMarkers
+from logkeel.server.txn.records import TRANSACTION_STATE_TOPIC
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
@@ -348,6 +350,16 @@ class Broker:
         t0 = time.monotonic()
         report = await asyncio.to_thread(self.log_manager.startup)
         await asyncio.to_thread(self._finish_topic_deletions)
+        await asyncio.to_thread(
+            adopt_stray_logs,
+            self.metadata,
+            self.log_manager,
+            {
+                OFFSETS_TOPIC: InternalTopic.offsets(self.config),
+                TRANSACTION_STATE_TOPIC: self.txn_coordinator.settings.topic,
+            },
+            single_node=self.cluster is None,
+        )
         self.metrics.record_startup(report)
         if not self.log_manager.online_dirs:
             await asyncio.to_thread(self.log_manager.shutdown)

@@ -191,26 +191,38 @@ class LogDir:
             (self.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
 
     # -- start-up manifest ----------------------------------------------------------------------
-    def write_manifest(self, partitions: dict[str, object]) -> None:
+    def write_manifest(self, partitions: dict[str, object], newer_than_ns: int = 0) -> None:
         """Caches each partition dir's listing (keyed by dir name) for the next clean start.
 
         Written just before the clean-shutdown marker; each entry carries its dir's mtime, so
-        a dir changed since (a file added, removed or renamed) is listed again.
+        a dir changed since (a file added, removed or renamed) is listed again. The manifest's
+        own time must be later than ``newer_than_ns`` (the newest time it records): the next
+        start trusts only what is older than the manifest (see recovery.vouch), and file times
+        come from a clock that ticks every few milliseconds, so it is written again once the
+        clock has moved on.
         """
         data = json.dumps(
             {"version": _MANIFEST_VERSION, "partitions": partitions}, separators=(",", ":")
-        )
+        ).encode()
+        path = self.path / STARTUP_MANIFEST
         with io_guard(self.path, f"writing {STARTUP_MANIFEST}"):
-            atomic_write(self.path / STARTUP_MANIFEST, data.encode())
+            for _ in range(20):
+                atomic_write(path, data)
+                if os.stat(path).st_mtime_ns > newer_than_ns:
+                    return
+                time.sleep(0.005)
 
-    def read_manifest(self) -> dict[str, object]:
-        """The cached listings, or none if the manifest is missing or unreadable (a cache)."""
+    def read_manifest(self) -> tuple[dict[str, object], int | None]:
+        """The cached listings and the manifest's modification time, or none if the manifest
+        is missing or unreadable (a cache)."""
         try:
             with io_guard(self.path, f"reading {STARTUP_MANIFEST}"):
-                raw = (self.path / STARTUP_MANIFEST).read_bytes()
+                path = self.path / STARTUP_MANIFEST
+                mtime_ns = os.stat(path).st_mtime_ns
+                raw = path.read_bytes()
         except KafkaStorageError as exc:
             if isinstance(exc.cause, FileNotFoundError):
-                return {}
+                return {}, None
             raise
         try:
             data = json.loads(raw)
@@ -218,10 +230,10 @@ class LogDir:
                 data.get("partitions"), dict
             ):
                 raise ValueError("unknown manifest version")
-            return data["partitions"]
+            return data["partitions"], mtime_ns
         except (ValueError, AttributeError) as exc:
             log.warning("%s: ignoring unreadable %s: %s", self.path, STARTUP_MANIFEST, exc)
-            return {}
+            return {}, None
 
     def remove_manifest(self) -> None:
         with io_guard(self.path, f"removing {STARTUP_MANIFEST}"):

@@ -260,6 +260,17 @@ class InternalTopic:
     segment_bytes: int
     min_insync_replicas: int | None = None
 
+    def configs(self) -> dict[str, str]:
+        """The topic configs its coordinator creates (or adopts) it with."""
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.segment_bytes),
+        }
+        if self.min_insync_replicas is not None:
+            configs["min.insync.replicas"] = str(self.min_insync_replicas)
+        return configs
+
     @classmethod
     def offsets(cls, config: BrokerConfig) -> InternalTopic:
         return cls(
@@ -291,13 +302,7 @@ class BrokerOffsetsStore:
             if n is not None:
                 return n
             topic = self._topic
-            configs = {
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(topic.segment_bytes),
-            }
-            if topic.min_insync_replicas is not None:
-                configs["min.insync.replicas"] = str(topic.min_insync_replicas)
+            configs = topic.configs()
             alive = len(self._broker.metadata.brokers())
             if alive < topic.replication_factor:
                 # As Kafka: not created with fewer replicas than configured; the coordinator

@@ -37,6 +37,7 @@ from logkeel.storage.engine.produce_batches import parse_batches, stamp_log_appe
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
 from logkeel.storage.engine.segment import DELETED_SUFFIX, LogSegment
+from logkeel.storage.engine.segment_list import base_offsets
 from logkeel.storage.engine.txn_index import AbortedTxn
 from logkeel.storage.errors import (
     CorruptRecordError,
@@ -78,7 +79,7 @@ class PartitionLog:
         self.config = config
         self.log_dir = log_dir
         self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+        self._bases = base_offsets(segments)  # a LazySegments (segment_list) stays lazy
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
         self.recovery_point = recovery_point

@@ -129,7 +129,7 @@ def listing_from_cache(directory: Path, cached: object) -> PartitionListing | No
         if os.stat(directory).st_mtime_ns != cached["mtime_ns"]:
             return None
         return PartitionListing(
-            [int(b) for b in cached["bases"]],
+            list(map(int, cached["bases"])),
             {int(b) for b in cached["missing_index"]},
             {int(b) for b in cached["missing_time_index"]},
             [str(n) for n in cached["snapshots"]],
@@ -139,13 +139,14 @@ def listing_from_cache(directory: Path, cached: object) -> PartitionListing | No
         return None
 
 
-def list_partition(directory: Path) -> PartitionListing:
+def list_partition(directory: Path, names_listed: list[str] | None = None) -> PartitionListing:
     """One directory listing: segment base offsets, which indexes exist, leftovers handled.
 
     No per-segment stat or open: start-up cost per partition is this listing. Names are
     sorted into buckets in one pass (a partition may hold thousands of files).
+    ``names_listed``: the dir's names when the caller has just listed it.
     """
-    names = _sort_names(os.listdir(directory))
+    names = _sort_names(names_listed if names_listed is not None else os.listdir(directory))
     logs, index_stems, time_stems, txn_stems = (
         names.logs,
         names.index_stems,
@@ -206,9 +207,12 @@ def list_partition(directory: Path) -> PartitionListing:
     return listing
 
 
-def recovery_plan(directory: Path, recovery_point: int | None) -> tuple[int, int]:
-    """(segments, bytes) an unclean load of ``directory`` will rescan; read-only, for progress."""
-    bases = segment_bases(os.listdir(directory))
+def recovery_plan(
+    directory: Path, recovery_point: int | None, names: list[str] | None = None
+) -> tuple[int, int]:
+    """(segments, bytes) an unclean load of ``directory`` will rescan; read-only, for progress.
+    ``names``: the dir's names when the caller has just listed it."""
+    bases = segment_bases(names if names is not None else os.listdir(directory))
     rp = recovery_point or 0
     first = max((i for i, b in enumerate(bases) if b <= rp), default=0)
     todo = bases[first:]

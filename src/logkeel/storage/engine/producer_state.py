@@ -535,6 +535,17 @@ class ProducerStateManager:
         self.on_log_start_offset_incremented(log_start_offset)
         return None
 
+    def assume_empty_snapshot(self, log_start_offset: int, log_end_offset: int) -> None:
+        """As ``truncate_and_reload`` when the newest snapshot is known, without reading it, to
+        hold no producer at the log end (a clean start whose manifest vouches for the file)."""
+        for offset in list(self._snapshots):
+            if offset > log_end_offset or offset <= log_start_offset:
+                self._delete_snapshot(offset)
+        self._clear_state()
+        at = log_end_offset if log_end_offset in self._snapshots else log_start_offset
+        self._last_snap_offset = at
+        self._last_map_offset = log_end_offset
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forgets everything, snapshots included (the log was emptied and restarts at offset)."""
         self._clear_state()

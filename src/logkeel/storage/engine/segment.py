@@ -52,8 +52,12 @@ def log_file_base(name: str) -> int | None:
 
 
 def segment_bases(names: Iterable[str]) -> list[int]:
-    """Base offsets of the segments among a partition dir's file names, ascending."""
-    return sorted(b for b in map(log_file_base, names) if b is not None)
+    """Base offsets of the segments among a partition dir's file names, ascending (what
+    ``log_file_base`` accepts, inlined: after a crash this runs over every file name of every
+    partition dir)."""
+    return sorted(
+        int(n[:20]) for n in names if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,27 @@ class OffsetRule:
 
 
 class LogSegment:
+    # Per-segment state starts at these class-level values and becomes an instance attribute
+    # on its first assignment: start-up makes one LogSegment per segment on disk (100,000 at a
+    # time), and setting every field in __init__ was most of what that cost.
+    # The file objects are made on first use.
+    _log: FileRecords | None = None
+    _offset_index: OffsetIndex | None = None
+    _time_index: TimeIndex | None = None
+    _txn_index: TransactionIndex | None = None
+    _bytes_since_last_index_entry = 0
+    # (max timestamp, offset of the batch holding it); None until learnt from the time index
+    _max_timestamp: tuple[int, int] | None = None
+    _rolling_timestamp: int | None = None
+    # The largest timestamp known to be in the time index (skips no-op appends).
+    _time_indexed = NO_TIMESTAMP
+    _grow_pending = False
+    # Set while this segment awaits validation (lazy start-up, KIP-263): called before the
+    # first read of its data or indexes. See logkeel.storage.engine.validation.
+    validator: Callable[[LogSegment], None] | None = None
+    # Files the directory listing did not show at load (e.g. a deleted index).
+    missing_files: frozenset[str] = frozenset()
+
     def __init__(
         self,
         directory: Path,
@@ -117,25 +142,7 @@ class LogSegment:
         self.log_dir = log_dir
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
-        # The file objects are made on first use: start-up makes one LogSegment per segment
-        # on disk, and at 100,000 segments even building four objects each costs seconds.
-        self._log: FileRecords | None = None
-        self._offset_index: OffsetIndex | None = None
-        self._time_index: TimeIndex | None = None
-        self._txn_index: TransactionIndex | None = None
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
-        self._bytes_since_last_index_entry = 0
-        # (max timestamp, offset of the batch holding it); None until learnt from the time index
-        self._max_timestamp: tuple[int, int] | None = None
-        self._rolling_timestamp: int | None = None
-        # The largest timestamp known to be in the time index (skips no-op appends).
-        self._time_indexed = NO_TIMESTAMP
-        self._grow_pending = False
-        # Set while this segment awaits validation (lazy start-up, KIP-263): called before
-        # the first read of its data or indexes. See logkeel.storage.engine.validation.
-        self.validator: Callable[[LogSegment], None] | None = None
-        # Files the directory listing did not show at load (e.g. a deleted index).
-        self.missing_files: frozenset[str] = frozenset()
 
     # -- files, made on first use ------------------------------------------------------------
     @property
@@ -210,15 +217,23 @@ class LogSegment:
         if validator is not None:
             validator(self)
 
-    def resume_indexing(self) -> None:
+    def resume_indexing(self, bytes_since_last_entry: int | None = None) -> None:
         """Sets the index-interval counter as if every batch had been appended in this run.
 
         Appends after a restart then place index entries exactly where a rebuild of the whole
-        segment would, so a reloaded log and a rebuilt one have the same indexes.
+        segment would, so a reloaded log and a rebuilt one have the same indexes. A clean start
+        passes the counter the start-up manifest kept, so the index is not opened for it.
         """
+        if bytes_since_last_entry is not None:
+            self._bytes_since_last_index_entry = bytes_since_last_entry
+            return
         last = self.offset_index.last_entry if self.offset_index.entries else None
         size = self.size
         self._bytes_since_last_index_entry = size - last.position if last else size
+
+    @property
+    def bytes_since_last_index_entry(self) -> int:
+        return self._bytes_since_last_index_entry
 
     def __repr__(self) -> str:
         return f"LogSegment({self.dir / file_name(self.base_offset, LOG_SUFFIX)})"

@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from logkeel.records.batch import InvalidBatchError
@@ -30,18 +32,22 @@ from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.engine.log import PartitionLog, leader_epoch_cache
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.engine.partition_dir import (
+    PartitionListing,
     list_partition,
     listing_from_cache,
 )
+from logkeel.storage.engine.producer_snapshot import ProducerSnapshotEntry
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
 from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     file_name,
 )
+from logkeel.storage.engine.segment_list import LazySegments, made_segments
 from logkeel.storage.engine.validation import (
     EAGER,
     LAZY,
@@ -54,6 +60,7 @@ from logkeel.storage.errors import (
     CorruptIndexError,
     io_guard,
 )
+from logkeel.storage.recovery.durability import Sync, fsync_file
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, Truncation
 from logkeel.storage.recovery.repair import (
     rebuild_txn_index_for,
@@ -61,7 +68,8 @@ from logkeel.storage.recovery.repair import (
     replay_headers,
     validate_eagerly,
 )
-from logkeel.storage.recovery.unclean import recover
+from logkeel.storage.recovery.unclean import recover, snapshot_rows
+from logkeel.storage.recovery.vouch import vouched
 from logkeel.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -85,22 +93,32 @@ def load_partition(
     progress: RecoveryProgress | None = None,
     cached: object | None = None,
     trusted: bool = False,
+    syncs: list[Sync] | None = None,
+    manifest_mtime_ns: int | None = None,
+    names: list[str] | None = None,
 ) -> tuple[PartitionLog, LoadReport]:
     """Loads one partition dir (see the module doc). ``cached`` is its entry in the start-up
     manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
-    the directory listing and the leader-epoch checkpoint read. ``trusted``: the dir was just
-    created by this process, so nothing in it needs validating."""
+    the directory listing and the leader-epoch checkpoint read, and when the active segment's
+files and the producer snapshot are unchanged too (``vouch``, against the manifest's time
+``manifest_mtime_ns``), nothing of the partition is opened or read. ``trusted``: the dir was just
+    created by this process, so nothing in it needs validating. ``syncs``: after an unclean
+    shutdown, what recovery wrote is made durable by the callable appended there (the caller
+    runs it before checkpointing, see ``durability``) instead of here. ``names``: the dir's file
+names when the caller has just listed it (an unclean start lists each dir to plan)."""
     if validation not in VALIDATION_MODES:
         raise ValueError(
             f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}"
         )
     tp = TopicPartition.parse_dir_name(directory.name)
     report = LoadReport(tp)
-    listing = listing_from_cache(directory, cached) if cached is not None and clean else None
+    if not clean or not _older_than_manifest(cached, manifest_mtime_ns):
+        cached = None
+    listing = listing_from_cache(directory, cached) if cached is not None else None
     if listing is None:
         cached = None
         with io_guard(log_dir, f"listing {directory}"):
-            listing = list_partition(directory)
+            listing = list_partition(directory, names)
         report.removed_files += listing.removed_files
         report.rebuilt_indexes += listing.swapped_in
         report.missing_segments += listing.missing_segments
@@ -110,24 +128,37 @@ def load_partition(
                 + ", ".join(file_name(b, LOG_SUFFIX) for b in listing.missing_segments)
             )
     start = max(log_start_offset or 0, 0)
-    interval, max_index = config.index_interval_bytes, config.segment_index_bytes
-    segments = [
-        LogSegment(
-            directory, b, log_dir=log_dir, index_interval_bytes=interval, max_index_size=max_index
+    bases = listing.bases or [start]
+    # After a clean shutdown: what the start-up manifest vouches for (see ``vouch``).
+    facts = (
+        vouched(
+            directory,
+            cached,
+            bases[-1],
+            manifest_mtime_ns,
+            has_txn_index=bases[-1] in listing.has_txn_index,
         )
-        for b in listing.bases
-    ]
-    if not segments:
+        if clean and cached is not None and listing.bases
+        else None
+    )
+    # Nothing reads a segment before serving when the manifest vouches for the log end and an
+    # empty producer state: then segment objects are made on first use (``LazySegments``),
+    # each with its validator, rather than all of them here.
+    lazy = (
+        facts is not None
+        and facts.empty_producer_state
+        and validation != EAGER
+        and not trusted
+    )
+    ctx: PartitionValidation | None = None
+    make = _segment_maker(directory, config, log_dir, listing, lambda: ctx if lazy else None)
+    segments: list[LogSegment] | LazySegments
+    if not listing.bases:
         segments = [PartitionLog.new_segment(directory, start, config, log_dir)]
-    for segment in segments:
-        base = segment.base_offset
-        if base in listing.missing_index or base in listing.missing_time_index:
-            missing = set()
-            if base in listing.missing_index:
-                missing.add(file_name(base, INDEX_SUFFIX))
-            if base in listing.missing_time_index:
-                missing.add(file_name(base, TIME_INDEX_SUFFIX))
-            segment.missing_files = frozenset(missing)
+    elif lazy:
+        segments = LazySegments(bases, make)
+    else:
+        segments = [make(b) for b in bases]
     report.segments = len(segments)
     state = ProducerStateManager(
         directory,
@@ -137,8 +168,10 @@ def load_partition(
     )
     epochs, epochs_lost = _leader_epochs(directory, log_dir, report, cached)
     touched: set[int] = set()
-    bounds = {s.base_offset: n.base_offset for s, n in zip(segments, segments[1:], strict=False)}
-    bounds[segments[-1].base_offset] = None
+    # Per-segment work is kept to C-level passes over the base offsets: at 100 segments a
+    # partition, every Python-level pass over the segments is a measurable share of start-up.
+    bounds: dict[int, int | None] = dict(zip(bases, bases[1:], strict=False))
+    bounds[bases[-1]] = None
 
     # Which segments must be rescanned: the active one's tail after a clean shutdown, every
     # segment from the one holding the recovery point after a crash.
@@ -152,33 +185,44 @@ def load_partition(
     # eagerly here, or lazily on first access / in the background. That includes the active
     # segment (clean start) and the data below the recovery point (unclean start), which the
     # checks above trust without reading.
-    ctx: PartitionValidation | None = None
     cut: int | None = None
+    loaded_rows: list[ProducerSnapshotEntry] | None = None  # unclean: the snapshot loaded
+    resume_at: int | None = None  # the active segment's index-interval counter, if vouched
     if validation == EAGER:
         count = len(segments) if clean else first_unsafe
         cut = validate_eagerly(tp, segments, count, bounds, report, touched)
     elif not trusted:
         ctx = PartitionValidation(
-            tp, directory, log_dir, validator, dict(bounds), txn_rebuilder=rebuild_txn_index_for
+            tp, directory, log_dir, validator, bounds, txn_rebuilder=rebuild_txn_index_for
         )
-        ctx.install(segments[:first_unsafe])
+        if not lazy:
+            ctx.install(segments[:first_unsafe])
 
     if cut is not None:
         log_end = cut
         state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
     elif clean:
-        log_end = _open_active_segment(
-            segments[-1],
-            report,
-            touched,
-            segments[-1].base_offset in listing.has_txn_index,
-            segments,
-        )
-        state.truncate_and_reload(start, log_end)
+        if facts is not None:
+            log_end = facts.log_end_offset
+            resume_at = facts.bytes_since_last_index_entry
+        else:
+            log_end = _open_active_segment(
+                segments[-1],
+                report,
+                touched,
+                segments[-1].base_offset in listing.has_txn_index,
+                segments,
+            )
+        if facts is not None and facts.empty_producer_state:
+            state.assume_empty_snapshot(start, log_end)
+        else:
+            state.truncate_and_reload(start, log_end)
         report.snapshot_offset = state.map_end_offset
     else:
-        log_end = recover(tp, segments, first_unsafe, rp, start, state, report, touched, progress)
+        log_end, loaded_rows = recover(
+            tp, segments, first_unsafe, rp, start, state, report, touched, progress
+        )
         if first_unsafe < len(segments) and rp > segments[first_unsafe].base_offset:
             if ctx is not None:
                 ctx.install([segments[first_unsafe]])
@@ -189,9 +233,9 @@ def load_partition(
                 if cut is not None:
                     log_end = cut
                     state.truncate_and_reload(start, log_end)
-    if clean and ctx is not None and cut is None:
+    if clean and ctx is not None and cut is None and not lazy:
         ctx.install([segments[-1]])
-    start = min(max(start, segments[0].base_offset), log_end)
+    start = min(max(start, bases[0]), log_end)
 
     if state.map_end_offset < log_end:
         # No snapshot reaches the log end: replay the log after the newest one.
@@ -199,10 +243,20 @@ def load_partition(
         from_offset = max(state.map_end_offset, start)
         replay_headers(replay, segments, from_offset, log_end, report, touched)
         state.update_map_end_offset(log_end)
-    state.remove_stray_snapshots([s.base_offset for s in segments] + [log_end])
-    if not clean:
-        # Recovery ends with a snapshot at the log end, so a crash right after start-up
-        # replays nothing again.
+    # Unclean: where the replay changed no producer, the snapshot loaded (at or below the
+    # recovery point) still holds the state at the log end; it is kept and no new one is
+    # written (a crash right after start-up replays the same few batches from it again).
+    current = (
+        not clean
+        and loaded_rows is not None
+        and state.latest_snapshot_offset == report.snapshot_offset
+        and snapshot_rows(state) == loaded_rows
+    )
+    kept = [report.snapshot_offset] if current and report.snapshot_offset is not None else []
+    state.remove_stray_snapshots([*bases, log_end, *kept])
+    # Recovery ends with a snapshot at the log end, so a crash right after start-up replays
+    # nothing again; see _durable below.
+    if not clean and syncs is None:
         state.take_snapshot(log_end)
 
     if epochs_lost:
@@ -210,23 +264,29 @@ def load_partition(
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(start)
 
-    touched.update(s.base_offset for s in segments if s.opened)
-    for segment in segments[:-1]:
-        if segment.opened:
+    opened = [s for s in made_segments(segments) if s.opened]
+    touched.update(s.base_offset for s in opened)
+    closed: list[LogSegment] = []
+    for segment in opened:
+        if segment is not segments[-1]:
             segment.on_becoming_inactive()
-            if not clean:
+            if not clean and syncs is None:
                 segment.flush()
             # Inactive segments read during the load (replay, eager validation) need not keep
             # a descriptor and two maps each: at thousands of partitions that exhausts fds.
             segment.close()
+            closed.append(segment)
     active = segments[-1]
     # The indexes grow to their preallocated size on the first append, not at start-up.
     active.make_active(lazily=True)
-    active.resume_indexing()
+    active.resume_indexing(resume_at)
     if not clean:
         # What recovery wrote (index entries, truncations) is made durable before the
         # recovery point claims it.
-        active.flush()
+        if syncs is None:
+            active.flush()
+        else:
+            syncs.append(_durable(state, log_end, active, closed, log_dir, snapshot=not current))
 
     plog = PartitionLog(
         directory,
@@ -247,6 +307,80 @@ def load_partition(
         if validator is not None:
             validator.register(ctx)
     return plog, report
+
+
+def _segment_maker(
+    directory: Path,
+    config: LogConfig,
+    log_dir: Path,
+    listing: PartitionListing,
+    validator: Callable[[], PartitionValidation | None],
+) -> Callable[[int], LogSegment]:
+    """Makes the segment object of a base offset: the files the listing did not show noted,
+    and (lazy start) its validator installed, so no segment is read unvalidated."""
+    interval, max_index = config.index_interval_bytes, config.segment_index_bytes
+    now_ms = int(time.time() * 1000)
+
+    def make(base: int) -> LogSegment:
+        segment = LogSegment(
+            directory,
+            base,
+            log_dir=log_dir,
+            index_interval_bytes=interval,
+            max_index_size=max_index,
+            created_ms=now_ms,
+        )
+        if base in listing.missing_index or base in listing.missing_time_index:
+            missing = set()
+            if base in listing.missing_index:
+                missing.add(file_name(base, INDEX_SUFFIX))
+            if base in listing.missing_time_index:
+                missing.add(file_name(base, TIME_INDEX_SUFFIX))
+            segment.missing_files = frozenset(missing)
+        ctx = validator()
+        if ctx is not None:
+            segment.validator = ctx
+        return segment
+
+    return make
+
+
+def _older_than_manifest(cached: object, manifest_mtime_ns: int | None) -> bool:
+    """Whether the dir's time in its manifest entry is before the manifest's own: file times
+    come from a coarse clock, so a dir changed in the same tick as the manifest was written
+    could show the cached time (see ``vouch``); such a dir is listed again."""
+    if not isinstance(cached, dict):
+        return False
+    if manifest_mtime_ns is None:
+        return True
+    try:
+        return int(cached["mtime_ns"]) < manifest_mtime_ns
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _durable(
+    state: ProducerStateManager,
+    log_end: int,
+    active: LogSegment,
+    closed: list[LogSegment],
+    log_dir: Path,
+    *,
+    snapshot: bool,
+) -> Sync:
+    """The syncs an unclean load leaves to the caller: the inactive segments it rewrote (closed
+    since, so synced by path), the active segment, and (``snapshot``) the producer snapshot at
+    the log end."""
+
+    def sync() -> None:
+        for segment in closed:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                fsync_file(segment.dir / file_name(segment.base_offset, suffix), log_dir)
+        active.flush()
+        if snapshot:
+            state.take_snapshot(log_end)
+
+    return sync
 
 
 def _leader_epochs(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from logkeel.storage.engine.producer_snapshot import ProducerSnapshotEntry
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
 from logkeel.storage.engine.segment import (
@@ -36,14 +37,16 @@ def recover(
     report: LoadReport,
     touched: set[int],
     progress: RecoveryProgress | None,
-) -> int:
+) -> tuple[int, list[ProducerSnapshotEntry] | None]:
     """Unclean start: rescans from the recovery point, supplementing indexes and producer state.
 
     Producer snapshots above the recovery point may describe data the crash lost: they are
     deleted (as Kafka does), the newest one left is loaded and the log replayed from it.
+    Returns the log end and the rows of the snapshot loaded (None: there was none).
     """
-    state.truncate_and_reload(log_start, max(recovery_point, log_start))
+    loaded = state.truncate_and_reload(log_start, max(recovery_point, log_start))
     report.snapshot_offset = state.map_end_offset
+    rows = snapshot_rows(state) if loaded is not None and loaded.offset is not None else None
     recovery_from = max(recovery_point, segments[first].base_offset)
     replay = ProducerReplay(state, index_from=recovery_from)
     snapshot_at = max(state.map_end_offset, log_start)
@@ -101,7 +104,12 @@ def recover(
             break
     report.replayed_batches += replay.stats.batches
     state.update_map_end_offset(log_end)
-    return log_end
+    return log_end, rows
+
+
+def snapshot_rows(state: ProducerStateManager) -> list[ProducerSnapshotEntry]:
+    """What a producer snapshot of ``state`` would hold, whatever its offset."""
+    return [e.to_snapshot_entry() for _, e in sorted(state.active_producers.items())]
 
 
 def _truncate_txn_index(segment: LogSegment, offset: int) -> None:
