@@ -104,8 +104,14 @@ def copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def fingerprint(plog: PartitionLog, *, indexes: bool = True) -> dict[str, object]:
-    """Everything that must agree between two loads of the same data."""
+def fingerprint(
+    plog: PartitionLog, *, indexes: bool = True, empty_last_segment: bool = True
+) -> dict[str, object]:
+    """Everything that must agree between two loads of the same data. Without
+    ``empty_last_segment``, an empty last segment is left out of the bases: damage that cuts
+    the active segment back to its base leaves it empty after a lazy start (as Kafka's
+    truncation keeps it) while eager validation's cut drops it; the data, ends and offsets
+    agree either way."""
     state = plog.producer_state
     producers = {
         pid: (
@@ -124,7 +130,11 @@ def fingerprint(plog: PartitionLog, *, indexes: bool = True) -> dict[str, object
         "producers": producers,
         "first_unstable": state.first_unstable_offset(),
         "epochs": plog.leader_epochs.entries,
-        "bases": [s.base_offset for s in plog.segments],
+        "bases": [
+            s.base_offset
+            for i, s in enumerate(plog.segments)
+            if empty_last_segment or s.size or i < len(plog.segments) - 1
+        ],
         "aborted": [
             tuple(t) for t in plog.collect_aborted_txns(plog.log_start_offset, plog.log_end_offset)
         ],

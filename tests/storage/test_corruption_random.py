@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logkeel.records.batch import BatchHeader, crc_valid
@@ -64,6 +64,8 @@ damage = st.lists(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(which=st.sampled_from(["clean", "crashed"]), hits=damage)
+# Cuts the active segment back to its base (a lazy start keeps it empty, an eager one drops it).
+@example(which="clean", hits=[(479, 0.0, b"\x00" * 12), (4233, 0.015625, b"\x00")])
 def test_random_damage_never_raises_nor_serves_corrupt_data(
     templates, tmp_path_factory, which, hits
 ):
@@ -85,8 +87,8 @@ def test_random_damage_never_raises_nor_serves_corrupt_data(
         served = served_batches(lazy)
         assert served == served_batches(eager)
         a, b = (
-            fingerprint(lazy.get_log(TP), indexes=False),
-            fingerprint(eager.get_log(TP), indexes=False),
+            fingerprint(lazy.get_log(TP), indexes=False, empty_last_segment=False),
+            fingerprint(eager.get_log(TP), indexes=False, empty_last_segment=False),
         )
         assert a == b
     for m in (lazy, eager):
