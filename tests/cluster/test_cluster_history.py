@@ -6,9 +6,12 @@ order kept, nothing read that the final log does not hold. Bounded: three kill r
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from confluent_kafka.admin import NewTopic
 
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
+from logkeel.testing.network import Endpoint, NetworkCut
 from tests.cluster.test_cluster_brokers import FAILOVER_BOUND_S, Cluster, three_brokers, wait_until
 
 TOPIC = "history"
@@ -105,11 +109,38 @@ def final_logs(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
     return logs
 
 
-def run_rounds(cluster: Cluster, faults: Iterable[str]) -> list[float]:
+def victim_endpoints(cluster: Cluster, victim: int) -> tuple[Endpoint, list[Endpoint]]:
+    """The broker to cut off, and everyone it is cut off from: the other brokers and ZooKeeper."""
+    zk_port = int(cluster.connect.split("/", 1)[0].rpartition(":")[2])
+    b = cluster.brokers[victim]
+    peers = [Endpoint(o.port, o.group) for i, o in cluster.brokers.items() if i != victim]
+    return Endpoint(b.port, b.group), [*peers, Endpoint(zk_port)]
+
+
+def lead_again(cluster: Cluster, replica: int) -> None:
+    """`logkeel elect --replica`: an in-sync replica leads partition 0 (a clean designation)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "logkeel", "elect", "--topic", TOPIC, "--partition", "0",
+         "--replica", str(replica), "--bootstrap-server", cluster.live()[0].bootstrap],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_until(lambda: cluster.partitions(TOPIC)[0].leader_id == replica, "the designated leader")
+
+
+def run_rounds(
+    cluster: Cluster,
+    faults: Iterable[str],
+    while_cut: Callable[[Cluster, int], None] | None = None,
+) -> list[float]:
     """Writes and reads while the leader of partition 0 suffers each of ``faults`` in turn
     ("kill": SIGKILL, "stop": SIGTERM, a controlled shutdown; "freeze": SIGSTOP until acks
-    resume elsewhere, then SIGCONT), each time restarted (or thawed) and waited for back in
-    every ISR; checks the history; returns how long acks took to resume each time."""
+    resume elsewhere, then SIGCONT; "cut": iptables cut it off from the other brokers and
+    ZooKeeper -- its clients still reach it -- until acks resume elsewhere, ``while_cut`` is
+    called, and the rules go), each time restarted (or thawed, or reconnected) and waited for
+    back in every ISR; a broker that was cut off is then made leader of partition 0 again, so
+    that the final log is read from the replica that had to truncate. Checks the history;
+    returns how long acks took to resume each time."""
     admin = cluster.admin()
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
         TOPIC
@@ -124,42 +155,56 @@ def run_rounds(cluster: Cluster, faults: Iterable[str]) -> list[float]:
     resumed: list[float] = []
     done: list[str] = []
     try:
-        wait_until(lambda: len(history.acked) > 200, "first acks", 30)
-        for fault in faults:
-            done.append(fault)
-            victim = cluster.partitions(TOPIC)[0].leader_id
-            acked_before = len(history.acked)
-            started = time.monotonic()
-            exit_codes: list[int] = []
-            stopping = threading.Thread(
-                # Bounded generously: under load a shutdown right after a restart has been seen
-                # to take ~30 s after its leaderships moved (an open finding, not this test's).
-                target=lambda v=victim, codes=exit_codes: codes.append(cluster.brokers[v].stop(timeout=90))
-            )
-            if fault == "kill":
-                cluster.brokers[victim].kill()
-            elif fault == "freeze":
-                cluster.brokers[victim].freeze()
-            else:
-                stopping.start()
-            wait_until(lambda a=acked_before: len(history.acked) > a + 100,
-                       "acks after the fault", FAILOVER_BOUND_S + 30)  # fmt: skip
-            resumed.append(time.monotonic() - started)
-            if fault == "stop":
-                stopping.join(100)
-                assert exit_codes == [0]
-            if fault == "freeze":
-                # Back after its session expired: it must not have acked anything as the
-                # leader it no longer is (the checker below says), and it rejoins as a follower.
-                cluster.brokers[victim].thaw()
-            else:
-                cluster.brokers[victim].start(60)
+        # The rules go (on failure too) before the writer is asked to flush.
+        with contextlib.ExitStack() as cleanup:
+            cut: NetworkCut | None = None
+            wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+            for fault in faults:
+                done.append(fault)
+                victim = cluster.partitions(TOPIC)[0].leader_id
+                acked_before = len(history.acked)
+                started = time.monotonic()
+                exit_codes: list[int] = []
+                stopping = threading.Thread(
+                    # Bounded generously: under load a shutdown right after a restart has been
+                    # seen to take ~30 s after its leaderships moved (an open finding).
+                    target=lambda v=victim, codes=exit_codes: codes.append(cluster.brokers[v].stop(timeout=90))
+                )
+                if fault == "kill":
+                    cluster.brokers[victim].kill()
+                elif fault == "freeze":
+                    cluster.brokers[victim].freeze()
+                elif fault == "cut":
+                    cut = cut or cleanup.enter_context(NetworkCut())  # rules go even on failure
+                    cut.isolate(*victim_endpoints(cluster, victim))
+                else:
+                    stopping.start()
+                wait_until(lambda a=acked_before: len(history.acked) > a + 100,
+                           "acks after the fault", FAILOVER_BOUND_S + 30)  # fmt: skip
+                resumed.append(time.monotonic() - started)
+                if fault == "stop":
+                    stopping.join(100)
+                    assert exit_codes == [0]
+                if fault == "freeze":
+                    # Back after its session expired: it must not have acked anything as the
+                    # leader it no longer is (the checker below says), and it rejoins as a
+                    # follower.
+                    cluster.brokers[victim].thaw()
+                elif fault == "cut":
+                    assert cut is not None
+                    if while_cut is not None:
+                        while_cut(cluster, victim)
+                    cut.heal()
+                else:
+                    cluster.brokers[victim].start(60)
 
-            def all_in_sync() -> bool:
-                parts = cluster.partitions(TOPIC)
-                return all(len(p.isr_nodes) == 3 for p in parts.values())
+                def all_in_sync() -> bool:
+                    parts = cluster.partitions(TOPIC)
+                    return all(len(p.isr_nodes) == 3 for p in parts.values())
 
-            wait_until(all_in_sync, "the restarted broker back in every ISR", 60)
+                wait_until(all_in_sync, "the broker back in every ISR", 60)
+                if fault == "cut":
+                    lead_again(cluster, victim)
     finally:
         writer.stop.set()
         writer.join(150)

@@ -5,6 +5,10 @@ A child is started on a loopback port, waited for until it accepts connections, 
 SIGTERM (a clean shutdown; SIGKILL if it ignores it), killed with SIGKILL (no shutdown at all,
 as a crash test wants) and restarted on the same port and dirs. Its output goes to a log file
 in its work dir, where ``output()`` reads it back for error messages.
+
+Run by root (as the fault tests are), each child gets a group id of its own, derived from its
+port: iptables' ``owner`` match can then tell its traffic from its peers' on the one loopback
+address they share (`logkeel.testing.network`). Root keeps its file access whatever the group.
 """
 
 from __future__ import annotations
@@ -58,8 +62,13 @@ def wait_listening(
     return False
 
 
+# Group ids of child brokers: this plus the port (far above the system's and users' groups).
+GROUP_BASE = 100_000
+
+
 class ChildBroker(ABC):
-    """One broker process listening on 127.0.0.1:``port``, its output in ``log_path``."""
+    """One broker process listening on 127.0.0.1:``port``, its output in ``log_path``;
+    ``group``: the group id it runs with (None: ours)."""
 
     name = "broker"
 
@@ -68,6 +77,7 @@ class ChildBroker(ABC):
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.workdir / f"{self.name}.log"
+        self.group = GROUP_BASE + self.port if os.geteuid() == 0 else None
 
     @property
     def bootstrap(self) -> str:
@@ -94,6 +104,7 @@ class ChildBroker(ABC):
                     stderr=subprocess.STDOUT,
                     env=self.env(),
                     cwd=self.workdir,
+                    group=self.group,
                 )
             except OSError as e:
                 raise BrokerUnavailable(f"{self.name} could not be started: {e}") from e
