@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
 from logkeel.testing.network import Endpoint, NetworkCut
@@ -238,3 +239,79 @@ def test_a_frozen_leader_loses_nothing_when_it_wakes(cluster: Cluster) -> None:
     the leader it no longer is, and it rejoins every ISR as a follower."""
     resumed = run_rounds(cluster, ["freeze"] * 2)
     assert max(resumed) < FAILOVER_BOUND_S + 10
+
+
+@pytest.fixture
+def unclean_cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    with three_brokers(zookeeper, tmp_path, "/cluster_history_unclean",
+                       {"unclean.leader.election.wait.ms": "8000"}) as c:  # fmt: skip
+        yield c
+
+
+def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
+    unclean_cluster: Cluster,
+) -> None:
+    """min.insync.replicas 1 and unclean elections on: both followers stop, one after the other,
+    while the leader acks on alone; then the leader is lost and the follower with the longer log
+    is elected uncleanly (the shorter one truncates nothing: it only lacks records). The acked writes the checker finds lost must be exactly those at or
+    past the offset the controller reported for each partition (`logkeel cluster status`, from
+    ZooKeeper), and the old leader, back with its disk, truncates at that very offset."""
+    cluster = unclean_cluster
+    admin = cluster.admin()  # kept alive: a collected client cancels its futures
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={
+        "min.insync.replicas": "1", "unclean.leader.election.enable": "true",
+    })])[TOPIC].result(20)  # fmt: skip
+    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
+               "all in sync")  # fmt: skip
+    lead = cluster.partitions(TOPIC)[0].leader_id
+    shorter, longer = (b for b in cluster.brokers if b != lead)
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
+    history = History()
+    writer, reader = Writer(bootstrap, history), Reader(bootstrap, history)
+    writer.start()
+    reader.start()
+    try:
+        wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+        for follower in (shorter, longer):  # each stop leaves the ISR at once; acks go on
+            acked = len(history.acked)
+            cluster.brokers[follower].stop()
+            wait_until(lambda a=acked: len(history.acked) > a + 200, "acks after a stop", 30)
+    finally:
+        writer.stop.set()
+        writer.join(150)
+    assert history.failed_sends == 0 and len(history.acked) == writer.sent, writer.errors[:5]
+    time.sleep(1)  # the reader reads up to the end the leader alone acknowledged
+    reader.stop.set()
+    reader.join(30)
+
+    cluster.brokers[lead].kill()  # lost for good, as far as the election knows
+    # The longer log first: the longest-log choice after a late start is tested elsewhere
+    # (test_cluster_elections), and a bounded wait is at the mercy of a loaded machine.
+    cluster.brokers[longer].start(60)
+    cluster.brokers[shorter].start(60)
+    wait_until(lambda: all(p.leader_id == longer for p in cluster.partitions(TOPIC).values()),
+               "the longer log elected uncleanly", 40)  # fmt: skip
+
+    final = final_logs(bootstrap)
+    losses = cluster_status(cluster.brokers[longer].bootstrap)["election_losses"]
+    cuts = {x["partition"]: x["from_offset"] for x in losses if x["topic"] == TOPIC}
+    assert sorted(cuts) == list(range(PARTITIONS)), losses
+    shown = subprocess.run(
+        [sys.executable, "-m", "logkeel", "cluster", "status", "--bootstrap-server",
+         cluster.brokers[longer].bootstrap], capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert "lost records" in shown and all(f"{TOPIC}-{p}" in shown for p in cuts), shown
+    assert all(x["leader"] == longer for x in losses), losses
+    for p in range(PARTITIONS):
+        at = dict(final[p])
+        lost = sorted(o for (q, v), (_, o) in history.acked.items() if q == p and at.get(o) != v)
+        print(f"p{p}: acked writes lost at offsets {lost[0]}..{lost[-1]} ({len(lost)}); "
+              f"reported from offset {cuts[p]}")  # fmt: skip
+        assert lost and lost[0] == cuts[p] and lost == list(range(cuts[p], lost[-1] + 1))
+    assert history.check(final, cuts) == []
+    assert history.check(final) != []  # without the report, the loss is an anomaly
+
+    cluster.brokers[lead].start(60)
+    wait_until(lambda: all(f"{TOPIC}-{p}: truncated to offset {cuts[p]} " in
+                           cluster.brokers[lead].output(200_000) for p in cuts),
+               "the old leader truncating where the report said", 60)  # fmt: skip
