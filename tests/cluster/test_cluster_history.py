@@ -315,7 +315,8 @@ def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
     assert all(x["leader"] == longer for x in losses), losses
     for p in range(PARTITIONS):
         at = dict(final[p])
-        lost = sorted(o for (q, v), (_, o) in history.acked.items() if q == p and at.get(o) != v)
+        lost = sorted(o for (q, v), (_, o) in history.acked.items()
+                      if q == p and o is not None and at.get(o) != v)  # fmt: skip
         print(f"p{p}: acked writes lost at offsets {lost[0]}..{lost[-1]} ({len(lost)}); "
               f"reported from offset {cuts[p]}")  # fmt: skip
         assert lost and lost[0] == cuts[p] and lost == list(range(cuts[p], lost[-1] + 1))
