@@ -143,8 +143,8 @@ def run_rounds(
     """Writes and reads while the leader of partition 0 suffers each of ``faults`` in turn
     ("kill": SIGKILL, "stop": SIGTERM, a controlled shutdown; "freeze": SIGSTOP until acks
     resume elsewhere, then SIGCONT; "cut": iptables cut it off from the other brokers and
-    ZooKeeper -- its clients still reach it -- until acks resume elsewhere, ``while_cut`` is
-    called, and the rules go), each time restarted (or thawed, or reconnected) and waited for
+    ZooKeeper -- its clients still reach it; ``while_cut`` is called at once -- until acks
+    resume elsewhere, then the rules go), each time restarted (or thawed, or reconnected) and waited for
     back in every ISR; a broker that was cut off is then made leader of partition 0 again, so
     that the final log is read from the replica that had to truncate. Checks the history;
     returns how long acks took to resume each time."""
@@ -183,6 +183,8 @@ def run_rounds(
                 elif fault == "cut":
                     cut = cut or cleanup.enter_context(NetworkCut())  # rules go even on failure
                     cut.isolate(*victim_endpoints(cluster, victim))
+                    if while_cut is not None:
+                        while_cut(cluster, victim)  # at once: before its fence closes
                 else:
                     stopping.start()
                 # Another leader first (as a broker that was not hit sees it): acks already on
@@ -204,8 +206,6 @@ def run_rounds(
                     cluster.brokers[victim].thaw()
                 elif fault == "cut":
                     assert cut is not None
-                    if while_cut is not None:
-                        while_cut(cluster, victim)
                     cut.heal()
                 else:
                     cluster.brokers[victim].start(60)

@@ -76,13 +76,17 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
 
 
 class FenceProbe:
-    """Sends acks=all writes straight to the cut-off broker until it refuses them as no longer
-    the leader; remembers every answer."""
+    """Sends acks=all writes straight to the broker just cut off until it refuses them as no
+    longer the leader; remembers every answer. The first ones it takes (its session is not
+    known to be lost yet) and holds, since no follower can fetch them: a tail of its own that
+    it must truncate when it rejoins."""
 
     def __init__(self) -> None:
         self.answers: list[str] = []
+        self.victims: list[int] = []
 
     def __call__(self, cluster: Cluster, victim: int) -> None:
+        self.victims.append(victim)
         deadline = time.monotonic() + PROBE_FOR_S
         with RawClient(cluster.brokers[victim].port, timeout=PROBE_TIMEOUT_MS / 1000 + 10) as c:
             while time.monotonic() < deadline:
@@ -100,6 +104,10 @@ def test_a_leader_cut_off_from_its_cluster_is_fenced_and_truncates_when_it_rejoi
     probe = FenceProbe()
     run_rounds(cluster, ["cut", "cut"], while_cut=probe)
     print(f"writes sent straight to the cut-off leader were answered {probe.answers}")
-    # Never acknowledged by the old leader; refused as soon as its session may have expired.
+    # Never acknowledged by the old leader; refused once its session may have expired.
     assert "none" not in probe.answers
     assert probe.answers.count("not_leader_or_follower") == 2, probe.answers
+    assert probe.answers[0] == "request_timed_out", probe.answers  # taken, never replicated
+    # What it appended alone went when it rejoined (and the checker read the final log from it).
+    for victim in set(probe.victims):
+        assert f"{TOPIC}-0: truncated to offset" in cluster.brokers[victim].output(1_000_000)
