@@ -118,6 +118,15 @@ def victim_endpoints(cluster: Cluster, victim: int) -> tuple[Endpoint, list[Endp
     return Endpoint(b.port, b.group), [*peers, Endpoint(zk_port)]
 
 
+def agreed(cluster: Cluster) -> dict[int, Any] | None:
+    """The topic's partitions once every broker shows the same leaders and ISRs, else None: a
+    broker back from a freeze or a cut answers from its old view for a moment, and a round
+    must neither pick its victim nor call the cluster healed from that."""
+    views = [cluster.partitions(TOPIC, i) for i in cluster.brokers]
+    shape = [{p: (x.leader_id, sorted(x.isr_nodes)) for p, x in v.items()} for v in views]
+    return views[0] if all(s == shape[0] for s in shape) else None
+
+
 def lead_again(cluster: Cluster, replica: int) -> None:
     """`logkeel elect --replica`: an in-sync replica leads partition 0 (a clean designation).
     The election asks every broker for a fresh report of its logs and refuses a replica whose
@@ -168,7 +177,7 @@ def run_rounds(
             wait_until(lambda: len(history.acked) > 200, "first acks", 30)
             for fault in faults:
                 done.append(fault)
-                victim = cluster.partitions(TOPIC)[0].leader_id
+                victim = wait_until(lambda: agreed(cluster), "brokers agreeing")[0].leader_id
                 started = time.monotonic()
                 exit_codes: list[int] = []
                 stopping = threading.Thread(
@@ -211,8 +220,8 @@ def run_rounds(
                     cluster.brokers[victim].start(60)
 
                 def all_in_sync() -> bool:
-                    parts = cluster.partitions(TOPIC)
-                    return all(len(p.isr_nodes) == 3 for p in parts.values())
+                    parts = agreed(cluster)
+                    return parts is not None and all(len(p.isr_nodes) == 3 for p in parts.values())
 
                 wait_until(all_in_sync, "the broker back in every ISR", 60)
                 if fault == "cut":
