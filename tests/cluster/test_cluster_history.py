@@ -127,6 +127,18 @@ def agreed(cluster: Cluster) -> dict[int, Any] | None:
     return views[0] if all(s == shape[0] for s in shape) else None
 
 
+def views(cluster: Cluster) -> dict[int, object]:
+    """Each broker's leaders and ISRs of the topic (or why it did not answer), for messages."""
+    out: dict[int, object] = {}
+    for i in cluster.brokers:
+        try:
+            out[i] = {p: (x.leader_id, list(x.isr_nodes))
+                      for p, x in cluster.partitions(TOPIC, i).items()}  # fmt: skip
+        except (OSError, AssertionError) as e:
+            out[i] = repr(e)
+    return out
+
+
 def lead_again(cluster: Cluster, replica: int) -> None:
     """`logkeel elect --replica`: an in-sync replica leads partition 0 (a clean designation).
     The election asks every broker for a fresh report of its logs and refuses a replica whose
@@ -223,7 +235,11 @@ def run_rounds(
                     parts = agreed(cluster)
                     return parts is not None and all(len(p.isr_nodes) == 3 for p in parts.values())
 
-                wait_until(all_in_sync, "the broker back in every ISR", 60)
+                try:
+                    wait_until(all_in_sync, "the broker back in every ISR", 60)
+                except AssertionError as e:
+                    raise AssertionError(f"{e} after {fault} of {victim}; as each broker sees "
+                                         f"it: {views(cluster)}") from None  # fmt: skip
                 if fault == "cut":
                     lead_again(cluster, victim)
     finally:
