@@ -11,7 +11,9 @@
 - unclean: the leader of a partition is lost for good after both followers stopped at
   different points; the follower with the shorter log starts first, the longer 1.5 s later;
   with unclean.leader.election.enable, is the replica elected the one with the longest log?
-  (goal: every trial; Kafka's ZooKeeper controller elects the first live replica, the shorter);
+  (goal: every trial; Kafka's ZooKeeper controller elects the first live replica, the shorter)
+  and does the controller report the loss from the chosen replica's log end (`logkeel cluster
+  status`)?;
 - wiped: the last in-sync replica comes back with an empty disk; is it ever elected in the
   next WIPED_WATCH_S seconds? (goal: never; Kafka elects it, and the others truncate to it).
 
@@ -82,6 +84,21 @@ def produce(brokers: dict[int, LogkeelBroker], topic: str, start: int, count: in
     assert p.flush(60) == 0
 
 
+def on_failing_disk(dirs: list[Path], topic: str, partitions: int) -> list[int]:
+    """The partitions broker 1 keeps on its first (FUSE) dir, once it has created the logs of
+    all of them (a replica is in the ISR before its log exists)."""
+
+    def created() -> dict[Path, list[int]] | None:
+        found = {d: sorted(int(x.name.rsplit("-", 1)[1]) for x in d.glob(f"{topic}-*"))
+                 for d in dirs}  # fmt: skip
+        return found if sum(map(len, found.values())) >= partitions else None
+
+    found = wait_for(created, f"broker 1's {topic} logs", 30)
+    if not found[dirs[0]]:
+        raise RuntimeError(f"broker 1 placed no {topic} partition on the failing disk: {found}")
+    return found[dirs[0]]
+
+
 def designate(connect: str, topic: str, p: int, replica: int) -> None:
     zk = ZkMetadataClient(connect).start()
     try:
@@ -104,9 +121,7 @@ def disk_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
                 topic
             ].result(30)
             wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
-            failing = sorted(int(d.name.rsplit("-", 1)[1])
-                             for d in (fs.mountpoint / "logs").glob(f"{topic}-*"))  # fmt: skip
-            p = failing[0]
+            p = on_failing_disk(dirs[1], topic, 4)[0]
             designate(connect, topic, p, 1)
             wait_for(lambda: leader(brokers, topic, p) == 1, "broker 1 leads")
             acked, failed = [0], [0]
@@ -164,8 +179,7 @@ def slow_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
                 topic
             ].result(30)
             wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
-            p = sorted(int(d.name.rsplit("-", 1)[1])
-                       for d in (fs.mountpoint / "logs").glob(f"{topic}-*"))[0]  # fmt: skip
+            p = on_failing_disk(dirs[1], topic, 4)[0]
             designate(connect, topic, p, 1)
             wait_for(lambda: leader(brokers, topic, p) == 1, "broker 1 leads")
             acked, failed = [0], [0]
@@ -221,8 +235,18 @@ def unclean_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
         started = time.monotonic()
         brokers[longer].start(60)
         chosen = wait_for(lambda: (x := leader(brokers, topic)) not in (-1, lead) and x, "a leader")
-        return {"chosen_longest": chosen == longer,
-                "elected_after_longer_started_s": round(time.monotonic() - started, 2)}  # fmt: skip
+        elected_s = round(time.monotonic() - started, 2)
+        # What the controller reported lost (`logkeel cluster status`): every record from the
+        # chosen replica's log end, 2000 (longer) or 1000 (shorter), of the 2500 acked.
+        zk = ZkMetadataClient(connect).start()
+        try:
+            reported = [x.from_offset for x in zk.election_losses() if x.tp.topic == topic]
+        finally:
+            zk.close()
+        return {"chosen_longest": chosen == longer, "elected_after_longer_started_s": elected_s,
+                "acked_lost": 2500 - (2000 if chosen == longer else 1000),
+                "loss_reported_from": reported[-1] if reported else None,
+                "loss_report_exact": reported[-1:] == [2000 if chosen == longer else 1000]}  # fmt: skip
     finally:
         for b in brokers.values():
             b.kill()
@@ -302,6 +326,8 @@ def main() -> None:
         if "unclean" in result:
             result["unclean_summary"] = {
                 "chose_longest": f"{sum(r['chosen_longest'] for r in result['unclean'])}/{trials}",
+                "loss_reported_exactly": f"{sum(r['loss_report_exact'] for r in result['unclean'])}"
+                f"/{trials}",
                 "kafka": "first live replica in assignment order (here: the shorter log)",
             }
         if "wiped" in result:

@@ -1,10 +1,11 @@
-"""The tests' `logkeel serve` process: the package's launcher, logging at DEBUG (``-v``)."""
+"""The tests' `logkeel serve` process: the package's launcher, logging at DEBUG (``-v``), in a
+group of its own when run as root (so that `logkeel.testing.network` can cut it off)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from logkeel.testing.broker_process import LogkeelBroker, free_port
+from logkeel.testing.broker_process import LogkeelBroker, free_port, own_group
 
 __all__ = ["BrokerProcess", "free_port"]
 
@@ -27,3 +28,4 @@ class BrokerProcess(LogkeelBroker):
             extra_args=extra_args,
             verbose=True,
         )
+        self.group = own_group(self.port)

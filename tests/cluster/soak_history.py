@@ -1,7 +1,8 @@
 """The soak behind `scripts/soak` (not part of the suite: its file name is not collected):
-random faults -- SIGKILL, controlled shutdown, SIGSTOP/SIGCONT -- hit the leader of a 3-broker
-cluster for LOGKEEL_SOAK_SECONDS while an idempotent acks=all producer writes and a consumer
-reads; the Jepsen-style checker's verdict on the whole history is the test's outcome."""
+random faults -- SIGKILL, controlled shutdown, SIGSTOP/SIGCONT, an iptables cut from the other
+brokers and ZooKeeper -- hit the leader of a 3-broker cluster for LOGKEEL_SOAK_SECONDS while an
+idempotent acks=all producer writes and a consumer reads; the Jepsen-style checker's verdict on
+the whole history is the test's outcome."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from logkeel.cluster.zk_server import ZooKeeperServer
 from tests.cluster.test_cluster_brokers import three_brokers
 from tests.cluster.test_cluster_history import run_rounds
 
-FAULTS = ("kill", "stop", "freeze")
+FAULTS = ("kill", "stop", "freeze", "cut")
 
 
 def random_faults(seconds: float, seed: int) -> Iterator[str]:

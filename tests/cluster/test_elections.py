@@ -75,7 +75,7 @@ def test_unclean_picks_highest_epoch_then_longest_log_not_first_live() -> None:
     views = {1: DEAD, 2: live(3, 900), 3: live(4, 100)}
     d = elect_leader(reg(isr=(1,)), views, unclean_allowed=True)
     assert d.state.leader == 3 and d.state.isr == (3,)
-    assert d.truncated == {2: 800}
+    assert d.truncated == {2: 800} and d.truncate_from == 100
     assert "unclean" in d.reason and "truncate" in d.reason
 
     same_epoch = {1: DEAD, 2: live(4, 100), 3: live(4, 900)}

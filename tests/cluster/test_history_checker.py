@@ -50,3 +50,17 @@ def test_reported_truncation_excuses_only_what_it_covers() -> None:
     assert h.check({0: [(0, "a"), (1, "b")]}, reported_truncations={0: 2}) == []
     anomalies = h.check({0: [(0, "a")]}, reported_truncations={0: 2})
     assert anomalies == ["p0: acked 'b' at 1 lost"]
+
+
+def test_an_ack_without_an_offset_is_checked_where_the_final_log_holds_it() -> None:
+    h = _run([(0, "a", 0), (0, "b", None), (0, "c", 2)])
+    assert h.check({0: [(0, "a"), (1, "b"), (2, "c")]}) == []
+    assert h.check({0: [(0, "a"), (2, "c")]}) == ["p0: acked 'b' (offset not told) lost"]
+    assert h.check({0: [(0, "a"), (1, "x"), (2, "c"), (3, "b")]}) == [
+        "p0: 'c' sent after 'b' but acked at 2 <= 3"
+    ]
+    # A reported cut excuses it only past a write that was cut too.
+    assert h.check({0: [(0, "a")]}, reported_truncations={0: 0}) == []
+    assert h.check({0: [(0, "a")]}, reported_truncations={0: 2}) == [
+        "p0: acked 'b' (offset not told) lost"
+    ]

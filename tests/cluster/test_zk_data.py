@@ -120,3 +120,8 @@ def test_topic_round_trip_property(partitions, topic_id) -> None:
 def test_partition_state_round_trip_property(leader, epoch, isr, ctl_epoch, version) -> None:
     s = LeaderIsr(leader, epoch, isr, ctl_epoch, version)
     assert zd.decode_partition_state(zd.encode_partition_state(s), version) == s
+
+
+def test_election_loss_round_trips() -> None:
+    loss = zd.ElectionLoss(TopicPartition("t", 2), 3, 7, 1200, {1: 40, 2: 5}, "why", 99)
+    assert zd.decode_election_loss(zd.encode_election_loss(loss)) == loss

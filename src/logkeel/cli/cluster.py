@@ -7,11 +7,15 @@ on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper 
 
 ``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and each broker
 for its log dirs (DescribeLogDirs), and shows the brokers, the controller and every partition's
-replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions.
+replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions. It also
+lists every election after which replicas lost records (an unclean leader, a designated one out
+of the ISR): the controller records them in ZooKeeper, whose address the broker's
+DescribeConfigs gives (``zookeeper.connect``).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import socket
@@ -23,9 +27,12 @@ from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
+from logkeel.cli.broker_requests import nested
+from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
 from logkeel.server.protocol import (
     ApiKey,
@@ -36,7 +43,9 @@ from logkeel.server.protocol import (
 )
 from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
 
-__all__ = ["cluster_group", "cluster_status"]
+__all__ = ["cluster_group", "cluster_status", "zookeeper_connect"]
+
+_BROKER_RESOURCE = 4
 
 _METADATA_VERSION = 12
 
@@ -108,8 +117,11 @@ def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]
     sys.exit(code)
 
 
-def cluster_status(bootstrap: str, timeout: float = 10.0) -> dict[str, Any]:
-    """The cluster as one broker sees it, as plain data (what ``--json`` prints)."""
+def cluster_status(
+    bootstrap: str, timeout: float = 10.0, *, with_losses: bool = True
+) -> dict[str, Any]:
+    """The cluster as one broker sees it, as plain data (what ``--json`` prints);
+    ``election_losses`` is None when they could not be read (a single node has none)."""
     host, _, port = bootstrap.rpartition(":")
     response = _call(
         host or "127.0.0.1", int(port), ApiKey.METADATA, _METADATA_VERSION, timeout,
@@ -136,12 +148,61 @@ def cluster_status(bootstrap: str, timeout: float = 10.0) -> dict[str, Any]:
                 "offline": int(p.leader_id) < 0,
                 "under_replicated": len(isr) < len(replicas),
             })
-    return {
+    status: dict[str, Any] = {
         "cluster_id": response.cluster_id,
         "controller": int(response.controller_id),
         "brokers": brokers,
         "partitions": partitions,
     }
+    if with_losses:
+        status["election_losses"] = _election_losses(zookeeper_connect(bootstrap, status, timeout))
+    return status
+
+
+def zookeeper_connect(bootstrap: str, status: dict[str, Any], timeout: float = 10.0) -> str | None:
+    """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs (None: not a
+    cluster member, or not among the brokers ``status`` lists)."""
+    host, _, port = bootstrap.rpartition(":")
+    node = next(
+        (b["id"] for b in status["brokers"] if b["port"] == int(port) and
+         (not host or b["host"] == host)),  # fmt: skip
+        None,
+    )
+    if node is None:
+        return None
+    request_type = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
+    resource = nested(request_type, "DescribeConfigsResource")
+    response = _call(
+        host or "127.0.0.1", int(port), ApiKey.DESCRIBE_CONFIGS, 1, timeout,
+        resources=(resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
+                            configuration_keys=("zookeeper.connect",)),),
+        include_synonyms=False,
+    )  # fmt: skip
+    for result in response.results:
+        for config in result.configs:
+            if config.name == "zookeeper.connect" and config.value:
+                return str(config.value)
+    return None
+
+
+def _election_losses(connect: str | None) -> list[dict[str, Any]] | None:
+    if connect is None:
+        return None
+    client = ZkMetadataClient(connect, session_timeout_ms=10_000)
+    try:
+        client.start()
+    except ZooKeeperUnavailable:
+        return None
+    try:
+        return [
+            {"topic": x.tp.topic, "partition": x.tp.partition, "leader": x.leader,
+             "leader_epoch": x.leader_epoch, "from_offset": x.from_offset,
+             "truncated": {str(r): n for r, n in x.truncated.items()}, "reason": x.reason,
+             "time_ms": x.time_ms}
+            for x in client.election_losses()
+        ]  # fmt: skip
+    finally:
+        client.close()
 
 
 def _call(host: str, port: int, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
@@ -214,3 +275,20 @@ def status_command(bootstrap: str, as_json: bool) -> None:
             ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])), state,
         )
     console.print(parts)
+    losses = status["election_losses"]
+    if losses is None:
+        console.print("election losses: unknown (ZooKeeper not reachable, or a single node)")
+    elif losses:
+        table = Table(title="elections after which replicas lost records")
+        for column in ("time (UTC)", "partition", "leader", "epoch", "lost from offset",
+                       "known past it"):  # fmt: skip
+            table.add_column(column)
+        for x in losses:
+            when = datetime.datetime.fromtimestamp(x["time_ms"] / 1000, datetime.UTC)
+            past = ", ".join(f"{r}: {n}" for r, n in x["truncated"].items()) or "-"
+            table.add_row(
+                when.strftime("%Y-%m-%d %H:%M:%S"), f"{x['topic']}-{x['partition']}",
+                str(x["leader"]), str(x["leader_epoch"]),
+                "not reported" if x["from_offset"] < 0 else str(x["from_offset"]), past,
+            )  # fmt: skip
+        console.print(table)

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from logkeel.cli.broker_requests import call, fail, nested
-from logkeel.cli.cluster import cluster_status
+from logkeel.cli.cluster import cluster_status, zookeeper_connect
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
 from logkeel.server.protocol import ApiKey, request_schema
@@ -30,7 +30,6 @@ from logkeel.storage.topic_partition import TopicPartition
 __all__ = ["elect_command"]
 
 _ELECTION_TYPE = {"preferred": 0, "unclean": 1}
-_BROKER_RESOURCE = 4
 
 Results = dict[TopicPartition, tuple[str | None, str]]
 
@@ -122,29 +121,11 @@ def _designated(
 
 def _zookeeper_of(bootstrap: str) -> str:
     """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs."""
-    host, _, port = bootstrap.rpartition(":")
-    status = cluster_status(bootstrap)
-    node = next(
-        (b["id"] for b in status["brokers"] if b["port"] == int(port) and
-         (not host or b["host"] == host)),  # fmt: skip
-        None,
-    )
-    if node is None:
-        fail("elect", f"{bootstrap} is not among the brokers it lists; give --zookeeper")
-    Request = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
-    assert Request is not None
-    Resource = nested(Request, "DescribeConfigsResource")
-    response = call("elect", bootstrap, Request(
-        resources=(Resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
-                            configuration_keys=("zookeeper.connect",)),),
-        include_synonyms=False,
-    ))  # fmt: skip
-    for result in response.results:
-        for config in result.configs:
-            if config.name == "zookeeper.connect" and config.value:
-                return str(config.value)
-    fail("elect", f"{bootstrap} is not a cluster member (no zookeeper.connect): a single node "
-                  "leads every partition alone")  # fmt: skip
+    connect = zookeeper_connect(bootstrap, cluster_status(bootstrap, with_losses=False))
+    if connect is None:
+        fail("elect", f"{bootstrap} is not a cluster member (no zookeeper.connect) or not among "
+                      "the brokers it lists; give --zookeeper")  # fmt: skip
+    return connect
 
 
 def _print(results: Results) -> None:

@@ -179,8 +179,8 @@ class Controller:
         self._unclean_waits: dict[TopicPartition, int] = {}
         self._retry_at: float | None = None  # time.monotonic() of the next pass a wait asked for
         self._watched_reports: set[str] = set()
-        # Told of every election after which replicas lose records (an unclean or designated
-        # leader with a shorter log): partition, replica -> offsets it will truncate.
+        # Told of every election after which replicas lose records (an unclean leader, a
+        # designated one out of the ISR): partition, replica -> offsets it is known to lose.
         self.on_truncation: Callable[[TopicPartition, Mapping[int, int]], None] | None = None
         self.rebalance_interval_s = rebalance_interval_s
         self.imbalance_percentage = imbalance_percentage
@@ -413,9 +413,8 @@ class Controller:
                 "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", a.topic, p, reg.leader,
                 decided.leader, list(reg.isr), list(decided.isr), decision.reason,
             )
-            if decision.truncated:
-                log.warning("%s-%d: %s", a.topic, p, decision.reason)
-                self._truncation(tp, decision.truncated)
+            if decision.truncate_from is not None:
+                self._report_loss(tp, decision)
         if new:
             try:
                 c.create_partition_states(ctl, a.topic, new)
@@ -514,18 +513,31 @@ class Controller:
                 )
             except StalePartitionState:
                 continue
-            log.log(logging.WARNING if d.truncated else logging.INFO, "%s: %s", tp, d.reason)
-            if d.truncated:
-                self._truncation(tp, d.truncated)
+            if d.truncate_from is not None:
+                self._report_loss(tp, d)
+            else:
+                log.info("%s: %s", tp, d.reason)
             return (None, d.reason)
         return ("REQUEST_TIMED_OUT", f"{tp}: the partition state kept changing; try again")
 
-    def _truncation(self, tp: TopicPartition, truncated: Mapping[int, int]) -> None:
+    def _report_loss(self, tp: TopicPartition, d: Decision) -> None:
+        """An election after which replicas lose records: the log line, the metric and the
+        record in ZooKeeper that `logkeel cluster status` shows. Reporting must not stop the
+        election, which is already written."""
+        log.warning("%s: %s", tp, d.reason)
+        loss = zd.ElectionLoss(
+            tp, d.state.leader, d.state.leader_epoch, -1 if d.truncate_from is None
+            else d.truncate_from, dict(d.truncated), d.reason, int(time.time() * 1000),
+        )  # fmt: skip
+        try:
+            self.client.record_election_loss(loss)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: recording the election's loss in ZooKeeper failed", tp)
         if self.on_truncation is not None:
             try:
-                self.on_truncation(tp, truncated)
-            except Exception:  # noqa: BLE001 - a metric must not stop an election
-                log.exception("reporting a truncation failed")
+                self.on_truncation(tp, d.truncated)
+            except Exception:  # noqa: BLE001
+                log.exception("%s: counting the election's loss failed", tp)
 
     def _unclean_allowed(self, topic: str) -> bool:
         value = self.client.topic_config(topic).get("unclean.leader.election.enable")

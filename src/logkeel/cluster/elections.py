@@ -35,11 +35,21 @@ def _remaining_isr(
 
 
 def _lead_alone(state: PartitionRegistration, views: Views, leader: int, why: str) -> Decision:
-    """An out-of-sync replica leads with an ISR of itself; the others truncate to its log."""
+    """An out-of-sync replica leads with an ISR of itself; the others truncate to its log. The
+    loss is always stated (from which offset, and how much each replica is known to hold past
+    it): a replica whose last report is stale may lose more than its report shows."""
     truncated = _truncated(views, leader)
-    loss = f"; replicas will truncate {truncated}" if truncated else ""
+    lead = view_of(views, leader).log
+    start = -1 if lead is None else lead.log_end_offset
+    if start < 0:
+        loss = "; replicas truncate to its log, whose end it has not reported"
+    else:
+        loss = f"; the other replicas truncate every record from offset {start}"
+    if truncated:
+        loss += f" (past it: {', '.join(f'{r} holds {n}' for r, n in sorted(truncated.items()))})"
     return Decision(
-        state.with_leader(leader, (leader,)), why + loss, changed=True, truncated=truncated
+        state.with_leader(leader, (leader,)), why + loss, changed=True, truncated=truncated,
+        truncate_from=start,
     )
 
 

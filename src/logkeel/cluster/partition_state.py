@@ -136,7 +136,10 @@ class Decision:
     ``state`` is the new registration (the old one, unchanged, when nothing is to be written);
     ``error`` is Kafka's error name when the request is refused; ``retry_at_ms`` asks the caller
     to decide again at that time (an unclean election waiting for replicas to report);
-    ``truncated`` maps replicas to how many offsets past the new leader's log end they will lose.
+    ``truncated`` maps replicas to how many offsets past the new leader's log end they will lose
+    (as far as their last reports tell); ``truncate_from`` is set when the new leader leads alone
+    out of the ISR (unclean or designated): its log end, from which every record the other
+    replicas hold is truncated away (-1: its log end is not known).
     """
 
     state: PartitionRegistration
@@ -145,6 +148,7 @@ class Decision:
     error: str | None = None
     retry_at_ms: int | None = None
     truncated: Mapping[int, int] = field(default_factory=dict)
+    truncate_from: int | None = None
 
     @property
     def ok(self) -> bool:

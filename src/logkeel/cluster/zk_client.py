@@ -506,6 +506,22 @@ class ZkMetadataClient:
             self.zk.create(zd.REPLICA_LOG_REQUEST, data, makepath=True)
         return generation
 
+    def record_election_loss(self, loss: zd.ElectionLoss) -> None:
+        self.zk.create(f"{zd.ELECTION_LOSSES}/{zd.ELECTION_LOSS_PREFIX}",
+                       zd.encode_election_loss(loss), sequence=True, makepath=True)  # fmt: skip
+
+    def election_losses(self) -> list[zd.ElectionLoss]:
+        """Every election loss the controllers recorded, oldest first."""
+        try:
+            children = sorted(self.zk.get_children(zd.ELECTION_LOSSES))
+        except NoNodeError:
+            return []
+        out = []
+        for child in children:
+            with contextlib.suppress(NoNodeError):
+                out.append(zd.decode_election_loss(self.zk.get(f"{zd.ELECTION_LOSSES}/{child}")[0]))
+        return out
+
     def reserve_producer_ids(self, broker_id: int, size: int) -> tuple[int, int]:
         """The next block of ``size`` producer ids for this broker, [start, end): a
         conditional write of /latest_producer_id_block, retried when another broker won."""

@@ -56,6 +56,11 @@ REPLICA_LOG_REQUEST = "/logkeel/replica_log_request"
 # designated replica, which ElectLeaders cannot name), one sequential child each; the controller
 # writes the results into the child and the requester deletes it.
 ELECTIONS = "/logkeel/elections"
+# logkeel's own: every election after which replicas lose records (an unclean leader, a
+# designated one out of the ISR), one persistent sequential child each, written by the
+# controller and shown by `logkeel cluster status`.
+ELECTION_LOSSES = "/logkeel/election_losses"
+ELECTION_LOSS_PREFIX = "loss_"
 # Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
 # same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -203,6 +208,40 @@ def decode_election(data: bytes) -> ElectionRequest:
             for r in results
         },
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionLoss:
+    """An election after which the other replicas truncate: ``leader`` leads alone at
+    ``leader_epoch`` from its log end ``from_offset`` (-1: not reported); ``truncated``: how
+    many offsets past it each replica held as far as its last report said."""
+
+    tp: TopicPartition
+    leader: int
+    leader_epoch: int
+    from_offset: int
+    truncated: Mapping[int, int]
+    reason: str
+    time_ms: int
+
+
+def encode_election_loss(loss: ElectionLoss) -> bytes:
+    return _dump({
+        "version": 1, "topic": loss.tp.topic, "partition": loss.tp.partition,
+        "leader": loss.leader, "leader_epoch": loss.leader_epoch, "from_offset": loss.from_offset,
+        "truncated": {str(r): n for r, n in sorted(loss.truncated.items())},
+        "reason": loss.reason, "time_ms": loss.time_ms,
+    })  # fmt: skip
+
+
+def decode_election_loss(data: bytes) -> ElectionLoss:
+    obj = _load(data)
+    return ElectionLoss(
+        TopicPartition(obj["topic"], int(obj["partition"])), int(obj["leader"]),
+        int(obj["leader_epoch"]), int(obj["from_offset"]),
+        {int(r): int(n) for r, n in obj.get("truncated", {}).items()}, str(obj.get("reason", "")),
+        int(obj.get("time_ms", 0)),
+    )  # fmt: skip
 
 
 def encode_producer_id_block(broker_id: int, start: int, end_inclusive: int) -> bytes:

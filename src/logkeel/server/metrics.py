@@ -20,8 +20,8 @@ Names (all prefixed ``logkeel_``):
   ``log_dir_failures_total{log_dir}``: times a dir was taken offline;
   ``log_dir_recoveries_total{log_dir}``: times an offline dir came back without a restart;
   ``election_truncations_total`` / ``election_truncated_offsets_total``: elections this
-  broker made as controller after which replicas truncate (unclean or designated leaders with
-  a shorter log), and the offsets they lose.
+  broker made as controller after which replicas truncate (unclean leaders, designated ones
+  out of the ISR), and the offsets the replicas' last reports showed past the new leader's end.
 - ``startup_duration_seconds``: from ``start()`` until the listener accepts;
   ``log_load_duration_seconds``: loading (and recovering) the logs;
   ``log_recovery_duration_seconds``: the same after an unclean shutdown, else 0;

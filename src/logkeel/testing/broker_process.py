@@ -5,6 +5,11 @@ A child is started on a loopback port, waited for until it accepts connections, 
 SIGTERM (a clean shutdown; SIGKILL if it ignores it), killed with SIGKILL (no shutdown at all,
 as a crash test wants) and restarted on the same port and dirs. Its output goes to a log file
 in its work dir, where ``output()`` reads it back for error messages.
+
+A child may run with a group id of its own (``group``; `own_group` derives one from its port,
+for root): iptables' ``owner`` match can then tell its traffic from its peers' on the one
+loopback address they share (`logkeel.testing.network`). Root keeps its file access whatever
+the group. The tests' brokers do; `logkeel cluster up` does not.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ __all__ = [
     "ChildBroker",
     "LogkeelBroker",
     "free_port",
+    "own_group",
     "serve_command",
     "wait_listening",
 ]
@@ -58,8 +64,19 @@ def wait_listening(
     return False
 
 
+# Group ids of child brokers: this plus the port (far above the system's and users' groups).
+GROUP_BASE = 100_000
+
+
+def own_group(port: int) -> int | None:
+    """A group id for the broker on ``port`` alone, or None when we cannot switch groups
+    (not root)."""
+    return GROUP_BASE + port if os.geteuid() == 0 else None
+
+
 class ChildBroker(ABC):
-    """One broker process listening on 127.0.0.1:``port``, its output in ``log_path``."""
+    """One broker process listening on 127.0.0.1:``port``, its output in ``log_path``;
+    ``group``: the group id it runs with (None: ours)."""
 
     name = "broker"
 
@@ -68,6 +85,7 @@ class ChildBroker(ABC):
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.workdir / f"{self.name}.log"
+        self.group: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -94,6 +112,7 @@ class ChildBroker(ABC):
                     stderr=subprocess.STDOUT,
                     env=self.env(),
                     cwd=self.workdir,
+                    group=self.group,
                 )
             except OSError as e:
                 raise BrokerUnavailable(f"{self.name} could not be started: {e}") from e

@@ -334,7 +334,11 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
             keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files")
             return {k: getattr(st, k) for k in (*keys, "f_ffree", "f_favail", "f_namemax")}
 
-    mfusepy.FUSE(Passthrough(), mountpoint, foreground=True, raw_fi=True, nothreads=False)
+    # allow_other: FUSE lets only processes with the mounter's uid *and* gid in otherwise, and
+    # the tests' brokers run in groups of their own (iptables cuts tell them apart by group).
+    # Root may set it; a non-root mounter needs user_allow_other in /etc/fuse.conf.
+    mfusepy.FUSE(Passthrough(), mountpoint, foreground=True, raw_fi=True, nothreads=False,
+                 allow_other=os.geteuid() == 0)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ a soak) prints them. The properties:
   was read at (a read of a record a new leader later truncated shows up as a mismatch);
 - losses an unclean election reported (``reported_truncations``: partition -> offset from which
   the log was cut) excuse the acked writes at or above that offset, and only those.
+
+An ack may carry no offset: librdkafka's idempotent producer reports a batch whose request timed
+out as delivered, offset unknown, once a later batch of the same partition is acknowledged (the
+broker takes a producer's batches in sequence order, so the earlier one is in the log). Such a
+write must be in the final log once; its offset there takes its place in the order check, and a
+reported cut excuses it only when a write sent before it was cut too.
 """
 
 from __future__ import annotations
@@ -23,13 +29,13 @@ __all__ = ["History"]
 
 @dataclass
 class History:
-    # (partition, value) -> (send sequence, acked offset)
-    acked: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
+    # (partition, value) -> (send sequence, acked offset; None: acknowledged without one)
+    acked: dict[tuple[int, str], tuple[int, int | None]] = field(default_factory=dict)
     # partition -> [(offset, value)] as consumers saw them during the run
     reads: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     failed_sends: int = 0
 
-    def ack(self, partition: int, value: str, seq: int, offset: int) -> None:
+    def ack(self, partition: int, value: str, seq: int, offset: int | None) -> None:
         self.acked[(partition, value)] = (seq, offset)
 
     def read(self, partition: int, offset: int, value: str) -> None:
@@ -60,8 +66,23 @@ class History:
                 seen[value] = offset
                 at[offset] = value
             final[partition] = at
+        where = {
+            (partition, value): offset
+            for partition, at in final.items()
+            for offset, value in at.items()
+        }
+        # The earliest send of each partition whose acked offset a reported cut excuses.
+        first_cut: dict[int, int] = {}
+        for (partition, _), (seq, offset) in self.acked.items():
+            if offset is not None and partition in cuts and offset >= cuts[partition]:
+                first_cut[partition] = min(seq, first_cut.get(partition, seq))
         by_partition: dict[int, list[tuple[int, int, str]]] = {}
-        for (partition, value), (seq, offset) in self.acked.items():
+        for (partition, value), (seq, acked_at) in self.acked.items():
+            offset = where.get((partition, value)) if acked_at is None else acked_at
+            if offset is None:  # acknowledged without an offset, and not in the final log
+                if not first_cut.get(partition, seq) < seq:
+                    anomalies.append(f"p{partition}: acked {value!r} (offset not told) lost")
+                continue
             by_partition.setdefault(partition, []).append((seq, offset, value))
             got = final.get(partition, {}).get(offset)
             if got == value:

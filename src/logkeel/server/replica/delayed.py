@@ -40,10 +40,12 @@ class DelayedProduce(DelayedOperation):
         super().__init__(delay_ms)
         self._partitions = partitions
         self.results = results
+        # A duplicate (a retry of a batch already in the log) waits too, for the high
+        # watermark to pass the original batch, as Kafka's does: the original may not be
+        # replicated yet, and acknowledging the retry at once would promise what a new leader
+        # may not have.
         self.waiting = {
-            tp: r.last_offset + 1
-            for tp, r in results.items()
-            if r.error == ErrorCode.none and not r.duplicate
+            tp: r.last_offset + 1 for tp, r in results.items() if r.error == ErrorCode.none
         }
 
     def try_complete(self) -> bool:

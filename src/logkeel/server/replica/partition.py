@@ -191,15 +191,22 @@ class Partition:
         return None
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = the smallest log end offset over the ISR; only ever moves forward.
+        """HW = the smallest log end offset over the maximal ISR (the ISR plus a follower whose
+        joining is proposed but not yet written); only ever moves forward.
+
+        The joining follower counts at once, as in Kafka: the controller may elect it as soon as
+        the change lands, so nothing it lacks may be acknowledged meanwhile (a soak saw records
+        acked past a joiner's log end, then lost when it was elected).
 
         Call with ``log.lock`` held (producer state learns the new HW too).
         """
         plog = self.log
         if plog is None or not self.is_leader:
             return False
+        joining = tuple(r for r in self._proposed_isr or () if r not in self.isr)
         new_hw = isr_rules.high_watermark(
-            plog.high_watermark, self.node_id, plog.log_end_offset, tuple(self.isr), self.followers
+            plog.high_watermark, self.node_id, plog.log_end_offset, (*self.isr, *joining),
+            self.followers,
         )
         changed = new_hw > plog.high_watermark
         if changed:

@@ -394,6 +394,10 @@ class PartitionLog:
         """Removes every record at or above ``offset`` (a follower diverged); bytes removed."""
         with self.lock:
             if offset >= self.log_end_offset:
+                # Nothing to remove, but an epoch may start at the log end without a record
+                # (this replica became leader and appended nothing before losing the office);
+                # kept, it makes every fetch diverge again and the follower never catches up.
+                self.leader_epochs.truncate_from_end(self.log_end_offset)
                 return 0
             if offset < self.log_start_offset:
                 offset = self.log_start_offset
