@@ -4,10 +4,17 @@ starts answering EIO. Only that dir goes offline; the broker keeps serving from 
 from __future__ import annotations
 
 import errno
+import json
 from pathlib import Path
 
+from click.testing import CliRunner
 from confluent_kafka.admin import NewTopic
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
+from logkeel.cli.broker_requests import call, nested
+from logkeel.cli.main import cli
+from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.testing.faulty_fs import FaultyFs
 from tests.brokerproc import BrokerProcess
 from tests.server.admin_clients import (
@@ -70,3 +77,54 @@ def test_a_healed_disk_comes_back_without_a_restart(tmp_path: Path, faulty_fs: F
         start, values = read_partition(broker.bootstrap, "back", on_failing)
         assert values[0] == b"kept" and values[-1] == b"again"
         assert "is online again: 1 partition(s)" in broker.output()
+
+
+def test_an_operator_brings_a_healed_disk_back_on_demand(tmp_path: Path, faulty_fs: FaultyFs) -> None:
+    """`logkeel log-dirs online DIR --broker N`: with the broker's own probe off, the healed dir
+    comes back when the operator asks, with what it held; asked while the disk still fails, the
+    command says so and the dir stays offline."""
+    failing = faulty_fs.mountpoint / "logs"
+    healthy = tmp_path / "healthy"
+    overrides = {"log.dir.recovery.check.interval.ms": "0"}
+    with BrokerProcess(tmp_path / "b", log_dirs=[failing, healthy], overrides=overrides) as broker:
+        a = admin(broker.bootstrap)
+        [f] = a.create_topics([NewTopic("asked", 2, 1)]).values()
+        assert outcome(f) == "OK"
+        wait_until(lambda: len(list(failing.glob("asked-*")) + list(healthy.glob("asked-*"))) == 2)
+        [on_failing] = [int(p.name.rsplit("-", 1)[1]) for p in failing.glob("asked-*")]
+        assert produce(broker.bootstrap, "asked", on_failing, [b"kept"]) == ["OK"]
+
+        faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
+        assert produce(broker.bootstrap, "asked", on_failing, [b"lost"]) != ["OK"]
+        wait_until(lambda: offline_log_dirs(broker.bootstrap) == [str(failing)], what="offline")
+        args = ["log-dirs", "online", str(failing), "--bootstrap-server", broker.bootstrap,
+                "--broker", "0"]  # fmt: skip
+        still = CliRunner().invoke(cli, args)
+        assert still.exit_code == 1
+        assert "still offline" in still.output
+        assert offline_log_dirs(broker.bootstrap) == [str(failing)]
+
+        faulty_fs.heal()
+        done = CliRunner().invoke(cli, args)
+        assert done.exit_code == 0, done.output
+        assert "is online again: 1 partition(s)" in done.output
+        assert offline_log_dirs(broker.bootstrap) == []
+        assert produce(broker.bootstrap, "asked", on_failing, [b"again"]) == ["OK"]
+        _, values = read_partition(broker.bootstrap, "asked", on_failing)
+        assert values[0] == b"kept" and values[-1] == b"again"
+        described = CliRunner().invoke(
+            cli, ["log-dirs", "describe", "--bootstrap-server", broker.bootstrap, "--json"]
+        )
+        assert described.exit_code == 0, described.output
+        states = {d["log_dir"]: d for d in json.loads(described.output)}
+        assert states[str(failing)]["state"] == "online"
+        assert f"asked-{on_failing}" in states[str(failing)]["partitions"]
+
+        # Moving a replica between dirs is not built: refused, and the replica stays put.
+        Request = request_schema(ApiKey.ALTER_REPLICA_LOG_DIRS, 2)
+        Dir, Topic = nested(Request, "AlterReplicaLogDir"), nested(Request, "AlterReplicaLogDirTopic")
+        move = Dir(path=str(healthy), topics=(Topic(name="asked", partitions=(i32(on_failing),)),))
+        answer = call("test", broker.bootstrap, Request(dirs=(move,)))
+        assert answer.results[0].partitions[0].error_code == ErrorCode.invalid_request
+        assert (failing / f"asked-{on_failing}").is_dir()
+        assert not (healthy / f"asked-{on_failing}").exists()

@@ -12,6 +12,7 @@ from logkeel.cli.audit import audit_command
 from logkeel.cli.cluster import cluster_group
 from logkeel.cli.elect import elect_command
 from logkeel.cli.log_commands import log_group
+from logkeel.cli.log_dirs import log_dirs_group
 from logkeel.cli.serve import serve
 from logkeel.cli.users import users_group
 
@@ -32,6 +33,7 @@ cli.add_command(cluster_group)
 cli.add_command(users_group)
 cli.add_command(acls_group)
 cli.add_command(elect_command)
+cli.add_command(log_dirs_group)
 
 
 def main() -> None:

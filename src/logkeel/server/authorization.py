@@ -171,6 +171,7 @@ REQUEST_CHECKS: Mapping[int, tuple[Check, ...]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (_DESCRIBE_CLUSTER,),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (_ALTER_CLUSTER,),
     ApiKey.ELECT_LEADERS: (_ALTER_CLUSTER,),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (_ALTER_CLUSTER,),
     # Only brokers write transaction markers (a transaction coordinator on another broker).
     ApiKey.WRITE_TXN_MARKERS: (
         (AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, _cluster,

@@ -1,5 +1,7 @@
 """DescribeLogDirs (v1-5): each log dir with its partitions' sizes and lags; offline dirs
-answer KAFKA_STORAGE_ERROR."""
+answer KAFKA_STORAGE_ERROR. AlterReplicaLogDirs (v1-2): an entry that names an offline log dir
+of this broker and no replicas brings that dir back now (``logkeel log-dirs online``), as the
+``log.dir.recovery.check.interval.ms`` probe would; moving replicas between dirs is refused."""
 
 from __future__ import annotations
 
@@ -13,14 +15,15 @@ from kio.schema.errors import ErrorCode
 from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
-from logkeel.storage.errors import StorageError
-from logkeel.storage.log_manager import LogManager
+from logkeel.storage.errors import KafkaStorageError, StorageError
+from logkeel.storage.log_manager import LogDirNotRecoverable, LogManager
 
-__all__ = ["DESCRIBE_LOG_DIRS_VERSIONS", "LogDirsApi", "register"]
+__all__ = ["ALTER_REPLICA_LOG_DIRS_VERSIONS", "DESCRIBE_LOG_DIRS_VERSIONS", "LogDirsApi", "register"]
 
 log = logging.getLogger(__name__)
 
 DESCRIBE_LOG_DIRS_VERSIONS = (1, 5)
+ALTER_REPLICA_LOG_DIRS_VERSIONS = (1, 2)
 
 
 class LogDirsApi:
@@ -48,6 +51,51 @@ class LogDirsApi:
             error_code=code,
             results=(),
         )
+
+    async def alter_replica_log_dirs(self, ctx: RequestContext, request: Any) -> Any:
+        """A dir with no replicas named: bring it online if it is offline here (the answer
+        has no per-dir error field: DescribeLogDirs tells the outcome, the log says why).
+        Replicas named: logkeel does not move replicas between dirs yet (INVALID_REQUEST)."""
+        types = nested_types(ApiKey.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
+        results = []
+        for entry in request.dirs:
+            if not entry.topics:
+                await asyncio.to_thread(self._bring_online, str(entry.path))
+                continue
+            log.warning(
+                "AlterReplicaLogDirs to %s refused: moving replicas between log dirs is not "
+                "supported yet",
+                entry.path,
+            )
+            for topic in entry.topics:
+                results.append(
+                    build(
+                        types.AlterReplicaLogDirTopicResult,
+                        topic_name=topic.name,
+                        partitions=tuple(
+                            build(
+                                types.AlterReplicaLogDirPartitionResult,
+                                partition_index=p,
+                                error_code=ErrorCode.invalid_request,
+                            )
+                            for p in topic.partitions
+                        ),
+                    )
+                )
+        return response(ctx, results=tuple(results))
+
+    def alter_replica_log_dirs_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        return response(ctx, results=())
+
+    def _bring_online(self, path: str) -> None:
+        try:
+            loaded = self._log_manager.bring_dir_online(path)
+        except LogDirNotRecoverable as exc:
+            log.warning("log dir %s not brought online: %s", path, exc)
+        except KafkaStorageError as exc:
+            log.warning("log dir %s still fails; it stays offline: %s", path, exc)
+        else:
+            log.info("log dir %s brought online on request: %d partition(s)", path, len(loaded))
 
     def _collect(self, version: int, wanted: dict[str, set[int]] | None) -> tuple[Any, ...]:
         """Runs in a thread: sizes come from file metadata."""
@@ -117,5 +165,11 @@ def register(registry: HandlerRegistry, log_manager: LogManager) -> LogDirsApi:
         *DESCRIBE_LOG_DIRS_VERSIONS,
         api.describe_log_dirs,
         error_response=api.describe_log_dirs_error,
+    )
+    registry.register(
+        ApiKey.ALTER_REPLICA_LOG_DIRS,
+        *ALTER_REPLICA_LOG_DIRS_VERSIONS,
+        api.alter_replica_log_dirs,
+        error_response=api.alter_replica_log_dirs_error,
     )
     return api
