@@ -26,15 +26,7 @@ from .startuputil import (
     scribble,
     segment_files,
     settle,
-    write_dir,
 )
-
-
-@pytest.fixture(scope="module")
-def written(tmp_path_factory):
-    path = tmp_path_factory.mktemp("written") / "logs"
-    write_dir(path, rounds=40)
-    return path
 
 
 def three_ways(written, tmp_path, damage, *, indexes=True):

@@ -33,13 +33,6 @@ from .test_corruption_random import damage  # the same random overwrites
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory):
-    path = tmp_path_factory.mktemp("written") / "logs"
-    write_dir(path, rounds=40)
-    return path
-
-
-@pytest.fixture(scope="module")
 def reference(written, tmp_path_factory):
     """Every record of the undamaged partition, by offset."""
     m = load(copy(written, tmp_path_factory.mktemp("ref") / "d"))
