@@ -14,7 +14,6 @@ topic replaces its ``TopicState``.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
@@ -31,7 +30,7 @@ from logkeel.cluster.adoption import Adoption, colliding_topic
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
-from logkeel.storage.log_dir import random_uuid
+from logkeel.storage.log_dir import random_uuid, uuid_from_text, uuid_text
 from logkeel.storage.topic_partition import (
     TopicPartition,
     partition_dirs_fit,
@@ -47,13 +46,13 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
-    """The metadata's base64 (URL-safe, unpadded) Kafka Uuid as a ``uuid.UUID`` for kio."""
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+    """The metadata's topic id (Kafka's Uuid text) as a ``uuid.UUID`` for kio."""
+    return uuid_from_text(topic_id)
 
 
 def topic_id_text(value: uuid.UUID) -> str:
     """The inverse of ``topic_uuid``: Kafka's text form of a topic id."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+    return uuid_text(value)
 
 
 class MetadataError(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import errno
 import fcntl
 import json
@@ -42,9 +43,23 @@ LOCK_FILE = ".lock"
 PROBE_FILE = ".logkeel-probe"
 
 
+def uuid_text(value: uuid.UUID) -> str:
+    """Kafka's text form of a Uuid: base64, URL-safe, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def uuid_from_text(text: str) -> uuid.UUID:
+    """The inverse of ``uuid_text``; raises ValueError for text that is not 16 bytes of base64."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except binascii.Error as exc:
+        raise ValueError(f"not a Kafka Uuid: {text!r}") from exc
+    return uuid.UUID(bytes=raw)  # ValueError unless 16 bytes
+
+
 def random_uuid() -> str:
-    """A Kafka Uuid in its base64 (URL-safe, unpadded) text form."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A new Kafka Uuid in its text form."""
+    return uuid_text(uuid.uuid4())
 
 
 class MetaPropertiesError(StorageError):

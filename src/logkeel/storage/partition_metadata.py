@@ -7,9 +7,9 @@ such a dir (see ``cluster.adoption``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from pathlib import Path
+
+from logkeel.storage.log_dir import uuid_from_text
 
 PARTITION_METADATA_FILE = "partition.metadata"
 # Kafka's Uuid.ZERO_UUID: no topic id.
@@ -28,10 +28,10 @@ def parse_topic_id(text: str) -> str | None:
     if fields.get("version") != "0" or not topic_id or topic_id == _ZERO_ID:
         return None
     try:
-        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
-    except (binascii.Error, ValueError):
+        uuid_from_text(topic_id)
+    except ValueError:
         return None
-    return topic_id if len(raw) == 16 else None
+    return topic_id
 
 
 def read_topic_id(partition_dir: Path) -> str | None:
