@@ -408,6 +408,52 @@ def test_pipelined_requests_on_one_connection_append_in_order(client: RawClient)
     ]
 
 
+def test_pipelined_produce_keeps_order_per_partition_and_answers_in_order(
+    client: RawClient,
+) -> None:
+    """Produce requests of one connection overlap (the next starts once the one before has
+    handed over its appends): each partition still appends them in request order, an
+    idempotent producer's sequences across requests are accepted in order, a request of
+    another API waits its turn, and every response comes in request order."""
+    pid = init_producer_id(client).producer_id
+    sent: list[tuple[int, str]] = []  # correlation id, what was asked
+    sequence = {0: 0, 1: 0, 2: 0}
+    for i in range(60):
+        partition = (i * 7) % 3
+        records = batch(
+            [f"{partition}-{i}".encode()] * 3,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=sequence[partition],
+        )
+        sequence[partition] += 3
+        acks = -1 if i % 5 == 0 else 1
+        sent.append(
+            (client.send(produce_request(9, "overlap", {partition: records}, acks=acks)), "p")
+        )
+        if i % 20 == 10:
+            sent.append((client.send(fetch_request(12, "overlap", {0: 0})), "f"))
+    from logkeel.server.protocol import decode_response
+
+    produce_type = response_module(ApiKey.PRODUCE, 9).ProduceResponse
+    fetch_type = response_module(ApiKey.FETCH, 12).FetchResponse
+    bases: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for corr, kind in sent:
+        frame = client.recv_frame()
+        assert frame is not None
+        got, body = decode_response(produce_type if kind == "p" else fetch_type, frame)
+        assert got == corr
+        if kind == "p":
+            (p,) = body.responses[0].partition_responses
+            assert p.error_code == ErrorCode.none
+            bases[p.index].append(p.base_offset)
+    for partition, offsets in bases.items():
+        assert offsets == list(range(0, 3 * len(offsets), 3))
+        values = [r.value for r in fetch_records(client, "overlap", partition, 0)]
+        expected = [f"{partition}-{i}".encode() for i in range(60) if (i * 7) % 3 == partition]
+        assert values == [v for v in expected for _ in range(3)]
+
+
 def test_timestamps_far_in_the_future_are_invalid(client: RawClient) -> None:
     future = int(time.time() * 1000) + 2 * 3600 * 1000  # message.timestamp.after.max.ms: 1 h
     p = produce_one(client, 9, "future", 0, build_batch([(future, None, b"late", ())]))

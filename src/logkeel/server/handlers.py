@@ -89,6 +89,9 @@ class RequestContext:
     # The connection's principal and SASL state; a fresh unauthenticated-PLAINTEXT one when a
     # request is handled outside a connection (tests).
     session: Session = field(default_factory=lambda: Session("PLAINTEXT", "PLAINTEXT"))
+    # Called by a Produce handler once its appends are handed to the IO threads in order: the
+    # connection may then start the next pipelined Produce (see network/connection.py).
+    release: Callable[[], None] = field(default=lambda: None)
 
     @property
     def api_name(self) -> str:

@@ -143,7 +143,7 @@ class ProduceApi:
         results: dict[TopicPartition, PartitionAppendResult] = {}
         if entries:
             results = await self._replica_manager.append_to_partitions(
-                entries, acks, timeout_ms, origin_is_client=True
+                entries, acks, timeout_ms, origin_is_client=True, on_submitted=ctx.release
             )
 
         if acks == 0:

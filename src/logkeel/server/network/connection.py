@@ -1,11 +1,16 @@
 """One client connection: frames in, requests handled one at a time, responses out in order.
 
 Each connection handles one request at a time, as Kafka's network layer does (it mutes a
-channel from the moment a request is read until its response is sent). That is what keeps
-responses in request order, which clients rely on, and what keeps a producer's pipelined
-batches appended in the order they were sent. Bytes keep being read and split into frames
-while a request is in flight, so a pipelining client is never stalled by the network, only
-by the handler ahead of it; reading pauses once too many frames are queued.
+channel from the moment a request is read until its response is sent), with one exception:
+Produce. A producer pipelines its requests (max.in.flight.requests.per.connection), and
+serving them one at a time makes each wait for the one before to be written to the page cache
+(and, with acks=all, replicated) before it is even decoded. So once a Produce has handed its
+appends to the IO threads (``RequestContext.release``), the next queued Produce starts; appends
+to one partition still run in the order they were handed over (the IO side keeps a turn per
+partition), and every response still waits for the one before it to be sent, so clients see
+responses in request order. Any other request waits until everything before it is answered.
+Bytes keep being read and split into frames while requests are in flight; reading pauses once
+too many frames are queued.
 
 A bad frame, an unknown API, an unsupported version or an exception in a handler affects only
 its own connection: it is logged with the peer and request, and that connection is closed after
@@ -53,6 +58,10 @@ _REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # (max.in.flight.requests.per.connection defaults to 5), so this only ever stops a flood.
 _MAX_QUEUED_FRAMES = 64
 _MAX_QUEUED_BYTES = 64 * 1024 * 1024
+# Produce requests of one connection in flight at once (librdkafka and the Java client send at
+# most 5 by default).
+_MAX_PIPELINED = 8
+_PRODUCE_KEY = ApiKey.PRODUCE.to_bytes(2, "big")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +120,7 @@ class Connection(asyncio.Protocol):
         self._closing = False  # no more frames are taken; queued ones are still answered
         self._eof = False
         self._lost = False
-        self._busy = False
+        self._in_flight = 0  # requests being served (more than one only for pipelined Produce)
         self._last_active = time.monotonic()
         self.task: asyncio.Task[None] | None = None
         self.peer: tuple[str, int] = ("", 0)
@@ -215,37 +224,75 @@ class Connection(asyncio.Protocol):
             self.task.cancel()
 
     def idle_since(self, now: float) -> float:
-        if self._busy or self._frames:
+        if self._in_flight or self._frames:
             return 0.0
         return now - self._last_active
 
     # -- request processing -------------------------------------------------------------------
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Pipelined Produce requests still in flight, oldest first; each one's response waits
+        # for the one before it.
+        pipelined: collections.deque[asyncio.Task[bool]] = collections.deque()
         try:
             while True:
                 item = await self._next_frame()
                 if item is None:
                     break
                 frame, arrived = item
-                self._busy = True
-                try:
-                    keep_open = await self._serve(frame, arrived)
-                finally:
-                    self._busy = False
-                    self._last_active = time.monotonic()
-                if not keep_open:
+                if frame[:2] == _PRODUCE_KEY and not self.session.raw_tokens:
+                    while len(pipelined) >= _MAX_PIPELINED or (pipelined and pipelined[0].done()):
+                        if not await pipelined.popleft():
+                            return
+                    released: asyncio.Future[None] = loop.create_future()
+                    task = loop.create_task(
+                        self._serve_counted(
+                            frame, arrived, pipelined[-1] if pipelined else None, released
+                        )
+                    )
+                    pipelined.append(task)
+                    # The next request starts once this one's appends are handed over in order.
+                    await asyncio.wait((task, released), return_when=asyncio.FIRST_COMPLETED)
+                    if task.done() and not task.result():
+                        return
+                    continue
+                while pipelined:
+                    if not await pipelined.popleft():
+                        return
+                if not await self._serve_counted(frame, arrived, None, None):
                     break
         except asyncio.CancelledError:
-            pass
+            for task in pipelined:
+                task.cancel()
         except Exception:
             # A bug in this module, not in a handler (those are caught in _serve); still, it
             # costs only this connection.
             log.exception("unexpected error on connection %s; closing it", self.connection_id)
         finally:
             self._closing = True
+            # Answer what is already in flight before closing (a no-op once one said close).
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                for task in pipelined:
+                    await task
             if self._transport is not None and not self._lost:
                 self._transport.close()
+
+    async def _serve_counted(
+        self,
+        frame: bytes,
+        arrived: float,
+        before: asyncio.Task[bool] | None,
+        released: asyncio.Future[None] | None,
+    ) -> bool:
+        self._in_flight += 1
+        try:
+            return await self._serve(frame, arrived, before, released)
+        finally:
+            self._in_flight -= 1
+            self._last_active = time.monotonic()
+            if released is not None and not released.done():
+                released.set_result(None)
 
     async def _next_frame(self) -> tuple[bytes, float] | None:
         while True:
@@ -271,8 +318,18 @@ class Connection(asyncio.Protocol):
             finally:
                 self._waiter = None
 
-    async def _serve(self, frame: bytes, arrived: float) -> bool:
-        """Handles one request frame; returns False when the connection must be closed."""
+    async def _serve(
+        self,
+        frame: bytes,
+        arrived: float,
+        before: asyncio.Task[bool] | None = None,
+        released: asyncio.Future[None] | None = None,
+    ) -> bool:
+        """Handles one request frame; returns False when the connection must be closed.
+
+        ``before``: the pipelined request ahead of this one, whose response goes first (this
+        one answers nothing if that one closed the connection); ``released`` is set once this
+        request's appends are handed over (see the module's docstring)."""
         if self.session.raw_tokens:
             return await self._serve_raw_token(frame)
         try:
@@ -336,6 +393,7 @@ class Connection(asyncio.Protocol):
             header_version=header.header_version,
             received_at=arrived,
             session=self.session,
+            release=_release(released),
         )
         outcome = "ok"
         detail = ""
@@ -378,6 +436,8 @@ class Connection(asyncio.Protocol):
                 return False
             outcome = "error_response"
 
+        if before is not None and not await before:
+            return False  # the request ahead closed the connection: nothing more is answered
         if response is None:
             self._record(ctx, frame, 0, "no_response", "")
             return True
@@ -601,3 +661,13 @@ class Connection(asyncio.Protocol):
 def _host_port(address: tuple[Any, ...]) -> str:
     host = str(address[0])
     return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+
+
+def _release(released: asyncio.Future[None] | None) -> Callable[[], None]:
+    if released is None:
+        return _nothing
+    return lambda: None if released.done() else released.set_result(None)
+
+
+def _nothing() -> None:
+    return None

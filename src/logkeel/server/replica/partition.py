@@ -25,6 +25,7 @@ from logkeel.cluster.partition_state import Decision, PartitionRegistration
 from logkeel.config import TopicConfig
 from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError
 from logkeel.records.walk import iter_headers
+from logkeel.server.replica.append_turns import AppendTurns
 from logkeel.server.replica.context import IsrChangeRequested
 from logkeel.server.replica.results import (
     DEBUGGING_CONSUMER_ID,
@@ -122,6 +123,7 @@ class Partition:
         self.resign_requested: Callable[[TopicPartition, str], None] | None = None
         # Bytes appended since start: delayed fetches compare it to decide they have enough.
         self.appended_bytes = 0
+        self.append_turns = AppendTurns()
         # Cached under the log's lock after every change, for cheap reads on the event loop.
         self.last_stable_offset = 0
         # The topic's settings the data path checks on every append, refreshed on each

@@ -42,10 +42,10 @@ by followers' fetches; acks=all waits for it in the produce purgatory. As leader
 check every ``replica.lag.time.max.ms / 2`` proposes ISR shrinks through the context's
 ``isr_change_requested`` hook (expansions are proposed as followers' fetches catch up).
 
-Ordering: the network layer serves one request per connection at a time, so the produce
-requests of one connection reach ``append_to_partitions`` in order and each append finishes
-before the next request starts; appends from different connections are ordered by the log's
-lock.
+Ordering: the network layer starts a connection's pipelined produce requests in order, each
+after the one before has handed its appends to the IO threads (``on_submitted``); a partition's
+``AppendTurns`` make the IO threads append them in that order. Appends from different
+connections are ordered by the log's lock.
 """
 
 from __future__ import annotations
@@ -339,9 +339,13 @@ class ReplicaManager:
         acks: int,
         timeout_ms: int,
         origin_is_client: bool = True,
+        on_submitted: Callable[[], None] | None = None,
     ) -> dict[TopicPartition, PartitionAppendResult]:
         """Appends to several partitions in one trip to the IO threads; with ``acks=-1`` waits
-        (up to ``timeout_ms``) until the high watermark covers every appended partition."""
+        (up to ``timeout_ms``) until the high watermark covers every appended partition.
+
+        ``on_submitted`` is called once the appends are handed over: later calls append to the
+        same partitions after these."""
         results: dict[TopicPartition, PartitionAppendResult] = {}
         todo: list[tuple[Partition, bytes | bytearray | memoryview]] = []
         for tp, records in entries.items():
@@ -354,12 +358,24 @@ class ReplicaManager:
         if todo:
             # One handoff per request, not per partition: the thread switch costs more than
             # a page-cache append, and appends to distinct partitions do not contend.
+            turns = [p.append_turns.take() for p, _ in todo]
             try:
-                outcomes = await self.run_in_io(self._append_all, todo, origin_is_client)
+                pending = asyncio.get_running_loop().run_in_executor(
+                    self._executor,
+                    functools.partial(self._append_all, todo, turns, origin_is_client),
+                )
             except RuntimeError:
+                for (p, _), turn in zip(todo, turns, strict=True):
+                    p.append_turns.done(turn)
                 if not self._stopped:
                     raise
                 # The IO threads are gone: shutting down. Clients retry elsewhere.
+                pending = None
+            if on_submitted is not None:
+                on_submitted()
+            if pending is not None:
+                outcomes = await pending
+            else:
                 outcomes = [
                     AppendRejected(ErrorCode.not_leader_or_follower, "shutting down")
                 ] * len(todo)
@@ -396,15 +412,20 @@ class ReplicaManager:
     def _append_all(
         self,
         todo: list[tuple[Partition, bytes | bytearray | memoryview]],
+        turns: list[int],
         origin_is_client: bool,
     ) -> list[AppendInfo | BaseException]:
-        """IO thread: appends each partition's records; an exception is that partition's result."""
+        """IO thread: appends each partition's records in its turn; an exception is that
+        partition's result."""
         outcomes: list[AppendInfo | BaseException] = []
-        for p, records in todo:
+        for (p, records), turn in zip(todo, turns, strict=True):
             try:
+                p.append_turns.wait(turn)
                 outcomes.append(p.append_as_leader(records, origin_is_client))
             except Exception as exc:  # noqa: BLE001 - mapped per partition by _append_result
                 outcomes.append(exc)
+            finally:
+                p.append_turns.done(turn)
         return outcomes
 
     def _append_result(
