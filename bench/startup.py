@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import statistics
 import sys
@@ -77,9 +78,12 @@ def run_once(log_dir: Path, validation: str, threads: int) -> dict[str, object]:
 
 def make_unclean(log_dir: Path, written, lag_bytes: int) -> None:
     """A kill -9 after the broker's last background flush: no marker, each recovery point
-    ``lag_bytes`` behind the log end, with the producer snapshot that flush wrote there."""
+    ``lag_bytes`` behind the log end, with the producer snapshot that flush wrote there, and
+    the active segment's indexes at their preallocated size (``segment.index.bytes``, sparse
+    past the entries), as a running broker leaves them."""
     (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     points = {}
+    max_index = LogConfig().segment_index_bytes
     for tp, w in written.items():
         lag_batches = max(1, lag_bytes // w.batch_size)
         points[tp] = w.log_end - lag_batches * w.records_per_batch
@@ -87,6 +91,9 @@ def make_unclean(log_dir: Path, written, lag_bytes: int) -> None:
         for f in part.glob("*.snapshot"):
             f.unlink()
         write_snapshot(snapshot_path(part, points[tp]), [])
+        active = max(part.glob("*.log")).with_suffix("")
+        for suffix, entry in ((".index", 8), (".timeindex", 12)):
+            os.truncate(f"{active}{suffix}", max_index // entry * entry)
     write_checkpoints(log_dir, points)
 
 

@@ -387,6 +387,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "logkeel (AKIP-2): how often each partition's recovery checkpoints (the offsets up to "
        "which its transaction index and time index are known complete) are persisted, bounding "
        "what unclean recovery must replay.", Range(1)),
+    _K("log.recovery.sync.method", STRING, "syncfs",
+       "logkeel: how an unclean start-up makes what it recovered durable before checkpointing "
+       "it. syncfs (as PostgreSQL's recovery_init_sync_method): one syncfs of each log dir's "
+       "filesystem, one device flush for all partitions (it also writes back other dirty files "
+       "of that filesystem; where syncfs does not exist, fsync is used). fsync: every recovered "
+       "partition's files, 16 at a time.", OneOf(("syncfs", "fsync"))),
     _K("log.startup.validation", STRING, "lazy",
        "logkeel (KIP-263): lazy validates only each partition's active segment at a clean "
        "start-up and the others on first access or in the background; eager validates every "

@@ -168,6 +168,7 @@ class Broker:
             intervals=_background_intervals(config),
             startup_validation=config.log_startup_validation,
             validation_rate_bytes_per_sec=config.log_startup_validation_rate_bytes_per_sec,
+            recovery_sync_method=config.log_recovery_sync_method,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
         self.log_manager.add_dir_online_listener(self._on_log_dir_online)

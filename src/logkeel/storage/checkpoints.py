@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from logkeel.storage.errors import CorruptCheckpointError, io_guard
-from logkeel.storage.fileio import atomic_write
+from logkeel.storage.fileio import atomic_write, read_file
 from logkeel.storage.topic_partition import TopicPartition
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ class CheckpointFile(Generic[T]):
     def read(self) -> list[T]:
         with io_guard(self.log_dir, f"reading checkpoint file {self.path}"):
             try:
-                data = self.path.read_bytes()
+                data = read_file(self.path)
             except FileNotFoundError:
                 return []
         return self.parse(data)

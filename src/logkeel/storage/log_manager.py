@@ -33,7 +33,12 @@ from logkeel.storage.log_dir import (
     partition_dir_named,
     random_uuid,
 )
-from logkeel.storage.recovery.durability import Sync, sync_all
+from logkeel.storage.recovery.durability import (
+    RECOVERY_SYNC_METHODS,
+    SYNCFS,
+    PendingSync,
+    sync_all,
+)
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, StartupReport
 from logkeel.storage.recovery.loader import load_partition
 from logkeel.storage.recovery.vouch import manifest_entries
@@ -83,14 +88,22 @@ class LogManager:
         intervals: BackgroundIntervals | None = None,
         startup_validation: str = LAZY,
         validation_rate_bytes_per_sec: int = DEFAULT_VALIDATION_RATE,
+        recovery_sync_method: str = SYNCFS,
     ) -> None:
         """``startup_validation`` is log.startup.validation (lazy|eager) and
         ``validation_rate_bytes_per_sec`` log.startup.validation.rate.bytes.per.sec (0: no
-        background validation; segments are then validated on first access only)."""
+        background validation; segments are then validated on first access only);
+        ``recovery_sync_method`` is log.recovery.sync.method (see recovery/durability.py)."""
         if startup_validation not in VALIDATION_MODES:
             raise ValueError(
                 f"log.startup.validation must be one of {VALIDATION_MODES}, not {startup_validation!r}"
             )
+        if recovery_sync_method not in RECOVERY_SYNC_METHODS:
+            raise ValueError(
+                f"log.recovery.sync.method must be one of {RECOVERY_SYNC_METHODS}, "
+                f"not {recovery_sync_method!r}"
+            )
+        self.recovery_sync_method = recovery_sync_method
         self.dirs = [LogDir(p) for p in log_dirs]
         if not self.dirs:
             raise ValueError("at least one log dir is needed (log.dirs)")
@@ -238,11 +251,11 @@ class LogManager:
                 nbytes,
             )
 
-        syncs: dict[TopicPartition, Sync] = {}
+        syncs: dict[TopicPartition, PendingSync] = {}
 
         def load(path: Path) -> tuple[Path, PartitionLog | None, LoadReport | None, str | None]:
             tp = TopicPartition.parse_dir_name(path.name)
-            deferred: list[Sync] | None = None if clean else []
+            deferred: list[PendingSync] | None = None if clean else []
             try:
                 plog, r = load_partition(
                     path,
@@ -287,7 +300,7 @@ class LogManager:
         ) as pool:
             results = list(pool.map(load, partition_dirs))
         # What recovery wrote is durable before anything serves it or a checkpoint claims it.
-        sync_errors = sync_all(syncs.items())
+        sync_errors = sync_all(syncs.items(), d.path, self.recovery_sync_method)
         for path, plog, r, error in results:
             tp = TopicPartition.parse_dir_name(path.name)
             failed = sync_errors.get(tp)

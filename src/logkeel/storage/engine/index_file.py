@@ -19,6 +19,7 @@ Two things differ from Kafka on purpose:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import mmap
@@ -57,7 +58,40 @@ _WARM_SECTION_BYTES = 8192
 _RESERVE_CHUNK = 64 * 1024
 
 # Scanning for the end of written data reads this much of the map at a time.
-_SCAN_CHUNK = 64 * 1024
+
+def _crashed_head(fd: int, length: int, entry_size: int) -> bytes | None:
+    """For an index file of ``length`` bytes: None when its last slot holds a non-zero byte
+    (a trimmed or full index: every slot is an entry); else (a preallocated index after a
+    crash) its bytes up to where its last region that is not a hole ends, whole slots
+    (everything after reads as zeros), or all of it where the filesystem cannot tell holes.
+
+    Read with pread, not through a map: a fault on a page of a sparse index zero-fills a
+    whole read-around window (~1 ms on the development VM; seconds for a broker's worth).
+    """
+    slots_end = length - length % entry_size
+    if slots_end == 0:
+        return None
+    if os.pread(fd, entry_size, slots_end - entry_size).count(0) != entry_size:
+        return None
+    end = pos = 0
+    while pos < slots_end:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data at or after pos
+                break
+            end = slots_end  # SEEK_DATA not supported here: read it all
+            break
+        end = pos = os.lseek(fd, data, os.SEEK_HOLE)
+    end = min(slots_end, -(-end // entry_size) * entry_size)
+    head = bytearray()
+    while len(head) < end:
+        chunk = os.pread(fd, end - len(head), len(head))
+        if not chunk:
+            break
+        head += chunk
+    return bytes(head)
+
 
 # Since 3.13, mmap can skip dup()ing the descriptor; before that every mapped index costs one fd.
 _MMAP_KWARGS: dict[str, bool] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
@@ -178,6 +212,8 @@ class AbstractIndex(ABC, Generic[E]):
         return self.entries * self.entry_size
 
     def is_full(self) -> bool:
+        if self._loaded:  # checked before every append: no call
+            return self._entries >= self._length // self.entry_size
         return self._entries >= self._capacity(0)
 
     def _capacity(self, reserved_slots: int) -> int:
@@ -246,8 +282,13 @@ class AbstractIndex(ABC, Generic[E]):
         maximum. Returns whether anything changed.
         """
         with self._lock:
-            self._ensure_loaded()
             rounded = self.entry_size * (new_size // self.entry_size)
+            if not self._loaded and self._writable:
+                # Growing an index not yet loaded (the active segment's at recovery or on its
+                # first append): opened, extended and mapped in one trip.
+                self._ensure_loaded(grow_to=rounded)
+            else:
+                self._ensure_loaded()
             if rounded == self._length:
                 return False
             self._require_writable("resize")
@@ -356,7 +397,9 @@ class AbstractIndex(ABC, Generic[E]):
                         f"{self._kind} {self._path} is corrupt: last offset {last_offset} is "
                         f"less than the base offset {self._base_offset}"
                     )
-            valid, reason = self._longest_valid_prefix(self._entries)
+            assert self._entries == 0 or self._mm is not None
+            raw = self._mm[: self._entries * self.entry_size] if self._mm is not None else b""
+            valid, reason = self._longest_valid_prefix(raw)
             if valid < self._entries:
                 raise CorruptIndexError(f"{self._kind} {self._path} is corrupt: {reason}")
 
@@ -387,7 +430,9 @@ class AbstractIndex(ABC, Generic[E]):
         if not self._writable:
             raise ValueError(f"cannot {what} read-only {self._kind} {self._path}")
 
-    def _ensure_loaded(self) -> None:
+    def _ensure_loaded(self, grow_to: int = 0) -> None:
+        """Opens and maps the file; ``grow_to``: a larger length to extend it to first (the
+        entries are those of the file as it was)."""
         if self._loaded:
             return
         if self._deleted:
@@ -406,20 +451,34 @@ class AbstractIndex(ABC, Generic[E]):
                     size = self.entry_size * (self._max_index_size // self.entry_size)
                     os.ftruncate(fd, size)
                 length = os.fstat(fd).st_size
-                mm = self._map(fd, length)
+                # What a preallocated (crashed) index ends with is read here, not through the
+                # map: a fault on a page of its sparse tail zero-fills a large folio (~1 ms on
+                # the development VM, seconds for a broker's worth of partitions).
+                head = None if created else _crashed_head(fd, length, self.entry_size)
+                mapped = length
+                if grow_to > length:
+                    os.ftruncate(fd, grow_to)
+                    mapped = grow_to
+                mm = self._map(fd, mapped)
             finally:
                 os.close(fd)
         self._mm, self._length, self._loaded = mm, length, True
         try:
-            self._entries = 0 if created else self._recover_entry_count()
+            self._entries = 0 if created else self._recover_entry_count(head)
         except BaseException:
             self._unload()
             raise
+        self._length = mapped
         self._reserved = self._entries * self.entry_size
 
     def _open(self) -> tuple[int, bool]:
         if not self._writable:
             return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC), False
+        # Existing files first: a start-up opens thousands, a roll creates two.
+        try:
+            return os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
+        except FileNotFoundError:
+            pass
         try:
             return os.open(
                 self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
@@ -441,7 +500,7 @@ class AbstractIndex(ABC, Generic[E]):
         if mm is not None:
             mm.close()
 
-    def _recover_entry_count(self) -> int:
+    def _recover_entry_count(self, head: bytes | None) -> int:
         """How many entries an existing file holds.
 
         A trimmed file (roll, close, Kafka's own files) or a full one: every slot is an entry,
@@ -458,16 +517,14 @@ class AbstractIndex(ABC, Generic[E]):
         A trimmed file whose last entry is all zeros must hold just one entry (0 relative offset
         at position 0, or timestamp 0 at the base offset); reading it as empty loses nothing,
         since an empty index answers lookups with the same base offset.
+
+        ``head``: None for a file whose last slot is not all zeros, else its written part
+        (see _crashed_head).
         """
-        capacity = self._length // self.entry_size
-        if capacity == 0:
-            return 0
-        assert self._mm is not None
-        last = self._mm[(capacity - 1) * self.entry_size : capacity * self.entry_size]
-        if last.count(0) != self.entry_size:
-            return capacity
-        written = self._written_slots(capacity)
-        valid, reason = self._longest_valid_prefix(written)
+        if head is None:
+            return self._length // self.entry_size
+        written = -(-len(head.rstrip(b"\0")) // self.entry_size)
+        valid, reason = self._longest_valid_prefix(head[: written * self.entry_size])
         if valid < written:
             log.warning(
                 "%s %s: keeping %d of %d written entries after an unclean shutdown: %s",
@@ -482,29 +539,16 @@ class AbstractIndex(ABC, Generic[E]):
                 self._zero_slots(valid, written)
         return valid
 
-    def _written_slots(self, capacity: int) -> int:
-        """The number of slots up to and including the last one holding a non-zero byte."""
-        assert self._mm is not None
-        end = capacity * self.entry_size
-        while end > 0:
-            start = max(0, end - _SCAN_CHUNK)
-            used = len(self._mm[start:end].rstrip(b"\0"))
-            if used:
-                return -(-(start + used) // self.entry_size)
-            end = start
-        return 0
-
-    def _longest_valid_prefix(self, count: int) -> tuple[int, str | None]:
-        """The length of the longest ordered prefix of the first ``count`` slots, and why it ends.
+    def _longest_valid_prefix(self, raw: bytes) -> tuple[int, str | None]:
+        """The length of the longest ordered prefix of the slots in ``raw``, and why it ends.
 
         Ordered: relative offset and the other field non-negative in the first entry, keys
         strictly increasing, values increasing (strictly if the subclass says so). One pass
         at C speed: a full 10 MiB index is ~1.3 million entries.
         """
+        count = len(raw) // self.entry_size
         if count == 0:
             return 0, None
-        assert self._mm is not None
-        raw = self._mm[: count * self.entry_size]
         first = self._codec.unpack_from(raw, 0)
         if first[0] < 0 or first[1] < 0:
             return 0, f"entry 0 has a negative field: {first}"

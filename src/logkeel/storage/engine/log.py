@@ -255,9 +255,8 @@ class PartitionLog:
         segment = self._segments[-1]
         config = self.config
         if segment.should_roll(
-            incoming, last_offset, max_timestamp, config.segment_bytes, config.segment_ms,
-            int(time.time() * 1000),
-        ):  # fmt: skip
+            incoming, last_offset, max_timestamp, config.segment_bytes, config.segment_ms
+        ):
             return self.roll(first_offset)
         return segment
 

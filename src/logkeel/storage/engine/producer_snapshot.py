@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from logkeel.records.batch import crc32c
 from logkeel.storage.errors import CorruptSnapshotError, io_guard
-from logkeel.storage.fileio import atomic_write
+from logkeel.storage.fileio import atomic_write, read_file
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +155,7 @@ class PendingSnapshot:
 
 def read_snapshot(path: str | Path) -> list[ProducerSnapshotEntry]:
     """Raises CorruptSnapshotError for bad content and OSError if the file cannot be read."""
-    with open(path, "rb") as f:
-        data = f.read()
-    return decode_snapshot(data, str(path))
+    return decode_snapshot(read_file(path), str(path))
 
 
 def snapshot_file_name(offset: int) -> str:

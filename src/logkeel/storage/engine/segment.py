@@ -295,29 +295,32 @@ class LogSegment:
         max_timestamp: int,
         segment_bytes: int,
         roll_ms: int,
-        now_ms: int,
+        now_ms: int | None = None,
     ) -> bool:
+        """``now_ms``: the wall clock (read here when needed and not given)."""
         if self._grow_pending:
             self.make_active()
-        size = self.log.size
+        size = (self._log or self.log).size
         if size == 0:
             return not self.can_hold(last_offset)
         # Checked before every append: cheapest tests first, each in line.
+        rolling = self._rolling_timestamp
         return (
             size + incoming_bytes > segment_bytes
             or not 0 <= last_offset - self.base_offset <= _INT32_MAX
-            or self._time_waited_for_roll(now_ms, max_timestamp) > roll_ms
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
+            or (
+                # Kafka measures segment.ms in record time when the segment has a timestamped
+                # batch (incoming max timestamp minus the first batch's), so a replica and its
+                # leader roll at the same points; otherwise in wall-clock time since the
+                # segment was created.
+                max_timestamp - rolling
+                if rolling is not None and rolling >= 0
+                else (now_ms if now_ms is not None else int(time.time() * 1000)) - self.created_ms
+            )
+            > roll_ms
+            or (self._offset_index or self.offset_index).is_full()
+            or (self._time_index or self.time_index).is_full()
         )
-
-    def _time_waited_for_roll(self, now_ms: int, incoming_max_timestamp: int) -> int:
-        # Kafka measures segment.ms in record time when the segment has a timestamped batch
-        # (incoming max timestamp minus the first batch's), so a replica and its leader roll
-        # at the same points; otherwise in wall-clock time since the segment was created.
-        if self._rolling_timestamp is not None and self._rolling_timestamp >= 0:
-            return incoming_max_timestamp - self._rolling_timestamp
-        return now_ms - self.created_ms
 
     def append(
         self,

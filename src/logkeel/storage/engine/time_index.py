@@ -47,6 +47,8 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
 
     def is_full(self) -> bool:
         """True one slot early: the last slot is kept for the entry written on roll/close."""
+        if self._loaded:  # checked before every append: no call
+            return self._entries >= self._length // self.entry_size - 1
         return self._entries >= self._capacity(1)
 
     @property

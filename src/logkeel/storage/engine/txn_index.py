@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from logkeel.storage.errors import CorruptIndexError, InvalidOffsetError, StorageError, io_guard
+from logkeel.storage.fileio import read_file
 
 ABORTED_TXN_SIZE = 34
 ABORTED_TXN_VERSION = 0
@@ -241,7 +242,7 @@ class TransactionIndex:
             raise StorageError(f"transaction index {self._path} was deleted")
         with io_guard(self._log_dir, f"reading transaction index {self._path}"):
             try:
-                data = self._path.read_bytes()
+                data = read_file(self._path)
             except FileNotFoundError:
                 data = b""
         whole = len(data) - len(data) % ABORTED_TXN_SIZE

@@ -60,7 +60,7 @@ from logkeel.storage.errors import (
     CorruptIndexError,
     io_guard,
 )
-from logkeel.storage.recovery.durability import Sync, fsync_file
+from logkeel.storage.recovery.durability import PendingSync, fsync_file
 from logkeel.storage.recovery.load_report import LoadReport, RecoveryProgress, Truncation
 from logkeel.storage.recovery.repair import (
     rebuild_txn_index_for,
@@ -93,7 +93,7 @@ def load_partition(
     progress: RecoveryProgress | None = None,
     cached: object | None = None,
     trusted: bool = False,
-    syncs: list[Sync] | None = None,
+    syncs: list[PendingSync] | None = None,
     manifest_mtime_ns: int | None = None,
     names: list[str] | None = None,
 ) -> tuple[PartitionLog, LoadReport]:
@@ -367,20 +367,18 @@ def _durable(
     log_dir: Path,
     *,
     snapshot: bool,
-) -> Sync:
-    """The syncs an unclean load leaves to the caller: the inactive segments it rewrote (closed
-    since, so synced by path), the active segment, and (``snapshot``) the producer snapshot at
-    the log end."""
+) -> PendingSync:
+    """What an unclean load leaves to the caller: syncing the inactive segments it rewrote
+    (closed since, so synced by path) and the active segment, and (``snapshot``) writing the
+    producer snapshot at the log end."""
 
-    def sync() -> None:
+    def files() -> None:
         for segment in closed:
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 fsync_file(segment.dir / file_name(segment.base_offset, suffix), log_dir)
         active.flush()
-        if snapshot:
-            state.take_snapshot(log_end)
 
-    return sync
+    return PendingSync(files, (lambda: state.take_snapshot(log_end)) if snapshot else None)
 
 
 def _leader_epochs(
