@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from logkeel.server.network.framing import (
     DEFAULT_MAX_REQUEST_BYTES,
+    DIRECT_FRAME_BYTES,
     FrameDecoder,
     FrameTooLarge,
     NegativeFrameSize,
@@ -139,3 +140,49 @@ def test_arbitrary_bytes_either_frame_or_fail_cleanly(data: bytes) -> None:
         frames = exc.frames
     assert sum(4 + len(f) for f in frames) <= len(data)
     assert all(len(f) <= 64 for f in frames)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(
+        st.sampled_from([0, 1, 100, DIRECT_FRAME_BYTES - 5, DIRECT_FRAME_BYTES, 70_000, 300_000]),
+        max_size=8,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=2_000_000), max_size=20),
+)
+def test_large_frames_go_to_buffers_of_their_own_whatever_the_split(
+    sizes: list[int], cuts: list[int]
+) -> None:
+    """Frames from DIRECT_FRAME_BYTES up whose size is known before they are whole are
+    received into their own buffer (handed out read-only); smaller ones through the stage
+    (bytes); the frames are the same either way."""
+    payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    points = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    decoder = FrameDecoder()
+    out: list[bytes | memoryview] = []
+    for start, end in zip(points, points[1:], strict=False):
+        out += decoder.feed(stream[start:end])
+    assert [bytes(f) for f in out] == payloads
+    for frame in out:
+        if len(frame) > 64 * 1024:  # cannot have arrived whole in the stage
+            assert isinstance(frame, memoryview) and frame.readonly
+        elif len(frame) < DIRECT_FRAME_BYTES:
+            assert type(frame) is bytes
+    assert decoder.buffered == 0
+
+
+def test_the_socket_fills_a_large_frame_in_place() -> None:
+    """As asyncio's BufferedProtocol drives it: once the size is known, get_buffer is the rest
+    of the frame itself, so a recv lands there and nothing is copied afterwards."""
+    payload = bytes(range(256)) * 1024  # 256 KiB
+    stream = encode_frame(payload)
+    decoder = FrameDecoder()
+    first = decoder.get_buffer()
+    first[:1000] = stream[:1000]
+    assert decoder.buffer_updated(1000) == []
+    rest = decoder.get_buffer()
+    assert len(rest) == len(stream) - 1000  # exactly the rest of this frame
+    rest[:] = stream[1000:]
+    (frame,) = decoder.buffer_updated(len(rest))
+    assert frame == payload and frame.readonly

@@ -204,7 +204,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
         if end > len(frame):
             raise InvalidRequest("client id runs past the end of the request")
         # Java's decoder replaces malformed UTF-8 rather than failing; so do we.
-        client_id = frame[pos:end].decode("utf-8", errors="replace")
+        client_id = bytes(frame[pos:end]).decode("utf-8", errors="replace")
         pos = end
     header_version = _request_header_version(api_key, api_version)
     if header_version == 2:
@@ -250,8 +250,8 @@ def decode_response(response_type: type[Any], frame: bytes) -> tuple[int, Any]:
     return correlation_id, _decode(response_type, frame, pos)
 
 
-def _decode(schema: type[Any], frame: bytes, offset: int) -> Any:
-    if type(frame) is not bytes:
+def _decode(schema: type[Any], frame: bytes | memoryview, offset: int) -> Any:
+    if type(frame) is not bytes and not (type(frame) is memoryview and frame.readonly):
         frame = bytes(frame)  # kio only reads read-only buffers
     edits: list[_Edit] = []
     try:

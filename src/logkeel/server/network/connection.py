@@ -31,7 +31,7 @@ from typing import Any, Protocol, cast
 
 from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
 from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
-from logkeel.server.network.framing import SIZE_PREFIX, FrameDecoder, FramingError
+from logkeel.server.network.framing import SIZE_PREFIX, Frame, FrameDecoder, FramingError
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.zero_copy import send_parts
 from logkeel.server.protocol import (
@@ -103,7 +103,7 @@ class ConnectionOwner(Protocol):
     def observe(self, record: RequestRecord) -> None: ...
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """One client connection: frames in, requests handled one at a time, responses out."""
 
     def __init__(self, owner: ConnectionOwner, index: int) -> None:
@@ -111,7 +111,7 @@ class Connection(asyncio.Protocol):
         self._index = index
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(owner.max_request_bytes)
-        self._frames: collections.deque[tuple[bytes, float]] = collections.deque()
+        self._frames: collections.deque[tuple[Frame, float]] = collections.deque()
         self._queued_bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -165,12 +165,17 @@ class Connection(asyncio.Protocol):
             return
         log.debug("accepted connection %s", self.connection_id)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Straight into the frame decoder's buffers: a large request is read from the socket
+        # into its own buffer, never copied in Python (see framing.FrameDecoder).
+        return self._decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._last_active = time.monotonic()
         if self._closing:
             return
         try:
-            frames = self._decoder.feed(data)
+            frames = self._decoder.buffer_updated(nbytes)
         except FramingError as exc:
             frames = exc.frames
             log.warning(
@@ -280,7 +285,7 @@ class Connection(asyncio.Protocol):
 
     async def _serve_counted(
         self,
-        frame: bytes,
+        frame: Frame,
         arrived: float,
         before: asyncio.Task[bool] | None,
         released: asyncio.Future[None] | None,
@@ -294,7 +299,7 @@ class Connection(asyncio.Protocol):
             if released is not None and not released.done():
                 released.set_result(None)
 
-    async def _next_frame(self) -> tuple[bytes, float] | None:
+    async def _next_frame(self) -> tuple[Frame, float] | None:
         while True:
             if self._lost:
                 return None  # nobody to answer; Kafka drops the queued requests too
@@ -320,7 +325,7 @@ class Connection(asyncio.Protocol):
 
     async def _serve(
         self,
-        frame: bytes,
+        frame: Frame,
         arrived: float,
         before: asyncio.Task[bool] | None = None,
         released: asyncio.Future[None] | None = None,
@@ -475,11 +480,11 @@ class Connection(asyncio.Protocol):
         self._record(ctx, frame, len(data), outcome, detail)
         return not self.session.close_after_response
 
-    async def _serve_raw_token(self, frame: bytes) -> bool:
+    async def _serve_raw_token(self, frame: Frame) -> bool:
         """A SASL token after SaslHandshake v0: no Kafka header, answered with the bare
         size-prefixed server token; a failure closes the connection without an answer."""
         try:
-            answer = self.session.step(frame)
+            answer = self.session.step(bytes(frame))
         except SaslFailure as exc:
             log.info(
                 "failed authentication from %s on connection %s: %s",
@@ -497,7 +502,7 @@ class Connection(asyncio.Protocol):
     # -- zero-copy responses ------------------------------------------------------------------
 
     async def _send_parts_response(
-        self, ctx: RequestContext, frame: bytes, response: Any, outcome: str, detail: str
+        self, ctx: RequestContext, frame: Frame, response: Any, outcome: str, detail: str
     ) -> bool:
         """Sends a response that encodes itself: besides ``__api_key__``/``__version__`` it has
         ``frame_parts(correlation_id)`` returning the whole frame (size prefix included) as a
@@ -552,7 +557,7 @@ class Connection(asyncio.Protocol):
 
     def _reject(
         self,
-        frame: bytes,
+        frame: Frame,
         arrived: float,
         header: RequestHeader | tuple[int, int, int] | None,
         entry: ApiHandler | None,
@@ -605,7 +610,7 @@ class Connection(asyncio.Protocol):
         )
 
     def _record(
-        self, ctx: RequestContext, frame: bytes, response_bytes: int, outcome: str, detail: str
+        self, ctx: RequestContext, frame: Frame, response_bytes: int, outcome: str, detail: str
     ) -> None:
         self._owner.observe(
             RequestRecord(
