@@ -32,8 +32,9 @@ from rich.console import Console
 from rich.table import Table
 
 from logkeel.cli.broker_requests import nested
-from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.protocol import (
     ApiKey,
     decode_response,
