@@ -64,10 +64,12 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.metadata import TopicState
 from logkeel.records.batch import InvalidBatchError
 from logkeel.server.errors import error_code_for
+from logkeel.server.replica import partition_reads
+from logkeel.server.replica.append_checks import AppendRejected
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.delayed import DelayedFetch, DelayedProduce
 from logkeel.server.replica.fetcher_manager import ReplicaFetcherManager
-from logkeel.server.replica.partition import AppendRejected, Partition
+from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.partition_table import PartitionTable
 from logkeel.server.replica.purgatory import DelayedOperationPurgatory
 from logkeel.server.replica.results import (
@@ -237,9 +239,9 @@ class ReplicaManager:
             if p is None:
                 continue
             if sent:
-                p.follower_response_sent(token, now)
+                p.followers.response_sent(token, now, leader=p.is_leader)
             else:
-                p.follower_response_started(replica_id, token, now)
+                p.followers.response_started(replica_id, token, now)
 
     def on_log_dir_online(self, log_dir: str, loaded: list[TopicPartition]) -> None:
         """A failed log dir was loaded again (called from the thread that loaded it): its
@@ -524,7 +526,9 @@ class ReplicaManager:
         if p is None:
             return FetchPartitionResult(tp, ErrorCode.unknown_topic_or_partition)
         try:
-            result, hw_moved = p.read(r, replica_id, limit, isolation_level, min_one_message)
+            result, hw_moved = partition_reads.read(
+                p, r, replica_id, limit, isolation_level, min_one_message
+            )
         except KafkaStorageError as exc:
             log.error("read of %s failed: %s", tp, exc)
             self._storage_failure(p, exc)
@@ -573,7 +577,9 @@ class ReplicaManager:
         if error is not None:
             return ListOffsetResult(error)
         try:
-            return await self.run_in_io(p.offset_for_timestamp, timestamp, isolation_level)
+            return await self.run_in_io(
+                partition_reads.offset_for_timestamp, p, timestamp, isolation_level
+            )
         except KafkaStorageError as exc:
             self._storage_failure(p, exc)
             self._wake([tp])
