@@ -198,7 +198,7 @@ class Broker:
         )
         txn_settings = TxnSettings.from_broker_config(config)
         self.txn_markers = TxnMarkers(
-            self.node_id, self.metadata, self.replica_manager, self._on_txn_completed,
+            self.node_id, self.metadata, self.replica_manager.appends, self._on_txn_completed,
             replication.inter_broker,
         )
         self.txn_coordinator = TransactionCoordinator(
@@ -582,15 +582,15 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     produce_api.register(
         registry,
         broker.metadata,
-        broker.replica_manager,
+        broker.replica_manager.appends,
         broker.ensure_topic,
         broker.authorizer,
         broker.txn_coordinator.verify_partition,
     )
     fetch_api.register(
-        registry, broker.config, broker.metadata, broker.replica_manager, broker.authorizer
+        registry, broker.config, broker.metadata, broker.replica_manager.fetches, broker.authorizer
     )
-    offsets_api.register(registry, broker.replica_manager, broker.authorizer)
+    offsets_api.register(registry, broker.replica_manager.offsets, broker.authorizer)
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(
         registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer
