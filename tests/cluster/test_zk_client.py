@@ -14,14 +14,12 @@ from kazoo.exceptions import NodeExistsError
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.elections import elect_leader
 from logkeel.cluster.partition_state import ReplicaView
-from logkeel.cluster.zk_client import (
-    BrokerIdInUse,
-    ControllerMoved,
-    StalePartitionState,
-    ZkMetadataClient,
-    ZooKeeperUnavailable,
-)
+from logkeel.cluster.zk_brokers import BrokerIdInUse
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_controller import ControllerMoved
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
+from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.ports import free_port
 from logkeel.storage.topic_partition import TopicPartition
 

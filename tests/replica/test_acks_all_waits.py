@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.records.builder import build_batch
+from logkeel.server.replica import partition_reads
 from logkeel.server.replica.delayed import DelayedProduce
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.results import FetchPartitionRequest, PartitionAppendResult
@@ -41,8 +42,9 @@ def test_a_joining_follower_holds_the_high_watermark_until_it_has_the_records(
             p.append_as_leader(build_batch([(now, None, b"v", ())] * n), origin_is_client=True)
 
         def fetch(replica: int, offset: int) -> None:
-            result, _ = p.read(FetchPartitionRequest(TP, offset, 1 << 20, 1), replica, 1 << 20,
-                               0, True)  # fmt: skip
+            result, _ = partition_reads.read(
+                p, FetchPartitionRequest(TP, offset, 1 << 20, 1), replica, 1 << 20, 0, True
+            )
             if result.records is not None:
                 result.records.close()
 
@@ -90,7 +92,8 @@ def test_an_acks_all_retry_of_a_batch_in_the_log_waits_for_the_high_watermark(
                                        last_offset=retry.last_offset, duplicate=True)  # fmt: skip
         op = DelayedProduce(_Lookup(p), 30_000, {TP: result})
         assert first.last_offset == 4 and not op.try_complete()  # follower 2 has nothing yet
-        response, _ = p.read(FetchPartitionRequest(TP, 5, 1 << 20, 1), 2, 1 << 20, 0, True)
+        request = FetchPartitionRequest(TP, 5, 1 << 20, 1)
+        response, _ = partition_reads.read(p, request, 2, 1 << 20, 0, True)
         assert response.records is None and p.high_watermark == 5
         assert op.try_complete() and result.error == ErrorCode.none
     finally:

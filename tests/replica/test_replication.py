@@ -215,7 +215,7 @@ def test_isr_shrinks_and_a_follower_that_was_down_catches_up(tmp_path: Path) -> 
         c.start(1)
         wait_until(lambda: (0, TP, (0, 1)) in c.isr_requests, 15, "an expansion is proposed")
         assert log_batches(c.broker(1), TP) == log_batches(c.broker(0), TP)
-        follower = c.broker(0).replica_manager.partition(TP).follower_states()[1]  # type: ignore[union-attr]
+        follower = c.broker(0).replica_manager.partition(TP).followers.snapshot()[1]  # type: ignore[union-attr]
         assert follower.log_end_offset == 202
         assert follower.last_caught_up_ms > 0
     finally:

@@ -223,12 +223,12 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(tmp_pa
         txn = records(
             b"t1", b"t2", producer_id=4000, producer_epoch=0, base_sequence=0, is_transactional=True
         )
-        assert (await rm.append_records(tp, txn, acks=-1)).base_offset == 0
+        assert (await rm.appends.append_records(tp, txn, acks=-1)).base_offset == 0
         plain = records(b"p1")
-        assert (await rm.append_records(tp, plain, acks=1)).base_offset == 2
+        assert (await rm.appends.append_records(tp, plain, acks=1)).base_offset == 2
 
         async def fetch(isolation: int) -> Any:
-            (r,) = await rm.fetch(
+            (r,) = await rm.fetches.fetch(
                 [FetchPartitionRequest(tp, 0, 1 << 20)], isolation_level=isolation
             )
             return r
@@ -248,9 +248,9 @@ def test_read_committed_stops_at_the_lso_and_reports_aborted_transactions(tmp_pa
             coordinator_epoch=0,
             timestamp=int(time.time() * 1000),
         )
-        refused = await rm.append_records(tp, marker, acks=1)
+        refused = await rm.appends.append_records(tp, marker, acks=1)
         assert refused.error == ErrorCode.invalid_record
-        done = await rm.append_records(tp, marker, acks=-1, origin_is_client=False)
+        done = await rm.appends.append_records(tp, marker, acks=-1, origin_is_client=False)
         assert done.error == ErrorCode.none and done.base_offset == 3
 
         committed = await fetch(READ_COMMITTED)
@@ -277,7 +277,7 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(
         rm = broker.replica_manager
         tps = [TopicPartition("jbod", 0), TopicPartition("jbod", 1)]
         for tp in tps:
-            assert (await rm.append_records(tp, records(b"before"), acks=-1)).error == 0
+            assert (await rm.appends.append_records(tp, records(b"before"), acks=-1)).error == 0
         logs = {tp: rm.partition(tp).log for tp in tps}
         assert logs[tps[0]].log_dir != logs[tps[1]].log_dir  # one partition per dir
         doomed, survivor = sorted(tps, key=lambda tp: logs[tp].log_dir != failing_dir)
@@ -295,7 +295,7 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(
 
         # A long poll on the doomed partition, waiting for data past the end.
         waiting = asyncio.create_task(
-            rm.fetch([FetchPartitionRequest(doomed, 1, 1 << 20)], max_wait_ms=30_000)
+            rm.fetches.fetch([FetchPartitionRequest(doomed, 1, 1 << 20)], max_wait_ms=30_000)
         )
         await asyncio.sleep(0.05)
         assert not waiting.done()
@@ -303,22 +303,22 @@ def test_a_failed_log_dir_answers_storage_errors_and_the_other_dir_serves(
         # The disk fails for real: its writes answer EIO.
         faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
 
-        failed = await rm.append_records(doomed, records(b"lost"), acks=-1)
+        failed = await rm.appends.append_records(doomed, records(b"lost"), acks=-1)
         assert failed.error == ErrorCode.kafka_storage_error
         (result,) = await asyncio.wait_for(waiting, 5)
         assert result.error == ErrorCode.kafka_storage_error
         await asyncio.wait_for(handled.wait(), 5)
         assert handled_in and loop_thread not in handled_in
-        again = await rm.append_records(doomed, records(b"again"), acks=1)
+        again = await rm.appends.append_records(doomed, records(b"again"), acks=1)
         assert again.error == ErrorCode.kafka_storage_error
-        (fetched,) = await rm.fetch([FetchPartitionRequest(doomed, 0, 1 << 20)])
+        (fetched,) = await rm.fetches.fetch([FetchPartitionRequest(doomed, 0, 1 << 20)])
         assert fetched.error == ErrorCode.kafka_storage_error
         assert doomed in broker.log_manager.offline_partitions
 
         # The other dir is untouched.
-        ok = await rm.append_records(survivor, records(b"after"), acks=-1)
+        ok = await rm.appends.append_records(survivor, records(b"after"), acks=-1)
         assert ok.error == ErrorCode.none and ok.base_offset == 1
-        (fetched,) = await rm.fetch([FetchPartitionRequest(survivor, 0, 1 << 20)])
+        (fetched,) = await rm.fetches.fetch([FetchPartitionRequest(survivor, 0, 1 << 20)])
         assert fetched.error == ErrorCode.none and fetched.high_watermark == 2
         close_records([fetched])
 
@@ -333,19 +333,19 @@ def test_metadata_changes_create_reconfigure_and_delete_logs(tmp_path: Path) -> 
         tp = TopicPartition("life", 1)
         p = rm.partition(tp)
         assert p is not None and p.is_leader and p.log is not None
-        too_big = await rm.append_records(tp, records(b"x" * 2000), acks=1)
+        too_big = await rm.appends.append_records(tp, records(b"x" * 2000), acks=1)
         assert too_big.error == ErrorCode.message_too_large
         await asyncio.to_thread(
             broker.metadata.set_topic_configs, "life", {"max.message.bytes": "100000"}
         )
-        assert (await rm.append_records(tp, records(b"x" * 2000), acks=1)).error == 0
+        assert (await rm.appends.append_records(tp, records(b"x" * 2000), acks=1)).error == 0
         await asyncio.to_thread(broker.metadata.create_partitions, "life", 3)
         assert rm.partition(TopicPartition("life", 2)) is not None
         directory = p.log.dir
         await asyncio.to_thread(broker.metadata.delete_topic, "life")
         assert rm.partition(tp) is None
         assert not directory.exists()
-        gone = await rm.append_records(tp, records(b"y"), acks=1)
+        gone = await rm.appends.append_records(tp, records(b"y"), acks=1)
         assert gone.error == ErrorCode.unknown_topic_or_partition
 
     run_broker(tmp_path, scenario)
@@ -356,9 +356,11 @@ def test_log_append_time_and_min_insync_replicas(tmp_path: Path) -> None:
         rm = broker.replica_manager
         broker.metadata.create_topic("stamped", 1, 1, {"message.timestamp.type": "LogAppendTime"})
         before = int(time.time() * 1000)
-        r = await rm.append_records(TopicPartition("stamped", 0), records(b"a"), acks=1)
+        r = await rm.appends.append_records(TopicPartition("stamped", 0), records(b"a"), acks=1)
         assert r.error == ErrorCode.none and before <= r.log_append_time <= before + 60_000
-        (f,) = await rm.fetch([FetchPartitionRequest(TopicPartition("stamped", 0), 0, 1 << 20)])
+        (f,) = await rm.fetches.fetch(
+            [FetchPartitionRequest(TopicPartition("stamped", 0), 0, 1 << 20)]
+        )
         from logkeel.records.batch import BatchHeader, TimestampType
 
         header = BatchHeader.parse(await rm.run_in_io(f.records.read_bytes))
@@ -368,12 +370,12 @@ def test_log_append_time_and_min_insync_replicas(tmp_path: Path) -> None:
 
         broker.metadata.create_topic("strict", 1, 1, {"min.insync.replicas": "2"})
         tp = TopicPartition("strict", 0)
-        refused = await rm.append_records(tp, records(b"b"), acks=-1)
+        refused = await rm.appends.append_records(tp, records(b"b"), acks=-1)
         assert refused.error == ErrorCode.not_enough_replicas
-        assert (await rm.append_records(tp, records(b"b"), acks=1)).error == ErrorCode.none
+        assert (await rm.appends.append_records(tp, records(b"b"), acks=1)).error == ErrorCode.none
 
         # The convenience read for internal readers (the group coordinator).
-        error, data, hw = await rm.read_records(tp, 0, 1 << 20)
+        error, data, hw = await rm.fetches.read_records(tp, 0, 1 << 20)
         assert (error, hw) == (ErrorCode.none, 1)
         from logkeel.records.record import decode_records
 
@@ -404,7 +406,8 @@ def test_fetched_records_go_to_the_socket_with_sendfile(
     async def scenario(broker: Broker) -> None:
         broker.metadata.create_topic("zero-copy", 1, 1, {"max.message.bytes": "10000000"})
         tp = TopicPartition("zero-copy", 0)
-        assert (await broker.replica_manager.append_records(tp, records(payload))).error == 0
+        appends = broker.replica_manager.appends
+        assert (await appends.append_records(tp, records(payload))).error == 0
 
         def fetch() -> Any:
             with RawClient(broker.port) as c:

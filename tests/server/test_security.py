@@ -378,8 +378,8 @@ def test_scram_users_are_managed_and_stored_salted(secure: SecureBroker) -> None
 def test_commands_reach_tls_and_sasl_listeners_with_a_command_config(
     secure: SecureBroker, tmp_path: Path, listener: str
 ) -> None:
-    """`logkeel users` (and `logkeel acls`) take Kafka client properties, as kafka-configs.sh
-    --command-config does: no PLAINTEXT listener needed."""
+    """`logkeel users` (and `logkeel acls`, `logkeel cluster status`) take Kafka client
+    properties, as kafka-configs.sh --command-config does: no PLAINTEXT listener needed."""
     jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="bob" password="{BOB_PASSWORD}";')  # fmt: skip
     props = {"security.protocol": listener, "ssl.truststore.location": str(secure.certs.ca),
@@ -390,6 +390,14 @@ def test_commands_reach_tls_and_sasl_listeners_with_a_command_config(
                "--bootstrap-server", secure.bootstrap(listener), "--command-config", str(config)]  # fmt: skip
     listing = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert listing.returncode == 0 and "bob: " in listing.stdout, listing.stderr
+    status = subprocess.run(
+        [sys.executable, "-m", "logkeel", "cluster", "status", "--json",
+         "--bootstrap-server", secure.bootstrap(listener), "--command-config", str(config)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    [broker] = json.loads(status.stdout)["brokers"]
+    assert broker["log_dirs_online"] and not broker["log_dirs_offline"]
     if listener.startswith("SASL_"):
         config.write_text(config.read_text().replace(BOB_PASSWORD, "wrong"))
         refused = subprocess.run(command, capture_output=True, text=True, timeout=60)

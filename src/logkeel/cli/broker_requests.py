@@ -19,7 +19,7 @@ from logkeel.config.types import ConfigError
 from logkeel.server.network.client import BrokerClient, BrokerConnectionError, ClientSecurity
 from logkeel.server.network.inter_broker import client_security
 
-__all__ = ["call", "command_config_option", "fail", "nested"]
+__all__ = ["call", "command_config_option", "fail", "nested", "send"]
 
 _SECURITY = "logkeel.client_security"
 
@@ -42,7 +42,10 @@ command_config_option = click.option(
 )
 
 
-def call(command: str, bootstrap_server: str, request: Any) -> Any:
+def send(bootstrap_server: str, request: Any, *, client_id: str, timeout_ms: int = 30_000) -> Any:
+    """The broker's answer to ``request``, on a connection of its own secured as the command's
+    ``--command-config`` says; raises ``BrokerConnectionError`` (``ValueError``: a bad address)
+    for a caller that carries on without the answer."""
     host, _, port = bootstrap_server.rpartition(":")
     context = click.get_current_context(silent=True)
     security = context.meta.get(_SECURITY) if context is not None else None
@@ -51,8 +54,8 @@ def call(command: str, bootstrap_server: str, request: Any) -> Any:
         client = BrokerClient(
             host.strip("[]") or "127.0.0.1",
             int(port),
-            client_id=f"logkeel-{command}",
-            request_timeout_ms=30_000,
+            client_id=client_id,
+            request_timeout_ms=timeout_ms,
             max_response_bytes=10 * 1024 * 1024,
             security=security or ClientSecurity(),
         )
@@ -61,8 +64,13 @@ def call(command: str, bootstrap_server: str, request: Any) -> Any:
         finally:
             await client.close()
 
+    return asyncio.run(round_trip())
+
+
+def call(command: str, bootstrap_server: str, request: Any) -> Any:
+    """``send``, failing the command when the broker cannot be reached."""
     try:
-        return asyncio.run(round_trip())
+        return send(bootstrap_server, request, client_id=f"logkeel-{command}")
     except (BrokerConnectionError, ValueError) as exc:
         fail(command, str(exc))
 

@@ -6,7 +6,8 @@ port counting up from ``--port``; it prints the bootstrap servers and stops ever
 on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper last).
 
 ``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and each broker
-for its log dirs (DescribeLogDirs), and shows the brokers, the controller and every partition's
+for its log dirs (DescribeLogDirs), through `broker_requests` (so ``--command-config`` reaches a
+TLS or SASL listener, as for the other admin commands), and shows the brokers, the controller and every partition's
 replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions. It also
 lists every election after which replicas lost records (an unclean leader, a designated one out
 of the ISR): the controller records them in ZooKeeper, whose address the broker's
@@ -18,7 +19,6 @@ from __future__ import annotations
 import datetime
 import json
 import signal
-import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -31,16 +31,12 @@ from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import nested
-from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cli.broker_requests import command_config_option, nested, send
+from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
-from logkeel.server.protocol import (
-    ApiKey,
-    decode_response,
-    encode_request,
-    request_schema,
-    response_schema,
-)
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
+from logkeel.server.network.client import BrokerConnectionError
+from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
 
 __all__ = ["cluster_group", "cluster_status", "zookeeper_connect"]
@@ -122,14 +118,13 @@ def cluster_status(
 ) -> dict[str, Any]:
     """The cluster as one broker sees it, as plain data (what ``--json`` prints);
     ``election_losses`` is None when they could not be read (a single node has none)."""
-    host, _, port = bootstrap.rpartition(":")
     response = _call(
-        host or "127.0.0.1", int(port), ApiKey.METADATA, _METADATA_VERSION, timeout,
+        bootstrap, ApiKey.METADATA, _METADATA_VERSION, timeout,
         topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
     )
     brokers = [
         {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
-         **_log_dirs(b.host, int(b.port), timeout)}
+         **_log_dirs(f"{b.host}:{int(b.port)}", timeout)}
         for b in sorted(response.brokers, key=lambda b: b.node_id)
     ]
     partitions = []
@@ -173,7 +168,7 @@ def zookeeper_connect(bootstrap: str, status: dict[str, Any], timeout: float = 1
     request_type = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
     resource = nested(request_type, "DescribeConfigsResource")
     response = _call(
-        host or "127.0.0.1", int(port), ApiKey.DESCRIBE_CONFIGS, 1, timeout,
+        bootstrap, ApiKey.DESCRIBE_CONFIGS, 1, timeout,
         resources=(resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
                             configuration_keys=("zookeeper.connect",)),),
         include_synonyms=False,
@@ -205,47 +200,37 @@ def _election_losses(connect: str | None) -> list[dict[str, Any]] | None:
         client.close()
 
 
-def _call(host: str, port: int, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
+def _call(bootstrap: str, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
     """One request on a connection of its own, and its decoded response."""
     request_type = request_schema(api, version)
     assert request_type is not None
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(encode_request(request_type(**fields), 1, "logkeel-cluster-status"))
-        size = int.from_bytes(_recv(sock, 4), "big", signed=True)
-        _, response = decode_response(response_schema(api, version), _recv(sock, size))
-    return response
+    return send(
+        bootstrap, request_type(**fields), client_id="logkeel-cluster-status",
+        timeout_ms=int(timeout * 1000),
+    )
 
 
-def _log_dirs(host: str, port: int, timeout: float) -> dict[str, list[str]]:
+def _log_dirs(address: str, timeout: float) -> dict[str, list[str]]:
     """The broker's log dirs, online and offline (DescribeLogDirs); empty when unreachable."""
     try:
-        response = _call(host, port, ApiKey.DESCRIBE_LOG_DIRS, 1, timeout, topics=None)
-    except OSError:
+        response = _call(address, ApiKey.DESCRIBE_LOG_DIRS, 1, timeout, topics=None)
+    except BrokerConnectionError:
         return {"log_dirs_online": [], "log_dirs_offline": []}
     online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
     offline = [r.log_dir for r in response.results if r.error_code != ErrorCode.none]
     return {"log_dirs_online": online, "log_dirs_offline": offline}
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        out += chunk
-    return bytes(out)
-
-
 @cluster_group.command("status")
 @click.option("--bootstrap-server", "bootstrap", default="127.0.0.1:9092", show_default=True,
               metavar="HOST:PORT")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@command_config_option
 def status_command(bootstrap: str, as_json: bool) -> None:
     """Brokers, controller, and every partition's leader, epoch and ISR."""
     try:
         status = cluster_status(bootstrap)
-    except (OSError, ConnectionError) as exc:
+    except (BrokerConnectionError, ValueError) as exc:
         click.echo(f"logkeel cluster status: cannot reach {bootstrap}: {exc}", err=True)
         sys.exit(1)
     if as_json:

@@ -23,7 +23,8 @@ from rich.table import Table
 from logkeel.cli.broker_requests import call, fail, nested
 from logkeel.cli.cluster import cluster_status, zookeeper_connect
 from logkeel.cluster.partition_state import ElectionRequest
-from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
 

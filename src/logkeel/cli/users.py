@@ -29,7 +29,8 @@ from logkeel.cluster.scram import (
     mechanism_type,
     salted_password,
 )
-from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["users_group"]

@@ -1,6 +1,6 @@
 """The cluster controller (ZooKeeper mode): one broker at a time, elected through the ephemeral
 /controller znode and fenced by /controller_epoch (every write it makes checks the epoch's
-version, `zk_client`).
+version, `zk_controller`).
 
 Every broker runs a `Controller`; all but one stay idle. Watches (live brokers, topics and their
 assignments, deletion requests, ISR-change notifications, controlled-shutdown requests, a
@@ -45,13 +45,10 @@ from logkeel.cluster.partition_state import (
     ReplicaView,
     Views,
 )
-from logkeel.cluster.zk_client import (
-    ControllerEpoch,
-    ControllerMoved,
-    StalePartitionState,
-    ZkMetadataClient,
-)
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
 from logkeel.cluster.zk_data import LeaderIsr, ReplicaLogReport, TopicAssignment
+from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["Controller", "LiveBrokers", "decide", "imbalanced_partitions", "initial_state"]

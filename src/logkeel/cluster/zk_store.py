@@ -41,8 +41,10 @@ from logkeel.cluster.metadata import (
 )
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.session_fence import SessionFence
-from logkeel.cluster.zk_client import BrokerIdInUse, StalePartitionState, ZkMetadataClient
+from logkeel.cluster.zk_brokers import BrokerIdInUse
+from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.storage.log_dir import random_uuid
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 

@@ -1,9 +1,9 @@
 """The broker: one object that owns the log manager, metadata, replica manager, group coordinator
 and the network server, starts them in order and stops them in reverse.
 
-It is also the contract between the API families: every handler module gets the broker and
-reads what it needs from it (``config``, ``metadata``, ``log_manager``, ``replica_manager``,
-``group_coordinator``, ``topic_config``/``log_config``, ``ensure_topic``).
+It also registers the API families, each given only what it uses (``register_api_families``);
+the few that read several of its parts take the broker through a protocol of just those
+(``config``, ``metadata``, ``topic_configs``, ``ensure_topic``, ...).
 
 Cluster id: ``meta.properties`` in the log dirs is the source of truth (it is what Kafka's own
 tools read and what ties a dir to its cluster). The id found there is given to the metadata
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ from logkeel.cluster.metadata import (
     MetadataStore,
     TopicState,
 )
-from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
+from logkeel.cluster.zk_data import EndPoint
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.adopt_logs import adopt_stray_logs
 from logkeel.server.api import acls as acls_api
@@ -69,11 +68,12 @@ from logkeel.server.replica.context import (
     ReplicationSettings,
 )
 from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica_reports import ReplicaReports
+from logkeel.server.topic_configs import TopicConfigs
+from logkeel.server.topic_deletions import finish_topic_deletions
 from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from logkeel.server.txn.markers import TxnMarkers
 from logkeel.server.txn.records import TRANSACTION_STATE_TOPIC
-from logkeel.storage.engine.log_config import LogConfig
-from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import BackgroundIntervals, LogManager
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
@@ -127,9 +127,6 @@ class Broker:
         self._advertised_port = advertised.port
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.started_at: float | None = None
-        # Keyed by the overrides: topics with the same overrides share one resolved config.
-        self._topic_config_cache: dict[tuple[tuple[str, str], ...], TopicConfig] = {}
-        self._cache_lock = threading.Lock()
         self._auto_create_lock = asyncio.Lock()
         self._started = False
         self._stopped = False
@@ -157,13 +154,14 @@ class Broker:
             self.metadata = self.cluster.store
             isr_change_requested = isr_change_requested or self.cluster.isr_change_requested
         self.cluster_id: str = self.metadata.cluster_id
+        self.topic_configs = TopicConfigs(config, self.metadata)
 
         self.log_manager = LogManager(
             self.log_dirs,
             node_id=self.node_id,
             cluster_id=self.cluster_id,
-            default_config=self._log_config_from(TopicConfig.from_broker(config)),
-            config_for=self.log_config,
+            default_config=self.topic_configs.log_config_from(TopicConfig.from_broker(config)),
+            config_for=self.topic_configs.log_config,
             recovery_threads_per_dir=config.num_recovery_threads_per_data_dir,
             intervals=_background_intervals(config),
             startup_validation=config.log_startup_validation,
@@ -173,6 +171,7 @@ class Broker:
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
         self.log_manager.add_dir_online_listener(self._on_log_dir_online)
         self.log_manager.add_partition_failure_listener(self._on_partition_failure)
+        self._replica_reports = ReplicaReports(self.node_id, self.metadata, self.log_manager)
 
         replication = ReplicationSettings.from_broker_config(config)
         self.replica_manager = ReplicaManager(
@@ -180,8 +179,8 @@ class Broker:
                 node_id=self.node_id,
                 metadata=self.metadata,
                 log_manager=self.log_manager,
-                topic_config=self.topic_config,
-                log_config=self.log_config,
+                topic_config=self.topic_configs.get,
+                log_config=self.topic_configs.log_config,
                 num_io_threads=config.num_io_threads,
                 replication=replication,
                 isr_change_requested=isr_change_requested,
@@ -199,7 +198,7 @@ class Broker:
         )
         txn_settings = TxnSettings.from_broker_config(config)
         self.txn_markers = TxnMarkers(
-            self.node_id, self.metadata, self.replica_manager, self._on_txn_completed,
+            self.node_id, self.metadata, self.replica_manager.appends, self._on_txn_completed,
             replication.inter_broker,
         )
         self.txn_coordinator = TransactionCoordinator(
@@ -270,41 +269,6 @@ class Broker:
         """The bound port (after ``start()``)."""
         return self.server.port
 
-    # -- topic configuration ------------------------------------------------------------------
-
-    def topic_config(self, name: str) -> TopicConfig:
-        """The broker defaults with the topic's overrides from metadata on top."""
-        state = self.metadata.topic(name)
-        overrides = dict(state.configs) if state is not None else {}
-        key = tuple(sorted(overrides.items()))
-        with self._cache_lock:
-            cached = self._topic_config_cache.get(key)
-        if cached is not None:
-            return cached
-        try:
-            config = TopicConfig.from_broker(self.config, overrides)
-        except ValueError as exc:
-            # Stored overrides were valid when written; a changed broker default can still make
-            # them clash. Serve the topic on the broker defaults rather than not at all.
-            log.error("topic %s: stored configs are invalid (%s); using broker defaults", name, exc)
-            config = TopicConfig.from_broker(self.config)
-        with self._cache_lock:
-            if len(self._topic_config_cache) > 10_000:
-                self._topic_config_cache.clear()
-            self._topic_config_cache[key] = config
-        return config
-
-    def log_config(self, name: str) -> LogConfig:
-        """The storage settings of topic ``name`` (see ``topic_config``)."""
-        return self._log_config_from(self.topic_config(name))
-
-    def _log_config_from(self, topic: TopicConfig) -> LogConfig:
-        return LogConfig.from_topic_config(
-            topic,
-            producer_snapshot_interval_ms=self.config.producer_state_snapshot_interval_ms,
-            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
-        )
-
     # -- topics ---------------------------------------------------------------------------------
 
     async def ensure_topic(self, name: str) -> TopicState | None:
@@ -350,7 +314,7 @@ class Broker:
         self.started_at = time.time()
         t0 = time.monotonic()
         report = await asyncio.to_thread(self.log_manager.startup)
-        await asyncio.to_thread(self._finish_topic_deletions)
+        await asyncio.to_thread(finish_topic_deletions, self.metadata, self.log_manager)
         await asyncio.to_thread(
             adopt_stray_logs,
             self.metadata,
@@ -391,11 +355,14 @@ class Broker:
                     "may read, write and delete every topic",
                     exposed,
                 )
-            if self.cluster is not None:
+            cluster = self.cluster
+            if cluster is not None:
                 self.replica_manager.add_partition_listener(self._on_partitions_changed)
-                await self.cluster.join(
-                    *self.advertised, self._log_dir_ids(), *self._offline_replicas(),
-                    replica_logs=self._replica_logs, endpoints=self._endpoints(),
+                reports = self._replica_reports
+                await cluster.join(
+                    *self.advertised, reports.log_dir_ids(), *reports.offline_replicas(),
+                    replica_logs=lambda: reports.replica_logs(cluster.store.broker_epoch),
+                    endpoints=self._endpoints(),
                 )
             if self.metrics_port is not None:
                 try:
@@ -474,46 +441,6 @@ class Broker:
             if tp.topic == OFFSETS_TOPIC:
                 self.group_coordinator.complete_txn(producer_id, tp.partition, committed)
 
-    def _log_dir_ids(self, *, offline: bool = False) -> list[str]:
-        return [
-            d.meta.directory_id
-            for d in self.log_manager.dirs
-            if d.meta is not None and (not offline or not d.online)
-        ]
-
-    def _offline_replicas(self) -> tuple[list[TopicPartition], list[str]]:
-        return list(self.log_manager.offline_partitions), self._log_dir_ids(offline=True)
-
-    def _replica_logs(self) -> dict[TopicPartition, ReplicaLogReport]:
-        """What each replica held here has in its log, against the partition state seen now
-        (thread-safe reads: called on the cluster's writer thread). A replica with no log here
-        is reported empty -- a wiped disk looks exactly like that -- unless a log dir is
-        offline (its log may be there): then it is not reported, and cannot lead."""
-        out = {}
-        assert self.cluster is not None
-        broker_epoch = self.cluster.store.broker_epoch
-        dirs_online = all(d.online for d in self.log_manager.dirs)
-        for topic in list(self.metadata.topics().values()):
-            for state in list(topic.partitions.values()):
-                if self.node_id not in state.replicas:
-                    continue
-                plog = self.log_manager.get_log(state.tp)
-                if plog is None:
-                    if dirs_online and state.tp not in self.log_manager.offline_partitions:
-                        out[state.tp] = ReplicaLogReport(
-                            topic.topic_id, -1, 0, state.partition_epoch, broker_epoch
-                        )
-                    continue
-                epoch = plog.leader_epochs.latest_epoch
-                out[state.tp] = ReplicaLogReport(
-                    topic.topic_id,
-                    -1 if epoch is None else epoch,
-                    plog.log_end_offset,
-                    state.partition_epoch,
-                    broker_epoch,
-                )
-        return out
-
     def _on_partitions_changed(self, tps: list[TopicPartition]) -> None:
         """A partition held here lost its leader: report this replica's log against the new
         state at once, so the controller can elect from it without waiting."""
@@ -525,25 +452,6 @@ class Broker:
                 return
 
     # -- storage failures -----------------------------------------------------------------------
-
-    def _finish_topic_deletions(self) -> None:
-        """Deletes the logs of topics whose deletion a crash interrupted (the metadata records
-        a deletion in the write that removes the topic; the dirs are renamed after), before
-        anything is served: a deleted topic's data is never served or adopted again."""
-        pending = self.metadata.pending_deletions()
-        failed: set[str] = set()
-        for tp in pending:
-            try:
-                self.log_manager.delete_log(tp)
-            except KafkaStorageError as exc:
-                self.log_manager.handle_dir_failure(exc)
-                failed.add(tp.topic)
-        if pending:
-            log.info("finished deleting %d partition(s) of deleted topics", len(pending))
-        try:
-            self.metadata.forget_deletions({tp.topic for tp in pending} - failed)
-        except MetadataError as exc:
-            log.error("could not record the finished deletions: %s", exc)
 
     def _on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
         """One partition's log went offline for an error that is not a device fault (its
@@ -557,7 +465,7 @@ class Broker:
         self.metrics.log_dir_online(log_dir)
         self.replica_manager.on_log_dir_online(log_dir, loaded)
         if self.cluster is not None:
-            self.cluster.report_offline(*self._offline_replicas())
+            self.cluster.report_offline(*self._replica_reports.offline_replicas())
             self.cluster.report_replica_logs()
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
@@ -569,7 +477,7 @@ class Broker:
         self.metrics.log_dir_failed(log_dir)
         self.replica_manager.on_log_dir_failure(log_dir, reason)
         if self.cluster is not None:
-            self.cluster.report_offline(*self._offline_replicas())
+            self.cluster.report_offline(*self._replica_reports.offline_replicas())
 
 
 def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
@@ -583,15 +491,15 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     produce_api.register(
         registry,
         broker.metadata,
-        broker.replica_manager,
+        broker.replica_manager.appends,
         broker.ensure_topic,
         broker.authorizer,
         broker.txn_coordinator.verify_partition,
     )
     fetch_api.register(
-        registry, broker.config, broker.metadata, broker.replica_manager, broker.authorizer
+        registry, broker.config, broker.metadata, broker.replica_manager.fetches, broker.authorizer
     )
-    offsets_api.register(registry, broker.replica_manager, broker.authorizer)
+    offsets_api.register(registry, broker.replica_manager.offsets, broker.authorizer)
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(
         registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer

@@ -19,8 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
-from logkeel.cluster.zk_client import ZkMetadataClient, ZooKeeperUnavailable
+from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
 from logkeel.storage.topic_partition import TopicPartition

@@ -35,7 +35,6 @@ from logkeel.config import (
     ConfigKey,
     ConfigSource,
     ConfigType,
-    TopicConfig,
 )
 from logkeel.server.api.broker_loggers import (
     SOURCE_DYNAMIC_BROKER_LOGGER_CONFIG,
@@ -62,6 +61,7 @@ from logkeel.server.api.topic_admin import TopicAdmin
 from logkeel.server.api.topic_refs import check_topic_name, entry_error_for
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
+from logkeel.server.topic_configs import TopicConfigs
 
 __all__ = ["CONFIG_VERSIONS", "ConfigAdmin", "ConfigsApi", "register"]
 
@@ -81,12 +81,13 @@ RESOURCE_BROKER_LOGGER = 8
 
 class ConfigAdmin(TopicAdmin, Protocol):
     """What the config APIs use besides the broker's configs and metadata store (topic
-    overrides): this broker's id and the resolved config of a topic."""
+    overrides): this broker's id and the resolved configs of topics."""
 
     @property
     def node_id(self) -> int: ...
 
-    def topic_config(self, name: str) -> TopicConfig: ...
+    @property
+    def topic_configs(self) -> TopicConfigs: ...
 
 
 class ConfigsApi:
@@ -200,7 +201,7 @@ class ConfigsApi:
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
             )
-        topic_config = broker.topic_config(name)
+        topic_config = broker.topic_configs.get(name)
         return tuple(
             self._entry(
                 types,
@@ -379,7 +380,7 @@ class ConfigsApi:
             overrides = apply_incremental(
                 state.configs,
                 ((c.name, c.config_operation, c.value) for c in resource.configs),
-                broker.topic_config(name),
+                broker.topic_configs.get(name),
             )
         else:
             # The legacy API replaces the topic's whole set of overrides.

@@ -37,7 +37,7 @@ from logkeel.server.api.responses import build, nested_types, node_endpoints, re
 from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
-from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.fetches import Fetches
 from logkeel.server.replica.results import (
     FetchPartitionRequest,
     FetchPartitionResult,
@@ -133,13 +133,13 @@ class FetchApi:
         self,
         config: BrokerConfig,
         metadata: MetadataStore,
-        replica_manager: ReplicaManager,
+        fetches: Fetches,
         authorizer: RequestAuthorizer,
     ) -> None:
         self._authorizer = authorizer
         self._config = config
         self._metadata = metadata
-        self._replica_manager = replica_manager
+        self._fetches = fetches
 
     def _max_bytes(self, requested: int, follower: bool) -> int:
         name = "replica.fetch.response.max.bytes" if follower else "fetch.max.bytes"
@@ -206,7 +206,7 @@ class FetchApi:
             layout.append((key, entries))
 
         follower = replica_id >= 0
-        results = await self._replica_manager.fetch(
+        results = await self._fetches.fetch(
             wanted,
             replica_id=replica_id,
             max_wait_ms=round(request.max_wait.total_seconds() * 1000),
@@ -223,7 +223,7 @@ class FetchApi:
         served = [r.tp for r in results if r.records is not None]
         if follower and served:
             token = id(frame)
-            frame.on_send = lambda sent: self._replica_manager.follower_response(
+            frame.on_send = lambda sent: self._fetches.follower_response(
                 served, replica_id, token, sent
             )
         return frame
@@ -312,10 +312,10 @@ def register(
     registry: HandlerRegistry,
     config: BrokerConfig,
     metadata: MetadataStore,
-    replica_manager: ReplicaManager,
+    fetches: Fetches,
     authorizer: RequestAuthorizer,
 ) -> FetchApi:
-    api = FetchApi(config, metadata, replica_manager, authorizer)
+    api = FetchApi(config, metadata, fetches, authorizer)
     registry.register(
         ApiKey.FETCH, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

@@ -29,7 +29,7 @@ from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
-from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.offset_queries import OffsetQueries
 from logkeel.server.replica.results import READ_UNCOMMITTED, ListOffsetResult
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -44,8 +44,8 @@ class _PartitionOffsetsApi:
     MIN_VERSION: int
     MAX_VERSION: int
 
-    def __init__(self, replica_manager: ReplicaManager, authorizer: RequestAuthorizer) -> None:
-        self._replica_manager = replica_manager
+    def __init__(self, offsets: OffsetQueries, authorizer: RequestAuthorizer) -> None:
+        self._offsets = offsets
         self._authorizer = authorizer
 
     def _may(self, ctx: RequestContext, operation: AclOperation, topic: str) -> bool:
@@ -63,12 +63,12 @@ class ListOffsetsApi(_PartitionOffsetsApi):
         isolation: int | None = (
             None if replica_id >= 0 else int(getattr(request, "isolation_level", READ_UNCOMMITTED))
         )
-        rm = self._replica_manager
+        queries = self._offsets
 
         async def one(topic: str, part: Any) -> Any:
             if not self._may(ctx, AclOperation.DESCRIBE, topic):
                 return self._partition(mod, int(part.partition_index), ListOffsetResult(_DENIED))
-            result = await rm.offset_for_timestamp(
+            result = await queries.offset_for_timestamp(
                 TopicPartition(topic, int(part.partition_index)),
                 int(part.timestamp),
                 isolation_level=isolation,
@@ -123,7 +123,7 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
             ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
         ):
             return self.error_response(ctx, request, ErrorCode.cluster_authorization_failed)
-        rm = self._replica_manager
+        queries = self._offsets
         topics = []
         for topic in request.topics:
             partitions = []
@@ -137,7 +137,7 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
                         )  # fmt: skip
                     )
                     continue
-                error, epoch, end = rm.end_offset_for_epoch(
+                error, epoch, end = queries.end_offset_for_epoch(
                     TopicPartition(str(topic.topic), int(p.partition)),
                     int(p.current_leader_epoch),
                     int(p.leader_epoch),
@@ -180,7 +180,7 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
         timeout_ms = round(request.timeout.total_seconds() * 1000)
-        rm = self._replica_manager
+        queries = self._offsets
 
         async def one(topic: str, p: Any) -> Any:
             if not self._may(ctx, AclOperation.DELETE, topic):
@@ -189,7 +189,7 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
                 # Kafka's ReplicaManager: "Cannot delete records of internal topic".
                 error, low = ErrorCode.invalid_topic_exception, -1
             else:
-                error, low = await rm.delete_records(
+                error, low = await queries.delete_records(
                     TopicPartition(topic, int(p.partition_index)), int(p.offset), timeout_ms
                 )
             return mod.DeleteRecordsPartitionResult(
@@ -222,12 +222,12 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
 
 
 def register(
-    registry: HandlerRegistry, replica_manager: ReplicaManager, authorizer: RequestAuthorizer
+    registry: HandlerRegistry, offsets: OffsetQueries, authorizer: RequestAuthorizer
 ) -> None:
     for api_key, api in (
-        (ApiKey.LIST_OFFSETS, ListOffsetsApi(replica_manager, authorizer)),
-        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(replica_manager, authorizer)),
-        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(replica_manager, authorizer)),
+        (ApiKey.LIST_OFFSETS, ListOffsetsApi(offsets, authorizer)),
+        (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochApi(offsets, authorizer)),
+        (ApiKey.DELETE_RECORDS, DeleteRecordsApi(offsets, authorizer)),
     ):
         registry.register(
             api_key,

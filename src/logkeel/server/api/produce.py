@@ -31,7 +31,7 @@ from logkeel.server.authorization import RequestAuthorizer
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
-from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.appends import Appends
 from logkeel.server.replica.results import PartitionAppendResult
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
@@ -65,14 +65,14 @@ class ProduceApi:
     def __init__(
         self,
         metadata: MetadataStore,
-        replica_manager: ReplicaManager,
+        appends: Appends,
         ensure_topic: Callable[[str], Awaitable[TopicState | None]],
         authorizer: RequestAuthorizer,
         verify_txn: TxnVerifier | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._metadata = metadata
-        self._replica_manager = replica_manager
+        self._appends = appends
         self._ensure_topic = ensure_topic
         self._verify_txn = verify_txn
 
@@ -142,7 +142,7 @@ class ProduceApi:
 
         results: dict[TopicPartition, PartitionAppendResult] = {}
         if entries:
-            results = await self._replica_manager.append_to_partitions(
+            results = await self._appends.append_to_partitions(
                 entries, acks, timeout_ms, origin_is_client=True, on_submitted=ctx.release
             )
 
@@ -289,13 +289,13 @@ def _is_transactional(records: bytes) -> bool:
 def register(
     registry: HandlerRegistry,
     metadata: MetadataStore,
-    replica_manager: ReplicaManager,
+    appends: Appends,
     ensure_topic: Callable[[str], Awaitable[TopicState | None]],
     authorizer: RequestAuthorizer,
     verify_txn: TxnVerifier | None = None,
 ) -> ProduceApi:
     """``ensure_topic`` returns a topic, auto-created if the broker allows, or None."""
-    api = ProduceApi(metadata, replica_manager, ensure_topic, authorizer, verify_txn)
+    api = ProduceApi(metadata, appends, ensure_topic, authorizer, verify_txn)
     registry.register(
         ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
     )

@@ -363,7 +363,7 @@ class BrokerOffsetsStore:
         timeout_ms = 5000  # Kafka's offsets.commit.timeout.ms default
         async with self._locks(partition):
             try:
-                result = await self._broker.replica_manager.append_records(
+                result = await self._broker.replica_manager.appends.append_records(
                     self._tp(partition), batch, -1, timeout_ms, origin_is_client=False
                 )
             except Exception as exc:

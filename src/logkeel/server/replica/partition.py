@@ -2,82 +2,37 @@
 
 A ``Partition`` is built by the replica manager from cluster metadata over a log from the log
 manager. It answers for itself whether it can serve a request (offline, not the leader, a
-fenced epoch), appends as leader, reads for consumers and followers, and moves the high
-watermark; the replica manager routes requests to it and handles failures of its log dir.
-Methods that touch the log run on the IO threads and take ``log.lock``.
+fenced epoch), takes leadership changes, appends as leader and as follower, and as leader moves
+the high watermark and proposes ISR changes from what ``FollowerTracking`` knows of its
+followers; ``partition_reads`` serves fetches and ListOffsets from it. The replica manager
+routes requests to it and handles failures of its log dir. Methods that touch the log run on
+the IO threads and take ``log.lock``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster import isr as isr_rules
-from logkeel.cluster.isr import FollowerState, IsrConfig, SlowLeader
+from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
-from logkeel.config import TopicConfig
-from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError
-from logkeel.records.walk import iter_headers
+from logkeel.server.replica.append_checks import AppendRejected, check_client_batches
 from logkeel.server.replica.append_turns import AppendTurns
 from logkeel.server.replica.context import IsrChangeRequested
-from logkeel.server.replica.results import (
-    DEBUGGING_CONSUMER_ID,
-    EARLIEST_LOCAL_TIMESTAMP,
-    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
-    LATEST_TIERED_TIMESTAMP,
-    READ_COMMITTED,
-    FetchPartitionRequest,
-    FetchPartitionResult,
-    ListOffsetResult,
-    RegionRecords,
-)
-from logkeel.storage import errors as storage_errors
+from logkeel.server.replica.follower_tracking import FollowerTracking
+from logkeel.server.replica.topic_settings import TopicSettings
 from logkeel.storage.engine.log import PartitionLog
-from logkeel.storage.engine.log_results import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-    AppendInfo,
-)
+from logkeel.storage.engine.log_results import AppendInfo
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["AppendRejected", "Partition", "TopicSettings"]
+__all__ = ["Partition"]
 
 log = logging.getLogger(__name__)
-
-
-class AppendRejected(Exception):
-    """An append refused before it reached the log; ``code`` is the partition's answer."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        self.code = code
-        super().__init__(message)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSettings:
-    """Topic configs read on every append (Kafka's names in the comments)."""
-
-    min_insync_replicas: int = 1  # min.insync.replicas
-    timestamp_before_max_ms: int | None = None  # message.timestamp.before.max.ms
-    timestamp_after_max_ms: int | None = None  # message.timestamp.after.max.ms
-    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
-
-    @classmethod
-    def from_topic_config(cls, config: TopicConfig) -> TopicSettings:
-        return cls(
-            min_insync_replicas=_int_config(config, "min.insync.replicas") or 1,
-            timestamp_before_max_ms=_int_config(config, "message.timestamp.before.max.ms"),
-            timestamp_after_max_ms=_int_config(config, "message.timestamp.after.max.ms"),
-            log_append_time=_str_config(config, "message.timestamp.type") == "LogAppendTime",
-        )
 
 
 class Partition:
@@ -105,20 +60,13 @@ class Partition:
         self.isr: list[int] = []
         self.log: PartitionLog | None = None
         self.offline_reason: str | None = None
-        # As leader: each follower's fetch state (Kafka's Replica), replaced on every change.
-        self.followers: dict[int, FollowerState] = {}
-        self.isr_config = isr_config or IsrConfig()
+        # As leader: what it knows of its followers.
+        self.followers = FollowerTracking(node_id, isr_config or IsrConfig())
         self._isr_change_requested = isr_change_requested
         # The last ISR asked for in this partition epoch, so a proposal is made once.
         self._proposed_isr: tuple[int, ...] | None = None
-        self._followers_lock = threading.Lock()
-        # Beyond KIP-501: how slow this leader is to serve each follower, the responses to
-        # them still being sent (token -> follower, start ms), and the epoch it resigned in.
-        self._slow: dict[int, SlowLeader] = {}
-        self._unsent: dict[int, tuple[int, int]] = {}
-        # follower -> (fetch offset, start ms) of its read whose records are being sent: it
-        # stays pending (KIP-501) until they are.
-        self._reads_unsent: dict[int, tuple[int, int]] = {}
+        # Beyond KIP-501: the leader epoch in which this leader, too slow for its followers,
+        # asked to resign.
         self._resigned_in_epoch: int | None = None
         self.resign_requested: Callable[[TopicPartition, str], None] | None = None
         # Bytes appended since start: delayed fetches compare it to decide they have enough.
@@ -154,22 +102,13 @@ class Partition:
         if moved or state.partition_epoch != self.partition_epoch:
             self._proposed_isr = None
         if moved and state.leader == self.node_id:
-            # A new term: followers start unknown; ISR members count as caught up now, so the
-            # periodic check gives them replica.lag.time.max.ms to fetch (Kafka does the same).
-            now = _now_ms()
-            with self._followers_lock:
-                self.followers = {
-                    r: FollowerState(last_caught_up_ms=now if r in state.isr else 0)
-                    for r in state.replicas
-                    if r != self.node_id
-                }
+            self.followers.new_term(state.replicas, state.isr, _now_ms())
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.partition_epoch = state.partition_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
-        with self._followers_lock:
-            self.followers = {r: f for r, f in self.followers.items() if r in self.replicas}
+        self.followers.keep_only(self.replicas)
         return moved
 
     def state_error(self, *, leader_only: bool = True) -> ErrorCode | None:
@@ -207,8 +146,11 @@ class Partition:
             return False
         joining = tuple(r for r in self._proposed_isr or () if r not in self.isr)
         new_hw = isr_rules.high_watermark(
-            plog.high_watermark, self.node_id, plog.log_end_offset, (*self.isr, *joining),
-            self.followers,
+            plog.high_watermark,
+            self.node_id,
+            plog.log_end_offset,
+            (*self.isr, *joining),
+            self.followers.states,
         )
         changed = new_hw > plog.high_watermark
         if changed:
@@ -241,7 +183,7 @@ class Partition:
         if plog is None:
             raise AppendRejected(ErrorCode.kafka_storage_error, f"{self.tp} is offline")
         if origin_is_client:
-            self._validate_client_batches(records)
+            check_client_batches(records, self.settings, self.tp)
         with plog.lock:
             if self.log is not plog or not self.is_leader:
                 raise AppendRejected(ErrorCode.not_leader_or_follower, f"{self.tp} changed state")
@@ -313,162 +255,28 @@ class Partition:
             self.last_stable_offset = plog.last_stable_offset()
         return True
 
-    def _validate_client_batches(self, records: bytes | bytearray | memoryview) -> None:
-        """What Kafka's LogValidator checks beyond structure and CRC (the log checks those):
-        no control batches from clients, and CreateTime timestamps within the topic's bounds."""
-        settings = self.settings
-        before = settings.timestamp_before_max_ms
-        after = settings.timestamp_after_max_ms
-        now = int(time.time() * 1000)
-        try:
-            for _, header in iter_headers(records):
-                if header.is_control:
-                    raise AppendRejected(
-                        ErrorCode.invalid_record, "clients may not write control batches"
-                    )
-                if settings.log_append_time or header.records_count == 0:
-                    continue
-                for ts in (header.base_timestamp, header.max_timestamp):
-                    if ts == NO_TIMESTAMP:
-                        continue
-                    if (before is not None and now - ts > before) or (
-                        after is not None and ts - now > after
-                    ):
-                        raise AppendRejected(
-                            ErrorCode.invalid_timestamp,
-                            f"timestamp {ts} of a batch for {self.tp} is out of the range allowed "
-                            "by message.timestamp.before.max.ms/after.max.ms",
-                        )
-        except InvalidBatchError:
-            return  # the log's own parse reports it as CORRUPT_MESSAGE
+    # -- as the leader: ISR and high watermark --------------------------------------------------
 
-    # -- reads (IO threads) ---------------------------------------------------------------------
-
-    def read(
+    def follower_fetched_locked(
         self,
-        r: FetchPartitionRequest,
         replica_id: int,
-        limit: int,
-        isolation_level: int,
-        min_one_message: bool,
-    ) -> tuple[FetchPartitionResult, bool]:
-        """One partition of a fetch: (the result, whether a follower's fetch moved the high
-        watermark). Storage errors other than an offset out of range propagate."""
-        tp = self.tp
-        follower = replica_id >= 0
-        error = self.state_error(leader_only=replica_id != DEBUGGING_CONSUMER_ID)
-        error = error or self.epoch_error(r.current_leader_epoch)
-        if error is None and follower and replica_id not in self.replicas:
-            # Only assigned replicas read past the high watermark.
-            error = ErrorCode.not_leader_or_follower
-        if error is not None:
-            result = FetchPartitionResult(
-                tp, error, leader_id=self.leader_id, leader_epoch=self.leader_epoch
-            )
-            return result, False
-        plog = self.log
-        assert plog is not None
-        hw_moved = False
-        now = _now_ms()
-        if follower:
-            self._update_follower(
-                replica_id,
-                lambda f: isr_rules.fetch_started(f, r.fetch_offset, now, self.isr_config),
-            )
-        served = False
-        try:
-            with plog.lock:
-                if self.log is not plog:
-                    return FetchPartitionResult(tp, ErrorCode.kafka_storage_error), False
-                lso = plog.last_stable_offset()
-                self.last_stable_offset = lso
-                result = FetchPartitionResult(
-                    tp,
-                    high_watermark=plog.high_watermark,
-                    last_stable_offset=lso,
-                    log_start_offset=plog.log_start_offset,
-                )
-                if r.last_fetched_epoch >= 0:
-                    epoch, end = plog.leader_epochs.end_offset_for(
-                        r.last_fetched_epoch, plog.log_end_offset
-                    )
-                    if end < r.fetch_offset or epoch < r.last_fetched_epoch:
-                        result.diverging_epoch = (epoch, end)
-                        return result, False
-                if follower:
-                    max_offset = None
-                elif isolation_level == READ_COMMITTED:
-                    max_offset = lso
-                else:
-                    max_offset = plog.high_watermark
-                leader_end = plog.log_end_offset
-                info = plog.read(
-                    r.fetch_offset,
-                    limit,
-                    max_offset=max_offset,
-                    min_one_message=min_one_message,
-                    include_aborted=isolation_level == READ_COMMITTED and not follower,
-                )
-                if info.region is not None and info.region.size > 0:
-                    result.records = RegionRecords(
-                        os.dup(info.region.fd), info.region.position, info.region.size
-                    )
-                if isolation_level == READ_COMMITTED and not follower:
-                    result.aborted_transactions = info.aborted_transactions
-                if follower:
-                    served = True
-                    sending = result.records is not None
-                    if sending:
-                        with self._followers_lock:
-                            self._reads_unsent[replica_id] = (r.fetch_offset, now)
-                    hw_moved = self._follower_fetched_locked(
-                        replica_id, r.fetch_offset, now, leader_end, sending=sending
-                    )
-                    # The follower learns the high watermark its own fetch just moved.
-                    result.high_watermark = plog.high_watermark
-                    result.last_stable_offset = self.last_stable_offset
-                return result, hw_moved
-        except storage_errors.OffsetOutOfRangeError:
-            result = FetchPartitionResult(
-                tp,
-                ErrorCode.offset_out_of_range,
-                high_watermark=plog.high_watermark,
-                last_stable_offset=self.last_stable_offset,
-                log_start_offset=plog.log_start_offset,
-            )
-            return result, hw_moved
-        finally:
-            if follower and not served:
-                self._update_follower(
-                    replica_id, lambda f: isr_rules.fetch_failed(f, r.fetch_offset, now)
-                )
-
-    # -- the leader's view of its followers -------------------------------------------------------
-
-    def _update_follower(
-        self, replica_id: int, change: Callable[[FollowerState], FollowerState]
-    ) -> FollowerState | None:
-        """Replaces one follower's state with ``change(state)`` (any thread)."""
-        with self._followers_lock:
-            if replica_id == self.node_id or replica_id not in self.replicas:
-                return None
-            state = change(self.followers.get(replica_id, FollowerState()))
-            self.followers[replica_id] = state
-            return state
-
-    def _follower_fetched_locked(
-        self, replica_id: int, fetch_offset: int, started_ms: int, leader_end: int,
-        *, sending: bool = False,
+        fetch_offset: int,
+        started_ms: int,
+        leader_end: int,
+        *,
+        sending: bool = False,
     ) -> bool:
         """A follower's fetch from ``fetch_offset`` was served: it holds everything below it.
         Moves the high watermark (True if it moved) and asks for an ISR expansion when the
         follower caught up. Call with ``log.lock`` held."""
-        now = _now_ms()
-        state = self._update_follower(
+        state = self.followers.fetch_completed(
             replica_id,
-            lambda f: isr_rules.fetch_completed(
-                f, fetch_offset, started_ms, now, leader_end, self.isr_config, sending=sending
-            ),
+            self.replicas,
+            fetch_offset,
+            started_ms,
+            _now_ms(),
+            leader_end,
+            sending=sending,
         )
         if state is None:
             return False
@@ -495,37 +303,6 @@ class Partition:
             partition_epoch=self.partition_epoch,
         )
 
-    def follower_states(self) -> dict[int, FollowerState]:
-        """Per follower: log end offset, last caught-up time, pending fetches (KIP-501)."""
-        with self._followers_lock:
-            return dict(self.followers)
-
-    # -- beyond KIP-501: a leader too slow for its followers resigns -----------------------------
-
-    def follower_response_started(self, replica_id: int, token: int, now_ms: int) -> None:
-        with self._followers_lock:
-            self._unsent[token] = (replica_id, now_ms)
-
-    def follower_response_sent(self, token: int, now_ms: int) -> None:
-        """A response carrying this partition's records to a follower is sent (or dropped)."""
-        with self._followers_lock:
-            entry = self._unsent.pop(token, None)
-            if entry is not None:
-                read = self._reads_unsent.pop(entry[0], None)
-                if read is not None:
-                    offset, read_started = read
-                    state = self.followers.get(entry[0])
-                    if state is not None:
-                        self.followers[entry[0]] = isr_rules.fetch_sent(
-                            state, offset, read_started, now_ms, self.isr_config
-                        )
-            if entry is not None and self.is_leader:
-                replica, started = entry
-                self._slow[replica] = isr_rules.follower_fetch_served(
-                    self._slow.get(replica, SlowLeader()), now_ms - started, now_ms,
-                    self.isr_config,
-                )
-
     def maybe_resign(self, now_ms: int) -> bool:
         """The periodic check: a leader slow to serve every in-sync follower for longer than
         replica.lag.time.max.ms asks the controller, once per leader epoch, to hand leadership
@@ -534,16 +311,7 @@ class Partition:
         followers = [r for r in self.isr if r != self.node_id]
         if not self.is_leader or self.resign_requested is None or not followers:
             return False
-        verdicts = []
-        with self._followers_lock:
-            for r in followers:
-                oldest = min((t for f, t in self._unsent.values() if f == r), default=None)
-                self._slow[r], resign, why = isr_rules.slow_leader_check(
-                    self._slow.get(r, SlowLeader()), oldest, now_ms, self.isr_config
-                )
-                verdicts.append((resign, f"follower {r}: {why}"))
-        resign = all(v for v, _ in verdicts)
-        why = "; ".join(w for _, w in verdicts)
+        resign, why = self.followers.too_slow_for_all(followers, now_ms)
         if not resign or self._resigned_in_epoch == self.leader_epoch:
             return False
         self._resigned_in_epoch = self.leader_epoch
@@ -559,10 +327,10 @@ class Partition:
             return None
         decision = isr_rules.shrink_isr(
             self.registration(),
-            self.follower_states(),
+            self.followers.snapshot(),
             plog.log_end_offset,
             now_ms,
-            self.isr_config,
+            self.followers.config,
         )
         return decision if self._propose(decision) else None
 
@@ -583,56 +351,6 @@ class Partition:
         assert plog is not None
         return plog.leader_epochs.end_offset_for(leader_epoch, plog.log_end_offset)
 
-    def offset_for_timestamp(self, timestamp: int, isolation_level: int | None) -> ListOffsetResult:
-        """ListOffsets on the IO threads; ``isolation_level`` None: a follower's request."""
-        plog = self.log
-        if plog is None:
-            return ListOffsetResult(ErrorCode.kafka_storage_error)
-        with plog.lock:
-            if isolation_level is None:
-                last_fetchable = plog.log_end_offset
-            elif isolation_level == READ_COMMITTED:
-                last_fetchable = plog.last_stable_offset()
-            else:
-                last_fetchable = plog.high_watermark
-        if timestamp == LATEST_TIMESTAMP:
-            return ListOffsetResult(
-                ErrorCode.none, NO_TIMESTAMP, last_fetchable, max(self.leader_epoch, -1)
-            )
-        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
-            # No tiered storage: Kafka answers "no offset" for these.
-            return ListOffsetResult(ErrorCode.none, NO_TIMESTAMP, -1, -1)
-        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
-            timestamp = EARLIEST_TIMESTAMP
-        if timestamp < MAX_TIMESTAMP:
-            return ListOffsetResult(ErrorCode.invalid_request)
-        found = plog.fetch_offset_by_timestamp(timestamp)
-        if found is None:
-            return ListOffsetResult(ErrorCode.none)
-        if (
-            isolation_level is not None
-            and timestamp != EARLIEST_TIMESTAMP
-            and found.offset >= last_fetchable
-        ):
-            return ListOffsetResult(ErrorCode.none)
-        return ListOffsetResult(ErrorCode.none, found.timestamp, found.offset, found.leader_epoch)
-
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _int_config(config: TopicConfig, name: str) -> int | None:
-    try:
-        value = config.get(name)
-    except KeyError:
-        return None
-    return None if value is None else int(value)
-
-
-def _str_config(config: TopicConfig, name: str) -> str | None:
-    try:
-        value = config.get(name)
-    except KeyError:
-        return None
-    return None if value is None else str(value)

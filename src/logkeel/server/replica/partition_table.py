@@ -13,7 +13,8 @@ import threading
 from logkeel.cluster.metadata import TopicState
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.server.replica.context import ReplicaManagerContext
-from logkeel.server.replica.partition import Partition, TopicSettings
+from logkeel.server.replica.partition import Partition
+from logkeel.server.replica.topic_settings import TopicSettings
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
 

@@ -32,7 +32,7 @@ from logkeel.records.builder import build_control_batch
 from logkeel.records.control import ControlRecordType
 from logkeel.server.network.client import BrokerClient, BrokerConnectionError
 from logkeel.server.network.inter_broker import InterBroker
-from logkeel.server.replica.replica_manager import ReplicaManager
+from logkeel.server.replica.appends import Appends
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["Marker", "TxnCompleted", "TxnMarkers"]
@@ -60,14 +60,14 @@ class TxnMarkers:
         self,
         node_id: int,
         metadata: MetadataStore,
-        replica_manager: ReplicaManager,
+        appends: Appends,
         on_completed: TxnCompleted,
         inter_broker: InterBroker | None = None,
     ) -> None:
         self._node_id = node_id
         self._inter_broker = inter_broker or InterBroker()
         self._metadata = metadata
-        self._replica_manager = replica_manager
+        self._appends = appends
         self._on_completed = on_completed
         self._clients: dict[int, BrokerClient] = {}
 
@@ -82,7 +82,7 @@ class TxnMarkers:
             coordinator_epoch=marker.coordinator_epoch,
             timestamp=timestamp_ms,
         )
-        results = await self._replica_manager.append_to_partitions(
+        results = await self._appends.append_to_partitions(
             dict.fromkeys(partitions, batch), -1, MARKER_TIMEOUT_MS, origin_is_client=False
         )
         written = [tp for tp, r in results.items() if r.error == ErrorCode.none]

@@ -1,0 +1,159 @@
+"""What brokers publish about themselves in ZooKeeper: their registrations, controlled
+shutdowns, replicas that cannot serve, failed log dirs, reports of their replicas' logs, and
+the producer id blocks they reserve."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.zk_data import BrokerRegistration
+from logkeel.cluster.zk_session import ZkSession
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["BrokerIdInUse", "BrokerZnodes"]
+
+
+class BrokerIdInUse(Exception):
+    """Another live broker is registered with this broker.id."""
+
+
+class BrokerZnodes(ZkSession):
+    def register_broker(self, reg: BrokerRegistration) -> int:
+        """Creates the broker's ephemeral registration and returns its broker epoch."""
+        path = zd.broker_path(reg.broker_id)
+        try:
+            self.zk.create(path, zd.encode_broker(reg), ephemeral=True)
+        except NodeExistsError as e:
+            raise BrokerIdInUse(f"broker.id {reg.broker_id} is already registered at {path}") from e
+        _, stat = self.zk.get(path)
+        return int(stat.czxid)
+
+    def update_broker(self, reg: BrokerRegistration) -> None:
+        """Rewrites this broker's own registration (e.g. a log dir went offline)."""
+        self.zk.set(zd.broker_path(reg.broker_id), zd.encode_broker(reg))
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        try:
+            data, stat = self.zk.get(zd.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return zd.decode_broker(broker_id, data, stat.czxid)
+
+    def brokers(
+        self, watch: Callable[[list[int]], None] | None = None
+    ) -> dict[int, BrokerRegistration]:
+        """Live brokers; with ``watch``, it is called with the live ids on every change."""
+        if watch is not None:
+            self.zk.ChildrenWatch(zd.BROKER_IDS, lambda ids: watch(sorted(int(i) for i in ids)))
+        found = {}
+        for child in self.zk.get_children(zd.BROKER_IDS):
+            reg = self.broker(int(child))
+            if reg is not None:
+                found[reg.broker_id] = reg
+        return found
+
+    def request_controlled_shutdown(self, broker_id: int) -> None:
+        """Ephemeral, so a broker that dies mid-shutdown leaves no stale request behind."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zd.controlled_shutdown_path(broker_id), ephemeral=True)
+
+    def shutting_down(self, watch: Callable[[set[int]], None] | None = None) -> set[int]:
+        """Brokers with a controlled shutdown under way."""
+        if watch is not None:
+            self.zk.ChildrenWatch(zd.CONTROLLED_SHUTDOWN, lambda ids: watch({int(i) for i in ids}))
+        return {int(i) for i in self.zk.get_children(zd.CONTROLLED_SHUTDOWN)}
+
+    def set_offline_replicas(self, broker_id: int, partitions: Iterable[TopicPartition]) -> None:
+        """This broker's replicas that cannot serve (ephemeral: they go with the broker)."""
+        path = zd.offline_replicas_path(broker_id)
+        data = zd.encode_partitions(partitions)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, ephemeral=True)
+
+    def offline_replicas(self) -> dict[int, set[TopicPartition]]:
+        """Every live broker's replicas that cannot serve."""
+        return self._by_broker(zd.OFFLINE_REPLICAS, zd.decode_partitions)
+
+    def notify_log_dir_failure(self, broker_id: int) -> str:
+        return self._notify(
+            zd.LOG_DIR_EVENT_NOTIFICATION,
+            zd.LOG_DIR_EVENT_PREFIX,
+            zd.encode_log_dir_event(broker_id),
+        )
+
+    def take_log_dir_failures(self) -> list[int]:
+        """Brokers that reported a failed log dir, in the order they reported."""
+        return self._drain(zd.LOG_DIR_EVENT_NOTIFICATION, zd.decode_log_dir_event)
+
+    def set_replica_logs(
+        self, broker_id: int, generation: int, logs: Mapping[TopicPartition, zd.ReplicaLogReport]
+    ) -> None:
+        """This broker's report of its replicas' logs. Persistent: the last report of a broker
+        that is gone still says whether a partition held data."""
+        path = zd.replica_logs_path(broker_id)
+        data = zd.encode_replica_logs(generation, logs)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+
+    def replica_logs(
+        self,
+    ) -> dict[int, tuple[int, dict[TopicPartition, zd.ReplicaLogReport]]]:
+        """Every broker's last report (gone brokers' too): broker -> (generation, logs)."""
+        return self._by_broker(zd.REPLICA_LOGS, zd.decode_replica_logs)
+
+    def replica_log_request(self, watch: Callable[[int], None] | None = None) -> int:
+        """The generation of reports the controller last asked for (0: never)."""
+
+        def parse(data: bytes | None) -> int:
+            return int(data or b"0")
+
+        if watch is not None:
+            self.zk.DataWatch(zd.REPLICA_LOG_REQUEST, lambda data, _stat: watch(parse(data)))
+        try:
+            data, _ = self.zk.get(zd.REPLICA_LOG_REQUEST)
+        except NoNodeError:
+            return 0
+        return parse(data)
+
+    def request_replica_logs(self) -> int:
+        """Asks every broker for a fresh report; returns the generation to wait for."""
+        generation = self.replica_log_request() + 1
+        data = str(generation).encode()
+        try:
+            self.zk.set(zd.REPLICA_LOG_REQUEST, data)
+        except NoNodeError:
+            self.zk.create(zd.REPLICA_LOG_REQUEST, data, makepath=True)
+        return generation
+
+    def reserve_producer_ids(self, broker_id: int, size: int) -> tuple[int, int]:
+        """The next block of ``size`` producer ids for this broker, [start, end): a
+        conditional write of /latest_producer_id_block, retried when another broker won."""
+        while True:
+            try:
+                data, stat = self.zk.get(zd.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    self.zk.create(
+                        zd.PRODUCER_ID_BLOCK, zd.encode_producer_id_block(broker_id, 0, size - 1)
+                    )
+                    return 0, size
+                except NodeExistsError:
+                    continue
+            start = zd.decode_producer_id_block_end(data) + 1
+            try:
+                self.zk.set(
+                    zd.PRODUCER_ID_BLOCK,
+                    zd.encode_producer_id_block(broker_id, start, start + size - 1),
+                    version=stat.version,
+                )
+            except BadVersionError:
+                continue
+            return start, start + size

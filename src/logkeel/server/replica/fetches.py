@@ -1,0 +1,169 @@
+"""Fetches, from consumers and followers: every partition read in one trip to the IO threads
+(``partition_reads``), long polls parked in the fetch purgatory until ``min_bytes`` are
+readable, and the timing of responses to followers (beyond KIP-501). The records of a result
+are a ``RegionRecords`` (a file region for sendfile; ``read_bytes()`` gives the bytes) or None;
+call ``close_records(results)`` if the results are not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+from kio.schema.errors import ErrorCode
+
+from logkeel.server.replica import partition_reads
+from logkeel.server.replica.data_path import DataPath
+from logkeel.server.replica.delayed import DelayedFetch
+from logkeel.server.replica.results import (
+    CONSUMER_REPLICA_ID,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchPartitionRequest,
+    FetchPartitionResult,
+    close_records,
+)
+from logkeel.storage.errors import KafkaStorageError
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["Fetches"]
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = (1 << 31) - 1
+
+
+class Fetches:
+    """Reads of partitions for fetch requests and internal readers."""
+
+    def __init__(self, path: DataPath) -> None:
+        self._path = path
+
+    async def fetch(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        *,
+        replica_id: int = CONSUMER_REPLICA_ID,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+        max_bytes: int = _INT32_MAX,
+        isolation_level: int = READ_UNCOMMITTED,
+    ) -> list[FetchPartitionResult]:
+        """Reads every partition in order, long-polling up to ``max_wait_ms`` for
+        ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
+        (Kafka's rule, so a consumer never gets stuck behind a large batch)."""
+        results = await self._path.run_in_io(
+            self._read_all, requests, replica_id, max_bytes, isolation_level
+        )
+        total = sum(r.size for r in results)
+        if (
+            max_wait_ms <= 0
+            or not requests
+            or total >= min_bytes
+            or any(r.error != ErrorCode.none or r.diverging_epoch for r in results)
+            or self._path.stopped
+        ):
+            return results
+        op = DelayedFetch(
+            self._path,
+            max_wait_ms,
+            requests,
+            replica_id=replica_id,
+            min_bytes=min_bytes,
+            isolation_level=isolation_level,
+            bytes_already=total,
+        )
+        await self._path.fetch_purgatory.wait(op, [r.tp for r in requests])
+        # Read again even on expiry: offsets (high watermark, log start) may have moved.
+        close_records(results)
+        if self._path.stopped:
+            return await asyncio.to_thread(
+                self._read_all, requests, replica_id, max_bytes, isolation_level
+            )
+        return await self._path.run_in_io(
+            self._read_all, requests, replica_id, max_bytes, isolation_level
+        )
+
+    def _read_all(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: int,
+    ) -> list[FetchPartitionResult]:
+        results = []
+        remaining = max(0, max_bytes)
+        min_one_message = True
+        try:
+            for r in requests:
+                limit = max(0, min(r.max_bytes, remaining))
+                result = self._read_one(r, replica_id, limit, isolation_level, min_one_message)
+                if result.records is not None:
+                    remaining = max(0, remaining - result.records.size)
+                    min_one_message = False
+                results.append(result)
+        except BaseException:
+            close_records(results)
+            raise
+        return results
+
+    def _read_one(
+        self,
+        r: FetchPartitionRequest,
+        replica_id: int,
+        limit: int,
+        isolation_level: int,
+        min_one_message: bool,
+    ) -> FetchPartitionResult:
+        tp = r.tp
+        p = self._path.partition(tp)
+        if p is None:
+            return FetchPartitionResult(tp, ErrorCode.unknown_topic_or_partition)
+        try:
+            result, hw_moved = partition_reads.read(
+                p, r, replica_id, limit, isolation_level, min_one_message
+            )
+        except KafkaStorageError as exc:
+            log.error("read of %s failed: %s", tp, exc)
+            self._path.storage_failed(p, exc)
+            return FetchPartitionResult(tp, ErrorCode.kafka_storage_error)
+        except OSError as exc:  # os.dup; the log's reads are guarded
+            log.error("read of %s failed: %s", tp, exc)
+            return FetchPartitionResult(tp, ErrorCode.kafka_storage_error)
+        if hw_moved:
+            self._path.high_watermark_moved(tp)
+        return result
+
+    async def read_records(
+        self, tp: TopicPartition, offset: int, max_bytes: int, *, read_committed: bool = False
+    ) -> tuple[ErrorCode, bytes, int]:
+        """(error, whole batches from ``offset``, high watermark): for internal readers."""
+        results = await self.fetch(
+            [FetchPartitionRequest(tp, offset, max_bytes)],
+            isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
+        )
+        r = results[0]
+        try:
+            data = (
+                await self._path.run_in_io(r.records.read_bytes) if r.records is not None else b""
+            )
+        finally:
+            close_records(results)
+        return r.error, data, r.high_watermark
+
+    def follower_response(
+        self, tps: Iterable[TopicPartition], replica_id: int, token: int, sent: bool
+    ) -> None:
+        """A response carrying these partitions' records to a follower starts being sent, or
+        is sent (beyond KIP-501: how long a leader takes to serve its followers)."""
+        now = int(time.time() * 1000)
+        for tp in tps:
+            p = self._path.partition(tp)
+            if p is None:
+                continue
+            if sent:
+                p.followers.response_sent(token, now, leader=p.is_leader)
+            else:
+                p.followers.response_started(replica_id, token, now)

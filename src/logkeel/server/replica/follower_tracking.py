@@ -1,0 +1,146 @@
+"""A leader's record of its followers: each one's fetch state (Kafka's Replica, KIP-501's
+pending fetches), the responses carrying records to them that are still being sent, and how
+slow the leader is to serve each of them (beyond KIP-501). The state changes themselves are
+``cluster.isr``'s pure functions; this module keeps their results, from any thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from logkeel.cluster import isr as isr_rules
+from logkeel.cluster.isr import FollowerState, IsrConfig, SlowLeader
+
+__all__ = ["FollowerTracking"]
+
+
+class FollowerTracking:
+    """The followers of one partition as its leader sees them; every change under one lock.
+
+    ``states`` is replaced on every change of term and may be read without the lock (a single
+    attribute load), as the high watermark computation does.
+    """
+
+    def __init__(self, node_id: int, config: IsrConfig) -> None:
+        self._node_id = node_id
+        self.config = config
+        self._lock = threading.Lock()
+        self.states: dict[int, FollowerState] = {}
+        # How slow this leader is to serve each follower, and the responses to them still
+        # being sent (token -> follower, start ms).
+        self._slow: dict[int, SlowLeader] = {}
+        self._unsent: dict[int, tuple[int, int]] = {}
+        # follower -> (fetch offset, start ms) of its read whose records are being sent: it
+        # stays pending (KIP-501) until they are.
+        self._reads_unsent: dict[int, tuple[int, int]] = {}
+
+    def new_term(self, replicas: Sequence[int], isr: Sequence[int], now_ms: int) -> None:
+        """A new leader term: followers start unknown; ISR members count as caught up now, so
+        the periodic check gives them replica.lag.time.max.ms to fetch (Kafka does the same)."""
+        with self._lock:
+            self.states = {
+                r: FollowerState(last_caught_up_ms=now_ms if r in isr else 0)
+                for r in replicas
+                if r != self._node_id
+            }
+
+    def keep_only(self, replicas: Sequence[int]) -> None:
+        with self._lock:
+            self.states = {r: f for r, f in self.states.items() if r in replicas}
+
+    def snapshot(self) -> dict[int, FollowerState]:
+        """Per follower: log end offset, last caught-up time, pending fetches (KIP-501)."""
+        with self._lock:
+            return dict(self.states)
+
+    def fetch_started(
+        self, replica_id: int, replicas: Sequence[int], fetch_offset: int, now_ms: int
+    ) -> None:
+        self._update(
+            replica_id,
+            replicas,
+            lambda f: isr_rules.fetch_started(f, fetch_offset, now_ms, self.config),
+        )
+
+    def fetch_failed(
+        self, replica_id: int, replicas: Sequence[int], fetch_offset: int, now_ms: int
+    ) -> None:
+        self._update(
+            replica_id, replicas, lambda f: isr_rules.fetch_failed(f, fetch_offset, now_ms)
+        )
+
+    def fetch_completed(
+        self,
+        replica_id: int,
+        replicas: Sequence[int],
+        fetch_offset: int,
+        started_ms: int,
+        now_ms: int,
+        leader_end: int,
+        *,
+        sending: bool,
+    ) -> FollowerState | None:
+        """A fetch from ``fetch_offset`` was served: the follower holds everything below it.
+        With ``sending``, its records are still to be sent (``read_being_sent``)."""
+        return self._update(
+            replica_id,
+            replicas,
+            lambda f: isr_rules.fetch_completed(
+                f, fetch_offset, started_ms, now_ms, leader_end, self.config, sending=sending
+            ),
+        )
+
+    def read_being_sent(self, replica_id: int, fetch_offset: int, started_ms: int) -> None:
+        with self._lock:
+            self._reads_unsent[replica_id] = (fetch_offset, started_ms)
+
+    def response_started(self, replica_id: int, token: int, now_ms: int) -> None:
+        with self._lock:
+            self._unsent[token] = (replica_id, now_ms)
+
+    def response_sent(self, token: int, now_ms: int, *, leader: bool) -> None:
+        """A response carrying records to a follower is sent (or dropped); as ``leader``, it
+        also counts towards how slow this leader is to serve that follower."""
+        with self._lock:
+            entry = self._unsent.pop(token, None)
+            if entry is not None:
+                read = self._reads_unsent.pop(entry[0], None)
+                if read is not None:
+                    offset, read_started = read
+                    state = self.states.get(entry[0])
+                    if state is not None:
+                        self.states[entry[0]] = isr_rules.fetch_sent(
+                            state, offset, read_started, now_ms, self.config
+                        )
+            if entry is not None and leader:
+                replica, started = entry
+                self._slow[replica] = isr_rules.follower_fetch_served(
+                    self._slow.get(replica, SlowLeader()), now_ms - started, now_ms, self.config
+                )
+
+    def too_slow_for_all(self, followers: Sequence[int], now_ms: int) -> tuple[bool, str]:
+        """Whether this leader has been too slow to serve every one of ``followers`` (one slow
+        follower or network is not the leader's fault), and why, follower by follower."""
+        verdicts = []
+        with self._lock:
+            for r in followers:
+                oldest = min((t for f, t in self._unsent.values() if f == r), default=None)
+                self._slow[r], resign, why = isr_rules.slow_leader_check(
+                    self._slow.get(r, SlowLeader()), oldest, now_ms, self.config
+                )
+                verdicts.append((resign, f"follower {r}: {why}"))
+        return all(v for v, _ in verdicts), "; ".join(w for _, w in verdicts)
+
+    def _update(
+        self,
+        replica_id: int,
+        replicas: Sequence[int],
+        change: Callable[[FollowerState], FollowerState],
+    ) -> FollowerState | None:
+        """Replaces one follower's state with ``change(state)``; None if it is no follower."""
+        with self._lock:
+            if replica_id == self._node_id or replica_id not in replicas:
+                return None
+            state = change(self.states.get(replica_id, FollowerState()))
+            self.states[replica_id] = state
+            return state
