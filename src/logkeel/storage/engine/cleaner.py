@@ -195,7 +195,7 @@ class LogCleaner:
                 mtime_ns = old.log.path.stat().st_mtime_ns
             new.make_active()
             for data, kept in self._filter(old, item.size, offset_map, retain_tombstones, result):
-                new.append([data], [(0, kept)])
+                new.append([data], len(data), [(0, kept)])
                 result.bytes_written += len(data)
             result.bytes_read += item.size
             new.on_becoming_inactive()

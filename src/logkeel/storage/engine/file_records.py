@@ -7,7 +7,7 @@ them to `sendfile` instead of pulling record bytes through Python.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,8 +107,9 @@ class FileRecords:
             self.path.unlink(missing_ok=True)
 
     # -- writing -----------------------------------------------------------------------------
-    def append(self, *buffers: bytes | bytearray | memoryview) -> int:
+    def append(self, buffers: Sequence[bytes | bytearray | memoryview], size: int) -> int:
         """Writes the buffers, in order, at the end; returns the position they start at.
+        ``size``: their total length (the caller knows it).
 
         Several buffers go out in one ``pwritev``, so a caller can patch a batch header
         without copying the batch.
@@ -117,7 +118,6 @@ class FileRecords:
         position = self._size
         if fd is None or position is None:
             fd, position = self.fd, self.size
-        size = sum(map(len, buffers))
         try:
             # Hot path: one syscall, no context manager; on a short write, finish the rest.
             written = os.pwritev(fd, buffers, position)

@@ -219,14 +219,22 @@ class PartitionLog:
             max_ts = max(h.max_timestamp for _, h in batches)
             records = sum(h.records_count for _, h in batches)
         size = len(view)
-        segment = self._maybe_roll(size, first, last, max_ts)
+        config = self.config
+        segment = self._segments[-1]
+        if segment.should_roll(size, last, max_ts, config.segment_bytes, config.segment_ms):
+            segment = self.roll(first)
         latest_epoch = self.leader_epochs.latest_epoch
-        for _, header in batches:
-            epoch = header.partition_leader_epoch
+        if len(batches) == 1:  # no loop for the usual single batch
+            epoch = first_header.partition_leader_epoch
             if epoch >= 0 and epoch != latest_epoch:
-                self.leader_epochs.assign(epoch, header.base_offset)
-                latest_epoch = self.leader_epochs.latest_epoch
-        segment.append(buffers, batches)
+                self.leader_epochs.assign(epoch, first)
+        else:
+            for _, header in batches:
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch != latest_epoch:
+                    self.leader_epochs.assign(epoch, header.base_offset)
+                    latest_epoch = self.leader_epochs.latest_epoch
+        segment.append(buffers, size, batches)
         state = self.producer_state
         for pos, header in batches:
             if header.producer_id < 0:
@@ -245,20 +253,11 @@ class PartitionLog:
                 self.producer_state.complete_txn(completed)
         self.log_end_offset = last + 1
         self._unflushed_messages += records
-        if self._unflushed_messages >= self.config.flush_messages:
+        if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return _new_append_info(
             AppendInfo, (first, last, max_ts, append_time, self.log_start_offset, records, size, False)
         )
-
-    def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
-        segment = self._segments[-1]
-        config = self.config
-        if segment.should_roll(
-            incoming, last_offset, max_timestamp, config.segment_bytes, config.segment_ms
-        ):
-            return self.roll(first_offset)
-        return segment
 
     def roll(self, base_offset: int | None = None) -> LogSegment:
         """Starts a new active segment at ``base_offset`` (default: the log end offset).

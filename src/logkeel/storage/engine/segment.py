@@ -325,16 +325,17 @@ class LogSegment:
     def append(
         self,
         buffers: Sequence[bytes | bytearray | memoryview],
+        size: int,
         batches: Iterable[tuple[int, BatchHeader]],
     ) -> None:
-        """Appends whole batches, the concatenation of ``buffers``; ``batches`` are
-        (position within that concatenation, header).
+        """Appends whole batches, the concatenation of ``buffers`` (``size`` bytes in all);
+        ``batches`` are (position within that concatenation, header).
 
         Index entries are keyed by each batch's last offset and point to the batch start.
         """
         if self._grow_pending:
             self.make_active()
-        start = self.log.append(*buffers)
+        start = (self._log or self.log).append(buffers, size)
         for rel, header in batches:
             if self._rolling_timestamp is None and header.max_timestamp > NO_TIMESTAMP:
                 self._rolling_timestamp = header.max_timestamp
@@ -346,7 +347,9 @@ class LogSegment:
         if batch_max > max_ts[0]:
             max_ts = self._max_timestamp = (batch_max, header.base_offset + header.last_offset_delta)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(header.base_offset + header.last_offset_delta, position)
+            (self._offset_index or self.offset_index).append(
+                header.base_offset + header.last_offset_delta, position
+            )
             if max_ts[0] > self._time_indexed:
                 self.time_index.maybe_append(*max_ts)
                 self._time_indexed = max_ts[0]
