@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import gc
 import io
 import logging
 import signal
@@ -174,6 +175,11 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
             click.echo(f"logkeel serve: {exc}", err=True)
             return EXIT_CANNOT_START
         _log_startup(broker)
+        # What start-up built (modules, kio's schema classes, metadata, every partition's log
+        # objects) lives as long as the broker: kept out of the cyclic collector, whose
+        # collections otherwise walk it again and again (~20% of the broker's CPU under a
+        # produce load, in perf).
+        gc.freeze()
         await stop.wait()
         await broker.stop()
         return 0
