@@ -36,6 +36,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
     _offset_field = 0
     _values_strictly_increase = True  # every entry is a different batch, so a later position
     _kind = "offset index"
+    # The last entry as this fast path wrote it: (entries, map, relative offset, position). Valid
+    # only while both the count and the map are still those (any other change of the entries
+    # raises, truncates below the count, or maps the file anew), so no other path resets it.
+    _tail: tuple[int, object, int, int] = (-1, None, 0, 0)
 
     def _to_entry(self, raw: tuple[int, int]) -> OffsetPosition:
         return OffsetPosition(self._base_offset + raw[0], raw[1])
@@ -65,7 +69,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             relative = offset - self._base_offset
             n = self._entries
             slot = n * 8
-            if n:
+            tail = self._tail
+            if tail[0] == n and tail[1] is self._mm:
+                last_relative, last_position = tail[2], tail[3]
+            elif n:
                 last_relative, last_position = self._codec.unpack_from(self._mm, slot - 8)
             else:
                 last_relative = last_position = -1
@@ -81,6 +88,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
                     self._ensure_reserved(slot + 8)
                 self._codec.pack_into(self._mm, slot, relative, position)
                 self._entries = n + 1
+                self._tail = (n + 1, self._mm, relative, position)
                 return
             self._append_checked(offset, position)
 
