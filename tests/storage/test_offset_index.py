@@ -248,6 +248,33 @@ def test_append_rejects_non_monotonic_entries(tmp_path: Path) -> None:
     index.close()
 
 
+def test_appends_after_truncation_and_resize_check_against_the_entries_now_there(
+    tmp_path: Path,
+) -> None:
+    """The append path remembers the last entry it wrote; truncation, trimming and reloading
+    change what the last entry is, and appends must follow that."""
+    index = OffsetIndex(index_path(tmp_path, 0), 0, max_index_size=8 * 16)
+    for offset, position in ((10, 100), (20, 200), (30, 300)):
+        index.append(offset, position)
+    index.truncate_to(20)  # keeps (10, 100)
+    index.append(15, 150)  # below the dropped (20, 200), above the kept entry
+    with pytest.raises(InvalidOffsetError):
+        index.append(15, 160)
+    index.trim_to_valid_size()  # a new map
+    index.resize(8 * 16)
+    with pytest.raises(InvalidIndexEntryError):
+        index.append(16, 150)
+    index.append(16, 160)
+    index.close()
+    again = OffsetIndex(index_path(tmp_path, 0), 0, max_index_size=8 * 16)
+    again.resize(8 * 16)
+    with pytest.raises(InvalidOffsetError):
+        again.append(16, 170)
+    again.append(17, 170)
+    assert list(again.iter_entries()) == [(10, 100), (15, 150), (16, 160), (17, 170)]
+    again.close()
+
+
 def test_append_to_full_index(tmp_path: Path) -> None:
     index = OffsetIndex(index_path(tmp_path, 0), 0, max_index_size=16)
     fill(index, [(1, 10), (2, 20)])
