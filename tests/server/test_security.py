@@ -257,7 +257,9 @@ def _call(sock: socket.socket | ssl.SSLSocket, api: ApiKey, version: int, **fiel
     return decode_response(schema, answer)[1]
 
 
-def _login(sock: socket.socket | ssl.SSLSocket, user: str = "alice", password: str = "alice-secret") -> Any:
+def _login(
+    sock: socket.socket | ssl.SSLSocket, user: str = "alice", password: str = "alice-secret"
+) -> Any:
     shake = _call(sock, ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
     assert shake.error_code == ErrorCode.none
     return _call(sock, ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=f"\0{user}\0{password}".encode())
@@ -378,8 +380,9 @@ def test_scram_users_are_managed_and_stored_salted(secure: SecureBroker) -> None
 def test_commands_reach_tls_and_sasl_listeners_with_a_command_config(
     secure: SecureBroker, tmp_path: Path, listener: str
 ) -> None:
-    """`logkeel users` (and `logkeel acls`, `logkeel cluster status`) take Kafka client
-    properties, as kafka-configs.sh --command-config does: no PLAINTEXT listener needed."""
+    """`logkeel users` (and `logkeel acls`, `logkeel cluster status`, `logkeel elect`) take
+    Kafka client properties, as kafka-configs.sh --command-config does: no PLAINTEXT listener
+    needed."""
     jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="bob" password="{BOB_PASSWORD}";')  # fmt: skip
     props = {"security.protocol": listener, "ssl.truststore.location": str(secure.certs.ca),
@@ -398,6 +401,17 @@ def test_commands_reach_tls_and_sasl_listeners_with_a_command_config(
     assert status.returncode == 0, status.stderr
     [broker] = json.loads(status.stdout)["brokers"]
     assert broker["log_dirs_online"] and not broker["log_dirs_offline"]
+    elect = [sys.executable, "-m", "logkeel", "elect",
+             "--bootstrap-server", secure.bootstrap(listener), "--command-config", str(config)]  # fmt: skip
+    preferred = subprocess.run([*elect, "--preferred"], capture_output=True, text=True, timeout=60)
+    assert preferred.returncode == 0, preferred.stderr  # a single node: nothing to elect
+    # --replica asks the broker for the cluster's zookeeper.connect: the broker answered.
+    designated = subprocess.run(
+        [*elect, "--topic", "t", "--partition", "0", "--replica", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert designated.returncode == 1, designated.stderr
+    assert "is not a cluster member" in designated.stderr, designated.stderr
     if listener.startswith("SASL_"):
         config.write_text(config.read_text().replace(BOB_PASSWORD, "wrong"))
         refused = subprocess.run(command, capture_output=True, text=True, timeout=60)

@@ -135,7 +135,7 @@ def test_cleaning_keeps_the_latest_value_per_key_at_its_offset(tmp_path):
     inactive = len(plog.segments) - 1
     assert inactive >= 5
 
-    assert m.clean_logs() == inactive
+    assert m.background.clean_logs() == inactive
 
     after = triples(plog)
     assert after == expected(before, end, keep_tombstones=True)
@@ -162,7 +162,7 @@ def test_cleaning_keeps_the_latest_value_per_key_at_its_offset(tmp_path):
 
 def test_a_consumer_reading_from_any_old_offset_gets_the_next_kept_record(tmp_path):
     m, plog = make_log(tmp_path, workload(120))
-    m.clean_logs()
+    m.background.clean_logs()
     kept = [r.offset for r in all_records(plog)]
     for offset in range(plog.log_end_offset):
         data = plog.read(offset, 1 << 20).read_bytes()
@@ -177,7 +177,7 @@ def test_expired_tombstones_are_removed_and_recent_ones_kept(tmp_path):
     m, plog = make_log(tmp_path / "old", workload(), config=config, ts=old)
     before = all_records(plog)
     end = plog.active_segment.base_offset
-    m.clean_logs()
+    m.background.clean_logs()
     after = triples(plog)
     assert after == expected(before, end, keep_tombstones=False)
     assert all(v is not None for _, k, v in after if k is not None)
@@ -185,7 +185,7 @@ def test_expired_tombstones_are_removed_and_recent_ones_kept(tmp_path):
 
     m, plog = make_log(tmp_path / "recent", workload(), config=config, ts=now_ms())
     before = all_records(plog)
-    m.clean_logs()
+    m.background.clean_logs()
     after = triples(plog)
     assert after == expected(before, end, keep_tombstones=True)
     assert any(v is None for _, k, v in after if k is not None)
@@ -197,14 +197,14 @@ def test_only_segments_below_the_high_watermark_and_past_the_lag_are_cleaned(tmp
     segments = plog.segments
     plog.high_watermark = segments[3].base_offset + 1  # segments 0-2 end at or below it
     before = all_records(plog)
-    assert m.clean_logs() == 3
+    assert m.background.clean_logs() == 3
     assert triples(plog) == expected(before, segments[3].base_offset, keep_tombstones=True)
     m.shutdown()
 
     config = LogConfig(**{**_fields(COMPACT), "min_compaction_lag_ms": 2 * HOUR_MS})
     m, plog = make_log(tmp_path / "lag", workload(), config=config)  # records are 1 h old
     files = dir_files(plog.dir)
-    assert m.clean_logs() == 0
+    assert m.background.clean_logs() == 0
     assert dir_files(plog.dir) == files
     m.shutdown()
 
@@ -213,8 +213,8 @@ def test_delete_policy_logs_are_never_cleaned(tmp_path):
     config = LogConfig(**{**_fields(COMPACT), "cleanup_policy": ("delete",)})
     m, plog = make_log(tmp_path, workload(), config=config)
     files = dir_files(plog.dir)
-    assert m.clean_logs(force=True) == 0
-    assert m.cleaner.clean(plog, force=True) is None
+    assert m.background.clean_logs(force=True) == 0
+    assert m.background.cleaner.clean(plog, force=True) is None
     assert dir_files(plog.dir) == files
     m.shutdown()
 
@@ -223,29 +223,29 @@ def test_compact_only_logs_are_not_deleted_by_retention(tmp_path):
     config = LogConfig(**{**_fields(COMPACT), "retention_ms": 1})
     m, plog = make_log(tmp_path / "compact", workload(), config=config)
     n = len(plog.segments)
-    assert m.run_retention() == 0 and len(plog.segments) == n
+    assert m.background.run_retention() == 0 and len(plog.segments) == n
     m.shutdown()
     config = LogConfig(
         **{**_fields(COMPACT), "retention_ms": 1, "cleanup_policy": ("compact", "delete")}
     )
     m, plog = make_log(tmp_path / "both", workload(), config=config)
-    assert m.run_retention() >= n - 1  # the expired active segment too, rolled first
+    assert m.background.run_retention() >= n - 1  # the expired active segment too, rolled first
     m.shutdown()
 
 
 def test_later_passes_clean_only_when_dirty_enough_and_then_drop_superseded_keys(tmp_path):
     m, plog = make_log(tmp_path, workload())
-    assert m.clean_logs() > 0
+    assert m.background.clean_logs() > 0
     files = dir_files(plog.dir)
-    assert m.clean_logs() == 0  # nothing dirty
+    assert m.background.clean_logs() == 0  # nothing dirty
     assert dir_files(plog.dir) == files
     # a little new data: below min.cleanable.dirty.ratio (0.5), so no pass
     fill(plog, [[(b"key-2", b"new")]], now_ms())
     plog.roll()
     plog.high_watermark = plog.log_end_offset
-    assert m.clean_logs() == 0
+    assert m.background.clean_logs() == 0
     # forced, the new key-2 supersedes the one kept in the clean part
-    assert m.clean_logs(force=True) > 0
+    assert m.background.clean_logs(force=True) > 0
     values = [(r.key, r.value) for r in all_records(plog) if r.key == b"key-2"]
     assert values == [(b"key-2", b"new")]
     check_indexes(plog)
@@ -254,7 +254,7 @@ def test_later_passes_clean_only_when_dirty_enough_and_then_drop_superseded_keys
 
 def test_segments_emptied_by_cleaning_stay_readable_across_an_unclean_restart(tmp_path):
     m, plog = make_log(tmp_path, [[(b"a", b"x" * 100)] for _ in range(40)])
-    m.clean_logs()
+    m.background.clean_logs()
     assert [s.size for s in plog.segments[:-2]] == [0] * (len(plog.segments) - 2)
     records = triples(plog)
     assert [r[0] for r in records] == [39, 40]
@@ -279,7 +279,7 @@ def test_batches_with_a_producer_id_are_left_untouched(tmp_path):
     fill(plog, [[(b"k", b"latest")]], ts)
     plog.roll()
     plog.high_watermark = plog.log_end_offset
-    m.clean_logs()
+    m.background.clean_logs()
     assert triples(plog) == [
         (0, b"k", b"v0"),
         (1, b"k", b"v1"),
@@ -296,7 +296,7 @@ def test_compressed_batches_are_rewritten_with_their_codec(tmp_path):
     fill(plog, [[(b"a", b"1"), (b"b", b"1"), (b"a", b"2")]], ts, compression=CompressionType.ZSTD)
     plog.roll()
     plog.high_watermark = plog.log_end_offset
-    m.clean_logs()
+    m.background.clean_logs()
     assert triples(plog) == [(1, b"b", b"1"), (2, b"a", b"2")]
     (batch,) = list(plog.segments[0].log.batches())
     assert batch.header.compression == CompressionType.ZSTD
@@ -347,7 +347,7 @@ def test_property_cleaning_matches_the_model(tmp_path_factory, batches, expire):
     m, plog = make_log(path, batches, config=config, ts=ts)
     before = all_records(plog)
     end = plog.active_segment.base_offset
-    m.clean_logs()
+    m.background.clean_logs()
     assert triples(plog) == expected(before, end, keep_tombstones=not expire)
     check_indexes(plog)
     m.shutdown()
@@ -367,7 +367,7 @@ def _cleaned_copy(tmp_path: Path) -> tuple[Path, Path, list[tuple], list[tuple]]
     shutil.copytree(tmp_path / "orig", tmp_path / "done")
     m = open_manager(tmp_path / "done", COMPACT)
     before = triples(m.get_log(TP))
-    assert m.clean_logs() > 0
+    assert m.background.clean_logs() > 0
     after = triples(m.get_log(TP))
     m.shutdown()
     assert before != after
@@ -442,7 +442,7 @@ def test_crash_mid_pass_recovers_to_a_mix_of_old_and_new_segments(tmp_path):
     assert [r for r in records if r[0] >= cut] == [r for r in before if r[0] >= cut]
     # and a later pass finishes the job
     m = open_manager(orig.parent, COMPACT)
-    m.clean_logs(force=True)
+    m.background.clean_logs(force=True)
     assert triples(m.get_log(TP)) == after
     m.shutdown()
 
@@ -466,7 +466,7 @@ def test_an_io_error_mid_swap_takes_the_dir_offline_and_a_restart_recovers(
     monkeypatch.setattr(os, "replace", replace)
     failures: list[str] = []
     m.add_dir_failure_listener(lambda d, reason: failures.append(reason))
-    assert m.clean_logs() == 0
+    assert m.background.clean_logs() == 0
     assert failures and TP in m.offline_partitions
     monkeypatch.setattr(os, "replace", real_replace)
     m.shutdown()
@@ -484,7 +484,7 @@ def test_an_io_error_mid_swap_takes_the_dir_offline_and_a_restart_recovers(
     m = open_manager(tmp_path, COMPACT)
     plog = m.get_log(TP)
     plog.high_watermark = plog.log_end_offset  # not checkpointed: the dir failed
-    m.clean_logs(force=True)
+    m.background.clean_logs(force=True)
     assert triples(plog) == expected(before, end, keep_tombstones=True)
     m.shutdown()
 

@@ -42,7 +42,8 @@ import os, random, sys, time
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
 from logkeel.storage.engine.log_config import LogConfig
-from logkeel.storage.log_manager import BackgroundIntervals, LogManager
+from logkeel.storage.background_tasks import BackgroundIntervals
+from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 
 log_dir, acks, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])

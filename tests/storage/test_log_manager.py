@@ -100,7 +100,7 @@ def test_flush_interval_advances_recovery_point(tmp_path):
     assert plog.recovery_point == 4
     plog.config = LogConfig(flush_ms=0)
     plog.append_as_leader(batch(1), 0)
-    m.flush_dirty_logs()
+    m.background.flush_dirty_logs()
     assert plog.recovery_point == 5
     m.shutdown()
 
@@ -110,7 +110,7 @@ def test_producer_snapshot_on_timer(tmp_path):
     plog = m.get_or_create_log(TP)
     plog.append_as_leader(batch(1, producer_id=3, producer_epoch=0, base_sequence=0), 0)
     time.sleep(0.01)
-    m.flush_dirty_logs()
+    m.background.flush_dirty_logs()
     assert (tmp_path / "t-0" / f"{1:020d}.snapshot").exists()
     m.shutdown()
 
@@ -196,8 +196,8 @@ def test_idle_producer_ids_expire(tmp_path):
     m = open_manager(tmp_path, LogConfig(producer_id_expiration_ms=60_000))
     plog = m.get_or_create_log(TP)
     plog.append_as_leader(batch(1, producer_id=5, producer_epoch=0, base_sequence=0), 0)
-    assert m.remove_expired_producers() == 0  # still fresh
+    assert m.background.remove_expired_producers() == 0  # still fresh
     assert 5 in plog.producer_state.active_producers
-    assert m.remove_expired_producers(now_ms=int(time.time() * 1000) + 120_000) == 1
+    assert m.background.remove_expired_producers(now_ms=int(time.time() * 1000) + 120_000) == 1
     assert 5 not in plog.producer_state.active_producers
     m.shutdown()

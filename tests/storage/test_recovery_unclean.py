@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 
+from logkeel.storage.background_tasks import BackgroundIntervals
 from logkeel.storage.engine.segment import file_name
-from logkeel.storage.log_manager import BackgroundIntervals, LogManager
+from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 
 from .logutil import all_records

@@ -13,7 +13,7 @@ from . import startuputil as su
 def test_a_replay_without_producers_keeps_the_snapshot_and_survives_a_second_crash(tmp_path):
     path = tmp_path / "d"
     m = su.write_dir(path, shutdown=False)
-    m.flush_for_recovery()  # recovery point and a producer snapshot at the log end
+    m.background.flush_for_recovery()  # recovery point and a producer snapshot at the log end
     plog = m.get_log(su.TP)
     bases = [s.base_offset for s in plog.segments]
     for i in range(5):  # plain batches only: nothing for the producer state
@@ -41,7 +41,7 @@ def test_a_replay_without_producers_keeps_the_snapshot_and_survives_a_second_cra
 def test_a_replay_that_changes_producers_snapshots_the_log_end(tmp_path):
     path = tmp_path / "d"
     m = su.write_dir(path, shutdown=False)
-    m.flush_for_recovery()
+    m.background.flush_for_recovery()
     su.append_workload(m.get_log(su.TP), 5, start=40)  # idempotent and transactional batches
     su.crash(m)
     m = su.load(path)

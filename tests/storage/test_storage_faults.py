@@ -71,13 +71,13 @@ def test_a_249_char_topic_through_its_whole_life(tmp_path: Path) -> None:
         plog.roll()
         plog.high_watermark = plog.log_end_offset
         assert len(list(plog.dir.glob("*.log"))) > 3
-    assert m.clean_logs(force=True) > 0  # .cleaned / .swap files next to 249-char dirs
+    assert m.background.clean_logs(force=True) > 0  # .cleaned / .swap files next to 249-char dirs
     old = now_ms() - 10 * 24 * 3600 * 1000
     logs[1].append_as_leader(batch(1, ts=old), 0)
     logs[1].config = LogConfig(segment_bytes=1024, retention_ms=1)
     logs[1].roll()
     logs[1].high_watermark = logs[1].log_end_offset
-    assert m.run_retention() > 0
+    assert m.background.run_retention() > 0
     assert logs[2].maybe_increment_log_start_offset(logs[2].log_end_offset - 1)
     m.checkpoint_all()
     for p in range(3):

@@ -5,6 +5,7 @@
 of the ISR (the index-corruption incident: the operator knows which copy is good). ElectLeaders
 has no field for a chosen replica, so this one is handed to the controller through ZooKeeper,
 whose address the broker's DescribeConfigs gives (``zookeeper.connect``), or ``--zookeeper``.
+``--command-config`` reaches a TLS or SASL listener, as for the other admin commands.
 A replica whose storage was wiped is refused unless ``--force``. Either way the result names
 what the other replicas will truncate.
 """
@@ -20,11 +21,12 @@ from kio.static.primitive import i8, i32
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import call, fail, nested
+from logkeel.cli.broker_requests import call, command_config_option, fail, nested
 from logkeel.cli.cluster import cluster_status, zookeeper_connect
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
+from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -46,12 +48,21 @@ Results = dict[TopicPartition, tuple[str | None, str]]
 @click.option("--force", is_flag=True,
               help="With --replica: accept a replica that lost its storage.")  # fmt: skip
 @click.option("--bootstrap-server", default="127.0.0.1:9092", show_default=True,
-              help="HOST:PORT of a PLAINTEXT listener of a broker.")  # fmt: skip
-@click.option("--zookeeper", help="zookeeper.connect of the cluster (default: asked of the broker).")
+              help="HOST:PORT of a listener of a broker (PLAINTEXT unless --command-config).")  # fmt: skip
+@click.option(
+    "--zookeeper", help="zookeeper.connect of the cluster (default: asked of the broker)."
+)
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the result.")
+@command_config_option
 def elect_command(
-    topic: str | None, partition: int | None, kind: str | None, replica: int | None,
-    force: bool, bootstrap_server: str, zookeeper: str | None, timeout: float,
+    topic: str | None,
+    partition: int | None,
+    kind: str | None,
+    replica: int | None,
+    force: bool,
+    bootstrap_server: str,
+    zookeeper: str | None,
+    timeout: float,
 ) -> None:
     """Elect partition leaders: --preferred, --unclean, or --replica N."""
     if partition is not None and topic is None:
@@ -87,7 +98,9 @@ def _elect_leaders(
         election_type=i8(_ELECTION_TYPE[kind]),
         topic_partitions=None
         if wanted is None
-        else tuple(TopicPartitions(topic=tp.topic, partitions=(i32(tp.partition),)) for tp in wanted),
+        else tuple(
+            TopicPartitions(topic=tp.topic, partitions=(i32(tp.partition),)) for tp in wanted
+        ),
         timeout=datetime.timedelta(seconds=timeout),
     )
     response = call("elect", bootstrap, request)
@@ -104,7 +117,11 @@ def _elect_leaders(
 
 
 def _designated(
-    tp: TopicPartition, replica: int, force: bool, bootstrap: str, zookeeper: str | None,
+    tp: TopicPartition,
+    replica: int,
+    force: bool,
+    bootstrap: str,
+    zookeeper: str | None,
     timeout: float,
 ) -> Results:
     connect = zookeeper or _zookeeper_of(bootstrap)
@@ -122,7 +139,10 @@ def _designated(
 
 def _zookeeper_of(bootstrap: str) -> str:
     """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs."""
-    connect = zookeeper_connect(bootstrap, cluster_status(bootstrap, with_losses=False))
+    try:
+        connect = zookeeper_connect(bootstrap, cluster_status(bootstrap, with_losses=False))
+    except (BrokerConnectionError, ValueError) as exc:
+        fail("elect", f"cannot reach {bootstrap}: {exc}")
     if connect is None:
         fail("elect", f"{bootstrap} is not a cluster member (no zookeeper.connect) or not among "
                       "the brokers it lists; give --zookeeper")  # fmt: skip

@@ -74,8 +74,9 @@ from logkeel.server.topic_deletions import finish_topic_deletions
 from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from logkeel.server.txn.markers import TxnMarkers
 from logkeel.server.txn.records import TRANSACTION_STATE_TOPIC
+from logkeel.storage.background_tasks import BackgroundIntervals
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
-from logkeel.storage.log_manager import BackgroundIntervals, LogManager
+from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = ["Broker", "BrokerStartError", "register_api_families"]
@@ -169,7 +170,7 @@ class Broker:
             recovery_sync_method=config.log_recovery_sync_method,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
-        self.log_manager.add_dir_online_listener(self._on_log_dir_online)
+        self.log_manager.offline_dirs.add_online_listener(self._on_log_dir_online)
         self.log_manager.add_partition_failure_listener(self._on_partition_failure)
         self._replica_reports = ReplicaReports(self.node_id, self.metadata, self.log_manager)
 

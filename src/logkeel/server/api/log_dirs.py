@@ -16,7 +16,8 @@ from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.storage.errors import KafkaStorageError, StorageError
-from logkeel.storage.log_manager import LogDirNotRecoverable, LogManager
+from logkeel.storage.log_manager import LogManager
+from logkeel.storage.offline_dirs import LogDirNotRecoverable
 
 __all__ = ["ALTER_REPLICA_LOG_DIRS_VERSIONS", "DESCRIBE_LOG_DIRS_VERSIONS", "LogDirsApi", "register"]
 
@@ -89,7 +90,7 @@ class LogDirsApi:
 
     def _bring_online(self, path: str) -> None:
         try:
-            loaded = self._log_manager.bring_dir_online(path)
+            loaded = self._log_manager.offline_dirs.bring_online(path)
         except LogDirNotRecoverable as exc:
             log.warning("log dir %s not brought online: %s", path, exc)
         except KafkaStorageError as exc:

@@ -14,27 +14,28 @@ Two things differ from Kafka on purpose:
   past the recovery point after an unclean shutdown. We keep indexes across a crash and only
   supplement them (AKIP-2), so a preallocated file that was never trimmed must yield exactly the
   entries that were appended, not ``max_entries`` of mostly zeros (the mistake behind KAFKA-1112
-  and the incident in seeds/). See ``_recover_entry_count``.
+  and the incident in seeds/). See ``index_recovery``.
 """
 
 from __future__ import annotations
 
-import errno
-import itertools
 import logging
 import mmap
-import operator
 import os
 import struct
 import sys
 import threading
 from abc import ABC, abstractmethod
-from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Generic, Self, TypeVar
 
+from logkeel.storage.engine.index_recovery import (
+    crashed_head,
+    longest_valid_prefix,
+    written_slots,
+)
 from logkeel.storage.errors import (
     CorruptIndexError,
     IndexFullError,
@@ -57,53 +58,10 @@ _WARM_SECTION_BYTES = 8192
 # Blocks are reserved ahead of the mmap writes in chunks of this size (see _ensure_reserved).
 _RESERVE_CHUNK = 64 * 1024
 
-# Scanning for the end of written data reads this much of the map at a time.
-
-def _crashed_head(fd: int, length: int, entry_size: int) -> bytes | None:
-    """For an index file of ``length`` bytes: None when its last slot holds a non-zero byte
-    (a trimmed or full index: every slot is an entry); else (a preallocated index after a
-    crash) its bytes up to where its last region that is not a hole ends, whole slots
-    (everything after reads as zeros), or all of it where the filesystem cannot tell holes.
-
-    Read with pread, not through a map: a fault on a page of a sparse index zero-fills a
-    whole read-around window (~1 ms on the development VM; seconds for a broker's worth).
-    """
-    slots_end = length - length % entry_size
-    if slots_end == 0:
-        return None
-    if os.pread(fd, entry_size, slots_end - entry_size).count(0) != entry_size:
-        return None
-    end = pos = 0
-    while pos < slots_end:
-        try:
-            data = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no data at or after pos
-                break
-            end = slots_end  # SEEK_DATA not supported here: read it all
-            break
-        end = pos = os.lseek(fd, data, os.SEEK_HOLE)
-    end = min(slots_end, -(-end // entry_size) * entry_size)
-    head = bytearray()
-    while len(head) < end:
-        chunk = os.pread(fd, end - len(head), len(head))
-        if not chunk:
-            break
-        head += chunk
-    return bytes(head)
-
-
 # Since 3.13, mmap can skip dup()ing the descriptor; before that every mapped index costs one fd.
 _MMAP_KWARGS: dict[str, bool] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
-
-
 E = TypeVar("E", bound=tuple)
-
-
-def _first_false(flags: Iterable[bool]) -> int | None:
-    """Index of the first False in ``flags``, or None; runs in C, without a Python-level loop."""
-    return next(itertools.compress(itertools.count(), map(operator.not_, flags)), None)
 
 
 class AbstractIndex(ABC, Generic[E]):
@@ -454,7 +412,7 @@ class AbstractIndex(ABC, Generic[E]):
                 # What a preallocated (crashed) index ends with is read here, not through the
                 # map: a fault on a page of its sparse tail zero-fills a large folio (~1 ms on
                 # the development VM, seconds for a broker's worth of partitions).
-                head = None if created else _crashed_head(fd, length, self.entry_size)
+                head = None if created else crashed_head(fd, length, self.entry_size)
                 mapped = length
                 if grow_to > length:
                     os.ftruncate(fd, grow_to)
@@ -501,29 +459,11 @@ class AbstractIndex(ABC, Generic[E]):
             mm.close()
 
     def _recover_entry_count(self, head: bytes | None) -> int:
-        """How many entries an existing file holds.
-
-        A trimmed file (roll, close, Kafka's own files) or a full one: every slot is an entry,
-        as in Kafka. We recognise those by a last slot that is not all zeros. Otherwise the file
-        was preallocated and never trimmed, i.e. the broker crashed while it was active. Every
-        byte past the last append is then still zero, because preallocation extends with zeros
-        and truncation here zeroes what it drops. So the entries are the slots up to the last
-        non-zero byte, cut at the first slot that does not continue the ordering: in a written
-        index each key is greater than the previous one (so a slot after the first can only be
-        all zeros if it was never written), and a page the crash failed to write back reads
-        as zeros or stale data, which breaks the ordering there. Whatever is kept is a valid
-        prefix of what was appended; recovery supplements the rest from the log.
-
-        A trimmed file whose last entry is all zeros must hold just one entry (0 relative offset
-        at position 0, or timestamp 0 at the base offset); reading it as empty loses nothing,
-        since an empty index answers lookups with the same base offset.
-
-        ``head``: None for a file whose last slot is not all zeros, else its written part
-        (see _crashed_head).
-        """
+        """How many entries an existing file holds (see index_recovery). ``head``: None for a
+        file whose last slot is not all zeros, else its written part (see crashed_head)."""
         if head is None:
             return self._length // self.entry_size
-        written = -(-len(head.rstrip(b"\0")) // self.entry_size)
+        written = written_slots(head, self.entry_size)
         valid, reason = self._longest_valid_prefix(head[: written * self.entry_size])
         if valid < written:
             log.warning(
@@ -540,37 +480,11 @@ class AbstractIndex(ABC, Generic[E]):
         return valid
 
     def _longest_valid_prefix(self, raw: bytes) -> tuple[int, str | None]:
-        """The length of the longest ordered prefix of the slots in ``raw``, and why it ends.
-
-        Ordered: relative offset and the other field non-negative in the first entry, keys
-        strictly increasing, values increasing (strictly if the subclass says so). One pass
-        at C speed: a full 10 MiB index is ~1.3 million entries.
-        """
-        count = len(raw) // self.entry_size
-        if count == 0:
-            return 0, None
-        first = self._codec.unpack_from(raw, 0)
-        if first[0] < 0 or first[1] < 0:
-            return 0, f"entry 0 has a negative field: {first}"
-        keys = array("q", map(operator.itemgetter(0), self._codec.iter_unpack(raw)))
-        values = array("q", map(operator.itemgetter(1), self._codec.iter_unpack(raw)))
-        value_order: Callable[[int, int], bool] = (
-            operator.lt if self._values_strictly_increase else operator.le
-        )
-        breaks = [
-            i
-            for i in (
-                _first_false(map(operator.lt, keys, itertools.islice(keys, 1, None))),
-                _first_false(map(value_order, values, itertools.islice(values, 1, None))),
-            )
-            if i is not None
-        ]
-        if not breaks:
-            return count, None
-        i = min(breaks)
-        return i + 1, (
-            f"entry {i + 1} {self._to_entry(self._codec.unpack_from(raw, (i + 1) * self.entry_size))} "
-            f"does not follow entry {i} {self._to_entry(self._codec.unpack_from(raw, i * self.entry_size))}"
+        return longest_valid_prefix(
+            raw,
+            self._codec,
+            values_strictly_increase=self._values_strictly_increase,
+            describe=self._to_entry,
         )
 
     def _zero_slots(self, start: int, end: int) -> None:
@@ -584,7 +498,7 @@ class AbstractIndex(ABC, Generic[E]):
         if n < self._entries:
             self._require_writable("truncate")
             # Zeroing keeps "everything past the entries is zero" true, which is what lets an
-            # untrimmed file be read back after a crash (see _recover_entry_count).
+            # untrimmed file be read back after a crash (see index_recovery).
             self._zero_slots(n, self._entries)
             self._entries = n
 
