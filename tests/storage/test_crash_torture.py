@@ -152,7 +152,9 @@ def damage(rng: random.Random, part: Path, acks) -> Damage | None:
         _, _, _, base, acked_size = acks[-1]
         logs = sorted(p for p in part.iterdir() if p.suffix == ".log")
         last = logs[-1]
-        if int(last.name[:20]) == base and last.stat().st_size > acked_size:
+        if int(last.name[:20]) > base:
+            acked_size = 0  # rolled since the last acknowledgement: nothing in it is acked
+        if int(last.name[:20]) >= base and last.stat().st_size > acked_size:
             size = last.stat().st_size
             batches, end_before = _batches(last)
             if rng.random() < 0.5:
