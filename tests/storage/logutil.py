@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import time
 from pathlib import Path
 
@@ -15,11 +17,21 @@ from logkeel.storage.topic_partition import TopicPartition
 TP = TopicPartition("t", 0)
 
 
+def open_fds() -> int:
+    """This process's open descriptors, after a collection: garbage an earlier test left (an
+    unclosed file in a cycle) would otherwise close its descriptor whenever the collector
+    happens to run, in the middle of a test that counts them."""
+    gc.collect()
+    return len(os.listdir("/proc/self/fd"))
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def batch(n: int = 1, *, value_size: int = 10, ts: int | None = None, key: bytes = b"k", **opts) -> bytes:
+def batch(
+    n: int = 1, *, value_size: int = 10, ts: int | None = None, key: bytes = b"k", **opts
+) -> bytes:
     ts = now_ms() if ts is None else ts
     return build_batch([(ts + i, key, b"v" * value_size, ()) for i in range(n)], **opts)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 import struct
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from logkeel.storage.errors import (
     StorageError,
 )
 
+from .logutil import open_fds
+
 ENTRY = struct.Struct(">ii")  # Kafka's OffsetIndex: putInt(relative offset), putInt(position)
 # Before 3.13 an mmap holds a dup of its file's descriptor.
 MAPPED_FDS = 1 if sys.version_info < (3, 13) else 0
@@ -36,10 +37,6 @@ def index_path(root: Path, base_offset: int) -> Path:
     partition_dir = root / "logs" / "topic-0"
     partition_dir.mkdir(parents=True, exist_ok=True)
     return partition_dir / f"{base_offset:020d}.index"
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def model_lookup(entries: list[tuple[int, int]], base: int, target: int) -> OffsetPosition:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from logkeel.storage.errors import (
     KafkaStorageError,
 )
 
+from .logutil import open_fds
+
 ENTRY = struct.Struct(">qi")  # Kafka's TimeIndex: putLong(timestamp), putInt(relative offset)
 MAPPED_FDS = 1 if sys.version_info < (3, 13) else 0
 
@@ -32,10 +33,6 @@ def time_index_path(root: Path, base_offset: int) -> Path:
     partition_dir = root / "logs" / "topic-0"
     partition_dir.mkdir(parents=True, exist_ok=True)
     return partition_dir / f"{base_offset:020d}.timeindex"
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def model_lookup(entries: list[tuple[int, int]], base: int, target: int) -> TimestampOffset:

@@ -3,7 +3,6 @@ reopening, torn writes and corruption."""
 
 from __future__ import annotations
 
-import os
 import struct
 import tempfile
 from pathlib import Path
@@ -25,6 +24,8 @@ from logkeel.storage.errors import (
     StorageError,
 )
 
+from .logutil import open_fds
+
 # Kafka's AbortedTxn: putShort(version 0), putLong(producerId), putLong(firstOffset),
 # putLong(lastOffset), putLong(lastStableOffset): 34 bytes.
 ENTRY = struct.Struct(">hqqqq")
@@ -34,10 +35,6 @@ def txn_index_path(root: Path, base_offset: int = 0) -> Path:
     partition_dir = root / "logs" / "topic-0"
     partition_dir.mkdir(parents=True, exist_ok=True)
     return partition_dir / f"{base_offset:020d}.txnindex"
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def model_collect(txns: list[AbortedTxn], fetch: int, upper: int) -> TxnIndexSearchResult:
