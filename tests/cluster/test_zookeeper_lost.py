@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -19,6 +20,13 @@ from tests.cluster.test_cluster_brokers import wait_until
 from tests.server.test_produce_api import RawClient, batch, fetch_records, produce_one
 
 SESSION_TIMEOUT_MS = 6000
+
+
+def controller_id(admin: AdminClient) -> int | None:
+    try:
+        return admin.list_topics(timeout=5).controller_id
+    except KafkaException:
+        return None
 
 
 def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> None:
@@ -32,7 +40,13 @@ def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> 
         broker.start()
         try:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            admin.create_topics([NewTopic("t", 1, 1)])["t"].result(20)
+            # This test is about losing ZooKeeper, not about start-up: the topic is created
+            # once the broker has won the controller election (the test's own ZooKeeper is a
+            # fresh JVM, slow to answer on a loaded machine).
+            wait_until(
+                lambda: controller_id(admin) == 1, "broker 1 to be the controller", timeout=30
+            )
+            admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
             with RawClient(broker.port) as client:
                 wait_until(
                     lambda: produce_one(client, 9, "t", 0, batch([b"a", b"b"])).error_code
