@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -296,8 +297,7 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self._in_flight -= 1
             self._last_active = time.monotonic()
-            if released is not None and not released.done():
-                released.set_result(None)
+            _settle(released)
 
     async def _next_frame(self) -> tuple[Frame, float] | None:
         while True:
@@ -398,7 +398,7 @@ class Connection(asyncio.BufferedProtocol):
             header_version=header.header_version,
             received_at=arrived,
             session=self.session,
-            release=_release(released),
+            release=functools.partial(_settle, released),
         )
         outcome = "ok"
         detail = ""
@@ -668,11 +668,7 @@ def _host_port(address: tuple[Any, ...]) -> str:
     return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
 
 
-def _release(released: asyncio.Future[None] | None) -> Callable[[], None]:
-    if released is None:
-        return _nothing
-    return lambda: None if released.done() else released.set_result(None)
-
-
-def _nothing() -> None:
-    return None
+def _settle(released: asyncio.Future[None] | None) -> None:
+    """Marks a pipelined request's appends as handed over (once; a no-op for other requests)."""
+    if released is not None and not released.done():
+        released.set_result(None)
