@@ -345,7 +345,11 @@ def test_acks_zero_sends_nothing_and_closes_on_failure(server: BrokerProcess) ->
 
 
 def init_producer_id(
-    client: RawClient, version: int = 4, transactional_id: str | None = None
+    client: RawClient,
+    version: int = 4,
+    transactional_id: str | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
 ) -> Any:
     mod = schema_module(ApiKey.INIT_PRODUCER_ID, version)
     return client.call(
@@ -353,8 +357,8 @@ def init_producer_id(
             mod.InitProducerIdRequest,
             transactional_id=transactional_id,
             transaction_timeout=ms(60000),
-            producer_id=-1,
-            producer_epoch=-1,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
             enable2_pc=False,
             keep_prepared_txn=False,
         )
@@ -389,6 +393,22 @@ def test_producer_ids_are_unique_and_transactional_ids_get_epochs(client: RawCli
         first.producer_id,
         first.producer_epoch + 1,
     )
+
+
+def test_a_new_transactional_id_accepts_any_producer_id_and_epoch(client: RawClient) -> None:
+    """@platformatic/kafka's first InitProducerId v5 carries producer id 0 and epoch 0; a state
+    that was just created has no incarnation to fence, so Kafka answers with a producer id.
+    Once the id has an epoch, a stale one is fenced."""
+    first = init_producer_id(client, 5, "txn-fresh", producer_id=0, producer_epoch=0)
+    assert first.error_code == ErrorCode.none and first.producer_epoch == 0
+    again = init_producer_id(
+        client, 5, "txn-fresh", producer_id=first.producer_id, producer_epoch=0
+    )
+    assert again.error_code == ErrorCode.none and again.producer_epoch == 1
+    stale = init_producer_id(
+        client, 5, "txn-fresh", producer_id=first.producer_id, producer_epoch=0
+    )
+    assert stale.error_code == ErrorCode.producer_fenced
 
 
 def test_pipelined_requests_on_one_connection_append_in_order(client: RawClient) -> None:

@@ -304,3 +304,44 @@ def test_aiokafka_transactional_producer(broker: BrokerProcess) -> None:
 
     asyncio.run(asyncio.wait_for(run(), TIMEOUT))
     assert consume_all(broker.bootstrap, "ak", "read_committed", 1) == [b"ak-committed"]
+
+
+def test_aiokafka_send_offsets_to_a_group_with_a_live_member(broker: BrokerProcess) -> None:
+    """aiokafka's send_offsets_to_transaction sends TxnOffsetCommit without member id and with
+    generation -1 (the older versions carry neither); Kafka accepts that while the group has an
+    active member, and so must logkeel (it answered UNKNOWN_MEMBER_ID)."""
+    from aiokafka import AIOKafkaConsumer
+
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    send(plain, "ak-in", [b"x0", b"x1"])
+    group = f"ak-group-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> None:
+        c = AIOKafkaConsumer(
+            "ak-in",
+            bootstrap_servers=broker.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await c.start()
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="txn-ak-offs")
+        await p.start()
+        try:
+            got = []
+            while len(got) < 2:
+                batch = await c.getmany(timeout_ms=1000)
+                got.extend(m for msgs in batch.values() for m in msgs)
+            assert c.assignment(), "the consumer is a live member of the group"
+            from aiokafka.structs import TopicPartition as AkTp
+
+            async with p.transaction():
+                await p.send_and_wait("ak-out", b"done")
+                await p.send_offsets_to_transaction({AkTp("ak-in", 0): 2}, group)
+        finally:
+            await p.stop()
+            await c.stop()
+
+    asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    assert committed_offset(broker.bootstrap, group, "ak-in") == 2
+    assert consume_all(broker.bootstrap, "ak-out", "read_committed", 1) == [b"done"]

@@ -43,8 +43,17 @@ class GroupOffsets(CoordinatorPart):
         self._membership = membership
 
     def validate_offset_commit(
-        self, group: ClassicGroup, member_id: str, instance_id: str | None, generation_id: int
+        self,
+        group: ClassicGroup,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        transactional: bool = False,
     ) -> None:
+        """Kafka's rules for OffsetCommit and, with ``transactional``, TxnOffsetCommit: the
+        latter's older versions carry no member id or generation, so a transactional commit
+        without them is accepted while the group has members (the transaction coordinator,
+        not group membership, fences zombies there), and it is not refused mid-rebalance."""
         if group.is_in(GroupState.DEAD):
             raise GroupError(ErrorCode.coordinator_not_available)
         if generation_id < 0 and group.is_empty:
@@ -53,9 +62,9 @@ class GroupOffsets(CoordinatorPart):
             group.validate_member(member_id, instance_id)
             if generation_id != group.generation_id:
                 raise GroupError(ErrorCode.illegal_generation)
-        elif not group.is_empty:
+        elif not transactional and not group.is_empty:
             raise GroupError(ErrorCode.unknown_member_id)
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
+        if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
             raise GroupError(ErrorCode.rebalance_in_progress)
 
     def commit_values(

@@ -87,7 +87,7 @@ class GroupTxnOffsets(CoordinatorPart):
         else:
             try:
                 self._offsets.validate_offset_commit(
-                    group, member_id, group_instance_id, generation_id
+                    group, member_id, group_instance_id, generation_id, transactional=True
                 )
             except GroupError as exc:
                 return exc.code, {}

@@ -251,10 +251,15 @@ class TransactionCoordinator:
             )
         if meta.pending is not None:
             raise TxnError(ErrorCode.concurrent_transactions)
-        if producer_id >= 0 and (
-            producer_id != meta.producer_id or producer_epoch != meta.producer_epoch
+        if (
+            producer_id >= 0
+            and meta.producer_epoch >= 0
+            and (producer_id != meta.producer_id or producer_epoch != meta.producer_epoch)
         ):
-            # KIP-360: a producer re-initialising itself must still be the current one.
+            # KIP-360: a producer re-initialising itself must still be the current one. A state
+            # that was just created (epoch -1) has no incarnation to fence, so any id and epoch
+            # the client still holds are accepted, as Kafka does (a client recovering from
+            # UNKNOWN_PRODUCER_ID, or one that sends 0/0 on its first call).
             raise TxnError(ErrorCode.producer_fenced)
         if meta.state in (TxnStatus.ONGOING, TxnStatus.PREPARE_EPOCH_FENCE):
             # The previous incarnation left a transaction open: fence it and abort it; the
