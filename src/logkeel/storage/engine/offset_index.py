@@ -1,11 +1,12 @@
 """The offset index (``<base offset>.index``): sparse map from offsets to log file positions.
 
 Format (apache/kafka ``OffsetIndex``): 8-byte big-endian entries, int32 offset relative to the
-segment's base offset, then int32 byte position of the batch in the ``.log`` file. The segment
-adds an entry every ``log.index.interval.bytes`` of log, keyed by the batch's **last** offset:
-last offsets increase strictly from batch to batch, base offsets need not (a batch's base offset
-is not always its first record's; keying by it is what broke index rebuilds in the incident in
-seeds/). A lookup for offset X lands on a batch whose last offset <= X; the caller scans forward.
+segment's base offset, then int32 byte position of the batch in the ``.log`` file. The segment adds
+an entry every ``log.index.interval.bytes`` of log, keyed by the batch's **last** offset: last
+offsets increase strictly from batch to batch, base offsets need not (a batch's base offset is not
+always its first record's; keying by it is what broke index rebuilds in Kafka 0.11, see the
+index-corruption incident in docs/proposals.md). A lookup for offset X lands on a batch whose last
+offset <= X; the caller scans forward.
 """
 
 from __future__ import annotations

@@ -80,10 +80,10 @@ class RecoveryResult:
 class OffsetRule:
     """The offsets a segment's batches must carry, as a walk check (``walk_batches``).
 
-    Strictly rising from ``last_offset`` (a batch that goes back is the 0.11 incident in
-    seeds/), within the segment's int32 relative offsets, and below ``upper_bound`` (the next
-    segment's base offset). Validation and index rebuild both walk with it, so they agree on
-    where a segment's valid data ends.
+    Strictly rising from ``last_offset`` (a batch that goes back is the 0.11 index-corruption
+    incident, docs/proposals.md), within the segment's int32 relative offsets, and below
+    ``upper_bound`` (the next segment's base offset). Validation and index rebuild both walk with
+    it, so they agree on where a segment's valid data ends.
     """
 
     __slots__ = ("base_offset", "last_offset", "upper_bound")
@@ -556,8 +556,8 @@ class LogSegment:
         counter and running max timestamp are resumed from the kept part, so the result is
         entry for entry what a full rebuild gives, without rereading what was already checked.
 
-        A batch ends the valid data when it fails its CRC or structure, when its offsets do
-        not rise strictly (the incident in seeds/), when it starts below ``min_offset`` (the
+        A batch ends the valid data when it fails its CRC or structure, when its offsets do not rise
+        strictly (the 0.11 incident, docs/proposals.md), when it starts below ``min_offset`` (the
         previous segment's end) or reaches ``upper_bound`` (the next segment's base offset).
         ``on_batch`` sees each valid batch (recovery replays producer state through it).
         """

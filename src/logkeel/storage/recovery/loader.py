@@ -1,14 +1,14 @@
 """Opens a partition directory into a PartitionLog: the start-up and recovery path.
 
-- Clean start (KIP-263): only the active segment is opened and checked. The other segments
-  get a validator that runs on their first access or in the background (lazy), or are all
+- Clean start (KIP-263, docs/proposals.md): only the active segment is opened and checked. The other
+  segments get a validator that runs on their first access or in the background (lazy), or are all
   validated before the partition serves (``validation="eager"``).
-- Unclean start (AKIP-2): only data after the recovery point is read, CRC-checked batch by
-  batch. Index, time index and transaction index entries below it are kept and supplemented.
-  Producer state comes from the newest snapshot at or below the recovery point and is
-  replayed from there, re-adding the aborted transactions above the recovery point (the
-  transaction index's checkpoint: it is fsynced with the segment, so whatever it held below the
-  recovery point is on disk).
+- Unclean start (AKIP-2, docs/proposals.md): only data after the recovery point is read, CRC-checked
+  batch by batch. Index, time index and transaction index entries below it are kept and
+  supplemented. Producer state comes from the newest snapshot at or below the recovery point and is
+  replayed from there, re-adding the aborted transactions above the recovery point (the transaction
+  index's checkpoint: it is fsynced with the segment, so whatever it held below the recovery point
+  is on disk).
 - Damage: leftovers of interrupted operations are finished or removed, a bad index is rebuilt,
   a bad batch ends the log there (what follows is cut and reported), a missing segment file is
   reported and its orphaned indexes removed. Whatever cannot be loaded raises, and the log

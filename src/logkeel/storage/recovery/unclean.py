@@ -1,7 +1,7 @@
-"""Unclean start (AKIP-2): only data after the recovery point is read, CRC-checked batch by
-batch. Index, time index and transaction index entries below it are kept and supplemented.
-Producer state comes from the newest snapshot at or below the recovery point and is replayed
-from there, re-adding the aborted transactions above the recovery point."""
+"""Unclean start (AKIP-2, docs/proposals.md): only data after the recovery point is read,
+CRC-checked batch by batch. Index, time index and transaction index entries below it are kept and
+supplemented. Producer state comes from the newest snapshot at or below the recovery point and is
+replayed from there, re-adding the aborted transactions above the recovery point."""
 
 from __future__ import annotations
 

@@ -185,8 +185,8 @@ def _log_items(dump: FileDump, walk: LogWalk, print_data: bool) -> Generator[Jso
                     )
                 )
             if prev_last is not None and header.base_offset <= prev_last:
-                # Offsets must rise from batch to batch; the 0.11 incident in seeds/ is a log
-                # where they did not.
+                # Offsets must rise from batch to batch; the 0.11 index-corruption incident
+                # (docs/proposals.md) is a log where they did not.
                 dump.errors.append(
                     problem(
                         f"position {pos}: batch base offset {header.base_offset} is not above "
