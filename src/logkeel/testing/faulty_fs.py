@@ -228,7 +228,7 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
 
         return run
 
-    class Passthrough(mfusepy.Operations):
+    class Passthrough(mfusepy.Operations):  # type: ignore[misc]  # mfusepy has no types
         use_ns = True
 
         @passthrough

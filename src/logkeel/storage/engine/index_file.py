@@ -61,7 +61,7 @@ _RESERVE_CHUNK = 64 * 1024
 # Since 3.13, mmap can skip dup()ing the descriptor; before that every mapped index costs one fd.
 _MMAP_KWARGS: dict[str, bool] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
-E = TypeVar("E", bound=tuple)
+E = TypeVar("E", bound=tuple[int, int])
 
 
 class AbstractIndex(ABC, Generic[E]):

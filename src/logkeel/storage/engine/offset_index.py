@@ -74,7 +74,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             if tail[0] == n and tail[1] is self._mm:
                 last_relative, last_position = tail[2], tail[3]
             elif n:
-                last_relative, last_position = self._codec.unpack_from(self._mm, slot - 8)
+                last_relative, last_position = self._codec.unpack_from(
+                    self._mm,  # type: ignore[arg-type]  # mapped once loaded
+                    slot - 8,
+                )
             else:
                 last_relative = last_position = -1
             # One test for the usual case (runs for every indexed batch); the precise error
@@ -87,7 +90,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             ):
                 if slot + 8 > self._reserved:
                     self._ensure_reserved(slot + 8)
-                self._codec.pack_into(self._mm, slot, relative, position)
+                self._codec.pack_into(self._mm, slot, relative, position)  # type: ignore[arg-type]
                 self._entries = n + 1
                 self._tail = (n + 1, self._mm, relative, position)
                 return
@@ -102,7 +105,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             )
         n = self._entries
         if n:
-            last_relative, last_position = self._codec.unpack_from(self._mm, (n - 1) * 8)
+            last_relative, last_position = self._codec.unpack_from(
+                self._mm,  # type: ignore[arg-type]  # mapped once loaded
+                (n - 1) * 8,
+            )
             if relative <= last_relative:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to slot {n}, no larger than the "

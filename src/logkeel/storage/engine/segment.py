@@ -432,7 +432,9 @@ class LogSegment:
             # if its validator can (see PartitionValidation.read); else it is validated whole.
             read_unvalidated = getattr(validator, "read", None)
             if read_unvalidated is not None:
-                info = read_unvalidated(self, start_offset, max_size, max_offset, min_one_message)
+                info: SegmentReadInfo | None = read_unvalidated(
+                    self, start_offset, max_size, max_offset, min_one_message
+                )
                 if info is not NEEDS_VALIDATION:
                     return info
             self.ensure_valid()
@@ -476,7 +478,7 @@ class LogSegment:
         offsets = OffsetRule(self.base_offset, self.base_offset - 1, upper_bound)
         position = hint.position
         for item in walk_batches(self.log.window(end), position, check=offsets):
-            if type(item) is BadBatch:
+            if isinstance(item, BadBatch):
                 raise InvalidBatchError(f"{self}: {item.reason} at position {item.position}")
             if indexed and position == hint.position and item.header.last_offset != hint.offset:
                 raise InvalidBatchError(f"{self}: index entry {hint} names no batch")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from logkeel.records.walk import BatchPosition
 from logkeel.storage.engine.producer_snapshot import ProducerSnapshotEntry
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
@@ -79,7 +80,7 @@ def recover(
         )
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
 
-        def on_batch(batch, segment=segment) -> None:
+        def on_batch(batch: BatchPosition, segment: LogSegment = segment) -> None:
             if batch.header.last_offset >= recovery_from:
                 replay.feed(segment, batch)
 
