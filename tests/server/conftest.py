@@ -63,7 +63,7 @@ class BrokerThread:
                     self.registry, "127.0.0.1", 0, observers=[self._observe], **self._server_kwargs
                 )
                 loop.run_until_complete(self.server.start())
-            except BaseException as exc:  # surfaced to the test thread
+            except BaseException as exc:  # noqa: BLE001 - surfaced to the test thread
                 failure.append(exc)
                 ready.set()
                 return

@@ -226,7 +226,8 @@ def test_fetch_upper_bound_offset(tmp_path: Path) -> None:
 def test_append_rejects_non_monotonic_entries(tmp_path: Path) -> None:
     index = OffsetIndex(index_path(tmp_path, 100), 100)
     index.append(110, 5000)
-    # The incident in seeds/: keying by a batch's base offset can repeat the last key.
+    # The 0.11 index-corruption incident (docs/proposals.md): keying by a batch's base offset
+    # can repeat the last key.
     with pytest.raises(InvalidOffsetError) as info:
         index.append(110, 9000)
     assert isinstance(info.value, ValueError) and isinstance(info.value, StorageError)

@@ -1,5 +1,5 @@
-"""Unclean start-up (AKIP-2): only data after the recovery point is read; indexes and producer
-state are kept and supplemented; a bad tail is truncated and reported."""
+"""Unclean start-up (AKIP-2, docs/proposals.md): only data after the recovery point is read;
+indexes and producer state are kept and supplemented; a bad tail is truncated and reported."""
 
 from __future__ import annotations
 

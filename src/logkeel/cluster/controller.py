@@ -242,7 +242,7 @@ class Controller:
         """A children watcher that queues ``event`` and sets a data watch on each new child,
         which queues it too on every change until the child is deleted."""
 
-        def data_watch(child: str):  # noqa: ANN202 - kazoo's watcher signature
+        def data_watch(child: str) -> Callable[[bytes | None, object], bool]:
             def fired(data: bytes | None, _stat: object) -> bool:
                 if data is None:
                     watched.discard(child)

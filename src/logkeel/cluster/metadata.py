@@ -257,7 +257,7 @@ class EmbeddedMetadataStore(MetadataStore):
     # -- persistence ----------------------------------------------------------------------------
     def _load(self) -> None:
         """Reads the newest readable copy; copies that fail to parse are ignored (logged)."""
-        best: dict | None = None
+        best: dict[str, Any] | None = None
         for d in self._dirs:
             path = d / METADATA_FILE
             try:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from kazoo.exceptions import NoNodeError
 
 from logkeel.cluster import zk_data as zd
+from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_session import ZkSession
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -18,7 +19,7 @@ __all__ = ["ElectionZnodes"]
 
 
 class ElectionZnodes(ZkSession):
-    def submit_election(self, request: zd.ElectionRequest) -> str:
+    def submit_election(self, request: ElectionRequest) -> str:
         """Queues an election for the controller; returns the znode to read the results from."""
         return str(
             self.zk.create(
@@ -30,7 +31,7 @@ class ElectionZnodes(ZkSession):
         )
 
     def run_election(
-        self, request: zd.ElectionRequest, timeout_s: float
+        self, request: ElectionRequest, timeout_s: float
     ) -> dict[TopicPartition, tuple[str | None, str]]:
         """Queues ``request`` for the controller and waits up to ``timeout_s`` for its results;
         named partitions it has not answered by then get REQUEST_TIMED_OUT."""
@@ -47,7 +48,7 @@ class ElectionZnodes(ZkSession):
         why = f"the controller did not finish the election within {timeout_s:.0f}s"
         return {tp: ("REQUEST_TIMED_OUT", why) for tp in request.partitions or ()}
 
-    def election(self, path: str) -> zd.ElectionRequest | None:
+    def election(self, path: str) -> ElectionRequest | None:
         try:
             data, _ = self.zk.get(path)
         except NoNodeError:
@@ -58,7 +59,7 @@ class ElectionZnodes(ZkSession):
         with contextlib.suppress(NoNodeError):
             self.zk.delete(path)
 
-    def elections(self) -> list[tuple[str, zd.ElectionRequest | None, float]]:
+    def elections(self) -> list[tuple[str, ElectionRequest | None, float]]:
         """Every queued election in order: (znode, request or None if unreadable, age in s)."""
         out = []
         now = time.time()
@@ -69,13 +70,13 @@ class ElectionZnodes(ZkSession):
             except NoNodeError:
                 continue
             try:
-                request: zd.ElectionRequest | None = zd.decode_election(data)
+                request: ElectionRequest | None = zd.decode_election(data)
             except (ValueError, KeyError, TypeError):
                 request = None
             out.append((path, request, now - stat.mtime / 1000))
         return out
 
-    def set_election_results(self, path: str, request: zd.ElectionRequest) -> None:
+    def set_election_results(self, path: str, request: ElectionRequest) -> None:
         with contextlib.suppress(NoNodeError):  # the requester gave up and deleted it
             self.zk.set(path, zd.encode_election(request))
 

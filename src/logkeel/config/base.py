@@ -4,7 +4,7 @@ the DescribeConfigs entry shape."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from logkeel.config.types import ConfigDef, ConfigSource
 
@@ -30,6 +30,11 @@ class TypedConfig:
 
     DEFINITION: ClassVar[ConfigDef]
     _values: Mapping[str, Any]
+
+    if TYPE_CHECKING:
+        # The properties `install_attributes` adds, one per key of the definition table, are
+        # made at import time: the type checker sees them as Any.
+        def __getattr__(self, name: str) -> Any: ...
 
     def get(self, name: str) -> Any:
         try:

@@ -379,14 +379,14 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Idempotent producer state idle this long is dropped.", Range(1)),
     # ---- logkeel start-up and recovery ----------------------------------------------------
     _K("producer.state.snapshot.interval.ms", LONG, 30000,
-       "logkeel (AKIP-2): how often producer-state snapshots are written for each partition, "
-       "besides the ones Kafka writes at segment roll and clean shutdown, so that recovery "
-       "after a crash replays at most about this much of the log. 0 = only at roll and "
-       "shutdown.", Range(0)),
+       "logkeel (from AutoMQ's AKIP-2): how often producer-state snapshots are written for each "
+       "partition, besides the ones Kafka writes at segment roll and clean shutdown, so that "
+       "recovery after a crash replays at most about this much of the log. 0 = only at roll "
+       "and shutdown.", Range(0)),
     _K("log.recovery.checkpoint.interval.ms", LONG, 30000,
-       "logkeel (AKIP-2): how often each partition's recovery checkpoints (the offsets up to "
-       "which its transaction index and time index are known complete) are persisted, bounding "
-       "what unclean recovery must replay.", Range(1)),
+       "logkeel (from AutoMQ's AKIP-2): how often each partition's recovery checkpoints (the "
+       "offsets up to which its transaction index and time index are known complete) are "
+       "persisted, bounding what unclean recovery must replay.", Range(1)),
     _K("log.recovery.sync.method", STRING, "syncfs",
        "logkeel: how an unclean start-up makes what it recovered durable before checkpointing "
        "it. syncfs (as PostgreSQL's recovery_init_sync_method): one syncfs of each log dir's "

@@ -187,5 +187,5 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
     """Size of the batch starting at ``pos`` from its first 12 bytes, or None if too short."""
     if len(buf) - pos < LOG_OVERHEAD:
         return None
-    _, length = _LENGTH.unpack_from(buf, pos)
+    length: int = _LENGTH.unpack_from(buf, pos)[1]
     return length + LOG_OVERHEAD

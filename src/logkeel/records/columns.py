@@ -28,9 +28,9 @@ from .batch import HEADER_SIZE, BatchHeader, InvalidBatchError
 from .record import Record, decode_records, read_header, records_section
 
 try:
-    from . import _columns as _native
+    from . import _columns as _native  # type: ignore[attr-defined]  # a C extension, no stubs
 except ImportError:  # not built: no compiler or headers at install
-    _native = None  # type: ignore[assignment]
+    _native = None
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -128,11 +128,11 @@ class NativeColumnBuilder:
 
     @property
     def rows(self) -> int:
-        return self._builder.rows
+        return int(self._builder.rows)
 
     @property
     def nbytes(self) -> int:
-        return self._builder.nbytes
+        return int(self._builder.nbytes)
 
     def add(
         self, buf: bytes | memoryview, pos: int = 0, header: BatchHeader | None = None

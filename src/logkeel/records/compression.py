@@ -60,13 +60,14 @@ def compress(codec: CompressionType, data: Buffer, level: int | None = None) -> 
     if codec == CompressionType.SNAPPY:
         return xerial_snappy_compress(data)
     if codec == CompressionType.LZ4:
-        return lz4.frame.compress(
+        framed: bytes = lz4.frame.compress(  # lz4 ships no type information
             data,
             compression_level=LZ4_DEFAULT_LEVEL if level is None else level,
             block_size=lz4.frame.BLOCKSIZE_MAX64KB,
             block_linked=False,
             content_checksum=False,
         )
+        return framed
     if codec == CompressionType.ZSTD:
         lvl = ZSTD_DEFAULT_LEVEL if level is None else level
         compressor = _zstd_compressors.get(lvl)
@@ -100,7 +101,7 @@ def decompress(codec: CompressionType | int, data: Buffer) -> bytes:
 def xerial_snappy_compress(data: Buffer, block_size: int = XERIAL_BLOCK_SIZE) -> bytes:
     """Snappy in snappy-java's stream framing, as Kafka's Java clients write it."""
     view = memoryview(data)
-    parts = [XERIAL_HEADER]
+    parts: list[bytes | cramjam.Buffer] = [XERIAL_HEADER]
     compress_raw = cramjam.snappy.compress_raw
     pack = _INT32.pack
     for start in range(0, len(view), block_size):

@@ -52,11 +52,11 @@ class Record:
 # setting the slots through their descriptors is twice as fast, and decoding makes one Record
 # per record, so the hot loop uses these.
 _new = object.__new__
-_set_offset = Record.offset.__set__  # type: ignore[attr-defined]
-_set_timestamp = Record.timestamp.__set__  # type: ignore[attr-defined]
-_set_key = Record.key.__set__  # type: ignore[attr-defined]
-_set_value = Record.value.__set__  # type: ignore[attr-defined]
-_set_headers = Record.headers.__set__  # type: ignore[attr-defined]
+_set_offset = Record.__dict__["offset"].__set__
+_set_timestamp = Record.__dict__["timestamp"].__set__
+_set_key = Record.__dict__["key"].__set__
+_set_value = Record.__dict__["value"].__set__
+_set_headers = Record.__dict__["headers"].__set__
 
 
 def read_header(buf: Buffer, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
@@ -237,7 +237,7 @@ def _decode_headers(data: Buffer, p: int, rec_end: int) -> tuple[Headers, int]:
     count, p = decode_varint(data, p)
     if count < 0 or count > rec_end - p:
         raise InvalidBatchError(f"invalid record header count {count}")
-    headers = []
+    headers: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         b = data[p]
         if b < 0x80:  # header keys and values are short: one-byte lengths inline

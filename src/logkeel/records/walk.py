@@ -288,6 +288,7 @@ def _bad_at(
     if in_memory:
         rel = pos
     else:
+        assert win is not None  # not in memory
         buf, rel = win.get(pos, HEADER_SIZE)
         if len(buf) - rel < HEADER_SIZE:  # the file shrank while being read
             return BadBatch(

@@ -135,7 +135,7 @@ def request_schema(api_key: int, api_version: int) -> type[Any] | None:
     """kio's request class for (key, version), or None if kio does not have it."""
     try:
         return load_request_schema(api_key, api_version)  # type: ignore[arg-type]
-    except Exception:  # kio raises its own index errors, and ImportError for broken modules
+    except Exception:  # noqa: BLE001 - kio's own index errors, ImportError for a broken module
         return None
 
 
@@ -144,7 +144,7 @@ def response_schema(api_key: int, api_version: int) -> type[Any] | None:
     """kio's response class for (key, version), or None if kio does not have it."""
     try:
         return load_response_schema(api_key, api_version)  # type: ignore[arg-type]
-    except Exception:
+    except Exception:  # noqa: BLE001 - as request_schema
         return None
 
 

@@ -8,7 +8,7 @@ corrupt ranges, and the replica to recover from.
 The best replica is the one whose data runs furthest without a hole: the end of the unbroken run
 of valid batches from its log start (its log end offset when nothing is corrupt or missing).
 Ties go to the higher last leader epoch, then the longer log, then the earlier log start. That
-is the recovery plan for the incident in `seeds/index-corruption-incident-zh.txt`: when the only
+is the recovery plan for the 0.11 index-corruption incident (docs/proposals.md): when the only
 in-sync replica lost its data, make the replica that still has it leader instead of letting it
 truncate to the empty one.
 

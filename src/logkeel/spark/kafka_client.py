@@ -92,7 +92,7 @@ class KafkaMetadata:
                 topics.update(md.topics)
         else:
             topics = self._consumer.list_topics(timeout=METADATA_TIMEOUT_S).topics
-        found = []
+        found: list[tuple[str, int]] = []
         for name, meta in topics.items():
             if meta.error is not None or not selection.matches(name):
                 continue

@@ -153,7 +153,8 @@ def validate(schema: StructType, options: Mapping[str, str]) -> SinkSettings:
 def _column(batch: pa.RecordBatch, name: str) -> list[Any]:
     for i, field in enumerate(batch.schema):
         if field.name.lower() == name:
-            return batch.column(i).to_pylist()
+            values: list[Any] = batch.column(i).to_pylist()
+            return values
     raise KeyError(name)
 
 

@@ -80,7 +80,8 @@ class KafkaInputPartition(InputPartition):
 
     @property
     def range(self) -> OffsetRange:
-        return self.value
+        offset_range: OffsetRange = self.value
+        return offset_range
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
@@ -225,6 +226,7 @@ def _consume(
                     break
                 continue
             offset = m.offset()
+            assert offset is not None  # a message without an error has its offset
             if offset >= until:
                 next_offset = until
                 break

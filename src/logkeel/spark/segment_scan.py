@@ -248,7 +248,7 @@ def _scan(win: BatchWindow, segment: SegmentFile, with_data: bool) -> Iterator[S
     # already accepted the batch after the range when it reports the range.
     lost_from = segment.base_offset
     for item in walk_batches(win, on_bad=OnBadBatch.RESYNC, check=offsets):
-        if type(item) is BadBatch:
+        if isinstance(item, BadBatch):
             bad = item
             continue
         pos, header = item
@@ -256,7 +256,7 @@ def _scan(win: BatchWindow, segment: SegmentFile, with_data: bool) -> Iterator[S
             yield _corrupt(bad, lost_from, header.base_offset - 1)
             bad = None
         lost_from = header.next_offset
-        data = None
+        data: bytes | memoryview | None = None
         if with_data:
             buf, rel = win.get(pos, header.size)
             data = memoryview(buf)[rel : rel + header.size]

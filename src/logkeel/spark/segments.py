@@ -87,7 +87,8 @@ class SegmentPartition(InputPartition):
 
     @property
     def segments(self) -> tuple[SegmentFile, ...]:
-        return self.value
+        segments: tuple[SegmentFile, ...] = self.value
+        return segments
 
 
 class SegmentDataSource(DataSource):

@@ -74,7 +74,7 @@ class CorruptCheckpointError(StorageError):
     """A checkpoint file could not be parsed."""
 
 
-# How an OSError inside a log dir is classified (DESIGN.md, Fault model).
+# How an OSError inside a log dir is classified (docs/design.md, Fault model).
 #
 # Device faults: the medium, the filesystem or the mount failed; nothing else in the dir can
 # be trusted, so the dir goes offline (KIP-18) and its partitions answer KAFKA_STORAGE_ERROR.
@@ -144,9 +144,9 @@ def is_disk_errno(exc: OSError) -> bool:
 class InvalidIndexEntryError(StorageError, ValueError):
     """An append would break the index's ordering or field ranges.
 
-    A StorageError so that rebuilding an index from a corrupt log (the incident in seeds/)
-    fails one partition, not the broker; a ValueError because for a healthy log it is a bug
-    in the caller.
+    A StorageError so that rebuilding an index from a corrupt log (the 0.11 index-corruption
+    incident, docs/proposals.md) fails one partition, not the broker; a ValueError because for a
+    healthy log it is a bug in the caller.
     """
 
 

@@ -8,6 +8,7 @@ periodic work (flushes, retention, the cleaner) is ``background_tasks``.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import shutil
@@ -281,7 +282,9 @@ class LogManager:
             with io_guard(each.path, f"deleting {tp}"):
                 target = mark_for_deletion(each.path, each.path / tp.dir_name)
             if target is not None:
-                self.scheduler.schedule(lambda t=target: shutil.rmtree(t, ignore_errors=True))
+                self.scheduler.schedule(
+                    functools.partial(shutil.rmtree, target, ignore_errors=True)
+                )
         if d is not None and d.online:
             self._write_checkpoints(d)
 

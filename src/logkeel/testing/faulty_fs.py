@@ -18,7 +18,7 @@ force for every operation that starts after the call returns.
 
 Segment files (``.log``) are opened with ``direct_io`` so that reads reach the filesystem
 (and its faults) instead of the page cache; other files (indexes) are not, because ``mmap`` of
-a ``direct_io`` file fails with ENODEV on FUSE (DESIGN.md, "Facts checked on these machines").
+a ``direct_io`` file fails with ENODEV on FUSE (checked on Debian's fuse3).
 
 The mount is always undone by ``unmount()`` / leaving the ``with`` block (``fusermount3 -u``,
 lazily if busy), so a failing test does not leave a mount behind. Root (or /dev/fuse access)
@@ -228,7 +228,7 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
 
         return run
 
-    class Passthrough(mfusepy.Operations):
+    class Passthrough(mfusepy.Operations):  # type: ignore[misc]  # mfusepy has no types
         use_ns = True
 
         @passthrough

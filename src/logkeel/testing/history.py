@@ -73,24 +73,24 @@ class History:
         }
         # The earliest send of each partition whose acked offset a reported cut excuses.
         first_cut: dict[int, int] = {}
-        for (partition, _), (seq, offset) in self.acked.items():
-            if offset is not None and partition in cuts and offset >= cuts[partition]:
+        for (partition, _), (seq, acked_offset) in self.acked.items():
+            if acked_offset is not None and partition in cuts and acked_offset >= cuts[partition]:
                 first_cut[partition] = min(seq, first_cut.get(partition, seq))
         by_partition: dict[int, list[tuple[int, int, str]]] = {}
         for (partition, value), (seq, acked_at) in self.acked.items():
-            offset = where.get((partition, value)) if acked_at is None else acked_at
-            if offset is None:  # acknowledged without an offset, and not in the final log
+            at_offset = where.get((partition, value)) if acked_at is None else acked_at
+            if at_offset is None:  # acknowledged without an offset, and not in the final log
                 if not first_cut.get(partition, seq) < seq:
                     anomalies.append(f"p{partition}: acked {value!r} (offset not told) lost")
                 continue
-            by_partition.setdefault(partition, []).append((seq, offset, value))
-            got = final.get(partition, {}).get(offset)
+            by_partition.setdefault(partition, []).append((seq, at_offset, value))
+            got = final.get(partition, {}).get(at_offset)
             if got == value:
                 continue
-            if partition in cuts and offset >= cuts[partition]:
+            if partition in cuts and at_offset >= cuts[partition]:
                 continue  # lost to an unclean election that said so
             anomalies.append(
-                f"p{partition}: acked {value!r} at {offset} lost"
+                f"p{partition}: acked {value!r} at {at_offset} lost"
                 + ("" if got is None else f" (offset holds {got!r})")
             )
         for partition, sends in by_partition.items():

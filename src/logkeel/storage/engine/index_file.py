@@ -10,11 +10,11 @@ Two things differ from Kafka on purpose:
 * **Lazy.** Constructing an index touches no file. The file is opened and mapped on first use,
   so broker start-up costs nothing per inactive segment (KIP-263). ``is_loaded`` tells whether
   that has happened; ``close()`` returns the object to the unloaded state.
-* **Crash-tolerant entry count.** Kafka trusts ``length / entry_size`` and rebuilds every index
-  past the recovery point after an unclean shutdown. We keep indexes across a crash and only
-  supplement them (AKIP-2), so a preallocated file that was never trimmed must yield exactly the
-  entries that were appended, not ``max_entries`` of mostly zeros (the mistake behind KAFKA-1112
-  and the incident in seeds/). See ``index_recovery``.
+* **Crash-tolerant entry count.** Kafka trusts ``length / entry_size`` and rebuilds every index past
+  the recovery point after an unclean shutdown. We keep indexes across a crash and only supplement
+  them (AKIP-2, docs/proposals.md), so a preallocated file that was never trimmed must yield exactly
+  the entries that were appended, not ``max_entries`` of mostly zeros (the mistake behind KAFKA-1112
+  and the index-corruption incident in docs/proposals.md). See ``index_recovery``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ _RESERVE_CHUNK = 64 * 1024
 # Since 3.13, mmap can skip dup()ing the descriptor; before that every mapped index costs one fd.
 _MMAP_KWARGS: dict[str, bool] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
-E = TypeVar("E", bound=tuple)
+E = TypeVar("E", bound=tuple[int, int])
 
 
 class AbstractIndex(ABC, Generic[E]):

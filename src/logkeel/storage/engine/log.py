@@ -10,7 +10,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from logkeel.records.batch import (
@@ -202,7 +202,7 @@ class PartitionLog:
         self,
         buffers: list[bytes | bytearray | memoryview],
         view: memoryview,
-        batches: list[tuple[int, BatchHeader]],
+        batches: Sequence[tuple[int, BatchHeader]],
         leader_epoch: int,
         append_time: int,
     ) -> AppendInfo:

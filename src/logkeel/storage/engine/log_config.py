@@ -43,24 +43,27 @@ class LogConfig:
                 return default
             return default if v is None else v
 
+        # A slots dataclass keeps no defaults on the class (``cls.segment_bytes`` is the slot's
+        # descriptor), so the defaults come from an instance.
+        d = cls()
         return cls(
-            segment_bytes=int(value("segment.bytes", cls.segment_bytes)),
-            segment_ms=int(value("segment.ms", cls.segment_ms)),
-            segment_index_bytes=int(value("segment.index.bytes", cls.segment_index_bytes)),
-            index_interval_bytes=int(value("index.interval.bytes", cls.index_interval_bytes)),
-            retention_ms=int(value("retention.ms", cls.retention_ms)),
-            retention_bytes=int(value("retention.bytes", cls.retention_bytes)),
-            flush_messages=int(value("flush.messages", cls.flush_messages)),
-            flush_ms=int(value("flush.ms", cls.flush_ms)),
-            max_message_bytes=int(value("max.message.bytes", cls.max_message_bytes)),
-            message_timestamp_type=str(value("message.timestamp.type", cls.message_timestamp_type)),
-            file_delete_delay_ms=int(value("file.delete.delay.ms", cls.file_delete_delay_ms)),
-            cleanup_policy=_policies(value("cleanup.policy", cls.cleanup_policy)),
+            segment_bytes=int(value("segment.bytes", d.segment_bytes)),
+            segment_ms=int(value("segment.ms", d.segment_ms)),
+            segment_index_bytes=int(value("segment.index.bytes", d.segment_index_bytes)),
+            index_interval_bytes=int(value("index.interval.bytes", d.index_interval_bytes)),
+            retention_ms=int(value("retention.ms", d.retention_ms)),
+            retention_bytes=int(value("retention.bytes", d.retention_bytes)),
+            flush_messages=int(value("flush.messages", d.flush_messages)),
+            flush_ms=int(value("flush.ms", d.flush_ms)),
+            max_message_bytes=int(value("max.message.bytes", d.max_message_bytes)),
+            message_timestamp_type=str(value("message.timestamp.type", d.message_timestamp_type)),
+            file_delete_delay_ms=int(value("file.delete.delay.ms", d.file_delete_delay_ms)),
+            cleanup_policy=_policies(value("cleanup.policy", d.cleanup_policy)),
             min_cleanable_dirty_ratio=float(
-                value("min.cleanable.dirty.ratio", cls.min_cleanable_dirty_ratio)
+                value("min.cleanable.dirty.ratio", d.min_cleanable_dirty_ratio)
             ),
-            delete_retention_ms=int(value("delete.retention.ms", cls.delete_retention_ms)),
-            min_compaction_lag_ms=int(value("min.compaction.lag.ms", cls.min_compaction_lag_ms)),
+            delete_retention_ms=int(value("delete.retention.ms", d.delete_retention_ms)),
+            min_compaction_lag_ms=int(value("min.compaction.lag.ms", d.min_compaction_lag_ms)),
             **broker_level,
         )
 

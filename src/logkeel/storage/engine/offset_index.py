@@ -1,11 +1,12 @@
 """The offset index (``<base offset>.index``): sparse map from offsets to log file positions.
 
 Format (apache/kafka ``OffsetIndex``): 8-byte big-endian entries, int32 offset relative to the
-segment's base offset, then int32 byte position of the batch in the ``.log`` file. The segment
-adds an entry every ``log.index.interval.bytes`` of log, keyed by the batch's **last** offset:
-last offsets increase strictly from batch to batch, base offsets need not (a batch's base offset
-is not always its first record's; keying by it is what broke index rebuilds in the incident in
-seeds/). A lookup for offset X lands on a batch whose last offset <= X; the caller scans forward.
+segment's base offset, then int32 byte position of the batch in the ``.log`` file. The segment adds
+an entry every ``log.index.interval.bytes`` of log, keyed by the batch's **last** offset: last
+offsets increase strictly from batch to batch, base offsets need not (a batch's base offset is not
+always its first record's; keying by it is what broke index rebuilds in Kafka 0.11, see the
+index-corruption incident in docs/proposals.md). A lookup for offset X lands on a batch whose last
+offset <= X; the caller scans forward.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             if tail[0] == n and tail[1] is self._mm:
                 last_relative, last_position = tail[2], tail[3]
             elif n:
-                last_relative, last_position = self._codec.unpack_from(self._mm, slot - 8)
+                last_relative, last_position = self._codec.unpack_from(
+                    self._mm,  # type: ignore[arg-type]  # mapped once loaded
+                    slot - 8,
+                )
             else:
                 last_relative = last_position = -1
             # One test for the usual case (runs for every indexed batch); the precise error
@@ -86,7 +90,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             ):
                 if slot + 8 > self._reserved:
                     self._ensure_reserved(slot + 8)
-                self._codec.pack_into(self._mm, slot, relative, position)
+                self._codec.pack_into(self._mm, slot, relative, position)  # type: ignore[arg-type]
                 self._entries = n + 1
                 self._tail = (n + 1, self._mm, relative, position)
                 return
@@ -101,7 +105,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             )
         n = self._entries
         if n:
-            last_relative, last_position = self._codec.unpack_from(self._mm, (n - 1) * 8)
+            last_relative, last_position = self._codec.unpack_from(
+                self._mm,  # type: ignore[arg-type]  # mapped once loaded
+                (n - 1) * 8,
+            )
             if relative <= last_relative:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to slot {n}, no larger than the "

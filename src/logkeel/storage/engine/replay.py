@@ -1,10 +1,9 @@
 """Producer-state replay over a partition's segments: the part of recovery that reads batches.
 
-Recovery (AKIP-2) restores producer state from a snapshot and replays the log after it. While
-replaying data above the transaction index's checkpoint it also re-adds the aborted
-transactions whose markers it meets, so the transaction index is supplemented rather than
-rebuilt. The same replay rebuilds the transaction index of one segment when validation finds
-it corrupt.
+Recovery (AKIP-2, docs/proposals.md) restores producer state from a snapshot and replays the log
+after it. While replaying data above the transaction index's checkpoint it also re-adds the aborted
+transactions whose markers it meets, so the transaction index is supplemented rather than rebuilt.
+The same replay rebuilds the transaction index of one segment when validation finds it corrupt.
 """
 
 from __future__ import annotations

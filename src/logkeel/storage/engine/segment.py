@@ -80,10 +80,10 @@ class RecoveryResult:
 class OffsetRule:
     """The offsets a segment's batches must carry, as a walk check (``walk_batches``).
 
-    Strictly rising from ``last_offset`` (a batch that goes back is the 0.11 incident in
-    seeds/), within the segment's int32 relative offsets, and below ``upper_bound`` (the next
-    segment's base offset). Validation and index rebuild both walk with it, so they agree on
-    where a segment's valid data ends.
+    Strictly rising from ``last_offset`` (a batch that goes back is the 0.11 index-corruption
+    incident, docs/proposals.md), within the segment's int32 relative offsets, and below
+    ``upper_bound`` (the next segment's base offset). Validation and index rebuild both walk with
+    it, so they agree on where a segment's valid data ends.
     """
 
     __slots__ = ("base_offset", "last_offset", "upper_bound")
@@ -432,7 +432,9 @@ class LogSegment:
             # if its validator can (see PartitionValidation.read); else it is validated whole.
             read_unvalidated = getattr(validator, "read", None)
             if read_unvalidated is not None:
-                info = read_unvalidated(self, start_offset, max_size, max_offset, min_one_message)
+                info: SegmentReadInfo | None = read_unvalidated(
+                    self, start_offset, max_size, max_offset, min_one_message
+                )
                 if info is not NEEDS_VALIDATION:
                     return info
             self.ensure_valid()
@@ -476,7 +478,7 @@ class LogSegment:
         offsets = OffsetRule(self.base_offset, self.base_offset - 1, upper_bound)
         position = hint.position
         for item in walk_batches(self.log.window(end), position, check=offsets):
-            if type(item) is BadBatch:
+            if isinstance(item, BadBatch):
                 raise InvalidBatchError(f"{self}: {item.reason} at position {item.position}")
             if indexed and position == hint.position and item.header.last_offset != hint.offset:
                 raise InvalidBatchError(f"{self}: index entry {hint} names no batch")
@@ -556,8 +558,8 @@ class LogSegment:
         counter and running max timestamp are resumed from the kept part, so the result is
         entry for entry what a full rebuild gives, without rereading what was already checked.
 
-        A batch ends the valid data when it fails its CRC or structure, when its offsets do
-        not rise strictly (the incident in seeds/), when it starts below ``min_offset`` (the
+        A batch ends the valid data when it fails its CRC or structure, when its offsets do not rise
+        strictly (the 0.11 incident, docs/proposals.md), when it starts below ``min_offset`` (the
         previous segment's end) or reaches ``upper_bound`` (the next segment's base offset).
         ``on_batch`` sees each valid batch (recovery replays producer state through it).
         """

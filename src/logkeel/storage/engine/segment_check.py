@@ -51,10 +51,10 @@ class SegmentScan:
     batches: int = 0
     stop_reason: str | None = None  # why the valid data ends before the file does
     stop_offset: int | None = None  # base offset of the first invalid batch, if readable
-    positions: array = field(default_factory=lambda: array("q"))
-    base_offsets: array = field(default_factory=lambda: array("q"))
-    last_offsets: array = field(default_factory=lambda: array("q"))
-    max_timestamps: array = field(default_factory=lambda: array("q"))
+    positions: array[int] = field(default_factory=lambda: array("q"))
+    base_offsets: array[int] = field(default_factory=lambda: array("q"))
+    last_offsets: array[int] = field(default_factory=lambda: array("q"))
+    max_timestamps: array[int] = field(default_factory=lambda: array("q"))
     controls: dict[int, int] = field(default_factory=dict)  # base offset -> producer id
     # marker offset -> the producer's first transactional batch before it in this segment:
     # the transaction's start when it began here (one begun earlier shows a later batch)
@@ -120,7 +120,7 @@ def scan_segment(
         return data
 
     for item in walk_batches(BatchWindow(pread=pread, size=size), check=offsets):
-        if type(item) is BadBatch:
+        if isinstance(item, BadBatch):
             scan.stop_reason = _stop_reason(item)
             if item.kind in (BadKind.CRC, BadKind.REJECTED):
                 scan.stop_offset = item.header.base_offset  # type: ignore[union-attr]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import overload
 
 from logkeel.storage.engine.segment import LogSegment
 
@@ -40,7 +41,11 @@ class LazySegments:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __getitem__(self, i):  # int -> LogSegment, slice -> list[LogSegment]
+    @overload
+    def __getitem__(self, i: int) -> LogSegment: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[LogSegment]: ...
+    def __getitem__(self, i: int | slice) -> LogSegment | list[LogSegment]:
         if isinstance(i, slice):
             return [self._at(k) for k in range(*i.indices(len(self._items)))]
         n = len(self._items)

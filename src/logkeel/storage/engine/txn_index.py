@@ -99,7 +99,8 @@ class TransactionIndex:
             self._ensure_loaded()
             if not self._data:
                 return None
-            return _CODEC.unpack_from(self._data, len(self._data) - ABORTED_TXN_SIZE)[3]
+            last: int = _CODEC.unpack_from(self._data, len(self._data) - ABORTED_TXN_SIZE)[3]
+            return last
 
     def append(self, txn: AbortedTxn) -> None:
         """Appends an aborted transaction; its last offset must exceed the previous one's."""

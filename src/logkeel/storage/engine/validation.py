@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logkeel.storage.engine.segment import (
     INDEX_SUFFIX,
@@ -51,6 +52,9 @@ from logkeel.storage.errors import (
     StorageError,
 )
 from logkeel.storage.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from logkeel.storage.engine.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +284,7 @@ class PartitionValidation:
         self.service = service
         self.upper_bounds = upper_bounds
         self.lock = threading.RLock()
-        self.plog = None  # the PartitionLog, once built
+        self.plog: PartitionLog | None = None  # the PartitionLog, once built
         self.segments: list[LogSegment] = []
         self._txn_rebuilder = txn_rebuilder
         # Segments first read before their validation: readers may hold their descriptors
@@ -381,7 +385,7 @@ class PartitionValidation:
         return result
 
     def _validate_active(
-        self, plog, segment: LogSegment, throttle: Throttle | None
+        self, plog: PartitionLog, segment: LogSegment, throttle: Throttle | None
     ) -> SegmentValidation | None:
         """The active segment takes appends meanwhile: its prefix is checked without blocking
         them; only a repair (rare) holds the log's lock, so nothing is appended to a segment
@@ -447,7 +451,7 @@ class PartitionValidation:
         return self._txn_rebuilder(self, segment)
 
 
-def _owns(lock) -> bool:
+def _owns(lock: object) -> bool:
     owned = getattr(lock, "_is_owned", None)
     return bool(owned()) if owned is not None else False
 

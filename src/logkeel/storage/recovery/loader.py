@@ -1,14 +1,14 @@
 """Opens a partition directory into a PartitionLog: the start-up and recovery path.
 
-- Clean start (KIP-263): only the active segment is opened and checked. The other segments
-  get a validator that runs on their first access or in the background (lazy), or are all
+- Clean start (KIP-263, docs/proposals.md): only the active segment is opened and checked. The other
+  segments get a validator that runs on their first access or in the background (lazy), or are all
   validated before the partition serves (``validation="eager"``).
-- Unclean start (AKIP-2): only data after the recovery point is read, CRC-checked batch by
-  batch. Index, time index and transaction index entries below it are kept and supplemented.
-  Producer state comes from the newest snapshot at or below the recovery point and is
-  replayed from there, re-adding the aborted transactions above the recovery point (the
-  transaction index's checkpoint: it is fsynced with the segment, so whatever it held below the
-  recovery point is on disk).
+- Unclean start (AKIP-2, docs/proposals.md): only data after the recovery point is read, CRC-checked
+  batch by batch. Index, time index and transaction index entries below it are kept and
+  supplemented. Producer state comes from the newest snapshot at or below the recovery point and is
+  replayed from there, re-adding the aborted transactions above the recovery point (the transaction
+  index's checkpoint: it is fsynced with the segment, so whatever it held below the recovery point
+  is on disk).
 - Damage: leftovers of interrupted operations are finished or removed, a bad index is rebuilt,
   a bad batch ends the log there (what follows is cut and reported), a missing segment file is
   reported and its orphaned indexes removed. Whatever cannot be loaded raises, and the log
@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from logkeel.records.batch import InvalidBatchError
 from logkeel.storage.checkpoints import (
@@ -87,7 +88,7 @@ def load_partition(
     recovery_point: int | None,
     log_start_offset: int | None,
     clean: bool,
-    schedule_delete=None,
+    schedule_delete: Callable[[Callable[[], None], float], None] | None = None,
     validation: str = LAZY,
     validator: SegmentValidator | None = None,
     progress: RecoveryProgress | None = None,
@@ -152,11 +153,12 @@ names when the caller has just listed it (an unclean start lists each dir to pla
     )
     ctx: PartitionValidation | None = None
     make = _segment_maker(directory, config, log_dir, listing, lambda: ctx if lazy else None)
-    segments: list[LogSegment] | LazySegments
+    # A LazySegments offers every list operation the loader and PartitionLog use.
+    segments: list[LogSegment]
     if not listing.bases:
         segments = [PartitionLog.new_segment(directory, start, config, log_dir)]
     elif lazy:
-        segments = LazySegments(bases, make)
+        segments = cast("list[LogSegment]", LazySegments(bases, make))
     else:
         segments = [make(b) for b in bases]
     report.segments = len(segments)
@@ -378,7 +380,10 @@ def _durable(
                 fsync_file(segment.dir / file_name(segment.base_offset, suffix), log_dir)
         active.flush()
 
-    return PendingSync(files, (lambda: state.take_snapshot(log_end)) if snapshot else None)
+    def snapshot_at_end() -> None:
+        state.take_snapshot(log_end)
+
+    return PendingSync(files, snapshot_at_end if snapshot else None)
 
 
 def _leader_epochs(

@@ -4,6 +4,7 @@ eager validation, transaction-index rebuilds and cutting a partition after a bad
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from logkeel.records.batch import InvalidBatchError
 from logkeel.storage.engine.replay import ProducerReplay, index_hint, restore_scratch_state
@@ -78,7 +79,7 @@ def validate_eagerly(
     return None
 
 
-def eager_txn_rebuilder(segments: list[LogSegment]):
+def eager_txn_rebuilder(segments: list[LogSegment]) -> Callable[[LogSegment], list[AbortedTxn]]:
     def rebuild(segment: LogSegment) -> list[AbortedTxn]:
         return rebuild_txn_index(segment, segments)
 

@@ -1,12 +1,13 @@
-"""Unclean start (AKIP-2): only data after the recovery point is read, CRC-checked batch by
-batch. Index, time index and transaction index entries below it are kept and supplemented.
-Producer state comes from the newest snapshot at or below the recovery point and is replayed
-from there, re-adding the aborted transactions above the recovery point."""
+"""Unclean start (AKIP-2, docs/proposals.md): only data after the recovery point is read,
+CRC-checked batch by batch. Index, time index and transaction index entries below it are kept and
+supplemented. Producer state comes from the newest snapshot at or below the recovery point and is
+replayed from there, re-adding the aborted transactions above the recovery point."""
 
 from __future__ import annotations
 
 import logging
 
+from logkeel.records.walk import BatchPosition
 from logkeel.storage.engine.producer_snapshot import ProducerSnapshotEntry
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
@@ -79,7 +80,7 @@ def recover(
         )
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
 
-        def on_batch(batch, segment=segment) -> None:
+        def on_batch(batch: BatchPosition, segment: LogSegment = segment) -> None:
             if batch.header.last_offset >= recovery_from:
                 replay.feed(segment, batch)
 

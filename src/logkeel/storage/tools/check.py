@@ -309,11 +309,10 @@ def _check_segment(
         )
         try:
             index.sanity_check()
-            entries = list(index.iter_entries())
-            if kind == "offset":
-                problem = offset_index_problem(scan, entries)
+            if isinstance(index, OffsetIndex):
+                problem = offset_index_problem(scan, list(index.iter_entries()))
             else:
-                problem = time_index_problem(scan, entries, inactive=not active)
+                problem = time_index_problem(scan, list(index.iter_entries()), inactive=not active)
         except (CorruptIndexError, ValueError) as exc:
             problem = str(exc)
         finally:

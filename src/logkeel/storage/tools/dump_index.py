@@ -132,7 +132,7 @@ def _index_items(
     spans: _LogSpans | None = None
     try:
         try:
-            entries = index.iter_entries()
+            entries: Iterator[OffsetPosition | TimestampOffset] = index.iter_entries()
         except StorageError as exc:
             dump.errors.append(problem(str(exc), "io_error"))
             return

@@ -51,7 +51,7 @@ class WalkedBatch:
     position: int
     header: BatchHeader
     computed_crc: int | None  # None when the CRC was not checked
-    data: bytes | memoryview | None  # the whole batch, when its records are wanted
+    data: bytes | bytearray | memoryview | None  # the whole batch, when its records are wanted
 
     @property
     def crc_valid(self) -> bool | None:
@@ -93,7 +93,7 @@ class LogWalk:
         # Records are decoded only from a batch whose CRC was computed.
         verify = check_crc or want_data
         for item in walk_batches(win, verify_crc=verify, on_bad=OnBadBatch.SKIP):
-            if type(item) is BadBatch:
+            if isinstance(item, BadBatch):
                 if item.kind is not BadKind.CRC:
                     self._stopped(item)
                     return
@@ -102,7 +102,7 @@ class LogWalk:
                 computed = item.header.crc if verify else None
             pos, header = item.position, item.header
             assert header is not None
-            data: bytes | memoryview | None = None
+            data: bytes | bytearray | memoryview | None = None
             if want_data:
                 if header.size <= chunk:
                     data = win.bytes_of(pos, header.size)
@@ -185,8 +185,8 @@ def _log_items(dump: FileDump, walk: LogWalk, print_data: bool) -> Generator[Jso
                     )
                 )
             if prev_last is not None and header.base_offset <= prev_last:
-                # Offsets must rise from batch to batch; the 0.11 incident in seeds/ is a log
-                # where they did not.
+                # Offsets must rise from batch to batch; the 0.11 index-corruption incident
+                # (docs/proposals.md) is a log where they did not.
                 dump.errors.append(
                     problem(
                         f"position {pos}: batch base offset {header.base_offset} is not above "
