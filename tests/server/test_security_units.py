@@ -35,6 +35,7 @@ from logkeel.testing.certs import make_certificates
 # RFC 7677 section 3: user "user", password "pencil".
 RFC7677_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
 RFC7677_CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+SECRET = b"decoy secret of the test"
 
 
 def _client_final(cred_password: str, server_first: bytes, mechanism: str) -> tuple[bytes, bytes]:
@@ -57,7 +58,9 @@ def _client_final(cred_password: str, server_first: bytes, mechanism: str) -> tu
 def test_scram_exchange_succeeds_with_the_password_and_proves_the_server(mechanism: str) -> None:
     salted = salted_password(mechanism, "pencil", RFC7677_SALT, 4096)
     cred = ScramCredential.from_salted_password(mechanism, RFC7677_SALT, 4096, salted)
-    server = ScramServerExchange(mechanism, lambda user, mech: cred if user == "user" else None)
+    server = ScramServerExchange(
+        mechanism, lambda user, mech: cred if user == "user" else None, SECRET
+    )
     server_first = server.step(RFC7677_CLIENT_FIRST)
     assert server_first.startswith(b"r=rOprNGfwEbeRWgbNEkqO")
     final, expected = _client_final("pencil", server_first, mechanism)
@@ -91,16 +94,52 @@ def test_rfc7677_stored_key() -> None:
 def test_scram_wrong_password_and_unknown_user_fail_alike(password: str) -> None:
     cred = ScramCredential.from_password("SCRAM-SHA-256", "pencil")
     server = ScramServerExchange(
-        "SCRAM-SHA-256", lambda user, mech: cred if user == "user" else None
+        "SCRAM-SHA-256", lambda user, mech: cred if user == "user" else None, SECRET
     )
     final, _ = _client_final(password, server.step(RFC7677_CLIENT_FIRST), "SCRAM-SHA-256")
     with pytest.raises(ScramError) as wrong:
         server.step(final)
-    unknown = ScramServerExchange("SCRAM-SHA-256", lambda user, mech: None)
+    # An unknown user gets a server-first message too (a decoy credential) and fails only at
+    # the proof, with the same message: the exchange does not tell that the user is missing.
+    unknown = ScramServerExchange("SCRAM-SHA-256", lambda user, mech: None, SECRET)
+    final, _ = _client_final(password, unknown.step(RFC7677_CLIENT_FIRST), "SCRAM-SHA-256")
     with pytest.raises(ScramError) as missing:
-        unknown.step(RFC7677_CLIENT_FIRST)
+        unknown.step(final)
     assert str(wrong.value) == str(missing.value)
     assert "pencil" not in str(wrong.value)
+
+
+def _salt_and_iterations(server_first: bytes) -> tuple[str, str]:
+    attrs = dict(item.split("=", 1) for item in server_first.decode().split(","))
+    return attrs["s"], attrs["i"]
+
+
+def test_an_unknown_users_decoy_is_stable_per_secret_and_user() -> None:
+    def first(user: str, secret: bytes) -> tuple[str, str]:
+        server = ScramServerExchange("SCRAM-SHA-512", lambda u, m: None, secret)
+        return _salt_and_iterations(server.step(f"n,,n={user},r=abc".encode()))
+
+    # The same answer at every attempt (and on every broker sharing the secret), as a real
+    # user's stored salt would be; another user or another secret gets another salt.
+    assert first("mallory", SECRET) == first("mallory", SECRET)
+    assert first("mallory", SECRET)[0] != first("trent", SECRET)[0]
+    assert first("mallory", SECRET)[0] != first("mallory", b"another secret")[0]
+    salt, iterations = first("mallory", SECRET)
+    assert len(base64.b64decode(salt)) == 32 and iterations == "4096"  # like a real credential
+
+
+@pytest.mark.parametrize(
+    ("authzid", "refused"), [("", False), ("a=user", False), ("a=admin", True), ("x=user", True)]
+)
+def test_scram_authorization_id_must_be_the_user(authzid: str, refused: bool) -> None:
+    cred = ScramCredential.from_password("SCRAM-SHA-256", "pencil")
+    server = ScramServerExchange("SCRAM-SHA-256", lambda user, mech: cred, SECRET)
+    client_first = f"n,{authzid},n=user,r=rOprNGfwEbeRWgbNEkqO".encode()
+    if refused:
+        with pytest.raises(ScramError, match="authorization id"):
+            server.step(client_first)
+    else:
+        assert server.step(client_first).startswith(b"r=rOprNGfwEbeRWgbNEkqO")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +148,7 @@ def test_scram_wrong_password_and_unknown_user_fail_alike(password: str) -> None
 def test_scram_garbage_is_an_error(garbage: bytes) -> None:
     cred = ScramCredential.from_password("SCRAM-SHA-512", "pencil")
     with pytest.raises(ScramError):
-        ScramServerExchange("SCRAM-SHA-512", lambda u, m: cred).step(garbage)
+        ScramServerExchange("SCRAM-SHA-512", lambda u, m: cred, SECRET).step(garbage)
 
 
 SUBJECT = ((("organizationName", "logkeel"),), (("organizationalUnitName", "apps"),),
@@ -193,7 +232,9 @@ def test_exposed_plaintext_listeners_are_named_only_without_an_authorizer() -> N
 def _server_for(mechanism: str, user: str, password: str) -> ScramServerExchange:
     credential = ScramCredential.from_password(mechanism, password)
     return ScramServerExchange(
-        mechanism, lambda name, mech: credential if (name, mech) == (user, mechanism) else None
+        mechanism,
+        lambda name, mech: credential if (name, mech) == (user, mechanism) else None,
+        SECRET,
     )
 
 

@@ -25,7 +25,12 @@ from logkeel.cluster.acls import (
 )
 from logkeel.cluster.metadata import MetadataError, MetadataStore
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import (
+    ALTER_CLUSTER,
+    DESCRIBE_CLUSTER,
+    RequestAuthorizer,
+    gated,
+)
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 
@@ -181,7 +186,7 @@ class AclsApi:
 def register(registry: HandlerRegistry, metadata: MetadataStore, authorizer: RequestAuthorizer) -> None:
     api = AclsApi(metadata, authorizer)
     register_family(registry, {
-        ApiKey.DESCRIBE_ACLS: Endpoint(1, 3, api.describe, api.describe_error),
-        ApiKey.CREATE_ACLS: Endpoint(1, 3, api.create, api.create_error),
-        ApiKey.DELETE_ACLS: Endpoint(1, 3, api.delete, api.delete_error),
+        ApiKey.DESCRIBE_ACLS: Endpoint(1, 3, api.describe, api.describe_error, gated(DESCRIBE_CLUSTER)),
+        ApiKey.CREATE_ACLS: Endpoint(1, 3, api.create, api.create_error, gated(ALTER_CLUSTER)),
+        ApiKey.DELETE_ACLS: Endpoint(1, 3, api.delete, api.delete_error, gated(ALTER_CLUSTER)),
     })  # fmt: skip

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
@@ -152,8 +152,23 @@ def register(
     register_family(
         registry,
         {
-            ApiKey.DESCRIBE_TRANSACTIONS: Endpoint(0, 0, api.describe_transactions, api.error),
-            ApiKey.LIST_TRANSACTIONS: Endpoint(0, 2, api.list_transactions, api.error),
+            ApiKey.DESCRIBE_TRANSACTIONS: Endpoint(
+                0,
+                0,
+                api.describe_transactions,
+                api.error,
+                per_entry(
+                    "DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); "
+                    "its partitions only of topics with DESCRIBE"
+                ),
+            ),
+            ApiKey.LIST_TRANSACTIONS: Endpoint(
+                0,
+                2,
+                api.list_transactions,
+                api.error,
+                per_entry("lists only the transactional ids with DESCRIBE on them"),
+            ),
         },
     )
     return api

@@ -11,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
+from logkeel.server.authorization import CLUSTER_ACTION, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.markers import Marker, TxnMarkers
@@ -65,6 +66,11 @@ class WriteTxnMarkersApi:
 def register(registry: HandlerRegistry, markers: TxnMarkers) -> WriteTxnMarkersApi:
     api = WriteTxnMarkersApi(markers)
     register_family(
-        registry, {ApiKey.WRITE_TXN_MARKERS: Endpoint(1, 1, api.write_txn_markers, api.error)}
+        registry,
+        {
+            ApiKey.WRITE_TXN_MARKERS: Endpoint(
+                1, 1, api.write_txn_markers, api.error, gated(CLUSTER_ACTION)
+            )
+        },
     )
     return api
