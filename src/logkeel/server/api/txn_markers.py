@@ -54,13 +54,18 @@ class WriteTxnMarkersApi:
         )
 
     def error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        errors = {
-            TopicPartition(t.name, int(p)): code
-            for m in request.markers
-            for t in m.topics
-            for p in t.partition_indexes
-        }
-        return response(ctx, markers=(self._marker_result(ctx, -1, errors),))
+        """Every partition of every marker carries ``code``, under its marker's producer id."""
+        return response(
+            ctx,
+            markers=tuple(
+                self._marker_result(
+                    ctx,
+                    int(m.producer_id),
+                    {TopicPartition(t.name, int(p)): code for t in m.topics for p in t.partition_indexes},
+                )
+                for m in request.markers
+            ),
+        )
 
 
 def register(registry: HandlerRegistry, markers: TxnMarkers) -> WriteTxnMarkersApi:
