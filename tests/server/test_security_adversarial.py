@@ -543,7 +543,15 @@ def test_auto_creation_a_principal_may_not_do_is_refused_not_unknown(target: Tar
         assert _metadata(s, "auto-denied", False) == ErrorCode.unknown_topic_or_partition
         # Not even describable: refused whether or not it exists.
         assert _metadata(s, "other-denied", True) == ErrorCode.topic_authorization_failed
-    assert "auto-denied" not in target.admin().list_topics(timeout=20).topics
+    # librdkafka's producer asks for auto-creation: it is told at once that it may not.
+    outcomes: list[confluent_kafka.KafkaError | None] = []
+    producer = confluent_kafka.Producer({**target.conf("bob"), "message.timeout.ms": 20000})
+    producer.produce("auto-producer", b"v", on_delivery=lambda err, _msg: outcomes.append(err))
+    producer.flush(30)
+    assert [e.code() if e is not None else None for e in outcomes] == [
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    assert not {"auto-denied", "auto-producer"} & set(target.admin().list_topics(timeout=20).topics)
     create_acls(target.admin(), [topic_acl("auto-", "User:bob", AclOperation.CREATE,
                                            pattern=ResourcePatternType.PREFIXED)])  # fmt: skip
     with target.session("bob") as s:

@@ -8,6 +8,7 @@ Write one module per family under ``logkeel/server/api/`` (``metadata.py``, ``pr
 with a class holding what it needs (replica manager, config, ...) and a ``register`` function::
 
     from kio.schema.errors import ErrorCode
+    from logkeel.server.authorization import anyone
     from logkeel.server.errors import ApiError
     from logkeel.server.handlers import HandlerRegistry, RequestContext
     from logkeel.server.protocol import ApiKey, response_schema

@@ -37,7 +37,6 @@ from logkeel.server.protocol import ApiKey
 __all__ = ["AclsApi", "register"]
 
 _DISABLED = "No Authorizer is configured on the broker (authorizer.class.name)"
-_NOT_ALLOWED = "Cluster authorization failed"
 
 
 def _binding(c: Any) -> AclBinding:
@@ -67,16 +66,16 @@ class AclsApi:
         self._metadata = metadata
         self._authorizer = authorizer
 
-    def _refusal(self, ctx: RequestContext, operation: AclOperation) -> tuple[ErrorCode, str] | None:
+    def _refusal(self) -> tuple[ErrorCode, str] | None:
+        """SECURITY_DISABLED without an authorizer; DESCRIBE/ALTER on the cluster is the
+        gate's (the rules at ``register``)."""
         if not self._authorizer.enabled:
             return ErrorCode.security_disabled, _DISABLED
-        if not self._authorizer.allowed(ctx, operation, ResourceType.CLUSTER):
-            return ErrorCode.cluster_authorization_failed, _NOT_ALLOWED
         return None
 
     async def create(self, ctx: RequestContext, request: Any) -> Any:
         Result = nested(ctx, "AclCreationResult")
-        refusal = self._refusal(ctx, AclOperation.ALTER)
+        refusal = self._refusal()
         results: list[tuple[ErrorCode, str | None]] = []
         valid: list[AclBinding] = []
         for creation in request.creations:
@@ -103,7 +102,7 @@ class AclsApi:
 
     async def describe(self, ctx: RequestContext, request: Any) -> Any:
         Resource, Description = nested(ctx, "DescribeAclsResource"), nested(ctx, "AclDescription")
-        refusal = self._refusal(ctx, AclOperation.DESCRIBE)
+        refusal = self._refusal()
         if refusal is not None:
             return response(ctx, error_code=refusal[0], error_message=refusal[1], resources=())
         try:
@@ -131,7 +130,7 @@ class AclsApi:
 
     async def delete(self, ctx: RequestContext, request: Any) -> Any:
         Result, Matching = nested(ctx, "DeleteAclsFilterResult"), nested(ctx, "DeleteAclsMatchingAcl")
-        refusal = self._refusal(ctx, AclOperation.ALTER)
+        refusal = self._refusal()
         if refusal is not None:
             return response(ctx, filter_results=tuple(
                 Result(error_code=refusal[0], error_message=refusal[1], matching_acls=())
