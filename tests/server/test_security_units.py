@@ -12,7 +12,16 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from logkeel.cluster.metadata import BrokerInfo
 from logkeel.cluster.scram import (
     ScramClientExchange,
@@ -24,7 +33,16 @@ from logkeel.cluster.scram import (
 from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
 from logkeel.config.types import ConfigError
-from logkeel.server.authorization import exposed_listeners
+from logkeel.server.authorization import (
+    ALTER_CLUSTER,
+    DESCRIBE_CLUSTER,
+    RequestAuthorizer,
+    anyone,
+    exposed_listeners,
+    gated,
+    refusal,
+)
+from logkeel.server.handlers import RequestContext
 from logkeel.server.network.client import SaslLogin
 from logkeel.server.network.inter_broker import InterBroker, client_security, inter_broker
 from logkeel.server.network.sasl import ListenerSasl
@@ -430,3 +448,56 @@ def test_command_client_properties_are_read_as_kafka_clients_read_them(tmp_path:
     ):
         with pytest.raises(ConfigError, match=message):
             client_security(broken, "client.properties")
+
+
+# ---- authorization rules, without a socket (issue 26) ----------------------------------------
+
+
+def _request_authorizer(*bindings: AclBinding) -> RequestAuthorizer:
+    config = BrokerConfig.from_properties(None, {
+        "log.dirs": tempfile.mkdtemp(), "super.users": "User:admin",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    })  # fmt: skip
+
+    class Store:
+        def acl_bindings(self) -> tuple[AclBinding, ...]:
+            return bindings
+
+    return RequestAuthorizer(config, Store())  # type: ignore[arg-type]
+
+
+def _as(user: str) -> RequestContext:
+    session = Session("SASL_PLAINTEXT", "SASL_PLAINTEXT", principal=f"User:{user}")
+    return RequestContext(api_key=50, api_version=0, correlation_id=1, client_id="", peer=("10.0.0.1", 1),
+                          connection_id="c", listener="SASL_PLAINTEXT", session=session)  # fmt: skip
+
+
+def _cluster(op: AclOperation) -> AclBinding:
+    return AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:bob", "*",
+                      op, AclPermissionType.ALLOW)  # fmt: skip
+
+
+def test_a_rules_checks_refuse_without_the_acl_and_serve_with_it() -> None:
+    authorizer = _request_authorizer(_cluster(AclOperation.DESCRIBE))
+    describe, alter = gated(DESCRIBE_CLUSTER), gated(ALTER_CLUSTER)
+    refused = ErrorCode.cluster_authorization_failed
+    assert refusal(authorizer, _as("carol"), object(), describe) == refused
+    assert refusal(authorizer, _as("bob"), object(), describe) is None
+    assert refusal(authorizer, _as("bob"), object(), alter) == refused
+    assert refusal(authorizer, _as("admin"), object(), alter) is None  # a super user
+    assert refusal(authorizer, _as("carol"), object(), anyone("bootstrap")) is None
+
+
+def test_authorized_operations_are_kafkas_bit_field_of_the_principals_acls() -> None:
+    authorizer = _request_authorizer(
+        _cluster(AclOperation.ALTER_CONFIGS),
+        AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:bob", "*",
+                   AclOperation.WRITE, AclPermissionType.ALLOW),
+    )  # fmt: skip
+    # ALTER_CONFIGS implies DESCRIBE_CONFIGS, WRITE implies DESCRIBE.
+    assert authorizer.authorized_operations(_as("bob"), ResourceType.CLUSTER) == (1 << 10) | (1 << 11)
+    assert authorizer.authorized_operations(_as("bob"), ResourceType.TOPIC, "t") == (1 << 4) | (1 << 8)
+    assert authorizer.authorized_operations(_as("carol"), ResourceType.TOPIC, "t") == 0
+    assert authorizer.authorized_operations(_as("admin"), ResourceType.GROUP, "g") == (
+        (1 << 3) | (1 << 6) | (1 << 8)
+    )

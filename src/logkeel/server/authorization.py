@@ -31,8 +31,7 @@ from logkeel.cluster.acls import (
 )
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.config.broker import BrokerConfig
-from logkeel.server.handlers import ApiHandler, Check, RequestContext, Rule
-from logkeel.server.protocol import api_name
+from logkeel.server.handlers import Check, RequestContext, Rule
 
 __all__ = [
     "ALTER_CLUSTER",
@@ -49,7 +48,6 @@ __all__ = [
     "gated",
     "per_entry",
     "refusal",
-    "rule_table",
 ]
 
 
@@ -145,7 +143,7 @@ def _is_loopback(host: str | None) -> bool:
 # Every API is registered with one of these (``handlers.Rule``): the whole-request checks Kafka
 # makes before serving it, run by the gate (``refusal``) and answered through the API's error
 # response; the checks its handler makes per topic, group, ... (in words); or why anyone may call
-# it. ``rule_table`` lists them per API key.
+# it.
 
 
 def check(
@@ -243,8 +241,3 @@ def refusal(
         if code is not None:
             return code
     return None
-
-
-def rule_table(registry: Iterable[ApiHandler]) -> list[tuple[int, str, str]]:
-    """(api key, API name, its rule in words) for every registered API."""
-    return [(h.api_key, api_name(h.api_key), h.rule.summary) for h in registry]
