@@ -377,6 +377,37 @@ def test_every_advertised_api_refuses_a_principal_without_acls(target: Target) -
     assert len(admin.list_topics(TOPIC, timeout=20).topics[TOPIC].partitions) == 1
 
 
+# The other paths of some APIs: a transactional producer, a transaction coordinator's key, a
+# follower's requests, a named topic, a broker's configs.
+VARIANTS: list[tuple[ApiKey, int, dict[str, Any], ErrorCode]] = [
+    (ApiKey.INIT_PRODUCER_ID, 4, {**PROBES[ApiKey.INIT_PRODUCER_ID][1], "transactional_id": TXN_ID},
+     ErrorCode.transactional_id_authorization_failed),
+    (ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": (TXN_ID,)},
+     ErrorCode.transactional_id_authorization_failed),
+    (ApiKey.FIND_COORDINATOR, 3, {"key": GROUP, "key_type": 0}, ErrorCode.group_authorization_failed),
+    (ApiKey.PRODUCE, 9, {**PROBES[ApiKey.PRODUCE][1], "transactional_id": TXN_ID},
+     ErrorCode.transactional_id_authorization_failed),
+    (ApiKey.FETCH, 12, {**PROBES[ApiKey.FETCH][1], "replica_id": 1},
+     ErrorCode.topic_authorization_failed),
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {**PROBES[ApiKey.OFFSET_FOR_LEADER_EPOCH][1], "replica_id": 1},
+     ErrorCode.cluster_authorization_failed),
+    (ApiKey.METADATA, 12, {"topics": (metadata.MetadataRequestTopic(name=TOPIC, topic_id=ZERO_UUID),),
+                           "allow_auto_topic_creation": True,
+                           "include_topic_authorized_operations": True},
+     ErrorCode.topic_authorization_failed),
+    (ApiKey.DESCRIBE_CONFIGS, 4, {**PROBES[ApiKey.DESCRIBE_CONFIGS][1], "resources": (
+        describe_configs.DescribeConfigsResource(resource_type=4, resource_name="",
+                                                 configuration_keys=None),)},
+     ErrorCode.cluster_authorization_failed),
+]  # fmt: skip
+
+
+def test_the_other_paths_of_an_api_refuse_too(target: Target) -> None:
+    with target.session("carol") as s:
+        for api, version, fields, code in VARIANTS:
+            refused(code)(_call(s, api, version, **fields))
+
+
 # -- the right principal is served --------------------------------------------------------------
 
 
