@@ -635,3 +635,31 @@ def test_authorized_operations_are_the_principals(target: Target) -> None:
 
 def test_no_probe_made_the_broker_fail(target: Target) -> None:
     assert "Traceback" not in target.broker.output()
+
+
+def test_a_described_transaction_shows_only_the_topics_the_principal_may_describe(
+    target: Target,
+) -> None:
+    txn_id = f"tx-{uuid.uuid4().hex[:6]}"
+    with target.session("admin") as s:  # an ongoing transaction over TOPIC
+        init = _call(s, ApiKey.INIT_PRODUCER_ID, 4, transactional_id=txn_id,
+                     transaction_timeout=timedelta(seconds=60), producer_id=-1, producer_epoch=-1)  # fmt: skip
+        assert init.error_code == ErrorCode.none
+        added = _call(s, ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=txn_id,
+                      v3_and_below_producer_id=init.producer_id,
+                      v3_and_below_producer_epoch=init.producer_epoch,
+                      v3_and_below_topics=(add_partitions.AddPartitionsToTxnTopic(
+                          name=TOPIC, partitions=(0,)),))  # fmt: skip
+        assert set(error_codes(added)) == {ErrorCode.none}
+    create_acls(target.admin(), [
+        AclBinding(ResourceType.TRANSACTIONAL_ID, txn_id, ResourcePatternType.LITERAL, "User:bob",
+                   "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+    ])  # fmt: skip
+    seen = {}
+    for user in ("admin", "bob"):
+        with target.session(user) as s:
+            [state] = _call(s, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                            transactional_ids=(txn_id,)).transaction_states  # fmt: skip
+        assert (state.error_code, state.transaction_state) == (ErrorCode.none, "Ongoing")
+        seen[user] = [t.topic for t in state.topics]
+    assert seen == {"admin": [TOPIC], "bob": []}

@@ -2,8 +2,9 @@
 state of transactional ids, for the admin tools (``kafka-transactions.sh``, AdminClient). Each
 broker answers for the ``__transaction_state`` partitions it has loaded; an admin client asks
 every broker for a list and the id's coordinator for a description, as with Kafka. With an
-authorizer, describing an id needs DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and
-the list holds only the ids the principal may describe, as in Kafka."""
+authorizer, describing an id needs DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), its
+partitions are shown only for topics the principal may describe, and the list holds only the
+ids the principal may describe, as in Kafka."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ class TxnAdminApi:
             ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id
         )
 
+    def _may_see_topic(self, ctx: RequestContext, topic: str) -> bool:
+        return self._authorizer is None or self._authorizer.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic
+        )
+
     async def describe_transactions(self, ctx: RequestContext, request: Any) -> Any:
         states = nested(ctx, "TransactionState")
         topic_data = nested(ctx, "TopicData")
@@ -75,6 +81,7 @@ class TxnAdminApi:
                     topics=tuple(
                         topic_data(topic=t, partitions=tuple(ps))
                         for t, ps in sorted(v.partitions.items())
+                        if self._may_see_topic(ctx, t)  # Kafka leaves out the others
                     )
                     if v is not None
                     else (),
