@@ -57,7 +57,8 @@ Rules:
   ``RecordTooLargeError`` -> MESSAGE_TOO_LARGE, ...) and ``error_code_named("NOT_LEADER_OR_FOLLOWER")``
   looks up a code by Kafka's name. An exception that escapes ``handle`` is logged, mapped with
   ``error_code_for`` (``ApiError(code)`` carries its code; anything unexpected is
-  UNKNOWN_SERVER_ERROR) and answered with ``error_response``. Raise ``CloseConnection`` to close it on purpose (failed acks=0 produce).
+  UNKNOWN_SERVER_ERROR) and answered with ``error_response`` (one that returns None closes
+  the connection). Raise ``CloseConnection`` to close it on purpose (failed acks=0 produce).
 - Blocking work (disk, fsync) goes to a thread (``asyncio.to_thread``), never on the loop.
 """
 
