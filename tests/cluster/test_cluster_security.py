@@ -6,6 +6,8 @@ its log, and nothing crashes. Every wait is bounded."""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -20,9 +22,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from logkeel.ports import free_port
+from logkeel.server.protocol import ApiKey
 from logkeel.testing.certs import Certificates, make_certificates
 from tests.brokerproc import BrokerProcess
-from tests.server.test_security import consume
+from tests.server.test_security import _call, consume
 
 T = TypeVar("T")
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
@@ -220,6 +223,22 @@ def test_brokers_replicate_over_tls_with_an_authorizer(
                                                           or "certificate principal" in line)
                 ]  # fmt: skip
                 assert logins and all(line.endswith(login) for line in logins)
+        # An unknown SCRAM user gets the same decoy salt from every broker (the secret is the
+        # cluster's, in ZooKeeper), as a real user's stored salt would be (issue 26).
+        salts = {_decoy_salt(broker, cluster.certs) for broker in cluster.brokers.values()}
+        assert len(salts) == 1
+
+
+def _decoy_salt(broker: BrokerProcess, certs: Certificates) -> str:
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    context.check_hostname = False
+    with context.wrap_socket(
+        socket.create_connection(("127.0.0.1", broker.port), timeout=15)
+    ) as sock:
+        assert _call(sock, ApiKey.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512").error_code == 0
+        first = _call(sock, ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"n,,n=mallory,r=nonce")
+    assert first.error_code == 0, first.error_message
+    return dict(item.split("=", 1) for item in first.auth_bytes.decode().split(","))["s"]
 
 
 def test_a_wrong_inter_broker_password_keeps_the_follower_out(tmp_path: Path, zk_connect: str) -> None:

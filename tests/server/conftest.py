@@ -21,12 +21,21 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i32Timedelta
 
 from logkeel.server.api import versions as api_versions
+from logkeel.server.authorization import anyone
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.network.connection import RequestRecord
 from logkeel.server.network.server import Server
 from logkeel.server.protocol import ApiKey, request_schema, response_schema
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+# The rule of the stand-in handlers these servers register (they run without an authorizer).
+TEST_RULE = anyone("a test handler on a server without an authorizer")
+
+
+def no_error_response(ctx: RequestContext, request: Any, code: ErrorCode) -> None:
+    """An error response that answers nothing: the connection is closed instead."""
+    return None
 
 
 class BrokerThread:
@@ -191,7 +200,9 @@ def register_test_metadata(registry: HandlerRegistry, port: Callable[[], int]) -
         return response_type(**{k: v for k, v in top.items() if k in names})
 
     last = max(v for v in range(20) if request_schema(ApiKey.METADATA, v) is not None)
-    registry.register(ApiKey.METADATA, 0, last, handle)
+    registry.register(
+        ApiKey.METADATA, 0, last, handle, rule=TEST_RULE, error_response=no_error_response
+    )
 
 
 @pytest.fixture

@@ -30,7 +30,14 @@ from kio.static.primitive import Records
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, encode_request, is_known_api, request_schema
 
-from .conftest import BrokerThread, api_versions_request, api_versions_round_trip, connect
+from .conftest import (
+    TEST_RULE,
+    BrokerThread,
+    api_versions_request,
+    api_versions_round_trip,
+    connect,
+    no_error_response,
+)
 
 SEED = 20240917
 FRAMES = 2000
@@ -49,7 +56,10 @@ def _register_every_broker_api(registry: HandlerRegistry) -> None:
         if key == ApiKey.API_VERSIONS:
             continue
         versions = sorted(schema_name_map[api_key_map[key]])
-        registry.register(key, versions[0], versions[-1], _discard)
+        registry.register(
+            key, versions[0], versions[-1], _discard,
+            rule=TEST_RULE, error_response=no_error_response,
+        )  # fmt: skip
 
 
 _PRIMITIVES: dict[str, Callable[[random.Random], Any]] = {

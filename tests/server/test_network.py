@@ -28,11 +28,13 @@ from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, encode_request
 
 from .conftest import (
+    TEST_RULE,
     BrokerThread,
     api_versions_request,
     api_versions_round_trip,
     assert_closed_by_server,
     connect,
+    no_error_response,
     recv_frame,
     request_header_v1,
 )
@@ -55,9 +57,11 @@ def _list_groups_request(correlation_id: int) -> bytes:
 def _register_list_groups(
     registry: HandlerRegistry,
     handle: Callable[[RequestContext, Any], Any],
-    error_response: Any = None,
+    error_response: Any = no_error_response,
 ) -> None:
-    registry.register(ApiKey.LIST_GROUPS, 0, 0, handle, error_response=error_response)
+    registry.register(
+        ApiKey.LIST_GROUPS, 0, 0, handle, rule=TEST_RULE, error_response=error_response
+    )
 
 
 # -- ApiVersions over raw sockets --------------------------------------------------------------

@@ -35,7 +35,7 @@ from logkeel.server.errors import (
     error_code_named,
     error_name,
 )
-from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.handlers import Check, HandlerRegistry, RequestContext, Rule
 from logkeel.server.protocol import (
     ApiKey,
     InvalidRequest,
@@ -51,7 +51,7 @@ from logkeel.server.protocol import (
 )
 from logkeel.storage import errors as storage_errors
 
-from .conftest import api_versions_request
+from .conftest import TEST_RULE, api_versions_request, no_error_response
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 # kio's own strategy draws int64 milliseconds that its reader cannot turn back into a timedelta
@@ -383,20 +383,69 @@ async def _noop(ctx: RequestContext, request: Any) -> None:
     return None
 
 
+def _register(registry: HandlerRegistry, api_key: int, low: int, high: int) -> None:
+    registry.register(
+        api_key, low, high, _noop, rule=TEST_RULE, error_response=no_error_response
+    )
+
+
 def test_registry_refuses_versions_kio_lacks_and_duplicates() -> None:
     registry = HandlerRegistry()
     with pytest.raises(ValueError, match="no schema"):
-        registry.register(ApiKey.PRODUCE, 0, 9, _noop)  # kio has Produce from v3 only
+        _register(registry, ApiKey.PRODUCE, 0, 9)  # kio has Produce from v3 only
     with pytest.raises(ValueError, match="bad version range"):
-        registry.register(ApiKey.METADATA, 5, 4, _noop)
-    registry.register(ApiKey.METADATA, 0, 12, _noop)
+        _register(registry, ApiKey.METADATA, 5, 4)
+    _register(registry, ApiKey.METADATA, 0, 12)
     with pytest.raises(ValueError, match="already registered"):
-        registry.register(ApiKey.METADATA, 0, 1, _noop)
-    registry.register(ApiKey.FETCH, 4, 12, _noop)
+        _register(registry, ApiKey.METADATA, 0, 1)
+    _register(registry, ApiKey.FETCH, 4, 12)
     assert registry.version_ranges() == [(1, 4, 12), (3, 0, 12)]
     assert registry.supports(3, 12) and not registry.supports(3, 13)
     assert not registry.supports(0, 3)
     assert ApiKey.FETCH in registry and len(registry) == 2
+
+
+def test_an_api_cannot_be_registered_without_an_authorization_rule() -> None:
+    registry = HandlerRegistry()
+    with pytest.raises(TypeError, match="needs an authorization Rule"):
+        registry.register(
+            ApiKey.METADATA, 0, 12, _noop, rule=None, error_response=no_error_response  # type: ignore[arg-type]
+        )
+    with pytest.raises(TypeError, match="error response"):
+        registry.register(ApiKey.METADATA, 0, 12, _noop, rule=TEST_RULE, error_response=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must check something"):
+        Rule()
+    with pytest.raises(ValueError, match="no whole-request checks"):
+        Rule(checks=(Check("x", lambda *_: None),), anyone="why")
+    assert len(registry) == 0
+
+
+def test_the_gate_runs_before_every_handler_with_its_rule() -> None:
+    seen: list[tuple[int, Rule]] = []
+    handled: list[int] = []
+
+    def gate(ctx: RequestContext, request: Any, rule: Rule) -> ErrorCode | None:
+        seen.append((ctx.api_key, rule))
+        return ErrorCode.cluster_authorization_failed if ctx.api_key == ApiKey.FETCH else None
+
+    async def handle(ctx: RequestContext, request: Any) -> str:
+        handled.append(ctx.api_key)
+        return "served"
+
+    fetch_rule = Rule(per_entry="READ on each topic")
+    registry = HandlerRegistry(gate=gate)
+    for key, rule in ((ApiKey.METADATA, TEST_RULE), (ApiKey.FETCH, fetch_rule)):
+        registry.register(
+            key, 4, 12, handle, rule=rule,
+            error_response=lambda ctx, request, code: f"refused {code.name}",
+        )  # fmt: skip
+    for key in (ApiKey.METADATA, ApiKey.FETCH):
+        entry = registry.lookup(key)
+        assert entry is not None
+        outcome = asyncio.run(entry.handle(_ctx(key, 4), object()))
+        assert outcome == ("served" if key == ApiKey.METADATA else "refused cluster_authorization_failed")
+    assert seen == [(ApiKey.METADATA, TEST_RULE), (ApiKey.FETCH, fetch_rule)]
+    assert handled == [ApiKey.METADATA]  # the refused request never reached its handler
 
 
 def _ctx(api_key: int, version: int) -> RequestContext:
@@ -414,7 +463,7 @@ def _ctx(api_key: int, version: int) -> RequestContext:
 def _api_versions_registry() -> tuple[HandlerRegistry, api_versions.ApiVersionsApi]:
     registry = HandlerRegistry()
     api = api_versions.register(registry)
-    registry.register(ApiKey.METADATA, 0, 12, _noop)
+    _register(registry, ApiKey.METADATA, 0, 12)
     return registry, api
 
 

@@ -12,7 +12,16 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from logkeel.cluster.metadata import BrokerInfo
 from logkeel.cluster.scram import (
     ScramClientExchange,
@@ -24,7 +33,16 @@ from logkeel.cluster.scram import (
 from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
 from logkeel.config.types import ConfigError
-from logkeel.server.authorization import exposed_listeners
+from logkeel.server.authorization import (
+    ALTER_CLUSTER,
+    DESCRIBE_CLUSTER,
+    RequestAuthorizer,
+    anyone,
+    exposed_listeners,
+    gated,
+    refusal,
+)
+from logkeel.server.handlers import RequestContext
 from logkeel.server.network.client import SaslLogin
 from logkeel.server.network.inter_broker import InterBroker, client_security, inter_broker
 from logkeel.server.network.sasl import ListenerSasl
@@ -35,6 +53,7 @@ from logkeel.testing.certs import make_certificates
 # RFC 7677 section 3: user "user", password "pencil".
 RFC7677_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
 RFC7677_CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+SECRET = b"decoy secret of the test"
 
 
 def _client_final(cred_password: str, server_first: bytes, mechanism: str) -> tuple[bytes, bytes]:
@@ -57,7 +76,9 @@ def _client_final(cred_password: str, server_first: bytes, mechanism: str) -> tu
 def test_scram_exchange_succeeds_with_the_password_and_proves_the_server(mechanism: str) -> None:
     salted = salted_password(mechanism, "pencil", RFC7677_SALT, 4096)
     cred = ScramCredential.from_salted_password(mechanism, RFC7677_SALT, 4096, salted)
-    server = ScramServerExchange(mechanism, lambda user, mech: cred if user == "user" else None)
+    server = ScramServerExchange(
+        mechanism, lambda user, mech: cred if user == "user" else None, SECRET
+    )
     server_first = server.step(RFC7677_CLIENT_FIRST)
     assert server_first.startswith(b"r=rOprNGfwEbeRWgbNEkqO")
     final, expected = _client_final("pencil", server_first, mechanism)
@@ -91,16 +112,52 @@ def test_rfc7677_stored_key() -> None:
 def test_scram_wrong_password_and_unknown_user_fail_alike(password: str) -> None:
     cred = ScramCredential.from_password("SCRAM-SHA-256", "pencil")
     server = ScramServerExchange(
-        "SCRAM-SHA-256", lambda user, mech: cred if user == "user" else None
+        "SCRAM-SHA-256", lambda user, mech: cred if user == "user" else None, SECRET
     )
     final, _ = _client_final(password, server.step(RFC7677_CLIENT_FIRST), "SCRAM-SHA-256")
     with pytest.raises(ScramError) as wrong:
         server.step(final)
-    unknown = ScramServerExchange("SCRAM-SHA-256", lambda user, mech: None)
+    # An unknown user gets a server-first message too (a decoy credential) and fails only at
+    # the proof, with the same message: the exchange does not tell that the user is missing.
+    unknown = ScramServerExchange("SCRAM-SHA-256", lambda user, mech: None, SECRET)
+    final, _ = _client_final(password, unknown.step(RFC7677_CLIENT_FIRST), "SCRAM-SHA-256")
     with pytest.raises(ScramError) as missing:
-        unknown.step(RFC7677_CLIENT_FIRST)
+        unknown.step(final)
     assert str(wrong.value) == str(missing.value)
     assert "pencil" not in str(wrong.value)
+
+
+def _salt_and_iterations(server_first: bytes) -> tuple[str, str]:
+    attrs = dict(item.split("=", 1) for item in server_first.decode().split(","))
+    return attrs["s"], attrs["i"]
+
+
+def test_an_unknown_users_decoy_is_stable_per_secret_and_user() -> None:
+    def first(user: str, secret: bytes) -> tuple[str, str]:
+        server = ScramServerExchange("SCRAM-SHA-512", lambda u, m: None, secret)
+        return _salt_and_iterations(server.step(f"n,,n={user},r=abc".encode()))
+
+    # The same answer at every attempt (and on every broker sharing the secret), as a real
+    # user's stored salt would be; another user or another secret gets another salt.
+    assert first("mallory", SECRET) == first("mallory", SECRET)
+    assert first("mallory", SECRET)[0] != first("trent", SECRET)[0]
+    assert first("mallory", SECRET)[0] != first("mallory", b"another secret")[0]
+    salt, iterations = first("mallory", SECRET)
+    assert len(base64.b64decode(salt)) == 32 and iterations == "4096"  # like a real credential
+
+
+@pytest.mark.parametrize(
+    ("authzid", "refused"), [("", False), ("a=user", False), ("a=admin", True), ("x=user", True)]
+)
+def test_scram_authorization_id_must_be_the_user(authzid: str, refused: bool) -> None:
+    cred = ScramCredential.from_password("SCRAM-SHA-256", "pencil")
+    server = ScramServerExchange("SCRAM-SHA-256", lambda user, mech: cred, SECRET)
+    client_first = f"n,{authzid},n=user,r=rOprNGfwEbeRWgbNEkqO".encode()
+    if refused:
+        with pytest.raises(ScramError, match="authorization id"):
+            server.step(client_first)
+    else:
+        assert server.step(client_first).startswith(b"r=rOprNGfwEbeRWgbNEkqO")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +166,7 @@ def test_scram_wrong_password_and_unknown_user_fail_alike(password: str) -> None
 def test_scram_garbage_is_an_error(garbage: bytes) -> None:
     cred = ScramCredential.from_password("SCRAM-SHA-512", "pencil")
     with pytest.raises(ScramError):
-        ScramServerExchange("SCRAM-SHA-512", lambda u, m: cred).step(garbage)
+        ScramServerExchange("SCRAM-SHA-512", lambda u, m: cred, SECRET).step(garbage)
 
 
 SUBJECT = ((("organizationName", "logkeel"),), (("organizationalUnitName", "apps"),),
@@ -193,7 +250,9 @@ def test_exposed_plaintext_listeners_are_named_only_without_an_authorizer() -> N
 def _server_for(mechanism: str, user: str, password: str) -> ScramServerExchange:
     credential = ScramCredential.from_password(mechanism, password)
     return ScramServerExchange(
-        mechanism, lambda name, mech: credential if (name, mech) == (user, mechanism) else None
+        mechanism,
+        lambda name, mech: credential if (name, mech) == (user, mechanism) else None,
+        SECRET,
     )
 
 
@@ -389,3 +448,56 @@ def test_command_client_properties_are_read_as_kafka_clients_read_them(tmp_path:
     ):
         with pytest.raises(ConfigError, match=message):
             client_security(broken, "client.properties")
+
+
+# ---- authorization rules, without a socket (issue 26) ----------------------------------------
+
+
+def _request_authorizer(*bindings: AclBinding) -> RequestAuthorizer:
+    config = BrokerConfig.from_properties(None, {
+        "log.dirs": tempfile.mkdtemp(), "super.users": "User:admin",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    })  # fmt: skip
+
+    class Store:
+        def acl_bindings(self) -> tuple[AclBinding, ...]:
+            return bindings
+
+    return RequestAuthorizer(config, Store())  # type: ignore[arg-type]
+
+
+def _as(user: str) -> RequestContext:
+    session = Session("SASL_PLAINTEXT", "SASL_PLAINTEXT", principal=f"User:{user}")
+    return RequestContext(api_key=50, api_version=0, correlation_id=1, client_id="", peer=("10.0.0.1", 1),
+                          connection_id="c", listener="SASL_PLAINTEXT", session=session)  # fmt: skip
+
+
+def _cluster(op: AclOperation) -> AclBinding:
+    return AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:bob", "*",
+                      op, AclPermissionType.ALLOW)  # fmt: skip
+
+
+def test_a_rules_checks_refuse_without_the_acl_and_serve_with_it() -> None:
+    authorizer = _request_authorizer(_cluster(AclOperation.DESCRIBE))
+    describe, alter = gated(DESCRIBE_CLUSTER), gated(ALTER_CLUSTER)
+    refused = ErrorCode.cluster_authorization_failed
+    assert refusal(authorizer, _as("carol"), object(), describe) == refused
+    assert refusal(authorizer, _as("bob"), object(), describe) is None
+    assert refusal(authorizer, _as("bob"), object(), alter) == refused
+    assert refusal(authorizer, _as("admin"), object(), alter) is None  # a super user
+    assert refusal(authorizer, _as("carol"), object(), anyone("bootstrap")) is None
+
+
+def test_authorized_operations_are_kafkas_bit_field_of_the_principals_acls() -> None:
+    authorizer = _request_authorizer(
+        _cluster(AclOperation.ALTER_CONFIGS),
+        AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:bob", "*",
+                   AclOperation.WRITE, AclPermissionType.ALLOW),
+    )  # fmt: skip
+    # ALTER_CONFIGS implies DESCRIBE_CONFIGS, WRITE implies DESCRIBE.
+    assert authorizer.authorized_operations(_as("bob"), ResourceType.CLUSTER) == (1 << 10) | (1 << 11)
+    assert authorizer.authorized_operations(_as("bob"), ResourceType.TOPIC, "t") == (1 << 4) | (1 << 8)
+    assert authorizer.authorized_operations(_as("carol"), ResourceType.TOPIC, "t") == 0
+    assert authorizer.authorized_operations(_as("admin"), ResourceType.GROUP, "g") == (
+        (1 << 3) | (1 << 6) | (1 << 8)
+    )

@@ -25,11 +25,13 @@ from typing import Any
 
 __all__ = [
     "CLUSTER_NAME",
+    "SUPPORTED_OPERATIONS",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
     "changed_bindings",
     "decode_bindings",
     "encode_bindings",
+    "operations_bit_field",
     "AclBinding",
     "AclBindingFilter",
     "AclError",
@@ -96,6 +98,29 @@ CLUSTER_NAME = "kafka-cluster"
 _BINDABLE = frozenset(
     {ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID}
 )
+# The operations each resource type supports (Kafka's AclEntry.supportedOperations): what an
+# "authorized operations" bit field of Metadata, DescribeCluster and DescribeGroups may hold.
+SUPPORTED_OPERATIONS: Mapping[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+        AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+}  # fmt: skip
+
+
+def operations_bit_field(operations: Iterable[AclOperation]) -> int:
+    """Kafka's Utils.to32BitField: bit ``code`` set for each operation (codes stay below 31)."""
+    return sum(1 << int(op) for op in set(operations))
+
+
 # Operations an ALLOW of the key grants besides itself.
 _IMPLIED_BY: Mapping[AclOperation, frozenset[AclOperation]] = {
     AclOperation.DESCRIBE: frozenset(

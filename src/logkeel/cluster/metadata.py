@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -38,6 +39,8 @@ from logkeel.storage.topic_partition import (
 )
 
 log = logging.getLogger(__name__)
+
+_PROCESS_SECRET = secrets.token_bytes(32)
 
 METADATA_FILE = "logkeel-metadata.json"
 
@@ -191,6 +194,12 @@ class MetadataStore(ABC):
         """Replaces ``user``'s credentials (empty: the user has none left)."""
         raise MetadataError("UNSUPPORTED_VERSION", "this metadata store keeps no SCRAM credentials")
 
+    def scram_secret(self) -> bytes:
+        """The secret unknown SCRAM users' decoy credentials derive from: kept with the
+        credentials, so it stays the same across restarts and on every broker. A store that
+        keeps no credentials has no users to tell apart: a secret of this process will do."""
+        return _PROCESS_SECRET
+
     def acl_bindings(self) -> tuple[AclBinding, ...]:
         """Every ACL binding of the cluster (``cluster.acls``)."""
         return ()
@@ -248,6 +257,8 @@ class EmbeddedMetadataStore(MetadataStore):
         # Deletions finished: name -> topic id (see deleted_topics).
         self._deleted: dict[str, str] = {}
         self._scram: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
+        # Written with the document, so it is on disk once any credential is.
+        self._scram_secret = secrets.token_hex(32)
         self._acls: tuple[AclBinding, ...] = ()
         self.cluster_id = cluster_id or ""
         self._load()
@@ -276,6 +287,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._pending_deletions = list(best.get("pending_deletions", []))
         self._deleted = dict(best.get("deleted_topics", {}))
         self._scram = MappingProxyType(best.get("scram_credentials", {}))
+        self._scram_secret = best.get("scram_secret", self._scram_secret)
         self._acls = tuple(AclBinding.from_json(a) for a in best.get("acls", []))
         topics = {}
         for t in best.get("topics", []):
@@ -297,6 +309,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "pending_deletions": self._pending_deletions,
             "deleted_topics": self._deleted,
             "scram_credentials": dict(self._scram),
+            "scram_secret": self._scram_secret,
             "acls": [a.to_json() for a in self._acls],
         }
         data = json.dumps(doc, indent=1).encode()
@@ -377,6 +390,9 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def scram_credentials(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
         return self._scram
+
+    def scram_secret(self) -> bytes:
+        return bytes.fromhex(self._scram_secret)
 
     # -- changes ----------------------------------------------------------------------------------
     def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:

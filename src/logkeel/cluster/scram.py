@@ -27,6 +27,7 @@ __all__ = [
     "ScramCredential",
     "ScramError",
     "ScramServerExchange",
+    "decoy_credential",
     "mechanism_name",
     "mechanism_type",
     "salted_password",
@@ -41,6 +42,8 @@ MECHANISMS: dict[str, tuple[str, int]] = {
 # Kafka's bounds on the iteration count of a credential.
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+# What kafka-configs gives a credential by default, so the decoy of an unknown user looks like one.
+DECOY_ITERATIONS = 4096
 
 
 class ScramError(Exception):
@@ -117,16 +120,36 @@ _FAILED = (
 )
 
 
+def decoy_credential(mechanism: str, user: str, secret: bytes) -> ScramCredential:
+    """The credential an unknown user is answered with (RFC 5802 section 5.1): a salt derived
+    from the user name and the server's ``secret``, so it is the same at every attempt, on every
+    broker sharing the secret, and Kafka's default iteration count; keys no password yields. The
+    exchange then runs to the proof and fails there, as a wrong password does: neither the
+    answer nor its timing tells whether the user exists."""
+    digest = MECHANISMS[mechanism][0]
+    seed = hmac.digest(secret, f"{mechanism}\0{user}".encode(), digest)
+    return ScramCredential(
+        mechanism,
+        hmac.digest(seed, b"salt", digest)[:32],
+        DECOY_ITERATIONS,
+        hmac.digest(seed, b"stored key", digest),
+        hmac.digest(seed, b"server key", digest),
+    )
+
+
 class ScramServerExchange:
     """One server-side SCRAM exchange: ``step(client_first)`` -> server-first,
     ``step(client_final)`` -> server-final; ``username`` is set once it succeeded.
     Every failure raises ``ScramError`` with the same message, whether the user is unknown or
-    the proof is wrong, so a client learns nothing about which users exist."""
+    the proof is wrong, and an unknown user is carried to the proof with a decoy credential
+    (``decoy_credential`` with ``secret``), so a client learns nothing about which users exist.
+    A gs2 authorization id (``a=``) other than the user is refused, as Kafka does."""
 
-    def __init__(self, mechanism: str, lookup: CredentialLookup) -> None:
+    def __init__(self, mechanism: str, lookup: CredentialLookup, secret: bytes) -> None:
         self._mechanism = mechanism
         self._digest = MECHANISMS[mechanism][0]
         self._lookup = lookup
+        self._secret = secret
         self._credential: ScramCredential | None = None
         self._client_first_bare = ""
         self._server_first = ""
@@ -153,14 +176,19 @@ class ScramServerExchange:
         gs2_cbind, _, rest = text.partition(",")
         if gs2_cbind not in ("n", "y"):
             raise ScramError("invalid SCRAM client-first message (channel binding unsupported)")
-        _authzid, sep, bare = rest.partition(",")
+        authzid, sep, bare = rest.partition(",")
         attrs = _attributes(bare) if sep else {}
         if "n" not in attrs or "r" not in attrs or not attrs["r"]:
             raise ScramError("invalid SCRAM client-first message")
-        self._user = attrs["n"].replace("=2C", ",").replace("=3D", "=")
+        self._user = _sasl_name(attrs["n"])
+        if authzid and (not authzid.startswith("a=") or _sasl_name(authzid[2:]) != self._user):
+            raise ScramError(
+                "Authentication failed: Client requested an authorization id that is different "
+                "from username"
+            )
         credential = self._lookup(self._user, self._mechanism)
         if credential is None:
-            raise ScramError(self.failure_message)
+            credential = decoy_credential(self._mechanism, self._user, self._secret)
         self._credential = credential
         self._client_first_bare = bare
         self._nonce = attrs["r"] + secrets.token_urlsafe(24)
@@ -249,6 +277,11 @@ class ScramClientExchange:
         proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
         self._server_signature = hmac.digest(credential.server_key, auth_message, self._digest)
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def _sasl_name(text: str) -> str:
+    """RFC 5802's saslname: "=2C" is a comma, "=3D" an equals sign."""
+    return text.replace("=2C", ",").replace("=3D", "=")
 
 
 def _attributes(text: str) -> dict[str, str]:

@@ -45,6 +45,10 @@ ACLS = "/logkeel/acls"
 # ``{"user": {"SCRAM-SHA-512": {...}}}`` changed by compare-and-set like the ACLs. Kafka kept
 # them in /config/users/<user>.
 SCRAM_CREDENTIALS = "/logkeel/scram_credentials"
+# logkeel's own: the cluster's secret (random bytes, written once by the first broker) from
+# which every broker derives the same decoy SCRAM credential for an unknown user
+# (``cluster.scram.decoy_credential``).
+SCRAM_SECRET = "/logkeel/scram_secret"
 
 # logkeel's own: each broker's report of its replicas' logs (last leader epoch, log end
 # offset), one persistent znode per broker, read by the controller for unclean and designated

@@ -3,8 +3,12 @@ compare-and-set so concurrent changes on two brokers both land."""
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from kazoo.exceptions import NodeExistsError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.acls import AclBinding, changed_bindings, decode_bindings, encode_bindings
@@ -30,6 +34,13 @@ class SecurityZnodes(ZkSession):
         self.zk.DataWatch(
             zd.SCRAM_CREDENTIALS, lambda data, _stat: watch(zd.decode_scram_credentials(data))
         )
+
+    def scram_secret(self) -> bytes:
+        """The cluster's decoy-credential secret, created by the first broker that asks."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zd.SCRAM_SECRET, secrets.token_bytes(32), makepath=True)
+        data, _ = self.zk.get(zd.SCRAM_SECRET)
+        return bytes(data)
 
     def set_scram_credentials(
         self, user: str, credentials: Mapping[str, Mapping[str, Any]]

@@ -118,6 +118,7 @@ class ZkMetadataStore(MetadataStore):
         self.client.topics(watch=self._on_topics)
         self.client.acls(watch=self._on_acls)
         self.client.scram_credentials(watch=self._on_scram)
+        self._scram_secret = self.client.scram_secret()
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
         self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
@@ -244,6 +245,9 @@ class ZkMetadataStore(MetadataStore):
 
     def scram_credentials(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
         return self._scram
+
+    def scram_secret(self) -> bytes:
+        return self._scram_secret
 
     def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
         """Written to ZooKeeper; served here once this broker's watch has seen it."""

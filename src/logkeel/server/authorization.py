@@ -14,25 +14,41 @@ CLUSTER_ACTION on the cluster), as in Kafka.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     AclBinding,
     AclOperation,
     Authorizer,
     ResourceType,
+    operations_bit_field,
     parse_super_users,
 )
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.config.broker import BrokerConfig
-from logkeel.server.handlers import RequestContext
-from logkeel.server.protocol import ApiKey
+from logkeel.server.handlers import Check, RequestContext, Rule
 
-__all__ = ["REQUEST_CHECKS", "RequestAuthorizer", "exposed_listeners", "refusal"]
+__all__ = [
+    "ALTER_CLUSTER",
+    "CLUSTER_ACTION",
+    "DELETE_GROUP",
+    "DESCRIBE_CLUSTER",
+    "IDEMPOTENT_WRITE",
+    "READ_GROUP",
+    "WRITE_TXN",
+    "RequestAuthorizer",
+    "anyone",
+    "check",
+    "exposed_listeners",
+    "gated",
+    "per_entry",
+    "refusal",
+]
 
 
 class RequestAuthorizer:
@@ -88,6 +104,17 @@ class RequestAuthorizer:
         """The ``names`` the request's principal may ``operation``."""
         return {n for n in names if self.allowed(ctx, operation, resource_type, n)}
 
+    def authorized_operations(
+        self, ctx: RequestContext, resource_type: ResourceType, name: str = CLUSTER_NAME
+    ) -> int:
+        """The operations of ``resource_type`` the principal may perform on ``name``, as
+        Kafka's bit field (every supported one without an authorizer)."""
+        return operations_bit_field(
+            op
+            for op in SUPPORTED_OPERATIONS[resource_type]
+            if self.allowed(ctx, op, resource_type, name)
+        )
+
 
 def exposed_listeners(config: BrokerConfig) -> list[str]:
     """PLAINTEXT listeners reachable from other machines while no authorizer is set: anyone
@@ -112,12 +139,46 @@ def _is_loopback(host: str | None) -> bool:
         return False  # a host name: it resolves to some interface
 
 
-# -- request-level checks -----------------------------------------------------------------------
-# Kafka's checks that cover a whole request, by API: (operation, resource type, the resource's
-# name in the request or None for the cluster, the error of a refusal). A refused request is
-# answered by its family's error response with that error. Checks per topic or partition
-# (Produce, Fetch, Metadata) live in those handlers, where each entry carries its own error.
-Check = tuple[AclOperation, ResourceType, Callable[[Any], str | None], ErrorCode]
+# -- rules ----------------------------------------------------------------------------------------
+# Every API is registered with one of these (``handlers.Rule``): the whole-request checks Kafka
+# makes before serving it, run by the gate (``refusal``) and answered through the API's error
+# response; the checks its handler makes per topic, group, ... (in words); or why anyone may call
+# it.
+
+
+def check(
+    operation: AclOperation,
+    resource_type: ResourceType,
+    error: ErrorCode,
+    name_of: Callable[[Any], str | None] | None = None,
+    named: str = "",
+) -> Check:
+    """Refuses with ``error`` unless ``operation`` is allowed on the resource ``name_of(request)``
+    (the cluster when ``name_of`` is None); a None name means the check does not apply."""
+
+    def refuse(
+        permissions: RequestAuthorizer, ctx: RequestContext, request: Any
+    ) -> ErrorCode | None:
+        name = CLUSTER_NAME if name_of is None else name_of(request)
+        if name is None or permissions.allowed(ctx, operation, resource_type, name):
+            return None
+        return error
+
+    where = "the cluster" if name_of is None else f"the {named or resource_type.name.lower()}"
+    return Check(f"{operation.name} on {where} ({error.name.upper()})", refuse)
+
+
+def gated(*checks: Check, per_entry: str = "") -> Rule:
+    return Rule(checks=checks, per_entry=per_entry)
+
+
+def per_entry(what: str) -> Rule:
+    return Rule(per_entry=what)
+
+
+def anyone(why: str, per_entry: str = "") -> Rule:
+    """Anyone may call the API (``why``); ``per_entry``: what it shows only to some."""
+    return Rule(per_entry=per_entry, anyone=why)
 
 
 def _group(request: Any) -> str | None:
@@ -132,74 +193,51 @@ def _txn(request: Any) -> str | None:
     return None if txn_id is None else str(txn_id)
 
 
-def _cluster(_request: Any) -> str | None:
-    return CLUSTER_NAME
+def _idempotent(
+    permissions: RequestAuthorizer, ctx: RequestContext, request: Any
+) -> ErrorCode | None:
+    if getattr(request, "transactional_id", None) is not None:
+        return None  # the transactional id's check applies instead
+    if permissions.may_write_idempotently(ctx):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
-def _coordinator_key(request: Any) -> str | None:
-    keys = getattr(request, "coordinator_keys", None)
-    return str(keys[0]) if keys else str(getattr(request, "key", ""))
-
-
-_READ_GROUP: Check = (AclOperation.READ, ResourceType.GROUP, _group, ErrorCode.group_authorization_failed)
-_WRITE_TXN: Check = (
-    AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, _txn,
-    ErrorCode.transactional_id_authorization_failed,
+DELETE_GROUP = check(
+    AclOperation.DELETE, ResourceType.GROUP, ErrorCode.group_authorization_failed, _group
+)
+READ_GROUP = check(
+    AclOperation.READ, ResourceType.GROUP, ErrorCode.group_authorization_failed, _group
+)
+WRITE_TXN = check(
+    AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+    ErrorCode.transactional_id_authorization_failed, _txn, "transactional id",
 )  # fmt: skip
-_DESCRIBE_CLUSTER: Check = (
-    AclOperation.DESCRIBE, ResourceType.CLUSTER, _cluster, ErrorCode.cluster_authorization_failed
+IDEMPOTENT_WRITE = Check(
+    "without a transactional id: IDEMPOTENT_WRITE on the cluster or WRITE on some topic "
+    "(CLUSTER_AUTHORIZATION_FAILED)",
+    _idempotent,
 )
-_ALTER_CLUSTER: Check = (
-    AclOperation.ALTER, ResourceType.CLUSTER, _cluster, ErrorCode.cluster_authorization_failed
+DESCRIBE_CLUSTER = check(
+    AclOperation.DESCRIBE, ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed
+)
+ALTER_CLUSTER = check(
+    AclOperation.ALTER, ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed
+)
+CLUSTER_ACTION = check(
+    AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed
 )
 
-REQUEST_CHECKS: Mapping[int, tuple[Check, ...]] = {
-    ApiKey.JOIN_GROUP: (_READ_GROUP,),
-    ApiKey.SYNC_GROUP: (_READ_GROUP,),
-    ApiKey.HEARTBEAT: (_READ_GROUP,),
-    ApiKey.LEAVE_GROUP: (_READ_GROUP,),
-    ApiKey.OFFSET_COMMIT: (_READ_GROUP,),
-    ApiKey.OFFSET_DELETE: (
-        (AclOperation.DELETE, ResourceType.GROUP, _group, ErrorCode.group_authorization_failed),
-    ),
-    ApiKey.ADD_OFFSETS_TO_TXN: (_WRITE_TXN, _READ_GROUP),
-    ApiKey.TXN_OFFSET_COMMIT: (_WRITE_TXN, _READ_GROUP),
-    ApiKey.END_TXN: (_WRITE_TXN,),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (_WRITE_TXN,),
-    ApiKey.INIT_PRODUCER_ID: (_WRITE_TXN,),  # no transactional id: see _idempotent_refusal
-    ApiKey.DESCRIBE_LOG_DIRS: (_DESCRIBE_CLUSTER,),
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (_DESCRIBE_CLUSTER,),
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (_ALTER_CLUSTER,),
-    ApiKey.ELECT_LEADERS: (_ALTER_CLUSTER,),
-    ApiKey.ALTER_REPLICA_LOG_DIRS: (_ALTER_CLUSTER,),
-    # Only brokers write transaction markers (a transaction coordinator on another broker).
-    ApiKey.WRITE_TXN_MARKERS: (
-        (AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, _cluster,
-         ErrorCode.cluster_authorization_failed),
-    ),
-}
 
-
-def refusal(authorizer: RequestAuthorizer, ctx: RequestContext, request: Any) -> ErrorCode | None:
-    """The error a request-level check refuses ``request`` with, or None to serve it."""
+def refusal(
+    authorizer: RequestAuthorizer, ctx: RequestContext, request: Any, rule: Rule
+) -> ErrorCode | None:
+    """The error the whole-request checks of ``rule`` refuse ``request`` with, or None to serve
+    it (always None without an authorizer)."""
     if not authorizer.enabled:
         return None
-    if ctx.api_key == ApiKey.FIND_COORDINATOR:
-        resource = ResourceType.TRANSACTIONAL_ID if getattr(request, "key_type", 0) == 1 else ResourceType.GROUP
-        error = (
-            ErrorCode.transactional_id_authorization_failed
-            if resource is ResourceType.TRANSACTIONAL_ID
-            else ErrorCode.group_authorization_failed
-        )
-        checks: tuple[Check, ...] = ((AclOperation.DESCRIBE, resource, _coordinator_key, error),)
-    else:
-        checks = REQUEST_CHECKS.get(ctx.api_key, ())
-    for operation, resource_type, name_of, error in checks:
-        name = name_of(request)
-        if name is None:
-            if ctx.api_key == ApiKey.INIT_PRODUCER_ID and not authorizer.may_write_idempotently(ctx):
-                return ErrorCode.cluster_authorization_failed
-            continue
-        if not authorizer.allowed(ctx, operation, resource_type, name):
-            return error
+    for c in rule.checks:
+        code = c.refuse(authorizer, ctx, request)
+        if code is not None:
+            return code
     return None

@@ -214,7 +214,7 @@ class Broker:
 
         self.authorizer = RequestAuthorizer(config, self.metadata)
         self.registry = HandlerRegistry(
-            gate=lambda ctx, request: refusal(self.authorizer, ctx, request)
+            gate=lambda ctx, request, rule: refusal(self.authorizer, ctx, request, rule)
         )
         register_api_families(self.registry, self)
 

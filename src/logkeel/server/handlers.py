@@ -8,6 +8,7 @@ Write one module per family under ``logkeel/server/api/`` (``metadata.py``, ``pr
 with a class holding what it needs (replica manager, config, ...) and a ``register`` function::
 
     from kio.schema.errors import ErrorCode
+    from logkeel.server.authorization import anyone
     from logkeel.server.errors import ApiError
     from logkeel.server.handlers import HandlerRegistry, RequestContext
     from logkeel.server.protocol import ApiKey, response_schema
@@ -23,16 +24,26 @@ with a class holding what it needs (replica manager, config, ...) and a ``regist
             return Response(...)
 
         def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-            # Optional: the whole request failed (an exception escaped ``handle``). Return the
-            # response that reports ``code`` everywhere, like Kafka's getErrorResponse.
+            # The whole request failed (refused by its rule, or an exception escaped
+            # ``handle``). Return the response that reports ``code`` everywhere, like Kafka's
+            # getErrorResponse.
             ...
+
+    METADATA_RULE = anyone("lists the brokers; each topic only with DESCRIBE on it")
 
     def register(registry: HandlerRegistry, broker: Broker) -> None:
         api = MetadataApi(broker)
-        registry.register(ApiKey.METADATA, 0, 12, api.handle, error_response=api.error_response)
+        registry.register(
+            ApiKey.METADATA, 0, 12, api.handle, rule=METADATA_RULE, error_response=api.error_response
+        )
 
 Rules:
 
+- Every API is registered with its authorization ``Rule`` (``logkeel.server.authorization``
+  builds them): the whole-request checks the gate runs before the handler (``checks``), the
+  per-entry checks the handler itself makes (``per_entry``, in words), or why anyone may call it
+  (``anyone``). There is no default: an API without a rule cannot be registered, so it cannot
+  be served unchecked (deny by default). On a broker the gate runs before every handler.
 - ``handle(ctx, request)`` is ``async`` and returns a kio response of the request's API and
   version, or ``None`` to send nothing (only Produce with ``acks=0`` does that). It may await
   as long as it needs (long-poll Fetch): a connection's requests are handled one at a time and
@@ -46,8 +57,8 @@ Rules:
   ``RecordTooLargeError`` -> MESSAGE_TOO_LARGE, ...) and ``error_code_named("NOT_LEADER_OR_FOLLOWER")``
   looks up a code by Kafka's name. An exception that escapes ``handle`` is logged, mapped with
   ``error_code_for`` (``ApiError(code)`` carries its code; anything unexpected is
-  UNKNOWN_SERVER_ERROR) and answered with ``error_response`` if one is registered, else the
-  connection is closed. Raise ``CloseConnection`` to close it on purpose (failed acks=0 produce).
+  UNKNOWN_SERVER_ERROR) and answered with ``error_response`` (one that returns None closes
+  the connection). Raise ``CloseConnection`` to close it on purpose (failed acks=0 produce).
 - Blocking work (disk, fsync) goes to a thread (``asyncio.to_thread``), never on the loop.
 """
 
@@ -65,11 +76,13 @@ from logkeel.server.session import Session
 
 __all__ = [
     "ApiHandler",
+    "Check",
     "ErrorResponder",
     "Gate",
     "Handler",
     "HandlerRegistry",
     "RequestContext",
+    "Rule",
 ]
 
 
@@ -106,14 +119,53 @@ class RequestContext:
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 ErrorResponder = Callable[[RequestContext, Any, ErrorCode], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check of a whole request, run by the gate before the handler: ``refuse(permissions,
+    ctx, request)`` is the error the request is refused with, or None to let it through
+    (``permissions``: the broker's ``RequestAuthorizer``). ``summary`` says it in words."""
+
+    summary: str
+    refuse: Callable[[Any, RequestContext, Any], ErrorCode | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How the requests of one API are authorized. Every registered API has one: ``checks``
+    the gate runs on the whole request, ``per_entry`` the checks its handler makes on each
+    topic, group, ... it names (in words), ``anyone`` why anyone may call it. A rule that says
+    nothing is refused at construction."""
+
+    checks: tuple[Check, ...] = ()
+    per_entry: str = ""
+    anyone: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.checks or self.per_entry or self.anyone):
+            raise ValueError("an authorization rule must check something or say why it need not")
+        if self.anyone and self.checks:
+            raise ValueError("a rule for anyone has no whole-request checks")
+
+    @property
+    def summary(self) -> str:
+        parts = [c.summary for c in self.checks]
+        if self.per_entry:
+            parts.append(("per entry: " if self.checks else "") + self.per_entry)
+        if self.anyone:
+            parts.insert(0, f"anyone ({self.anyone})")
+        return "; ".join(parts)
+
+
 # Decides before a handler runs whether the whole request is refused (authorization): the
 # error to answer with, through the API's error response, or None to serve it.
-Gate = Callable[[RequestContext, Any], ErrorCode | None]
+Gate = Callable[[RequestContext, Any, Rule], ErrorCode | None]
 
 
-def _gated(handle: Handler, error_response: ErrorResponder, gate: Gate) -> Handler:
+def _gated(handle: Handler, error_response: ErrorResponder, rule: Rule, gate: Gate) -> Handler:
     async def run(ctx: RequestContext, request: Any) -> Any | None:
-        code = gate(ctx, request)
+        code = gate(ctx, request, rule)
         if code is not None:
             return error_response(ctx, request, code)
         return await handle(ctx, request)
@@ -127,15 +179,17 @@ class ApiHandler:
     min_version: int
     max_version: int
     handle: Handler
-    error_response: ErrorResponder | None = None
+    error_response: ErrorResponder
+    rule: Rule
 
     def supports(self, api_version: int) -> bool:
         return self.min_version <= api_version <= self.max_version
 
 
 class HandlerRegistry:
-    """API key -> handler and the version range it implements; ``gate`` (if given) runs before
-    every handler that has an error response."""
+    """API key -> handler, the version range it implements and its authorization rule.
+    ``gate`` (a broker always gives one; tests of the network layer may not) runs before every
+    handler, with the API's rule; a refusal is answered with the API's error response."""
 
     def __init__(self, gate: Gate | None = None) -> None:
         self._handlers: dict[int, ApiHandler] = {}
@@ -148,14 +202,20 @@ class HandlerRegistry:
         max_version: int,
         handle: Handler,
         *,
-        error_response: ErrorResponder | None = None,
+        rule: Rule,
+        error_response: ErrorResponder,
     ) -> ApiHandler:
         """Registers ``handle`` for versions ``min_version..max_version`` (inclusive) of an API.
 
         Raises ValueError if the API is already registered, the range is empty, or kio lacks
         the request or response schema of any version in it (it could not be decoded or
-        answered, so it must not be advertised).
+        answered, so it must not be advertised); TypeError without a ``Rule`` or an error
+        response (a refusal must be answerable).
         """
+        if not isinstance(rule, Rule):
+            raise TypeError(f"{api_name(api_key)} (key {api_key}) needs an authorization Rule")
+        if not callable(error_response):
+            raise TypeError(f"{api_name(api_key)} (key {api_key}) needs an error response")
         api_key = int(api_key)
         if api_key in self._handlers:
             raise ValueError(f"{api_name(api_key)} (key {api_key}) is already registered")
@@ -170,9 +230,9 @@ class HandlerRegistry:
             raise ValueError(
                 f"kio has no schema for {api_name(api_key)} (key {api_key}) versions {missing}"
             )
-        if self._gate is not None and error_response is not None:
-            handle = _gated(handle, error_response, self._gate)
-        entry = ApiHandler(api_key, min_version, max_version, handle, error_response)
+        if self._gate is not None:
+            handle = _gated(handle, error_response, rule, self._gate)
+        entry = ApiHandler(api_key, min_version, max_version, handle, error_response, rule)
         self._handlers[api_key] = entry
         return entry
 

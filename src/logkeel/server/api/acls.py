@@ -25,14 +25,18 @@ from logkeel.cluster.acls import (
 )
 from logkeel.cluster.metadata import MetadataError, MetadataStore
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import (
+    ALTER_CLUSTER,
+    DESCRIBE_CLUSTER,
+    RequestAuthorizer,
+    gated,
+)
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 
 __all__ = ["AclsApi", "register"]
 
 _DISABLED = "No Authorizer is configured on the broker (authorizer.class.name)"
-_NOT_ALLOWED = "Cluster authorization failed"
 
 
 def _binding(c: Any) -> AclBinding:
@@ -62,16 +66,16 @@ class AclsApi:
         self._metadata = metadata
         self._authorizer = authorizer
 
-    def _refusal(self, ctx: RequestContext, operation: AclOperation) -> tuple[ErrorCode, str] | None:
+    def _refusal(self) -> tuple[ErrorCode, str] | None:
+        """SECURITY_DISABLED without an authorizer; DESCRIBE/ALTER on the cluster is the
+        gate's (the rules at ``register``)."""
         if not self._authorizer.enabled:
             return ErrorCode.security_disabled, _DISABLED
-        if not self._authorizer.allowed(ctx, operation, ResourceType.CLUSTER):
-            return ErrorCode.cluster_authorization_failed, _NOT_ALLOWED
         return None
 
     async def create(self, ctx: RequestContext, request: Any) -> Any:
         Result = nested(ctx, "AclCreationResult")
-        refusal = self._refusal(ctx, AclOperation.ALTER)
+        refusal = self._refusal()
         results: list[tuple[ErrorCode, str | None]] = []
         valid: list[AclBinding] = []
         for creation in request.creations:
@@ -98,7 +102,7 @@ class AclsApi:
 
     async def describe(self, ctx: RequestContext, request: Any) -> Any:
         Resource, Description = nested(ctx, "DescribeAclsResource"), nested(ctx, "AclDescription")
-        refusal = self._refusal(ctx, AclOperation.DESCRIBE)
+        refusal = self._refusal()
         if refusal is not None:
             return response(ctx, error_code=refusal[0], error_message=refusal[1], resources=())
         try:
@@ -126,7 +130,7 @@ class AclsApi:
 
     async def delete(self, ctx: RequestContext, request: Any) -> Any:
         Result, Matching = nested(ctx, "DeleteAclsFilterResult"), nested(ctx, "DeleteAclsMatchingAcl")
-        refusal = self._refusal(ctx, AclOperation.ALTER)
+        refusal = self._refusal()
         if refusal is not None:
             return response(ctx, filter_results=tuple(
                 Result(error_code=refusal[0], error_message=refusal[1], matching_acls=())
@@ -181,7 +185,7 @@ class AclsApi:
 def register(registry: HandlerRegistry, metadata: MetadataStore, authorizer: RequestAuthorizer) -> None:
     api = AclsApi(metadata, authorizer)
     register_family(registry, {
-        ApiKey.DESCRIBE_ACLS: Endpoint(1, 3, api.describe, api.describe_error),
-        ApiKey.CREATE_ACLS: Endpoint(1, 3, api.create, api.create_error),
-        ApiKey.DELETE_ACLS: Endpoint(1, 3, api.delete, api.delete_error),
+        ApiKey.DESCRIBE_ACLS: Endpoint(1, 3, api.describe, api.describe_error, gated(DESCRIBE_CLUSTER)),
+        ApiKey.CREATE_ACLS: Endpoint(1, 3, api.create, api.create_error, gated(ALTER_CLUSTER)),
+        ApiKey.DELETE_ACLS: Endpoint(1, 3, api.delete, api.delete_error, gated(ALTER_CLUSTER)),
     })  # fmt: skip

@@ -59,6 +59,7 @@ from logkeel.server.api.responses import (
 )
 from logkeel.server.api.topic_admin import TopicAdmin
 from logkeel.server.api.topic_refs import check_topic_name, entry_error_for
+from logkeel.server.authorization import per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.topic_configs import TopicConfigs
@@ -395,6 +396,20 @@ class ConfigsApi:
         log.info("topic %s configs are now %s", name, overrides or "the broker defaults")
 
 
+_ALTER_RULE = (
+    "ALTER_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED), on the cluster for a broker or "
+    "broker logger (CLUSTER_AUTHORIZATION_FAILED)"
+)
+_RULES = {
+    ApiKey.DESCRIBE_CONFIGS: (
+        "DESCRIBE_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED), on the cluster for a "
+        "broker or broker logger (CLUSTER_AUTHORIZATION_FAILED)"
+    ),
+    ApiKey.ALTER_CONFIGS: _ALTER_RULE,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _ALTER_RULE,
+}
+
+
 def register(registry: HandlerRegistry, broker: ConfigAdmin) -> ConfigsApi:
     api = ConfigsApi(broker)
     handlers = {
@@ -405,7 +420,7 @@ def register(registry: HandlerRegistry, broker: ConfigAdmin) -> ConfigsApi:
     register_family(
         registry,
         {
-            key: Endpoint(*CONFIG_VERSIONS[key], handle, error)
+            key: Endpoint(*CONFIG_VERSIONS[key], handle, error, per_entry(_RULES[key]))
             for key, (handle, error) in handlers.items()
         },
     )

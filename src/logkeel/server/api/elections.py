@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.server.api.responses import Endpoint, duration_ms, nested, register_family, response
+from logkeel.server.authorization import ALTER_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.storage.topic_partition import TopicPartition
@@ -93,6 +94,7 @@ class ElectionsApi:
 def register(registry: HandlerRegistry, metadata: MetadataStore) -> ElectionsApi:
     api = ElectionsApi(metadata)
     register_family(
-        registry, {ApiKey.ELECT_LEADERS: Endpoint(0, 2, api.elect_leaders, api.error)}
+        registry,
+        {ApiKey.ELECT_LEADERS: Endpoint(0, 2, api.elect_leaders, api.error, gated(ALTER_CLUSTER))},
     )
     return api

@@ -34,7 +34,7 @@ from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore, topic_id_text
 from logkeel.config import BrokerConfig
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.replica.fetches import Fetches
@@ -317,6 +317,11 @@ def register(
 ) -> FetchApi:
     api = FetchApi(config, metadata, fetches, authorizer)
     registry.register(
-        ApiKey.FETCH, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
-    )
+        ApiKey.FETCH, MIN_VERSION, MAX_VERSION, api.handle,
+        rule=per_entry(
+            "a consumer: READ on each topic; a follower (replica id >= 0): CLUSTER_ACTION on the "
+            "cluster (TOPIC_AUTHORIZATION_FAILED for the partitions refused)"
+        ),
+        error_response=api.error_response,
+    )  # fmt: skip
     return api

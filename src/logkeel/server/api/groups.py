@@ -6,9 +6,12 @@ its own fields) and the ``GroupCoordinator``, which holds the logic. Responses a
 ``responses.build``, which drops the fields a version does not have, so one code path serves every
 version. A group's coordinator is the leader of its ``__consumer_offsets`` partition, as in
 Kafka: FindCoordinator names that broker (creating the topic on first use), so a single node is
-the coordinator of every group. ACLs per entry, Kafka's: OffsetFetch and DescribeGroups need
-DESCRIBE on the group (and OffsetFetch on each topic), DeleteGroups DELETE, ListGroups shows only
-the groups the principal may describe unless it may describe the cluster.
+the coordinator of every group. ACLs (``RULES``), Kafka's: FindCoordinator needs DESCRIBE on
+each key's group or transactional id; the member APIs and OffsetCommit READ on the group (the
+gate), OffsetCommit READ on each topic too; OffsetFetch and DescribeGroups DESCRIBE on the group
+(and OffsetFetch on each topic), DeleteGroups DELETE, OffsetDelete DELETE on the group and READ
+on each topic; ListGroups shows only the groups the principal may describe unless it may
+describe the cluster.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i64
 
-from logkeel.cluster.acls import CLUSTER_NAME, AclOperation, ResourceType
+from logkeel.cluster.acls import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bit_field,
+)
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.api.commit_offsets import commit_offsets_of
 from logkeel.server.api.responses import (
@@ -32,10 +41,16 @@ from logkeel.server.api.responses import (
     register_family,
     response,
 )
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import (
+    DELETE_GROUP,
+    READ_GROUP,
+    RequestAuthorizer,
+    gated,
+    per_entry,
+)
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.records import OFFSETS_TOPIC
-from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
+from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext, Rule
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
 from logkeel.storage.topic_partition import TopicPartition
@@ -59,7 +74,30 @@ VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 # Without an authorizer, Kafka reports every operation a group supports: READ (3), DELETE (6),
 # DESCRIBE (8).
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_GROUP_OPERATIONS = operations_bit_field(SUPPORTED_OPERATIONS[ResourceType.GROUP])
+_TOPIC_READ = "READ on each topic (TOPIC_AUTHORIZATION_FAILED)"
+_DESCRIBE_GROUP = "DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED)"
+RULES: dict[ApiKey, Rule] = {
+    ApiKey.FIND_COORDINATOR: per_entry(
+        "DESCRIBE on each key's group (GROUP_AUTHORIZATION_FAILED) or transactional id "
+        "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"
+    ),
+    ApiKey.JOIN_GROUP: gated(READ_GROUP),
+    ApiKey.SYNC_GROUP: gated(READ_GROUP),
+    ApiKey.HEARTBEAT: gated(READ_GROUP),
+    ApiKey.LEAVE_GROUP: gated(READ_GROUP),
+    ApiKey.OFFSET_COMMIT: gated(READ_GROUP, per_entry=_TOPIC_READ),
+    ApiKey.OFFSET_FETCH: per_entry(
+        f"{_DESCRIBE_GROUP}; DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED, hidden when "
+        "all the group's offsets are asked)"
+    ),
+    ApiKey.DESCRIBE_GROUPS: per_entry(_DESCRIBE_GROUP),
+    ApiKey.LIST_GROUPS: per_entry(
+        "every group with DESCRIBE on the cluster, else only the groups with DESCRIBE on them"
+    ),
+    ApiKey.DELETE_GROUPS: per_entry("DELETE on each group (GROUP_AUTHORIZATION_FAILED)"),
+    ApiKey.OFFSET_DELETE: gated(DELETE_GROUP, per_entry=_TOPIC_READ),
+}
 _COORDINATOR_KEY_GROUP = 0
 _DESCRIBE = AclOperation.DESCRIBE
 _COORDINATOR_KEY_TRANSACTION = 1
@@ -144,6 +182,14 @@ class GroupApi:
         self, ctx: RequestContext, key_type: int, key: str
     ) -> tuple[ErrorCode, int, str, int]:
         none = (-1, "", -1)
+        if key_type == _COORDINATOR_KEY_GROUP and not self._may(
+            ctx, _DESCRIBE, ResourceType.GROUP, key
+        ):
+            return (ErrorCode.group_authorization_failed, *none)
+        if key_type == _COORDINATOR_KEY_TRANSACTION and not self._may(
+            ctx, _DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            return (ErrorCode.transactional_id_authorization_failed, *none)
         if key_type == _COORDINATOR_KEY_GROUP:
             code = await self.coordinator.ensure_offsets_topic()
             if code != ErrorCode.none:
@@ -439,7 +485,16 @@ class GroupApi:
         return response(ctx, topics=(), error_code=code)
 
     async def offset_delete(self, ctx: RequestContext, request: Any) -> Any:
-        topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+        readable = {
+            t.name
+            for t in request.topics
+            if self._may(ctx, AclOperation.READ, ResourceType.TOPIC, t.name)
+        }
+        topics = [
+            (t.name, [p.partition_index for p in t.partitions])
+            for t in request.topics
+            if t.name in readable
+        ]
         code, errors = await self.coordinator.delete_offsets(request.group_id, topics)
         if code != ErrorCode.none:
             return self.offset_delete_error(ctx, request, code)
@@ -450,7 +505,11 @@ class GroupApi:
             parts = []
             for p in t.partitions:
                 err = errors.get((t.name, p.partition_index), ErrorCode.none)
-                if err == ErrorCode.none and not self._partition_exists(t.name, p.partition_index):
+                if t.name not in readable:
+                    err = ErrorCode.topic_authorization_failed
+                elif err == ErrorCode.none and not self._partition_exists(
+                    t.name, p.partition_index
+                ):
                     err = ErrorCode.unknown_topic_or_partition
                 parts.append(partition_type(partition_index=p.partition_index, error_code=err))
             out.append(topic_type(name=t.name, partitions=tuple(parts)))
@@ -489,11 +548,7 @@ class GroupApi:
     async def describe_groups(self, ctx: RequestContext, request: Any) -> Any:
         group_type = nested(ctx, "DescribedGroup")
         member_type = nested(ctx, "DescribedGroupMember")
-        operations = (
-            _GROUP_OPERATIONS
-            if getattr(request, "include_authorized_operations", False)
-            else OPERATIONS_NOT_REQUESTED
-        )
+        include_operations = getattr(request, "include_authorized_operations", False)
         out = []
         for group_id in request.groups:
             if not self._may(ctx, _DESCRIBE, ResourceType.GROUP, group_id):
@@ -521,10 +576,19 @@ class GroupApi:
                         )
                         for m in d.members
                     ),
-                    authorized_operations=i32(operations),
+                    authorized_operations=i32(
+                        self._group_operations(ctx, group_id)
+                        if include_operations
+                        else OPERATIONS_NOT_REQUESTED
+                    ),
                 )
             )
         return response(ctx, groups=tuple(out))
+
+    def _group_operations(self, ctx: RequestContext, group_id: str) -> int:
+        if self._authorizer is None:
+            return _GROUP_OPERATIONS
+        return self._authorizer.authorized_operations(ctx, ResourceType.GROUP, group_id)
 
     def describe_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         return response(ctx, groups=tuple(self._group_error(ctx, g, code) for g in request.groups))
@@ -588,6 +652,9 @@ def register(
     }
     register_family(
         registry,
-        {key: Endpoint(*VERSIONS[key], handle, error) for key, (handle, error) in table.items()},
+        {
+            key: Endpoint(*VERSIONS[key], handle, error, RULES[key])
+            for key, (handle, error) in table.items()
+        },
     )
     return api

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.api.responses import build, nested_types, response
+from logkeel.server.authorization import ALTER_CLUSTER, DESCRIBE_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.storage.errors import KafkaStorageError, StorageError
@@ -57,8 +58,7 @@ class LogDirsApi:
         """A dir with no replicas named: bring it online if it is offline here (the answer
         has no per-dir error field: DescribeLogDirs tells the outcome, the log says why).
         Replicas named: logkeel does not move replicas between dirs yet (INVALID_REQUEST)."""
-        types = nested_types(ApiKey.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
-        results = []
+        moved = []
         for entry in request.dirs:
             if not entry.topics:
                 await asyncio.to_thread(self._bring_online, str(entry.path))
@@ -68,25 +68,35 @@ class LogDirsApi:
                 "supported yet",
                 entry.path,
             )
-            for topic in entry.topics:
-                results.append(
-                    build(
-                        types.AlterReplicaLogDirTopicResult,
-                        topic_name=topic.name,
-                        partitions=tuple(
-                            build(
-                                types.AlterReplicaLogDirPartitionResult,
-                                partition_index=p,
-                                error_code=ErrorCode.invalid_request,
-                            )
-                            for p in topic.partitions
-                        ),
-                    )
-                )
-        return response(ctx, results=tuple(results))
+            moved.append(entry)
+        return self._alter_response(ctx, moved, ErrorCode.invalid_request)
 
-    def alter_replica_log_dirs_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        return response(ctx, results=())
+    def alter_replica_log_dirs_error(
+        self, ctx: RequestContext, request: Any, code: ErrorCode
+    ) -> Any:
+        """Every partition named carries ``code`` (Kafka's answer to an unauthorized caller)."""
+        return self._alter_response(ctx, request.dirs, code)
+
+    @staticmethod
+    def _alter_response(ctx: RequestContext, dirs: Any, code: ErrorCode) -> Any:
+        types = nested_types(ApiKey.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
+        results = [
+            build(
+                types.AlterReplicaLogDirTopicResult,
+                topic_name=topic.name,
+                partitions=tuple(
+                    build(
+                        types.AlterReplicaLogDirPartitionResult,
+                        partition_index=p,
+                        error_code=code,
+                    )
+                    for p in topic.partitions
+                ),
+            )
+            for entry in dirs
+            for topic in entry.topics
+        ]
+        return response(ctx, results=tuple(results))
 
     def _bring_online(self, path: str) -> None:
         try:
@@ -165,12 +175,14 @@ def register(registry: HandlerRegistry, log_manager: LogManager) -> LogDirsApi:
         ApiKey.DESCRIBE_LOG_DIRS,
         *DESCRIBE_LOG_DIRS_VERSIONS,
         api.describe_log_dirs,
+        rule=gated(DESCRIBE_CLUSTER),
         error_response=api.describe_log_dirs_error,
     )
     registry.register(
         ApiKey.ALTER_REPLICA_LOG_DIRS,
         *ALTER_REPLICA_LOG_DIRS_VERSIONS,
         api.alter_replica_log_dirs,
+        rule=gated(ALTER_CLUSTER),
         error_response=api.alter_replica_log_dirs_error,
     )
     return api

@@ -23,7 +23,12 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster.acls import AclOperation, ResourceType
+from logkeel.cluster.acls import (
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bit_field,
+)
 from logkeel.cluster.metadata import (
     INTERNAL_TOPICS,
     MetadataStore,
@@ -40,7 +45,7 @@ from logkeel.server.api.responses import (
     response,
 )
 from logkeel.server.api.topic_refs import ZERO_UUID
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, anyone
 from logkeel.server.errors import ApiError
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -62,35 +67,10 @@ METADATA_VERSIONS = (0, 13)
 DESCRIBE_CLUSTER_VERSIONS = (0, 2)
 
 
-# Kafka's AclOperation codes; with no authorizer every supported operation is allowed, and the
-# "authorized operations" fields carry them as a bit field (Kafka's Utils.to32BitField).
-_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
-_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
-TOPIC_OPERATIONS = sum(
-    1 << op
-    for op in (
-        _READ,
-        _WRITE,
-        _CREATE,
-        _DESCRIBE,
-        _DELETE,
-        _ALTER,
-        _DESCRIBE_CONFIGS,
-        _ALTER_CONFIGS,
-    )
-)
-CLUSTER_OPERATIONS = sum(
-    1 << op
-    for op in (
-        _CREATE,
-        _CLUSTER_ACTION,
-        _DESCRIBE_CONFIGS,
-        _ALTER_CONFIGS,
-        _IDEMPOTENT_WRITE,
-        _ALTER,
-        _DESCRIBE,
-    )
-)
+# With no authorizer every supported operation is allowed; the "authorized operations" fields
+# carry them as Kafka's bit field.
+TOPIC_OPERATIONS = operations_bit_field(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+CLUSTER_OPERATIONS = operations_bit_field(SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
 
 # DescribeCluster endpoint types (KIP-919): the brokers, or the controllers.
 _ENDPOINT_BROKERS = 1
@@ -98,6 +78,21 @@ _ENDPOINT_CONTROLLERS = 2
 
 
 _DENIED = ErrorCode.topic_authorization_failed
+
+# Kafka serves both to anyone: clients bootstrap with them. What they reveal beyond the brokers
+# and the cluster id is checked per topic / against the cluster.
+_METADATA_RULE = anyone(
+    "the brokers and the cluster id, which every client bootstraps from",
+    (
+        "a topic only with DESCRIBE on it (named: TOPIC_AUTHORIZATION_FAILED, listing all: "
+        "hidden); auto-created only with CREATE on the cluster or the topic (else "
+        "TOPIC_AUTHORIZATION_FAILED); authorized operations from the principal's ACLs"
+    ),
+)
+_DESCRIBE_CLUSTER_RULE = anyone(
+    "the brokers and the cluster id, as Metadata",
+    "authorized operations only with DESCRIBE on the cluster (else 0)",
+)
 
 
 class ClusterView(Protocol):
@@ -125,6 +120,14 @@ class ClusterView(Protocol):
 
     @property
     def authorizer(self) -> RequestAuthorizer: ...
+
+
+def cluster_operations(authorizer: RequestAuthorizer, ctx: RequestContext) -> int:
+    """The cluster's "authorized operations" of Metadata and DescribeCluster: 0 without
+    DESCRIBE on the cluster, as in Kafka, else the operations the principal has there."""
+    if not authorizer.allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return 0
+    return authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
 
 
 def _endpoints(cluster: ClusterView, listener: str) -> list[tuple[int, str, int, str | None]]:
@@ -159,7 +162,7 @@ class MetadataApi:
         if all_topics:
             for state in sorted(broker.metadata.topics().values(), key=lambda t: t.name):
                 if self._describable(ctx, state.name):  # the others are hidden, as in Kafka
-                    topics.append(self._topic(types, state, request))
+                    topics.append(self._topic(ctx, types, state, request))
         else:
             by_id: list[uuid.UUID] = []
             names: list[str] = []
@@ -185,7 +188,7 @@ class MetadataApi:
                 elif not self._describable(ctx, state.name):
                     topics.append(self._missing(types, _DENIED, None, topic_id))
                 else:
-                    topics.append(self._topic(types, state, request))
+                    topics.append(self._topic(ctx, types, state, request))
             for name in dict.fromkeys(names):
                 topics.append(await self._named_topic(ctx, types, name, auto_create, request))
         include_cluster_ops = getattr(request, "include_cluster_authorized_operations", False)
@@ -196,7 +199,9 @@ class MetadataApi:
             controller_id=broker.metadata.controller_id,
             topics=tuple(topics),
             cluster_authorized_operations=(
-                CLUSTER_OPERATIONS if include_cluster_ops else OPERATIONS_NOT_REQUESTED
+                cluster_operations(broker.authorizer, ctx)
+                if include_cluster_ops
+                else OPERATIONS_NOT_REQUESTED
             ),
             error_code=ErrorCode.none,
         )
@@ -230,11 +235,14 @@ class MetadataApi:
         state = broker.metadata.topic(name)
         if state is None and validate_topic_name(name) is not None:
             return self._missing(types, ErrorCode.invalid_topic_exception, name, ZERO_UUID)
-        if state is None and auto_create and broker.authorizer.may_create_topic(ctx, name):
+        if state is None and auto_create and broker.config.auto_create_topics_enable:
+            # Kafka: a topic the principal may see but not create is refused, not "unknown".
+            if not broker.authorizer.may_create_topic(ctx, name):
+                return self._missing(types, _DENIED, name, ZERO_UUID)
             state = await broker.ensure_topic(name)
         if state is None:
             return self._missing(types, ErrorCode.unknown_topic_or_partition, name, ZERO_UUID)
-        return self._topic(types, state, request)
+        return self._topic(ctx, types, state, request)
 
     def _brokers(self, types: ModuleType, listener: str) -> tuple[Any, ...]:
         return tuple(
@@ -255,7 +263,9 @@ class MetadataApi:
             topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
         )
 
-    def _topic(self, types: ModuleType, state: TopicState, request: Any) -> Any:
+    def _topic(
+        self, ctx: RequestContext, types: ModuleType, state: TopicState, request: Any
+    ) -> Any:
         include_ops = getattr(request, "include_topic_authorized_operations", False)
         return build(
             types.MetadataResponseTopic,
@@ -268,7 +278,9 @@ class MetadataApi:
                 for _, p in sorted(state.partitions.items(), key=lambda item: item[0])
             ),
             topic_authorized_operations=(
-                TOPIC_OPERATIONS if include_ops else OPERATIONS_NOT_REQUESTED
+                self._broker.authorizer.authorized_operations(ctx, ResourceType.TOPIC, state.name)
+                if include_ops
+                else OPERATIONS_NOT_REQUESTED
             ),
         )
 
@@ -356,7 +368,9 @@ class DescribeClusterApi:
             controller_id=broker.metadata.controller_id if code == ErrorCode.none else -1,
             brokers=brokers,
             cluster_authorized_operations=(
-                CLUSTER_OPERATIONS if include_ops else OPERATIONS_NOT_REQUESTED
+                cluster_operations(broker.authorizer, ctx)
+                if include_ops
+                else OPERATIONS_NOT_REQUESTED
             ),
         )
 
@@ -364,12 +378,17 @@ class DescribeClusterApi:
 def register(registry: HandlerRegistry, broker: ClusterView) -> None:
     metadata = MetadataApi(broker)
     registry.register(
-        ApiKey.METADATA, *METADATA_VERSIONS, metadata.handle, error_response=metadata.error_response
+        ApiKey.METADATA,
+        *METADATA_VERSIONS,
+        metadata.handle,
+        rule=_METADATA_RULE,
+        error_response=metadata.error_response,
     )
     cluster = DescribeClusterApi(broker)
     registry.register(
         ApiKey.DESCRIBE_CLUSTER,
         *DESCRIBE_CLUSTER_VERSIONS,
         cluster.handle,
+        rule=_DESCRIBE_CLUSTER_RULE,
         error_response=cluster.error_response,
     )

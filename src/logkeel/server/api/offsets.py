@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import INTERNAL_TOPICS
 from logkeel.server.api.responses import build, nested_types, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.replica.offset_queries import OffsetQueries
@@ -43,6 +43,7 @@ class _PartitionOffsetsApi:
 
     MIN_VERSION: int
     MAX_VERSION: int
+    RULE: str  # the per-partition checks, in words
 
     def __init__(self, offsets: OffsetQueries, authorizer: RequestAuthorizer) -> None:
         self._offsets = offsets
@@ -55,6 +56,7 @@ class _PartitionOffsetsApi:
 class ListOffsetsApi(_PartitionOffsetsApi):
     MIN_VERSION = 1
     MAX_VERSION = 11
+    RULE = "DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED)"
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.LIST_OFFSETS, ctx.api_version)
@@ -115,6 +117,10 @@ class ListOffsetsApi(_PartitionOffsetsApi):
 class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
     MIN_VERSION = 2
     MAX_VERSION = 4
+    RULE = (
+        "a client: DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED); a follower (replica id "
+        ">= 0): CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED)"
+    )
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
@@ -176,6 +182,7 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
 class DeleteRecordsApi(_PartitionOffsetsApi):
     MIN_VERSION = 0
     MAX_VERSION = 2
+    RULE = "DELETE on each topic (TOPIC_AUTHORIZATION_FAILED)"
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
         mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
@@ -234,5 +241,6 @@ def register(
             api.MIN_VERSION,
             api.MAX_VERSION,
             api.handle,
+            rule=per_entry(api.RULE),
             error_response=api.error_response,
         )

@@ -27,7 +27,7 @@ from logkeel.records.batch import MAGIC_V2, BatchHeader, InvalidBatchError
 from logkeel.records.walk import iter_headers
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -297,6 +297,12 @@ def register(
     """``ensure_topic`` returns a topic, auto-created if the broker allows, or None."""
     api = ProduceApi(metadata, appends, ensure_topic, authorizer, verify_txn)
     registry.register(
-        ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle, error_response=api.error_response
-    )
+        ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle,
+        rule=per_entry(
+            "WRITE on each topic (TOPIC_AUTHORIZATION_FAILED), an unknown one auto-created only "
+            "with CREATE on the cluster or the topic; with a transactional id, WRITE on it "
+            "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition)"
+        ),
+        error_response=api.error_response,
+    )  # fmt: skip
     return api

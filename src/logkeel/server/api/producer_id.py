@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.server.api.responses import duration_ms, response
 from logkeel.server.api.transactions import visible_code
+from logkeel.server.authorization import IDEMPOTENT_WRITE, WRITE_TXN, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
@@ -192,6 +193,7 @@ def register(registry: HandlerRegistry, api: InitProducerIdApi) -> InitProducerI
         api.MIN_VERSION,
         api.MAX_VERSION,
         api.handle,
+        rule=gated(WRITE_TXN, IDEMPOTENT_WRITE),
         error_response=api.error_response,
     )
     return api

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from logkeel.cluster.metadata import BrokerInfo
-from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
+from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext, Rule
 from logkeel.server.protocol import ApiKey, response_schema
 
 __all__ = [
@@ -98,12 +98,14 @@ class EntryError(Exception):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One API of a family: the versions served, the handler and its whole-request error answer."""
+    """One API of a family: the versions served, the handler, its whole-request error answer
+    and its authorization rule."""
 
     min_version: int
     max_version: int
     handle: Handler
     error_response: ErrorResponder
+    rule: Rule
 
 
 def node_endpoints(
@@ -124,5 +126,10 @@ def node_endpoints(
 def register_family(registry: HandlerRegistry, endpoints: Mapping[ApiKey, Endpoint]) -> None:
     for api_key, e in endpoints.items():
         registry.register(
-            api_key, e.min_version, e.max_version, e.handle, error_response=e.error_response
+            api_key,
+            e.min_version,
+            e.max_version,
+            e.handle,
+            rule=e.rule,
+            error_response=e.error_response,
         )

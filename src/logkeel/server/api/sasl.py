@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64Timedelta
 
 from logkeel.server.api.responses import response
+from logkeel.server.authorization import anyone
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.session import SaslFailure
@@ -104,8 +105,23 @@ def _authenticate_response(
     )
 
 
+def handshake_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    return response(ctx, error_code=code, mechanisms=())
+
+
+def authenticate_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    return _authenticate_response(ctx, code, None, b"")
+
+
 def register(registry: HandlerRegistry, failure_delay_ms: int, failed: Callable[[], None]) -> None:
-    registry.register(ApiKey.SASL_HANDSHAKE, 0, 1, handshake)
+    # The login itself: before it there is no principal to authorize.
     registry.register(
-        ApiKey.SASL_AUTHENTICATE, 0, 2, Authenticator(failure_delay_ms, failed).authenticate
-    )
+        ApiKey.SASL_HANDSHAKE, 0, 1, handshake,
+        rule=anyone("starts the login; names the listener's mechanisms only"),
+        error_response=handshake_error,
+    )  # fmt: skip
+    registry.register(
+        ApiKey.SASL_AUTHENTICATE, 0, 2, Authenticator(failure_delay_ms, failed).authenticate,
+        rule=anyone("the login; the same refusal for an unknown user and a wrong secret"),
+        error_response=authenticate_error,
+    )  # fmt: skip

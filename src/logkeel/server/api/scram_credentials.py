@@ -24,6 +24,7 @@ from logkeel.cluster.scram import (
     mechanism_type,
 )
 from logkeel.server.api.responses import EntryError, nested, response
+from logkeel.server.authorization import ALTER_CLUSTER, DESCRIBE_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 
@@ -90,6 +91,28 @@ class ScramCredentialsApi:
             results.append(Result(user=user, error_code=code, error_message=message))
         return response(ctx, results=tuple(results))
 
+    def describe_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        """Kafka's getErrorResponse: the error at the top and for every user named."""
+        Result = nested(ctx, "DescribeUserScramCredentialsResult")
+        names = dict.fromkeys(u.name for u in request.users or ())
+        return response(
+            ctx,
+            error_code=code,
+            error_message=None,
+            results=tuple(
+                Result(user=n, error_code=code, error_message=None, credential_infos=())
+                for n in names
+            ),
+        )
+
+    def alter_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+        Result = nested(ctx, "AlterUserScramCredentialsResult")
+        users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
+        return response(
+            ctx,
+            results=tuple(Result(user=u, error_code=code, error_message=None) for u in users),
+        )
+
     def _apply(self, user: str, deletions: list[Any], upsertions: list[Any]) -> None:
         if not user:
             raise EntryError(ErrorCode.unacceptable_credential, "Username must not be empty")
@@ -126,5 +149,11 @@ def _mechanism(type_byte: int) -> str:
 
 def register(registry: HandlerRegistry, metadata: MetadataStore) -> None:
     api = ScramCredentialsApi(metadata)
-    registry.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, api.describe)
-    registry.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, api.alter)
+    registry.register(
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, api.describe,
+        rule=gated(DESCRIBE_CLUSTER), error_response=api.describe_error,
+    )  # fmt: skip
+    registry.register(
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, api.alter,
+        rule=gated(ALTER_CLUSTER), error_response=api.alter_error,
+    )  # fmt: skip

@@ -48,7 +48,7 @@ from logkeel.server.api.topic_refs import (
     refuse_internal_change,
     refuse_internal_creation,
 )
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.errors import ApiError
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
@@ -506,15 +506,24 @@ def _no_id(topic_id: uuid.UUID | None) -> bool:
 def register(registry: HandlerRegistry, broker: TopicAdmin) -> TopicsApi:
     api = TopicsApi(broker)
     handlers = {
-        ApiKey.CREATE_TOPICS: (api.create_topics, api.create_topics_error),
-        ApiKey.DELETE_TOPICS: (api.delete_topics, api.delete_topics_error),
-        ApiKey.CREATE_PARTITIONS: (api.create_partitions, api.create_partitions_error),
-    }
+        ApiKey.CREATE_TOPICS: (
+            api.create_topics, api.create_topics_error,
+            "CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED)",
+        ),
+        ApiKey.DELETE_TOPICS: (
+            api.delete_topics, api.delete_topics_error,
+            "DELETE on each topic (TOPIC_AUTHORIZATION_FAILED)",
+        ),
+        ApiKey.CREATE_PARTITIONS: (
+            api.create_partitions, api.create_partitions_error,
+            "ALTER on each topic (TOPIC_AUTHORIZATION_FAILED)",
+        ),
+    }  # fmt: skip
     register_family(
         registry,
         {
-            key: Endpoint(*TOPIC_ADMIN_VERSIONS[key], handle, error)
-            for key, (handle, error) in handlers.items()
+            key: Endpoint(*TOPIC_ADMIN_VERSIONS[key], handle, error, per_entry(rule))
+            for key, (handle, error, rule) in handlers.items()
         },
     )
     return api

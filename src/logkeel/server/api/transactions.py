@@ -17,7 +17,7 @@ from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.api.commit_offsets import commit_offsets_of
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import READ_GROUP, WRITE_TXN, RequestAuthorizer, gated
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.records import OFFSETS_TOPIC
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -227,12 +227,26 @@ def register(
         registry,
         {
             ApiKey.ADD_PARTITIONS_TO_TXN: Endpoint(
-                0, 3, api.add_partitions, api.add_partitions_error
+                0,
+                3,
+                api.add_partitions,
+                api.add_partitions_error,
+                gated(WRITE_TXN, per_entry="WRITE on each topic (TOPIC_AUTHORIZATION_FAILED)"),
             ),
-            ApiKey.ADD_OFFSETS_TO_TXN: Endpoint(0, 3, api.add_offsets, api.simple_error),
-            ApiKey.END_TXN: Endpoint(0, 3, api.end_txn, api.simple_error),
+            ApiKey.ADD_OFFSETS_TO_TXN: Endpoint(
+                0, 3, api.add_offsets, api.simple_error, gated(WRITE_TXN, READ_GROUP)
+            ),
+            ApiKey.END_TXN: Endpoint(0, 3, api.end_txn, api.simple_error, gated(WRITE_TXN)),
             ApiKey.TXN_OFFSET_COMMIT: Endpoint(
-                0, 3, api.txn_offset_commit, api.txn_offset_commit_error
+                0,
+                3,
+                api.txn_offset_commit,
+                api.txn_offset_commit_error,
+                gated(
+                    WRITE_TXN,
+                    READ_GROUP,
+                    per_entry="READ on each topic (TOPIC_AUTHORIZATION_FAILED)",
+                ),
             ),
         },
     )

@@ -2,8 +2,9 @@
 state of transactional ids, for the admin tools (``kafka-transactions.sh``, AdminClient). Each
 broker answers for the ``__transaction_state`` partitions it has loaded; an admin client asks
 every broker for a list and the id's coordinator for a description, as with Kafka. With an
-authorizer, describing an id needs DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and
-the list holds only the ids the principal may describe, as in Kafka."""
+authorizer, describing an id needs DESCRIBE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), its
+partitions are shown only for topics the principal may describe, and the list holds only the
+ids the principal may describe, as in Kafka."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
-from logkeel.server.authorization import RequestAuthorizer
+from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
@@ -44,6 +45,11 @@ class TxnAdminApi:
     def _may_describe(self, ctx: RequestContext, txn_id: str) -> bool:
         return self._authorizer is None or self._authorizer.allowed(
             ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id
+        )
+
+    def _may_see_topic(self, ctx: RequestContext, topic: str) -> bool:
+        return self._authorizer is None or self._authorizer.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic
         )
 
     async def describe_transactions(self, ctx: RequestContext, request: Any) -> Any:
@@ -75,6 +81,7 @@ class TxnAdminApi:
                     topics=tuple(
                         topic_data(topic=t, partitions=tuple(ps))
                         for t, ps in sorted(v.partitions.items())
+                        if self._may_see_topic(ctx, t)  # Kafka leaves out the others
                     )
                     if v is not None
                     else (),
@@ -152,8 +159,23 @@ def register(
     register_family(
         registry,
         {
-            ApiKey.DESCRIBE_TRANSACTIONS: Endpoint(0, 0, api.describe_transactions, api.error),
-            ApiKey.LIST_TRANSACTIONS: Endpoint(0, 2, api.list_transactions, api.error),
+            ApiKey.DESCRIBE_TRANSACTIONS: Endpoint(
+                0,
+                0,
+                api.describe_transactions,
+                api.error,
+                per_entry(
+                    "DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); "
+                    "its partitions only of topics with DESCRIBE"
+                ),
+            ),
+            ApiKey.LIST_TRANSACTIONS: Endpoint(
+                0,
+                2,
+                api.list_transactions,
+                api.error,
+                per_entry("lists only the transactional ids with DESCRIBE on them"),
+            ),
         },
     )
     return api

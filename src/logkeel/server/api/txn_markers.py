@@ -11,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
+from logkeel.server.authorization import CLUSTER_ACTION, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.markers import Marker, TxnMarkers
@@ -53,18 +54,28 @@ class WriteTxnMarkersApi:
         )
 
     def error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        errors = {
-            TopicPartition(t.name, int(p)): code
-            for m in request.markers
-            for t in m.topics
-            for p in t.partition_indexes
-        }
-        return response(ctx, markers=(self._marker_result(ctx, -1, errors),))
+        """Every partition of every marker carries ``code``, under its marker's producer id."""
+        return response(
+            ctx,
+            markers=tuple(
+                self._marker_result(
+                    ctx,
+                    int(m.producer_id),
+                    {TopicPartition(t.name, int(p)): code for t in m.topics for p in t.partition_indexes},
+                )
+                for m in request.markers
+            ),
+        )
 
 
 def register(registry: HandlerRegistry, markers: TxnMarkers) -> WriteTxnMarkersApi:
     api = WriteTxnMarkersApi(markers)
     register_family(
-        registry, {ApiKey.WRITE_TXN_MARKERS: Endpoint(1, 1, api.write_txn_markers, api.error)}
+        registry,
+        {
+            ApiKey.WRITE_TXN_MARKERS: Endpoint(
+                1, 1, api.write_txn_markers, api.error, gated(CLUSTER_ACTION)
+            )
+        },
     )
     return api

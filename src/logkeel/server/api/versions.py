@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from logkeel.server.api.responses import NO_THROTTLE, nested_types
+from logkeel.server.authorization import anyone
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, response_schema
 
@@ -78,6 +79,7 @@ def register(
         min_version,
         max_version,
         api.handle,
+        rule=anyone("a client asks before it logs in which versions to speak; names no resource"),
         error_response=api.error_response,
     )
     return api

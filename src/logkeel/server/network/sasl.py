@@ -55,7 +55,7 @@ class ScramExchange:
             doc = metadata.scram_credentials().get(user, {}).get(mech)
             return None if doc is None else ScramCredential.from_json(mech, doc)
 
-        self._exchange = ScramServerExchange(mechanism, lookup)
+        self._exchange = ScramServerExchange(mechanism, lookup, metadata.scram_secret())
 
     @property
     def principal(self) -> str | None:
