@@ -5,7 +5,7 @@
 port counting up from ``--port``; it prints the bootstrap servers and stops everything cleanly
 on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper last).
 
-``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and each broker
+``status`` asks the first broker of ``--bootstrap-server`` that answers for Metadata (v12: leader epochs, offline replicas) and each broker
 for its log dirs (DescribeLogDirs), through `broker_requests` (so ``--command-config`` reaches a
 TLS or SASL listener, as for the other admin commands), and shows the brokers, the controller and every partition's
 replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions. It also
@@ -31,7 +31,13 @@ from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import command_config_option, nested, send
+from logkeel.cli.broker_requests import (
+    Admin,
+    bootstrap_option,
+    command_config_option,
+    fail,
+    nested,
+)
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
@@ -42,8 +48,6 @@ from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
 __all__ = ["cluster_group", "cluster_status", "zookeeper_connect"]
 
 _BROKER_RESOURCE = 4
-
-_METADATA_VERSION = 12
 
 
 @click.group("cluster")
@@ -116,48 +120,47 @@ def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]
 def cluster_status(
     bootstrap: str, timeout: float = 10.0, *, with_losses: bool = True
 ) -> dict[str, Any]:
-    """The cluster as one broker sees it, as plain data (what ``--json`` prints);
-    ``election_losses`` is None when they could not be read (a single node has none)."""
-    response = _call(
-        bootstrap, ApiKey.METADATA, _METADATA_VERSION, timeout,
-        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
-    )
-    brokers = [
-        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
-         **_log_dirs(f"{b.host}:{int(b.port)}", timeout)}
-        for b in sorted(response.brokers, key=lambda b: b.node_id)
-    ]
-    partitions = []
-    for t in sorted(response.topics, key=lambda t: t.name or ""):
-        for p in sorted(t.partitions, key=lambda p: p.partition_index):
-            replicas = [int(r) for r in p.replica_nodes]
-            isr = [int(r) for r in p.isr_nodes]
-            partitions.append({
-                "topic": t.name,
-                "partition": int(p.partition_index),
-                "leader": int(p.leader_id),
-                "leader_epoch": int(p.leader_epoch),
-                "replicas": replicas,
-                "isr": isr,
-                "offline_replicas": [int(r) for r in p.offline_replicas],
-                "offline": int(p.leader_id) < 0,
-                "under_replicated": len(isr) < len(replicas),
-            })
-    status: dict[str, Any] = {
-        "cluster_id": response.cluster_id,
-        "controller": int(response.controller_id),
-        "brokers": brokers,
-        "partitions": partitions,
-    }
-    if with_losses:
-        status["election_losses"] = _election_losses(zookeeper_connect(bootstrap, status, timeout))
+    """The cluster as the first broker of ``bootstrap`` that answers sees it, as plain data
+    (what ``--json`` prints); ``election_losses`` is None when they could not be read (a single
+    node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list)."""
+    with Admin(bootstrap, client_id="logkeel-cluster-status", timeout_ms=int(timeout * 1000)) as admin:
+        response = admin.metadata()
+        brokers = [
+            {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
+             **_log_dirs(admin, f"{b.host}:{int(b.port)}")}
+            for b in sorted(response.brokers, key=lambda b: b.node_id)
+        ]  # fmt: skip
+        partitions = []
+        for t in sorted(response.topics, key=lambda t: t.name or ""):
+            for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                replicas = [int(r) for r in p.replica_nodes]
+                isr = [int(r) for r in p.isr_nodes]
+                partitions.append({
+                    "topic": t.name,
+                    "partition": int(p.partition_index),
+                    "leader": int(p.leader_id),
+                    "leader_epoch": int(p.leader_epoch),
+                    "replicas": replicas,
+                    "isr": isr,
+                    "offline_replicas": [int(r) for r in p.offline_replicas],
+                    "offline": int(p.leader_id) < 0,
+                    "under_replicated": len(isr) < len(replicas),
+                })  # fmt: skip
+        status: dict[str, Any] = {
+            "cluster_id": response.cluster_id,
+            "controller": int(response.controller_id),
+            "brokers": brokers,
+            "partitions": partitions,
+        }
+        if with_losses:
+            status["election_losses"] = _election_losses(zookeeper_connect(admin, status))
     return status
 
 
-def zookeeper_connect(bootstrap: str, status: dict[str, Any], timeout: float = 10.0) -> str | None:
+def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
     """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs (None: not a
     cluster member, or not among the brokers ``status`` lists)."""
-    host, _, port = bootstrap.rpartition(":")
+    host, _, port = admin.bootstrap().rpartition(":")
     node = next(
         (b["id"] for b in status["brokers"] if b["port"] == int(port) and
          (not host or b["host"] == host)),  # fmt: skip
@@ -166,13 +169,13 @@ def zookeeper_connect(bootstrap: str, status: dict[str, Any], timeout: float = 1
     if node is None:
         return None
     request_type = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
+    assert request_type is not None
     resource = nested(request_type, "DescribeConfigsResource")
-    response = _call(
-        bootstrap, ApiKey.DESCRIBE_CONFIGS, 1, timeout,
+    response = admin.send(request_type(
         resources=(resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
                             configuration_keys=("zookeeper.connect",)),),
         include_synonyms=False,
-    )  # fmt: skip
+    ))  # fmt: skip
     for result in response.results:
         for config in result.configs:
             if config.name == "zookeeper.connect" and config.value:
@@ -200,20 +203,12 @@ def _election_losses(connect: str | None) -> list[dict[str, Any]] | None:
         client.close()
 
 
-def _call(bootstrap: str, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
-    """One request on a connection of its own, and its decoded response."""
-    request_type = request_schema(api, version)
-    assert request_type is not None
-    return send(
-        bootstrap, request_type(**fields), client_id="logkeel-cluster-status",
-        timeout_ms=int(timeout * 1000),
-    )
-
-
-def _log_dirs(address: str, timeout: float) -> dict[str, list[str]]:
+def _log_dirs(admin: Admin, address: str) -> dict[str, list[str]]:
     """The broker's log dirs, online and offline (DescribeLogDirs); empty when unreachable."""
+    request_type = request_schema(ApiKey.DESCRIBE_LOG_DIRS, 1)
+    assert request_type is not None
     try:
-        response = _call(address, ApiKey.DESCRIBE_LOG_DIRS, 1, timeout, topics=None)
+        response = admin.send_to(address, request_type(topics=None))
     except BrokerConnectionError:
         return {"log_dirs_online": [], "log_dirs_offline": []}
     online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
@@ -222,17 +217,15 @@ def _log_dirs(address: str, timeout: float) -> dict[str, list[str]]:
 
 
 @cluster_group.command("status")
-@click.option("--bootstrap-server", "bootstrap", default="127.0.0.1:9092", show_default=True,
-              metavar="HOST:PORT")
+@bootstrap_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @command_config_option
-def status_command(bootstrap: str, as_json: bool) -> None:
+def status_command(bootstrap_server: str, as_json: bool) -> None:
     """Brokers, controller, and every partition's leader, epoch and ISR."""
     try:
-        status = cluster_status(bootstrap)
+        status = cluster_status(bootstrap_server)
     except (BrokerConnectionError, ValueError) as exc:
-        click.echo(f"logkeel cluster status: cannot reach {bootstrap}: {exc}", err=True)
-        sys.exit(1)
+        fail("cluster status", str(exc))
     if as_json:
         click.echo(json.dumps(status, indent=2))
         return
