@@ -5,15 +5,25 @@ their tables, which fold long cells rather than cut them (a pipe gets 80 columns
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
-__all__ = ["ConfigListError", "one_action", "parse_config_list", "parse_key_value", "table"]
+__all__ = [
+    "ConfigListError",
+    "error_text",
+    "one_action",
+    "parse_config_list",
+    "parse_key_value",
+    "table",
+]
 
 
 def table(*columns: str, title: str | None = None) -> Table:
+    """A table whose first column (a name) never wraps and whose other cells fold."""
     shown = Table(title=title)
-    for column in columns:
-        shown.add_column(column, overflow="fold")
+    for i, column in enumerate(columns):
+        shown.add_column(column, no_wrap=i == 0, overflow="fold")
     return shown
 
 
@@ -69,3 +79,9 @@ def parse_config_list(text: str) -> dict[str, str]:
             raise ConfigListError(f"{key} is given twice in {text!r}")
         configs[key] = value
     return configs
+
+
+def error_text(result: Any) -> str:
+    """A result entry's error: Kafka's name, and the broker's message when it gave one."""
+    name = result.error_code.name.upper()
+    return f"{name}: {result.error_message}" if result.error_message else name

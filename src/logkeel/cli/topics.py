@@ -27,7 +27,13 @@ from logkeel.cli.broker_requests import (
     fail,
     nested,
 )
-from logkeel.cli.kafka_style import ConfigListError, one_action, parse_key_value, table
+from logkeel.cli.kafka_style import (
+    ConfigListError,
+    error_text,
+    one_action,
+    parse_key_value,
+    table,
+)
 from logkeel.cli.partition_info import TopicInfo, topics
 from logkeel.server.protocol import ApiKey, request_schema
 
@@ -146,7 +152,7 @@ def _create(
     if result.error_code == ErrorCode.topic_already_exists and if_not_exists:
         return
     if result.error_code != ErrorCode.none:
-        fail(_NAME, _error(result))
+        fail(_NAME, error_text(result))
     click.echo(
         f"Created topic {topic} ({int(result.num_partitions)} partition(s), replication factor "
         f"{int(result.replication_factor)})."
@@ -168,7 +174,7 @@ def _alter(session: Admin, names: list[str], count: int) -> None:
             click.echo(f"Topic {result.name} now has {count} partitions.")
         else:
             failed = True
-            click.echo(f"logkeel {_NAME}: {result.name}: {_error(result)}", err=True)
+            click.echo(f"logkeel {_NAME}: {result.name}: {error_text(result)}", err=True)
     if failed:
         raise SystemExit(1)
 
@@ -188,7 +194,7 @@ def _delete(session: Admin, names: list[str]) -> None:
             click.echo(f"Deleted topic {result.name}.")
         else:
             failed = True
-            click.echo(f"logkeel {_NAME}: {result.name}: {_error(result)}", err=True)
+            click.echo(f"logkeel {_NAME}: {result.name}: {error_text(result)}", err=True)
     if failed:
         raise SystemExit(1)
 
@@ -279,8 +285,3 @@ def _config_overrides(session: Admin, names: list[str]) -> dict[str, dict[str, s
                 if int(c.config_source) == _DYNAMIC_TOPIC_CONFIG
             }
     return found
-
-
-def _error(result: Any) -> str:
-    name = result.error_code.name.upper()
-    return f"{name}: {result.error_message}" if result.error_message else name
