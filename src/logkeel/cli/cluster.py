@@ -1,17 +1,23 @@
-"""``logkeel cluster up|status``: a local cluster on one machine, and what a cluster looks like.
+"""``logkeel cluster up|stop-broker|start-broker|status``: a local cluster on one machine to try
+failures on, and what a cluster looks like.
 
 ``up`` starts a ZooKeeper (`cluster.zk_server`) and N `logkeel serve --zookeeper` processes
 (`testing.broker_process`, the one launcher), each with its own log dir under ``--dir`` and its
-port counting up from ``--port``; it prints the bootstrap servers and stops everything cleanly
-on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper last).
+port counting up from ``--port``; with 3 or more brokers every topic it creates by default gets
+3 replicas and min.insync.replicas 2 (`cluster_control.replication_defaults`, printed at start;
+``--override`` wins). A broker that exits is reported and the others keep running;
+``stop-broker N`` (SIGTERM, or SIGKILL with ``--kill``) and ``start-broker N`` ask the running
+``up`` through its control socket (`cluster_control`). Ctrl-C or SIGTERM stops everything
+cleanly (brokers first, each with a controlled shutdown, ZooKeeper last).
 
-``status`` asks the first broker of ``--bootstrap-server`` that answers for Metadata (v12: leader epochs, offline replicas) and each broker
-for its log dirs (DescribeLogDirs), through `broker_requests` (so ``--command-config`` reaches a
-TLS or SASL listener, as for the other admin commands), and shows the brokers, the controller and every partition's
-replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions. It also
-lists every election after which replicas lost records (an unclean leader, a designated one out
-of the ISR): the controller records them in ZooKeeper, whose address the broker's
-DescribeConfigs gives (``zookeeper.connect``).
+``status`` asks the first broker of ``--bootstrap-server`` that answers for Metadata (v12:
+leader epochs, offline replicas) and each broker for its log dirs (DescribeLogDirs), through
+`broker_requests` (so ``--command-config`` reaches a TLS or SASL listener, as for the other
+admin commands), and shows the brokers, the controller and every partition's replicas, leader,
+leader epoch and ISR, flagging offline and under-replicated partitions. It also lists every
+election after which replicas lost records (an unclean leader, a designated one out of the
+ISR): the controller records them in ZooKeeper, whose address the broker's DescribeConfigs
+gives (``zookeeper.connect``).
 """
 
 from __future__ import annotations
@@ -38,12 +44,19 @@ from logkeel.cli.broker_requests import (
     fail,
     nested,
 )
+from logkeel.cli.cluster_control import (
+    Brokers,
+    ControlError,
+    ControlServer,
+    ask,
+    replication_defaults,
+)
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
-from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
+from logkeel.testing.broker_process import LogkeelBroker
 
 __all__ = ["cluster_group", "cluster_status", "zookeeper_connect"]
 
@@ -58,63 +71,116 @@ def cluster_group() -> None:
 @cluster_group.command("up")
 @click.option("--brokers", "count", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option(
-    "--dir", "base_dir", type=click.Path(file_okay=False, path_type=Path),
-    default=Path("logkeel-cluster"), show_default=True,
+    "--dir",
+    "base_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("logkeel-cluster"),
+    show_default=True,
     help="Holds ZooKeeper's data and one directory per broker.",
 )
-@click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True,
-              help="The first broker's port; the others count up from it.")
-@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="A broker config for every broker; repeatable.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=9092,
+    show_default=True,
+    help="The first broker's port; the others count up from it.",
+)
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A broker config for every broker; repeatable.",
+)
 def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]) -> None:
     """Start ZooKeeper and N brokers until Ctrl-C or SIGTERM."""
-    settings = dict(o.split("=", 1) for o in overrides if "=" in o)
+    defaults = replication_defaults(count)
+    settings = {**defaults, **dict(o.split("=", 1) for o in overrides if "=" in o)}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    base_dir.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperServer(base_dir / "zookeeper")
     try:
         zookeeper.start()
     except ZooKeeperServerError as exc:
-        click.echo(f"logkeel cluster up: {exc}", err=True)
-        sys.exit(1)
-    brokers: list[LogkeelBroker] = []
+        fail("cluster up", str(exc))
+    brokers = Brokers({
+        i + 1: LogkeelBroker(
+            base_dir / f"broker-{i + 1}", port + i,
+            overrides={"zookeeper.connect": zookeeper.connect_string, **settings},
+            extra_args=["--node-id", str(i + 1)],
+        )
+        for i in range(count)
+    })  # fmt: skip
+    control = None
     code = 0
     try:
-        brokers = [
-            LogkeelBroker(
-                base_dir / f"broker-{i + 1}", port + i,
-                overrides={"zookeeper.connect": zookeeper.connect_string, **settings},
-                extra_args=["--node-id", str(i + 1)],
-            )
-            for i in range(count)
-        ]
+        control = ControlServer(base_dir, brokers)
+        control.start()
         with ThreadPoolExecutor(count) as pool:  # each start waits for its listener
-            for started in [pool.submit(b.start) for b in brokers]:
+            for started in [pool.submit(brokers.start, i + 1) for i in range(count)]:
                 started.result()
         click.echo(f"ZooKeeper: {zookeeper.connect_string}")
-        click.echo("bootstrap servers: " + ",".join(b.bootstrap for b in brokers), nl=True)
+        if defaults:
+            click.echo("replication: " + ", ".join(f"{k}={settings[k]}" for k in defaults))
+        click.echo("bootstrap servers: " + ",".join(f"127.0.0.1:{port + i}" for i in range(count)))
+        click.echo(
+            f"stop or start a broker: logkeel cluster stop-broker|start-broker N --dir {base_dir}"
+        )
         sys.stdout.flush()
         while not stop.wait(0.5):
-            dead = [b for b in brokers if not b.alive()]
-            if dead:
-                click.echo(f"broker(s) exited: {', '.join(b.bootstrap for b in dead)}", err=True)
-                code = 1
-                break
-    except BrokerUnavailable as exc:
+            for node, broker, exit_code in brokers.exited():
+                click.echo(
+                    f"broker {node} ({broker.bootstrap}) exited with code {exit_code}; the others "
+                    f"keep running (logkeel cluster start-broker {node} --dir {base_dir})",
+                    err=True,
+                )
+    except ControlError as exc:
         click.echo(f"logkeel cluster up: {exc}", err=True)
         code = 1
     finally:
-        for broker in reversed(brokers):
-            if not broker.alive():
-                continue
-            try:
-                broker.stop(timeout=60)
-            except BrokerUnavailable as exc:
-                click.echo(str(exc), err=True)
+        if control is not None:
+            control.close()
+        for problem in brokers.stop_all():
+            click.echo(problem, err=True)
         zookeeper.stop()
     click.echo("cluster stopped")
     sys.exit(code)
+
+
+_DIR = click.option(
+    "--dir", "base_dir", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("logkeel-cluster"), show_default=True,
+    help="The --dir of the running `logkeel cluster up`.",
+)  # fmt: skip
+
+
+@cluster_group.command("stop-broker")
+@click.argument("node", type=int)
+@click.option("--kill", is_flag=True, help="SIGKILL (a crash) instead of a clean SIGTERM.")
+@_DIR
+def stop_broker_command(node: int, kill: bool, base_dir: Path) -> None:
+    """Stop broker NODE of the running `cluster up` (the others keep running)."""
+    _control("cluster stop-broker", base_dir, {"op": "stop", "broker": node, "kill": kill})
+
+
+@cluster_group.command("start-broker")
+@click.argument("node", type=int)
+@_DIR
+def start_broker_command(node: int, base_dir: Path) -> None:
+    """Start broker NODE of the running `cluster up` again, on its port and log dirs."""
+    _control("cluster start-broker", base_dir, {"op": "start", "broker": node})
+
+
+def _control(command: str, base_dir: Path, request: dict[str, Any]) -> None:
+    try:
+        answer = ask(base_dir, request)
+    except ControlError as exc:
+        fail(command, str(exc))
+    if not answer.get("ok"):
+        fail(command, str(answer.get("error")))
+    click.echo(answer["message"])
 
 
 def cluster_status(
@@ -123,7 +189,9 @@ def cluster_status(
     """The cluster as the first broker of ``bootstrap`` that answers sees it, as plain data
     (what ``--json`` prints); ``election_losses`` is None when they could not be read (a single
     node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list)."""
-    with Admin(bootstrap, client_id="logkeel-cluster-status", timeout_ms=int(timeout * 1000)) as admin:
+    with Admin(
+        bootstrap, client_id="logkeel-cluster-status", timeout_ms=int(timeout * 1000)
+    ) as admin:
         response = admin.metadata()
         brokers = [
             {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
@@ -162,8 +230,11 @@ def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
     cluster member, or not among the brokers ``status`` lists)."""
     host, _, port = admin.bootstrap().rpartition(":")
     node = next(
-        (b["id"] for b in status["brokers"] if b["port"] == int(port) and
-         (not host or b["host"] == host)),  # fmt: skip
+        (
+            b["id"]
+            for b in status["brokers"]
+            if b["port"] == int(port) and (not host or b["host"] == host)
+        ),  # fmt: skip
         None,
     )
     if node is None:
@@ -245,12 +316,20 @@ def status_command(bootstrap_server: str, as_json: bool) -> None:
         parts.add_column(column)
     for p in status["partitions"]:
         state = (
-            "[red]offline[/]" if p["offline"]
-            else "[yellow]under-replicated[/]" if p["under_replicated"] else "ok"
+            "[red]offline[/]"
+            if p["offline"]
+            else "[yellow]under-replicated[/]"
+            if p["under_replicated"]
+            else "ok"
         )
         parts.add_row(
-            p["topic"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
-            ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])), state,
+            p["topic"],
+            str(p["partition"]),
+            str(p["leader"]),
+            str(p["leader_epoch"]),
+            ",".join(map(str, p["replicas"])),
+            ",".join(map(str, p["isr"])),
+            state,
         )
     console.print(parts)
     losses = status["election_losses"]
