@@ -16,7 +16,6 @@ from typing import Any
 import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
-from rich.console import Console
 
 from logkeel.cli.broker_requests import (
     Admin,
@@ -28,6 +27,7 @@ from logkeel.cli.broker_requests import (
 )
 from logkeel.cli.kafka_style import (
     ConfigListError,
+    console,
     error_text,
     one_action,
     parse_config_list,
@@ -141,7 +141,7 @@ def _describe(
     if as_json:
         click.echo(json.dumps(docs, indent=2))
         return
-    console = Console()
+    out = console()
     for doc in docs:
         title = f"configs of {_entity(entity_type, doc['entity_name'])}"
         if not show_all:
@@ -151,7 +151,7 @@ def _describe(
             value = "(sensitive)" if c["sensitive"] else c["value"]
             shown.add_row(c["name"], "null" if value is None else value, c["source"],
                           "yes" if c["read_only"] else "")  # fmt: skip
-        console.print(shown)
+        out.print(shown)
 
 
 def _alter(

@@ -18,7 +18,6 @@ from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
-from rich.console import Console
 
 from logkeel.cli.broker_requests import (
     Admin,
@@ -34,7 +33,7 @@ from logkeel.cli.group_offsets import (
     offset_rows,
     reset_offsets,
 )
-from logkeel.cli.kafka_style import one_action, table
+from logkeel.cli.kafka_style import console, one_action, table
 from logkeel.cli.partition_info import EARLIEST, LATEST, list_offsets, topics
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
@@ -204,7 +203,7 @@ def _list(session: Admin, with_state: bool, as_json: bool) -> None:
         shown = table("group", "state", "protocol type")
         for g, (s, p) in sorted(found.items()):
             shown.add_row(g, s, p or "-")
-        Console().print(shown)
+        console().print(shown)
     else:
         for g in sorted(found):
             click.echo(g)
@@ -215,7 +214,7 @@ def _describe(session: Admin, groups: list[str], members: bool, state: bool, as_
     if as_json:
         click.echo(json.dumps(docs, indent=2))
         return
-    console = Console()
+    out = console()
     for doc in docs:
         heading = (
             f"group {doc['group']}: {doc['state']}, {len(doc['members'])} member(s), "
@@ -242,7 +241,7 @@ def _describe(session: Admin, groups: list[str], members: bool, state: bool, as_
                     _dash(r["log_end_offset"]), _dash(r["lag"]), r["member_id"] or "-",
                     m.get("host", "-"), m.get("client_id", "-"),
                 )  # fmt: skip
-        console.print(shown)
+        out.print(shown)
 
 
 def _group_doc(session: Admin, group: str) -> dict[str, Any]:
@@ -348,7 +347,7 @@ def _reset(
     shown = table("topic", "partition", "previous offset", "new offset", title=title)
     for tp, new in plan.items():
         shown.add_row(tp.topic, str(tp.partition), _dash(committed.get(tp)), str(new))
-    Console().print(shown)
+    console().print(shown)
 
 
 def _partitions_of(

@@ -1,12 +1,15 @@
 """The option conventions of Kafka's tools that `logkeel topics|groups|configs` keep: exactly one
 action flag per run (``--list``, ``--describe``, ...), and config lists written as
 ``k1=v1,k2=[a,b]`` (kafka-configs' ``--add-config``: brackets hold a list value's commas); and
-their tables, which fold long cells rather than cut them (a pipe gets 80 columns)."""
+their tables, which fold long cells rather than cut them."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 __all__ = [
@@ -17,6 +20,13 @@ __all__ = [
     "parse_key_value",
     "table",
 ]
+
+
+def console() -> Console:
+    """Where the tables go: a terminal's width, or 200 columns for a pipe (rich's 80 would
+    fold member ids and config values into unreadable columns); COLUMNS overrides."""
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=200 if wide else None)
 
 
 def table(*columns: str, title: str | None = None) -> Table:

@@ -17,7 +17,6 @@ from typing import Any
 import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
-from rich.console import Console
 
 from logkeel.cli.broker_requests import (
     Admin,
@@ -29,6 +28,7 @@ from logkeel.cli.broker_requests import (
 )
 from logkeel.cli.kafka_style import (
     ConfigListError,
+    console,
     error_text,
     one_action,
     parse_key_value,
@@ -239,14 +239,14 @@ def _describe(
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
-    console = Console()
+    out = console()
     if not only:
         summary = table("topic", "topic id", "partitions", "RF", "configs", title="topics")
         for t in doc:
             configs = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
             summary.add_row(t["topic"], t["topic_id"] or "-", str(t["partition_count"]),
                             str(t["replication_factor"]), configs or "-")  # fmt: skip
-        console.print(summary)
+        out.print(summary)
     rows = table("topic", "partition", "leader", "replicas", "isr", "state", title="partitions")
     for t in doc:
         for p in t["partitions"]:
@@ -258,7 +258,7 @@ def _describe(
                 t["topic"], str(p["partition"]), "none" if p["leader"] < 0 else str(p["leader"]),
                 ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])), state,
             )  # fmt: skip
-    console.print(rows)
+    out.print(rows)
 
 
 def _config_overrides(session: Admin, names: list[str]) -> dict[str, dict[str, str | None]]:
