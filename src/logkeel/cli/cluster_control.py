@@ -93,12 +93,13 @@ class Brokers:
                 raise ControlError(f"broker {node} did not start: {exc}") from None
             return f"broker {node} ({broker.bootstrap}) started"
 
-    def status(self) -> str:
+    def status(self) -> dict[str, Any]:
+        """Each broker's address and pid (None: not running), by id."""
         with self._lock:
-            return ", ".join(
-                f"broker {n} {'up' if b.alive() else 'down'} ({b.bootstrap})"
+            return {
+                str(n): {"address": b.bootstrap, "pid": b.pid if b.alive() else None}
                 for n, b in sorted(self._brokers.items())
-            )
+            }
 
     def stop_all(self) -> list[str]:
         """Stops every running broker, last first; the problems met."""
@@ -120,7 +121,7 @@ class Brokers:
                 raise ControlError("a request is a JSON object")
             op = request.get("op")
             if op == "status":
-                return {"ok": True, "message": self.status()}
+                return {"ok": True, "brokers": self.status()}
             node = request.get("broker")
             if not isinstance(node, int):
                 raise ControlError("name the broker by its id")
