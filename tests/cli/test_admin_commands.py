@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from logkeel.cli.main import cli
 from logkeel.ports import free_port
+from logkeel.testing.certs import make_certificates
 from tests.brokerproc import BrokerProcess
 from tests.server.admin_clients import wait_until
 
@@ -277,3 +279,55 @@ def test_group_lag_members_reset_and_delete(server: BrokerProcess, bootstrap: st
     assert set(_committed(server, "lag-g", 3).values()) == {-1001}
     gone = run("groups", "--bootstrap-server", bootstrap, "--describe", "--group", "lag-g", code=1)
     assert "does not exist" in gone.stderr
+
+
+def test_topics_groups_configs_reach_a_sasl_ssl_listener_with_a_command_config(
+    tmp_path: Path,
+) -> None:
+    """No PLAINTEXT needed: Kafka client properties, as kafka-topics.sh --command-config takes
+    them; the brokers Metadata names (a group's coordinator) are reached the same way."""
+    certs = make_certificates(tmp_path / "certs")
+    plain, secure = free_port(), free_port()
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'user_admin="admin-secret";')  # fmt: skip
+    overrides = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{secure}",
+        "ssl.keystore.location": str(certs.server),
+        "ssl.truststore.location": str(certs.ca),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+    }
+    config = tmp_path / "admin.properties"
+
+    def write(password: str) -> None:
+        config.write_text(
+            "security.protocol=SASL_SSL\n"
+            f"ssl.truststore.location={certs.ca}\n"
+            "sasl.mechanism=PLAIN\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="admin" password="{password}";\n'
+        )
+
+    write("admin-secret")
+    bootstrap = f"127.0.0.1:{free_port()},127.0.0.1:{secure}"
+    with BrokerProcess(tmp_path / "broker", port=plain, overrides=overrides):
+        secured = ["--bootstrap-server", bootstrap, "--command-config", str(config)]
+        run("topics", *secured, "--create", "--topic", "over-tls", "--partitions", "2")
+        assert "over-tls" in run_json("topics", *secured, "--list")
+        [doc] = run_json("configs", *secured, "--describe", "--entity-type", "topics",
+                         "--entity-name", "over-tls", "--all")  # fmt: skip
+        assert doc["configs"]
+        committer = Consumer({"bootstrap.servers": f"127.0.0.1:{plain}", "group.id": "tls-g"})
+        try:
+            committer.commit(offsets=[KafkaTP("over-tls", 1, 4)], asynchronous=False)
+        finally:
+            committer.close()
+        [group] = run_json("groups", *secured, "--describe", "--group", "tls-g")
+        assert group["coordinator"] == f"127.0.0.1:{secure}"  # the listener asked through
+        assert [(r["partition"], r["current_offset"]) for r in group["offsets"]] == [(1, 4)]
+
+        write("wrong")
+        refused = run("topics", *secured, "--list", code=1)
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert "SASL authentication (PLAIN) as admin" in refused.stderr
+        assert "wrong" not in refused.stderr

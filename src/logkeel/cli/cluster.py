@@ -94,8 +94,11 @@ def cluster_group() -> None:
 )
 def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]) -> None:
     """Start ZooKeeper and N brokers until Ctrl-C or SIGTERM."""
+    bad = [o for o in overrides if not o.partition("=")[0] or "=" not in o]
+    if bad:
+        fail("cluster up", f"--override {bad[0]!r} is not KEY=VALUE")
     defaults = replication_defaults(count)
-    settings = {**defaults, **dict(o.split("=", 1) for o in overrides if "=" in o)}
+    settings = {**defaults, **dict(o.split("=", 1) for o in overrides)}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -95,8 +95,8 @@ def list_offsets(
     admin: Admin, leaders: dict[TopicPartition, int], timestamp: int
 ) -> dict[TopicPartition, int | None]:
     """Each partition's offset for ``timestamp`` (LATEST, EARLIEST or milliseconds: the first
-    offset whose record is at or after it), asked of its leader; None where the leader gave
-    none (no record that late, or an error such as a leader that moved)."""
+    offset whose record is at or after it), asked of its leader; None where there is no live
+    leader or it gave none (no record that late, or an error such as a leader that moved)."""
     by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
     for tp, leader in leaders.items():
         by_leader[leader].append(tp)
@@ -104,8 +104,9 @@ def list_offsets(
     assert Request is not None
     Topic, Partition = nested(Request, "ListOffsetsTopic"), nested(Request, "ListOffsetsPartition")
     result: dict[TopicPartition, int | None] = dict.fromkeys(leaders)
+    live = admin.brokers()
     for leader, tps in sorted(by_leader.items()):
-        if leader < 0:
+        if leader not in live:  # none, or one the cluster lists as dead (a failover under way)
             continue
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in tps:
