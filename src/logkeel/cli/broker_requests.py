@@ -141,16 +141,25 @@ class Admin:
                 break
             else:
                 if len(problems) == 1:
-                    raise BrokerConnectionError(problems[0])
-                raise BrokerConnectionError(
+                    self._failed(BrokerConnectionError(problems[0]))
+                self._failed(BrokerConnectionError(
                     f"no broker of {','.join(self.addresses)} answered: " + "; ".join(problems)
-                )
+                ))  # fmt: skip
         return self.address
 
     def send(self, request: Any, timeout_ms: int | None = None) -> Any:
         return self.send_to(self.bootstrap(), request, timeout_ms)
 
     def send_to(self, address: str, request: Any, timeout_ms: int | None = None) -> Any:
+        try:
+            return self._send(address, request, timeout_ms)
+        except BrokerConnectionError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: BrokerConnectionError) -> NoReturn:
+        raise exc
+
+    def _send(self, address: str, request: Any, timeout_ms: int | None) -> Any:
         versions = self._connect(address)
         api, version = int(request.__api_key__), int(request.__version__)
         low, high = versions.get(api, (0, -1))
@@ -169,12 +178,22 @@ class Admin:
             self._brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in answer.brokers}
         return self._brokers
 
-    def send_to_node(self, node_id: int, request: Any, timeout_ms: int | None = None) -> Any:
-        address = self.brokers().get(node_id)
-        if address is None:
-            known = ", ".join(map(str, sorted(self.brokers()))) or "none"
-            raise BrokerConnectionError(f"broker {node_id} is not alive (alive: {known})")
-        return self.send_to(address, request, timeout_ms)
+    def send_to_node(
+        self, node_id: int, request: Any, timeout_ms: int | None = None, *, missing_ok: bool = False
+    ) -> Any:
+        """The answer of broker ``node_id``; with ``missing_ok``, a ``BrokerConnectionError``
+        to handle even for a command's Admin (a broker going down while the cluster still
+        lists it must not end a command that can do without it)."""
+        try:
+            address = self.brokers().get(node_id)
+            if address is None:
+                known = ", ".join(map(str, sorted(self.brokers()))) or "none"
+                raise BrokerConnectionError(f"broker {node_id} is not alive (alive: {known})")
+            return self._send(address, request, timeout_ms)
+        except BrokerConnectionError as exc:
+            if missing_ok:
+                raise
+            self._failed(exc)
 
     def metadata(self, topics: tuple[str, ...] | None = None) -> Any:
         """Metadata v12 of ``topics`` (None: every topic), never creating one."""
@@ -232,23 +251,8 @@ class _CommandAdmin(Admin):
         except ValueError as exc:
             fail(command, str(exc))
 
-    def send_to(self, address: str, request: Any, timeout_ms: int | None = None) -> Any:
-        try:
-            return super().send_to(address, request, timeout_ms)
-        except BrokerConnectionError as exc:
-            fail(self.command, str(exc))
-
-    def send_to_node(self, node_id: int, request: Any, timeout_ms: int | None = None) -> Any:
-        try:
-            return super().send_to_node(node_id, request, timeout_ms)
-        except BrokerConnectionError as exc:
-            fail(self.command, str(exc))
-
-    def bootstrap(self) -> str:
-        try:
-            return super().bootstrap()
-        except BrokerConnectionError as exc:
-            fail(self.command, str(exc))
+    def _failed(self, exc: BrokerConnectionError) -> NoReturn:
+        fail(self.command, str(exc))
 
 
 def admin(command: str, bootstrap: str) -> Admin:

@@ -35,6 +35,7 @@ from logkeel.cli.group_offsets import (
 )
 from logkeel.cli.kafka_style import console, one_action, table
 from logkeel.cli.partition_info import EARLIEST, LATEST, list_offsets, topics
+from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -132,7 +133,12 @@ def _list_groups(session: Admin) -> dict[str, tuple[str, str]]:
     Request = _request(ApiKey.LIST_GROUPS, 4)
     found = {}
     for node in sorted(session.brokers()):
-        answer = session.send_to_node(node, Request(states_filter=()))
+        try:
+            answer = session.send_to_node(node, Request(states_filter=()), missing_ok=True)
+        except BrokerConnectionError as exc:
+            click.echo(f"logkeel {_NAME}: the groups of broker {node} are left out: {exc}",
+                       err=True)  # fmt: skip
+            continue
         if answer.error_code != ErrorCode.none:
             fail(_NAME, f"broker {node} refused ListGroups: {answer.error_code.name.upper()}")
         for g in answer.groups:

@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.cli.broker_requests import Admin, nested
+from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -121,7 +122,10 @@ def list_offsets(
                 for name, ps in sorted(by_topic.items())
             ),
         )  # fmt: skip
-        answer = admin.send_to_node(leader, request)
+        try:
+            answer = admin.send_to_node(leader, request, missing_ok=True)
+        except BrokerConnectionError:
+            continue  # a leader going down: its partitions' offsets stay unknown
         for t in answer.topics:
             for p in t.partitions:
                 if p.error_code == ErrorCode.none and int(p.offset) >= 0:
