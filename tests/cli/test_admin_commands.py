@@ -14,9 +14,13 @@ from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kio.schema.describe_log_dirs.v1.request import DescribeLogDirsRequest
+from kio.schema.describe_quorum.v0.request import DescribeQuorumRequest
 
+from logkeel.cli.broker_requests import Admin
 from logkeel.cli.main import cli
 from logkeel.ports import free_port
+from logkeel.server.network.client import BrokerConnectionError
 from logkeel.testing.certs import make_certificates
 from tests.brokerproc import BrokerProcess
 from tests.server.admin_clients import wait_until
@@ -331,3 +335,20 @@ def test_topics_groups_configs_reach_a_sasl_ssl_listener_with_a_command_config(
         assert len(refused.stderr.strip().splitlines()) == 1
         assert "SASL authentication (PLAIN) as admin" in refused.stderr
         assert "wrong" not in refused.stderr
+
+
+def test_the_admin_path_skips_a_dead_bootstrap_and_refuses_unserved_versions(
+    server: BrokerProcess, bootstrap: str
+) -> None:
+    with Admin(bootstrap, client_id="admin-path-test") as admin:
+        assert admin.bootstrap() == server.bootstrap  # the dead first entry was skipped
+        first = admin.metadata()
+        assert admin.metadata().cluster_id == first.cluster_id
+        [node] = admin.brokers()
+        assert admin.send_to_node(node, DescribeLogDirsRequest(topics=None)).results
+        # KRaft's DescribeQuorum: never served by a ZooKeeper-based broker.
+        with pytest.raises(BrokerConnectionError, match=r"does not serve DescribeQuorum v0 "
+                           r"\(it serves no version\)"):  # fmt: skip
+            admin.send(DescribeQuorumRequest(topics=()))
+        with pytest.raises(BrokerConnectionError, match="broker 12345 is not alive"):
+            admin.send_to_node(12345, DescribeLogDirsRequest(topics=None))
