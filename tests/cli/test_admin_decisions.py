@@ -79,6 +79,12 @@ def test_partition_health() -> None:
     assert behind.under_replicated and not behind.unavailable(live)
     assert leaderless.unavailable(live)
     assert on_dead.unavailable(live) and not on_dead.under_replicated
+    # kafka-topics' four describe filters, with min.insync.replicas 2.
+    assert ok.states(live, 2) == set()
+    assert behind.states(live, 2) == {"under-replicated", "at-min-isr"}
+    assert leaderless.states(live, 2) == {"unavailable", "under-replicated", "under-min-isr"}
+    assert on_dead.states(live, 1) == {"unavailable", "at-min-isr"}
+    assert ok.states(live, None) == set()  # min.insync.replicas unknown: no ISR verdict
 
 
 def test_lag_rows() -> None:

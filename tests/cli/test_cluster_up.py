@@ -158,6 +158,12 @@ def _exercise(up: Up, port: int) -> None:
         return len(ft_parts) == 3 and all(victim not in p["isr"] for p in ft_parts)
 
     wait_until(under_replicated, SESSION_TIMEOUT_MS / 1000 + 30, "ft under-replicated")
+    # 2 of 3 in sync is exactly min.insync.replicas; the single replica is below it.
+    at_min = {t["topic"]: len(t["partitions"])
+              for t in describe(dead_first, "--describe", "--at-min-isr-partitions")}  # fmt: skip
+    assert at_min.get("ft") == 3
+    under_min = describe(dead_first, "--describe", "--under-min-isr-partitions")
+    assert [t["topic"] for t in under_min] == ["single"]
     assert up.proc.poll() is None, up.output()
 
     # With 2 of 3 in sync, min.insync.replicas=2 still takes acks=all writes.

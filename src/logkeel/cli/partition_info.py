@@ -48,6 +48,20 @@ class PartitionInfo:
         """No leader, or a leader the cluster does not list as alive (kafka-topics' test)."""
         return self.leader < 0 or self.leader not in live
 
+    def states(self, live: set[int], min_isr: int | None) -> set[str]:
+        """What kafka-topics' describe filters call this partition: unavailable,
+        under-replicated, under-min-isr, at-min-isr (none: healthy)."""
+        found = set()
+        if self.unavailable(live):
+            found.add("unavailable")
+        if self.under_replicated:
+            found.add("under-replicated")
+        if min_isr is not None and len(self.isr) < min_isr:
+            found.add("under-min-isr")
+        if min_isr is not None and len(self.isr) == min_isr:
+            found.add("at-min-isr")
+        return found
+
     def as_json(self) -> dict[str, Any]:
         return {
             "partition": self.partition,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
@@ -63,6 +62,10 @@ _ANSWER_TIMEOUT_MS = 45_000  # past the broker's own timeout, so its answer come
               help="Describe only partitions whose ISR is smaller than their replicas.")  # fmt: skip
 @click.option("--unavailable-partitions", is_flag=True,
               help="Describe only partitions without a live leader.")  # fmt: skip
+@click.option("--under-min-isr-partitions", is_flag=True,
+              help="Describe only partitions with fewer in sync than min.insync.replicas.")  # fmt: skip
+@click.option("--at-min-isr-partitions", is_flag=True,
+              help="Describe only partitions with exactly min.insync.replicas in sync.")  # fmt: skip
 @click.option("--exclude-internal", is_flag=True, help="Leave out the broker's own topics.")
 @click.option("--if-exists", is_flag=True, help="With --alter/--delete: no topic is no error.")
 @click.option("--if-not-exists", is_flag=True, help="With --create: an existing one is no error.")
@@ -71,10 +74,16 @@ def topics_command(
     bootstrap_server: str, do_list: bool, describe: bool, create: bool, alter: bool,
     delete: bool, topic: str | None, partitions: int | None, replication_factor: int | None,
     configs: tuple[str, ...], under_replicated_partitions: bool, unavailable_partitions: bool,
-    exclude_internal: bool, if_exists: bool, if_not_exists: bool, as_json: bool,
+    under_min_isr_partitions: bool, at_min_isr_partitions: bool, exclude_internal: bool,
+    if_exists: bool, if_not_exists: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Create, alter, delete, list and describe topics (kafka-topics.sh's options)."""
-    only = under_replicated_partitions or unavailable_partitions
+    only = frozenset(name for name, on in (
+        ("under-replicated", under_replicated_partitions),
+        ("unavailable", unavailable_partitions),
+        ("under-min-isr", under_min_isr_partitions),
+        ("at-min-isr", at_min_isr_partitions),
+    ) if on)  # fmt: skip
     action = one_action({
         "list": do_list, "describe": describe or (only and not (do_list or create or alter or delete)),
         "create": create, "alter": alter, "delete": delete,
@@ -95,8 +104,7 @@ def topics_command(
         names = sorted(chosen)
         click.echo(json.dumps(names) if as_json else "\n".join(names))
     elif action == "describe":
-        _describe(session, [known[n] for n in sorted(chosen)], under_replicated_partitions,
-                  unavailable_partitions, as_json)  # fmt: skip
+        _describe(session, [known[n] for n in sorted(chosen)], only, as_json)
     elif action == "alter":
         if topic is None or partitions is None:
             fail(_NAME, "--alter needs --topic and --partitions")
@@ -199,21 +207,11 @@ def _delete(session: Admin, names: list[str]) -> None:
         raise SystemExit(1)
 
 
-def _describe(
-    session: Admin, chosen: list[TopicInfo], under_replicated: bool, unavailable: bool,
-    as_json: bool,
-) -> None:  # fmt: skip
+def _describe(session: Admin, chosen: list[TopicInfo], only: frozenset[str], as_json: bool) -> None:
+    """The topics and their partitions; with ``only``, just the partitions in one of those
+    states (kafka-topics' --under-replicated-partitions and the like)."""
     live = set(session.brokers())
-    only = under_replicated or unavailable
-
-    def shown(p: Any) -> bool:
-        return (
-            not only
-            or (under_replicated and p.under_replicated)
-            or (unavailable and p.unavailable(live))
-        )
-
-    overrides = {} if only else _config_overrides(session, [t.name for t in chosen])
+    overrides, min_isr = _topic_configs(session, [t.name for t in chosen])
     doc = [
         {
             "topic": t.name,
@@ -221,17 +219,15 @@ def _describe(
             "internal": t.internal,
             "partition_count": len(t.partitions),
             "replication_factor": max((len(p.replicas) for p in t.partitions), default=0),
+            "min_insync_replicas": min_isr.get(t.name),
             "configs": overrides.get(t.name, {}),
             "partitions": [
-                {
-                    **p.as_json(),
-                    "under_replicated": p.under_replicated,
-                    "unavailable": p.unavailable(live),
-                }
+                {**p.as_json(), "states": sorted(states)}
                 for p in t.partitions
-                if shown(p)
+                for states in [p.states(live, min_isr.get(t.name))]
+                if not only or states & only
             ],
-        }  # fmt: skip
+        }
         for t in chosen
     ]
     if only:
@@ -250,10 +246,12 @@ def _describe(
     rows = table("topic", "partition", "leader", "replicas", "isr", "state", title="partitions")
     for t in doc:
         for p in t["partitions"]:
-            state = (
-                "[red]unavailable[/]" if p["unavailable"]
-                else "[yellow]under-replicated[/]" if p["under_replicated"] else "ok"
-            )  # fmt: skip
+            # RF 1 with min.insync.replicas 1 is "at min ISR" when healthy: named only when asked.
+            states = [x for x in p["states"] if x != "at-min-isr" or x in only]
+            state = ", ".join(
+                f"[red]{x}[/]" if x in ("unavailable", "under-min-isr") else f"[yellow]{x}[/]"
+                for x in states
+            ) or "ok"  # fmt: skip
             rows.add_row(
                 t["topic"], str(p["partition"]), "none" if p["leader"] < 0 else str(p["leader"]),
                 ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])), state,
@@ -261,10 +259,13 @@ def _describe(
     out.print(rows)
 
 
-def _config_overrides(session: Admin, names: list[str]) -> dict[str, dict[str, str | None]]:
-    """Each topic's configs set on the topic itself (kafka-topics shows these)."""
+def _topic_configs(
+    session: Admin, names: list[str]
+) -> tuple[dict[str, dict[str, str | None]], dict[str, int]]:
+    """Each topic's configs set on the topic itself (kafka-topics shows these), and its
+    min.insync.replicas."""
     if not names:
-        return {}
+        return {}, {}
     Request = request_schema(ApiKey.DESCRIBE_CONFIGS, 4)
     assert Request is not None
     Resource = nested(Request, "DescribeConfigsResource")
@@ -276,12 +277,18 @@ def _config_overrides(session: Admin, names: list[str]) -> dict[str, dict[str, s
         include_synonyms=False,
         include_documentation=False,
     )
-    found: dict[str, dict[str, str | None]] = {}
+    overrides: dict[str, dict[str, str | None]] = {}
+    min_isr: dict[str, int] = {}
     for result in session.send(request).results:
-        if result.error_code == ErrorCode.none:
-            found[str(result.resource_name)] = {
-                str(c.name): None if c.is_sensitive else c.value
-                for c in result.configs
-                if int(c.config_source) == _DYNAMIC_TOPIC_CONFIG
-            }
-    return found
+        if result.error_code != ErrorCode.none:
+            continue
+        name = str(result.resource_name)
+        overrides[name] = {
+            str(c.name): None if c.is_sensitive else c.value
+            for c in result.configs
+            if int(c.config_source) == _DYNAMIC_TOPIC_CONFIG
+        }
+        for c in result.configs:
+            if c.name == "min.insync.replicas" and c.value is not None:
+                min_isr[name] = int(c.value)
+    return overrides, min_isr
