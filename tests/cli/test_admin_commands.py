@@ -5,6 +5,7 @@ what a real client sees, and what a real client did is what the command shows.""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -352,3 +353,23 @@ def test_the_admin_path_skips_a_dead_bootstrap_and_refuses_unserved_versions(
             admin.send(DescribeQuorumRequest(topics=()))
         with pytest.raises(BrokerConnectionError, match="broker 12345 is not alive"):
             admin.send_to_node(12345, DescribeLogDirsRequest(topics=None))
+
+
+def test_a_frozen_first_broker_is_passed_over(
+    server: BrokerProcess, admin_client: AdminClient, tmp_path: Path
+) -> None:
+    """SIGSTOP: it accepts connections and never answers; the next of the list is used after
+    the probe's bound (10 s), not a whole request timeout."""
+    admin_client.create_topics([NewTopic("past-frozen", 1, 1)])["past-frozen"].result(timeout=10)
+    with BrokerProcess(tmp_path / "frozen") as frozen:
+        frozen.freeze()
+        try:
+            started = time.monotonic()
+            listed = run_json("topics", "--bootstrap-server",
+                              f"{frozen.bootstrap},{server.bootstrap}", "--list")  # fmt: skip
+            took = time.monotonic() - started
+        finally:
+            frozen.thaw()
+    assert "past-frozen" in listed
+    # Waited for the probe's bound, and less than a whole request timeout (30 s).
+    assert 9.5 < took < 30, took

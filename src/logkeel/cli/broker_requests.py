@@ -45,6 +45,9 @@ __all__ = [
 
 _SECURITY = "logkeel.client_security"
 _ADMINS = "logkeel.admins"
+# A broker that accepts connections but does not answer (frozen, overloaded) is passed over
+# after this long, as Kafka's clients bound connection set-up (10 s), not a whole request.
+_PROBE_MS = 10_000
 _SOFTWARE_VERSION = re.sub(r"[^A-Za-z0-9.-]", "-", __version__).strip("-.") or "0"
 
 
@@ -224,7 +227,7 @@ class Admin:
             client_software_name="logkeel-cli", client_software_version=_SOFTWARE_VERSION
         )
         try:
-            answer = self._runner.run(client.send(request))
+            answer = self._runner.run(client.send(request, min(self._timeout_ms, _PROBE_MS)))
         except BaseException:
             self._runner.run(client.close())
             raise
