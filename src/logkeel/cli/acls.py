@@ -15,7 +15,13 @@ from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import call, command_config_option, fail, nested
+from logkeel.cli.broker_requests import (
+    bootstrap_option,
+    call,
+    command_config_option,
+    fail,
+    nested,
+)
 from logkeel.cluster.acls import (
     CLUSTER_NAME,
     AclOperation,
@@ -43,9 +49,7 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
         click.option("--operation", "operations", multiple=True,
                      type=click.Choice(_OPERATIONS, case_sensitive=False), help="Repeatable."),
         click.option("--deny", is_flag=True, help="A DENY binding (default: ALLOW)."),
-        click.option("--bootstrap-server", default="127.0.0.1:9092", show_default=True,
-                     help="HOST:PORT of a listener of the broker (PLAINTEXT unless "
-                          "--command-config)."),
+        bootstrap_option,
         command_config_option,
     ]):  # fmt: skip
         command = decorator(command)

@@ -1,17 +1,23 @@
-"""``logkeel cluster up|status``: a local cluster on one machine, and what a cluster looks like.
+"""``logkeel cluster up|stop-broker|start-broker|status``: a local cluster on one machine to try
+failures on, and what a cluster looks like.
 
 ``up`` starts a ZooKeeper (`cluster.zk_server`) and N `logkeel serve --zookeeper` processes
 (`testing.broker_process`, the one launcher), each with its own log dir under ``--dir`` and its
-port counting up from ``--port``; it prints the bootstrap servers and stops everything cleanly
-on Ctrl-C or SIGTERM (brokers first, each with a controlled shutdown, ZooKeeper last).
+port counting up from ``--port``; with 3 or more brokers every topic it creates by default gets
+3 replicas and min.insync.replicas 2 (`cluster_control.replication_defaults`, printed at start;
+``--override`` wins). A broker that exits is reported and the others keep running;
+``stop-broker N`` (SIGTERM, or SIGKILL with ``--kill``) and ``start-broker N`` ask the running
+``up`` through its control socket (`cluster_control`). Ctrl-C or SIGTERM stops everything
+cleanly (brokers first, each with a controlled shutdown, ZooKeeper last).
 
-``status`` asks one broker for Metadata (v12: leader epochs, offline replicas) and each broker
-for its log dirs (DescribeLogDirs), through `broker_requests` (so ``--command-config`` reaches a
-TLS or SASL listener, as for the other admin commands), and shows the brokers, the controller and every partition's
-replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions. It also
-lists every election after which replicas lost records (an unclean leader, a designated one out
-of the ISR): the controller records them in ZooKeeper, whose address the broker's
-DescribeConfigs gives (``zookeeper.connect``).
+``status`` asks the first broker of ``--bootstrap-server`` that answers for Metadata (v12:
+leader epochs, offline replicas) and each broker for its log dirs (DescribeLogDirs), through
+`broker_requests` (so ``--command-config`` reaches a TLS or SASL listener, as for the other
+admin commands), and shows the brokers, the controller and every partition's replicas, leader,
+leader epoch and ISR, flagging offline and under-replicated partitions. It also lists every
+election after which replicas lost records (an unclean leader, a designated one out of the
+ISR): the controller records them in ZooKeeper, whose address the broker's DescribeConfigs
+gives (``zookeeper.connect``).
 """
 
 from __future__ import annotations
@@ -31,19 +37,30 @@ from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import command_config_option, nested, send
+from logkeel.cli.broker_requests import (
+    Admin,
+    bootstrap_option,
+    command_config_option,
+    fail,
+    nested,
+)
+from logkeel.cli.cluster_control import (
+    Brokers,
+    ControlError,
+    ControlServer,
+    ask,
+    replication_defaults,
+)
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
-from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
+from logkeel.testing.broker_process import LogkeelBroker
 
 __all__ = ["cluster_group", "cluster_status", "zookeeper_connect"]
 
 _BROKER_RESOURCE = 4
-
-_METADATA_VERSION = 12
 
 
 @click.group("cluster")
@@ -54,125 +71,185 @@ def cluster_group() -> None:
 @cluster_group.command("up")
 @click.option("--brokers", "count", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option(
-    "--dir", "base_dir", type=click.Path(file_okay=False, path_type=Path),
-    default=Path("logkeel-cluster"), show_default=True,
+    "--dir",
+    "base_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("logkeel-cluster"),
+    show_default=True,
     help="Holds ZooKeeper's data and one directory per broker.",
 )
-@click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True,
-              help="The first broker's port; the others count up from it.")
-@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="A broker config for every broker; repeatable.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=9092,
+    show_default=True,
+    help="The first broker's port; the others count up from it.",
+)
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A broker config for every broker; repeatable.",
+)
 def cluster_up(count: int, base_dir: Path, port: int, overrides: tuple[str, ...]) -> None:
     """Start ZooKeeper and N brokers until Ctrl-C or SIGTERM."""
-    settings = dict(o.split("=", 1) for o in overrides if "=" in o)
+    bad = [o for o in overrides if not o.partition("=")[0] or "=" not in o]
+    if bad:
+        fail("cluster up", f"--override {bad[0]!r} is not KEY=VALUE")
+    defaults = replication_defaults(count)
+    settings = {**defaults, **dict(o.split("=", 1) for o in overrides)}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    base_dir.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperServer(base_dir / "zookeeper")
     try:
         zookeeper.start()
     except ZooKeeperServerError as exc:
-        click.echo(f"logkeel cluster up: {exc}", err=True)
-        sys.exit(1)
-    brokers: list[LogkeelBroker] = []
+        fail("cluster up", str(exc))
+    brokers = Brokers({
+        i + 1: LogkeelBroker(
+            base_dir / f"broker-{i + 1}", port + i,
+            overrides={"zookeeper.connect": zookeeper.connect_string, **settings},
+            extra_args=["--node-id", str(i + 1)],
+        )
+        for i in range(count)
+    })  # fmt: skip
+    control = None
     code = 0
     try:
-        brokers = [
-            LogkeelBroker(
-                base_dir / f"broker-{i + 1}", port + i,
-                overrides={"zookeeper.connect": zookeeper.connect_string, **settings},
-                extra_args=["--node-id", str(i + 1)],
-            )
-            for i in range(count)
-        ]
+        control = ControlServer(base_dir, brokers)
+        control.start()
         with ThreadPoolExecutor(count) as pool:  # each start waits for its listener
-            for started in [pool.submit(b.start) for b in brokers]:
+            for started in [pool.submit(brokers.start, i + 1) for i in range(count)]:
                 started.result()
         click.echo(f"ZooKeeper: {zookeeper.connect_string}")
-        click.echo("bootstrap servers: " + ",".join(b.bootstrap for b in brokers), nl=True)
+        if defaults:
+            click.echo("replication: " + ", ".join(f"{k}={settings[k]}" for k in defaults))
+        click.echo("bootstrap servers: " + ",".join(f"127.0.0.1:{port + i}" for i in range(count)))
+        click.echo(
+            f"stop or start a broker: logkeel cluster stop-broker|start-broker N --dir {base_dir}"
+        )
         sys.stdout.flush()
         while not stop.wait(0.5):
-            dead = [b for b in brokers if not b.alive()]
-            if dead:
-                click.echo(f"broker(s) exited: {', '.join(b.bootstrap for b in dead)}", err=True)
-                code = 1
-                break
-    except BrokerUnavailable as exc:
+            for node, broker, exit_code in brokers.exited():
+                click.echo(
+                    f"broker {node} ({broker.bootstrap}) exited with code {exit_code}; the others "
+                    f"keep running (logkeel cluster start-broker {node} --dir {base_dir})",
+                    err=True,
+                )
+    except ControlError as exc:
         click.echo(f"logkeel cluster up: {exc}", err=True)
         code = 1
     finally:
-        for broker in reversed(brokers):
-            if not broker.alive():
-                continue
-            try:
-                broker.stop(timeout=60)
-            except BrokerUnavailable as exc:
-                click.echo(str(exc), err=True)
+        if control is not None:
+            control.close()
+        for problem in brokers.stop_all():
+            click.echo(problem, err=True)
         zookeeper.stop()
     click.echo("cluster stopped")
     sys.exit(code)
 
 
+_DIR = click.option(
+    "--dir", "base_dir", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("logkeel-cluster"), show_default=True,
+    help="The --dir of the running `logkeel cluster up`.",
+)  # fmt: skip
+
+
+@cluster_group.command("stop-broker")
+@click.argument("node", type=int)
+@click.option("--kill", is_flag=True, help="SIGKILL (a crash) instead of a clean SIGTERM.")
+@_DIR
+def stop_broker_command(node: int, kill: bool, base_dir: Path) -> None:
+    """Stop broker NODE of the running `cluster up` (the others keep running)."""
+    _control("cluster stop-broker", base_dir, {"op": "stop", "broker": node, "kill": kill})
+
+
+@cluster_group.command("start-broker")
+@click.argument("node", type=int)
+@_DIR
+def start_broker_command(node: int, base_dir: Path) -> None:
+    """Start broker NODE of the running `cluster up` again, on its port and log dirs."""
+    _control("cluster start-broker", base_dir, {"op": "start", "broker": node})
+
+
+def _control(command: str, base_dir: Path, request: dict[str, Any]) -> None:
+    try:
+        answer = ask(base_dir, request)
+    except ControlError as exc:
+        fail(command, str(exc))
+    if not answer.get("ok"):
+        fail(command, str(answer.get("error")))
+    click.echo(answer["message"])
+
+
 def cluster_status(
     bootstrap: str, timeout: float = 10.0, *, with_losses: bool = True
 ) -> dict[str, Any]:
-    """The cluster as one broker sees it, as plain data (what ``--json`` prints);
-    ``election_losses`` is None when they could not be read (a single node has none)."""
-    response = _call(
-        bootstrap, ApiKey.METADATA, _METADATA_VERSION, timeout,
-        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
-    )
-    brokers = [
-        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
-         **_log_dirs(f"{b.host}:{int(b.port)}", timeout)}
-        for b in sorted(response.brokers, key=lambda b: b.node_id)
-    ]
-    partitions = []
-    for t in sorted(response.topics, key=lambda t: t.name or ""):
-        for p in sorted(t.partitions, key=lambda p: p.partition_index):
-            replicas = [int(r) for r in p.replica_nodes]
-            isr = [int(r) for r in p.isr_nodes]
-            partitions.append({
-                "topic": t.name,
-                "partition": int(p.partition_index),
-                "leader": int(p.leader_id),
-                "leader_epoch": int(p.leader_epoch),
-                "replicas": replicas,
-                "isr": isr,
-                "offline_replicas": [int(r) for r in p.offline_replicas],
-                "offline": int(p.leader_id) < 0,
-                "under_replicated": len(isr) < len(replicas),
-            })
-    status: dict[str, Any] = {
-        "cluster_id": response.cluster_id,
-        "controller": int(response.controller_id),
-        "brokers": brokers,
-        "partitions": partitions,
-    }
-    if with_losses:
-        status["election_losses"] = _election_losses(zookeeper_connect(bootstrap, status, timeout))
+    """The cluster as the first broker of ``bootstrap`` that answers sees it, as plain data
+    (what ``--json`` prints); ``election_losses`` is None when they could not be read (a single
+    node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list)."""
+    with Admin(
+        bootstrap, client_id="logkeel-cluster-status", timeout_ms=int(timeout * 1000)
+    ) as admin:
+        response = admin.metadata()
+        brokers = [
+            {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
+             **_log_dirs(admin, f"{b.host}:{int(b.port)}")}
+            for b in sorted(response.brokers, key=lambda b: b.node_id)
+        ]  # fmt: skip
+        partitions = []
+        for t in sorted(response.topics, key=lambda t: t.name or ""):
+            for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                replicas = [int(r) for r in p.replica_nodes]
+                isr = [int(r) for r in p.isr_nodes]
+                partitions.append({
+                    "topic": t.name,
+                    "partition": int(p.partition_index),
+                    "leader": int(p.leader_id),
+                    "leader_epoch": int(p.leader_epoch),
+                    "replicas": replicas,
+                    "isr": isr,
+                    "offline_replicas": [int(r) for r in p.offline_replicas],
+                    "offline": int(p.leader_id) < 0,
+                    "under_replicated": len(isr) < len(replicas),
+                })  # fmt: skip
+        status: dict[str, Any] = {
+            "cluster_id": response.cluster_id,
+            "controller": int(response.controller_id),
+            "brokers": brokers,
+            "partitions": partitions,
+        }
+        if with_losses:
+            status["election_losses"] = _election_losses(zookeeper_connect(admin, status))
     return status
 
 
-def zookeeper_connect(bootstrap: str, status: dict[str, Any], timeout: float = 10.0) -> str | None:
+def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
     """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs (None: not a
     cluster member, or not among the brokers ``status`` lists)."""
-    host, _, port = bootstrap.rpartition(":")
+    host, _, port = admin.bootstrap().rpartition(":")
     node = next(
-        (b["id"] for b in status["brokers"] if b["port"] == int(port) and
-         (not host or b["host"] == host)),  # fmt: skip
+        (
+            b["id"]
+            for b in status["brokers"]
+            if b["port"] == int(port) and (not host or b["host"] == host)
+        ),  # fmt: skip
         None,
     )
     if node is None:
         return None
     request_type = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
+    assert request_type is not None
     resource = nested(request_type, "DescribeConfigsResource")
-    response = _call(
-        bootstrap, ApiKey.DESCRIBE_CONFIGS, 1, timeout,
+    response = admin.send(request_type(
         resources=(resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
                             configuration_keys=("zookeeper.connect",)),),
         include_synonyms=False,
-    )  # fmt: skip
+    ))  # fmt: skip
     for result in response.results:
         for config in result.configs:
             if config.name == "zookeeper.connect" and config.value:
@@ -200,20 +277,12 @@ def _election_losses(connect: str | None) -> list[dict[str, Any]] | None:
         client.close()
 
 
-def _call(bootstrap: str, api: ApiKey, version: int, timeout: float, **fields: Any) -> Any:
-    """One request on a connection of its own, and its decoded response."""
-    request_type = request_schema(api, version)
-    assert request_type is not None
-    return send(
-        bootstrap, request_type(**fields), client_id="logkeel-cluster-status",
-        timeout_ms=int(timeout * 1000),
-    )
-
-
-def _log_dirs(address: str, timeout: float) -> dict[str, list[str]]:
+def _log_dirs(admin: Admin, address: str) -> dict[str, list[str]]:
     """The broker's log dirs, online and offline (DescribeLogDirs); empty when unreachable."""
+    request_type = request_schema(ApiKey.DESCRIBE_LOG_DIRS, 1)
+    assert request_type is not None
     try:
-        response = _call(address, ApiKey.DESCRIBE_LOG_DIRS, 1, timeout, topics=None)
+        response = admin.send_to(address, request_type(topics=None))
     except BrokerConnectionError:
         return {"log_dirs_online": [], "log_dirs_offline": []}
     online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
@@ -222,17 +291,15 @@ def _log_dirs(address: str, timeout: float) -> dict[str, list[str]]:
 
 
 @cluster_group.command("status")
-@click.option("--bootstrap-server", "bootstrap", default="127.0.0.1:9092", show_default=True,
-              metavar="HOST:PORT")
+@bootstrap_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @command_config_option
-def status_command(bootstrap: str, as_json: bool) -> None:
+def status_command(bootstrap_server: str, as_json: bool) -> None:
     """Brokers, controller, and every partition's leader, epoch and ISR."""
     try:
-        status = cluster_status(bootstrap)
+        status = cluster_status(bootstrap_server)
     except (BrokerConnectionError, ValueError) as exc:
-        click.echo(f"logkeel cluster status: cannot reach {bootstrap}: {exc}", err=True)
-        sys.exit(1)
+        fail("cluster status", str(exc))
     if as_json:
         click.echo(json.dumps(status, indent=2))
         return
@@ -252,12 +319,20 @@ def status_command(bootstrap: str, as_json: bool) -> None:
         parts.add_column(column)
     for p in status["partitions"]:
         state = (
-            "[red]offline[/]" if p["offline"]
-            else "[yellow]under-replicated[/]" if p["under_replicated"] else "ok"
+            "[red]offline[/]"
+            if p["offline"]
+            else "[yellow]under-replicated[/]"
+            if p["under_replicated"]
+            else "ok"
         )
         parts.add_row(
-            p["topic"], str(p["partition"]), str(p["leader"]), str(p["leader_epoch"]),
-            ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])), state,
+            p["topic"],
+            str(p["partition"]),
+            str(p["leader"]),
+            str(p["leader_epoch"]),
+            ",".join(map(str, p["replicas"])),
+            ",".join(map(str, p["isr"])),
+            state,
         )
     console.print(parts)
     losses = status["election_losses"]

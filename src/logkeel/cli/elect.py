@@ -21,7 +21,14 @@ from kio.static.primitive import i8, i32
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import call, command_config_option, fail, nested
+from logkeel.cli.broker_requests import (
+    admin,
+    bootstrap_option,
+    call,
+    command_config_option,
+    fail,
+    nested,
+)
 from logkeel.cli.cluster import cluster_status, zookeeper_connect
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_client import ZkMetadataClient
@@ -47,8 +54,7 @@ Results = dict[TopicPartition, tuple[str | None, str]]
 @click.option("--replica", type=int, help="Make this replica the leader, in or out of the ISR.")
 @click.option("--force", is_flag=True,
               help="With --replica: accept a replica that lost its storage.")  # fmt: skip
-@click.option("--bootstrap-server", default="127.0.0.1:9092", show_default=True,
-              help="HOST:PORT of a listener of a broker (PLAINTEXT unless --command-config).")  # fmt: skip
+@bootstrap_option
 @click.option(
     "--zookeeper", help="zookeeper.connect of the cluster (default: asked of the broker)."
 )
@@ -140,9 +146,10 @@ def _designated(
 def _zookeeper_of(bootstrap: str) -> str:
     """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs."""
     try:
-        connect = zookeeper_connect(bootstrap, cluster_status(bootstrap, with_losses=False))
+        status = cluster_status(bootstrap, with_losses=False)
     except (BrokerConnectionError, ValueError) as exc:
-        fail("elect", f"cannot reach {bootstrap}: {exc}")
+        fail("elect", str(exc))
+    connect = zookeeper_connect(admin("elect", bootstrap), status)
     if connect is None:
         fail("elect", f"{bootstrap} is not a cluster member (no zookeeper.connect) or not among "
                       "the brokers it lists; give --zookeeper")  # fmt: skip

@@ -18,14 +18,18 @@ from kio.schema.errors import ErrorCode
 from rich.console import Console
 from rich.table import Table
 
-from logkeel.cli.broker_requests import call, command_config_option, fail, nested
+from logkeel.cli.broker_requests import (
+    admin,
+    bootstrap_option,
+    command_config_option,
+    fail,
+    nested,
+)
 from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["log_dirs_group"]
 
-_BOOTSTRAP = click.option(
-    "--bootstrap-server", default="127.0.0.1:9092", show_default=True, help="Any broker, host:port."
-)
+_BOOTSTRAP = bootstrap_option
 _BROKER = click.option(
     "--broker", "broker_id", type=int, default=None,
     help="Id of the broker whose log dirs are meant (default: the bootstrap broker).",
@@ -38,23 +42,20 @@ def log_dirs_group() -> None:
 
 
 def _broker_address(bootstrap: str, broker_id: int | None) -> str:
+    session = admin("log-dirs", bootstrap)
     if broker_id is None:
-        return bootstrap
-    Request = request_schema(ApiKey.METADATA, 12)
-    assert Request is not None
-    answer = call("log-dirs", bootstrap, Request(topics=(), allow_auto_topic_creation=False,
-                                                 include_topic_authorized_operations=False))  # fmt: skip
-    for b in answer.brokers:
-        if int(b.node_id) == broker_id:
-            return f"{b.host}:{int(b.port)}"
-    known = ", ".join(str(int(b.node_id)) for b in answer.brokers)
-    fail("log-dirs", f"broker {broker_id} is not alive in the cluster (alive: {known})")
+        return session.bootstrap()
+    brokers = session.brokers()
+    if broker_id not in brokers:
+        known = ", ".join(map(str, sorted(brokers)))
+        fail("log-dirs", f"broker {broker_id} is not alive in the cluster (alive: {known})")
+    return brokers[broker_id]
 
 
 def _describe(address: str) -> list[Any]:
     Request = request_schema(ApiKey.DESCRIBE_LOG_DIRS, 4)
     assert Request is not None
-    answer = call("log-dirs", address, Request(topics=None))
+    answer = admin("log-dirs", address).send(Request(topics=None))
     if answer.error_code != ErrorCode.none:
         fail("log-dirs", f"DescribeLogDirs refused: {answer.error_code.name.upper()}")
     return list(answer.results)
@@ -121,7 +122,7 @@ def online_command(log_dir: str, bootstrap_server: str, broker_id: int | None) -
     Request = request_schema(ApiKey.ALTER_REPLICA_LOG_DIRS, 2)
     assert Request is not None
     Dir = nested(Request, "AlterReplicaLogDir")
-    call("log-dirs", address, Request(dirs=(Dir(path=wanted, topics=()),)))
+    admin("log-dirs", address).send(Request(dirs=(Dir(path=wanted, topics=()),)))
     after = {str(r.log_dir): r for r in _describe(address)}[wanted]
     if after.error_code != ErrorCode.none:
         fail("log-dirs", f"{log_dir} is still offline; the broker's log says why")

@@ -10,10 +10,13 @@ from logkeel import __version__
 from logkeel.cli.acls import acls_group
 from logkeel.cli.audit import audit_command
 from logkeel.cli.cluster import cluster_group
+from logkeel.cli.configs import configs_command
 from logkeel.cli.elect import elect_command
+from logkeel.cli.groups import groups_command
 from logkeel.cli.log_commands import log_group
 from logkeel.cli.log_dirs import log_dirs_group
 from logkeel.cli.serve import serve
+from logkeel.cli.topics import topics_command
 from logkeel.cli.users import users_group
 
 
@@ -34,6 +37,9 @@ cli.add_command(users_group)
 cli.add_command(acls_group)
 cli.add_command(elect_command)
 cli.add_command(log_dirs_group)
+cli.add_command(topics_command)
+cli.add_command(groups_command)
+cli.add_command(configs_command)
 
 
 def main() -> None:

@@ -19,7 +19,13 @@ import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from logkeel.cli.broker_requests import call, command_config_option, fail, nested
+from logkeel.cli.broker_requests import (
+    bootstrap_option,
+    call,
+    command_config_option,
+    fail,
+    nested,
+)
 from logkeel.cluster.scram import (
     MAX_ITERATIONS,
     MECHANISMS,
@@ -35,12 +41,7 @@ from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["users_group"]
 
-_BOOTSTRAP = click.option(
-    "--bootstrap-server",
-    default="127.0.0.1:9092",
-    show_default=True,
-    help="HOST:PORT of a listener of the broker (PLAINTEXT unless --command-config).",
-)
+_BOOTSTRAP = bootstrap_option
 _MECHANISM = click.option(
     "--mechanism",
     "mechanisms",
