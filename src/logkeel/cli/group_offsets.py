@@ -48,7 +48,7 @@ def assigned_partitions(assignment: bytes) -> list[TopicPartition] | None:
         return None
     try:
         parsed, _ = _read_assignment(assignment, 2)
-    except Exception:  # kio's native reader has errors of its own for bytes that are not one
+    except Exception:  # noqa: BLE001 - kio's native reader has errors of its own for bytes that are not one
         return None
     return [
         TopicPartition(str(t.topic), int(p))
