@@ -22,6 +22,7 @@ from logkeel.records.batch import (
     set_partition_leader_epoch,
 )
 from logkeel.records.record import decode_records
+from logkeel.records.walk import BatchPosition
 from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
 from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.engine.log_config import LogConfig
@@ -139,10 +140,17 @@ class PartitionLog:
 
     # -- appends -----------------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, origin_is_client: bool = True
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        origin_is_client: bool = True,
+        batches: list[BatchPosition] | None = None,
     ) -> AppendInfo:
-        """Validates, deduplicates and appends a producer's batches, assigning their offsets."""
-        batches = parse_batches(records, self.config.max_message_bytes)
+        """Validates, deduplicates and appends a producer's batches, assigning their offsets.
+        ``batches``: ``parse_batches`` of ``records``, when the caller has it already."""
+        if batches is None:
+            batches = parse_batches(records, self.config.max_message_bytes)
         with self.lock:
             view = memoryview(records)
             # (one batch per request is the usual case: no generator for it)
