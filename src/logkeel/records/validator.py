@@ -34,7 +34,7 @@ from .batch import (
     BatchHeader,
     InvalidBatchError,
 )
-from .columns import column_builder
+from .columns import RecordColumns, column_builder
 from .compression import decompress
 
 Buffer = bytes | bytearray | memoryview
@@ -87,17 +87,12 @@ def check_client_batch(
     refusal = _batch_refusal(header)
     if refusal is not None:
         return refusal
-    codec = header.attributes & _CODEC_MASK
-    view = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
-        section: Buffer = decompress(codec, view) if codec else view
-        builder = column_builder()
-        builder.add_records(header, section, 0, len(section))
+        section, columns = _decode(buf, pos, header)
     except InvalidBatchError as exc:
         index = getattr(exc, "record_index", None)
         errors = () if index is None else (RecordError(index, str(exc)),)
         return BatchRefusal(CORRUPT, f"batch of {header.records_count} records: {exc}", errors)
-    columns = builder.take()
     timestamps = array("q")
     timestamps.frombytes(columns.timestamps)
     if rules.compacted and columns.keys.nulls:
@@ -113,6 +108,25 @@ def check_client_batch(
         if refusal is not None:
             return refusal
     return CheckedBatch(section, max(timestamps) if timestamps else NO_TIMESTAMP)
+
+
+def records_problem(buf: Buffer, pos: int, header: BatchHeader) -> str | None:
+    """Why the records of the batch at ``pos`` do not decode (a stored batch: ``log check``
+    and reads that decode records), or None."""
+    try:
+        _decode(buf, pos, header)
+    except InvalidBatchError as exc:
+        return str(exc)
+    return None
+
+
+def _decode(buf: Buffer, pos: int, header: BatchHeader) -> tuple[Buffer, RecordColumns]:
+    codec = header.attributes & _CODEC_MASK
+    view = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    section: Buffer = decompress(codec, view) if codec else view
+    builder = column_builder()
+    builder.add_records(header, section, 0, len(section))
+    return section, builder.take()
 
 
 def _batch_refusal(header: BatchHeader) -> BatchRefusal | None:
