@@ -23,7 +23,6 @@ from logkeel.config import (
     ConfigError,
     ConfigKey,
     ConfigType,
-    TopicConfig,
     validate_topic_overrides,
 )
 from logkeel.config.definitions import KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED
