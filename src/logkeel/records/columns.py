@@ -99,6 +99,55 @@ class ColumnBuilder(Protocol):
         ...
 
 
+class RecordScan(NamedTuple):
+    """What validating a produced batch needs of its records, without keeping them."""
+
+    min_timestamp: int
+    max_timestamp: int
+    null_keys: int
+    first_null_key: int  # -1 when every key is set
+
+
+def scan_records(header: BatchHeader, data: Buffer, start: int, end: int) -> RecordScan:
+    """The checks of ``ColumnBuilder.add`` on the records section ``data[start:end]`` of the
+    batch ``header`` heads, storing nothing: compiled when built, ``decode_section`` otherwise.
+    InvalidBatchError (the reference decoder's words) when the records do not decode."""
+    attributes = header.attributes
+    append_time = header.max_timestamp if attributes & _ATTR_LOG_APPEND_TIME else None
+    if _native is not None:
+        try:
+            return RecordScan(
+                *_native.scan_records(
+                    data,
+                    start,
+                    end,
+                    header.records_count,
+                    header.base_offset,
+                    header.base_timestamp,
+                    header.last_offset_delta,
+                    append_time,
+                )
+            )
+        except _native.DecodeError:
+            decode_section(header, data, start, end)
+            raise _out_of_range(header) from None
+    records = decode_section(header, data, start, end)
+    stamps = [r.timestamp for r in records]
+    if records and (
+        records[-1].offset > INT64_MAX
+        or append_time is None
+        and (min(stamps) < INT64_MIN or max(stamps) > INT64_MAX)
+    ):
+        raise _out_of_range(header)
+    nulls = [i for i, r in enumerate(records) if r.key is None]
+    return RecordScan(
+        min(stamps, default=INT64_MAX),
+        max(stamps, default=INT64_MIN),
+        len(nulls),
+        nulls[0] if nulls else -1,
+    )
+
+
 def native_available() -> bool:
     return _native is not None
 

@@ -1,9 +1,9 @@
 """Kafka's LogValidator checks of one batch a client produced, beyond structure and CRC (the
 batch walker checks those).
 
-Every record is decoded by the one record decoder (``columns.column_builder``: the compiled
-one when built, ``record.decode_section`` otherwise), after decompression for a compressed
-batch. What it refuses, and how Kafka words the answer:
+Every record is walked by the one record decoder (``columns.scan_records``: the compiled one
+when built, ``record.decode_section`` otherwise), after decompression for a compressed batch;
+records are decoded into objects only to name the ones a refusal is about. What it refuses, and how Kafka words the answer:
 
 - ``corrupt`` (CORRUPT_MESSAGE): a payload that does not decompress, records whose framing
   is broken (lengths, varints, header counts, bytes left over, fewer or more records than
@@ -24,7 +24,6 @@ The decompressed records section is handed back, so that a topic recompressing b
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,8 +33,9 @@ from .batch import (
     BatchHeader,
     InvalidBatchError,
 )
-from .columns import RecordColumns, column_builder
+from .columns import RecordScan, scan_records
 from .compression import decompress
+from .record import decode_section
 
 Buffer = bytes | bytearray | memoryview
 
@@ -88,45 +88,43 @@ def check_client_batch(
     if refusal is not None:
         return refusal
     try:
-        section, columns = _decode(buf, pos, header)
+        section, scan = _scan(buf, pos, header)
     except InvalidBatchError as exc:
         index = getattr(exc, "record_index", None)
         errors = () if index is None else (RecordError(index, str(exc)),)
         return BatchRefusal(CORRUPT, f"batch of {header.records_count} records: {exc}", errors)
-    timestamps = array("q")
-    timestamps.frombytes(columns.timestamps)
-    if rules.compacted and columns.keys.nulls:
+    if rules.compacted and scan.null_keys:
+        records = decode_section(header, section, 0, len(section))
         return _record_refusal(
             INVALID_RECORD,
             [
                 RecordError(i, "Compacted topic cannot accept message without key")
-                for i in _null_indexes(columns.keys.validity, columns.rows)
+                for i, r in enumerate(records)
+                if r.key is None
             ],
         )
     if not (rules.log_append_time or header.attributes & _LOG_APPEND_TIME):
-        refusal = _timestamp_refusal(timestamps, rules, now_ms)
+        refusal = _timestamp_refusal(header, section, scan, rules, now_ms)
         if refusal is not None:
             return refusal
-    return CheckedBatch(section, max(timestamps) if timestamps else NO_TIMESTAMP)
+    return CheckedBatch(section, scan.max_timestamp)
 
 
 def records_problem(buf: Buffer, pos: int, header: BatchHeader) -> str | None:
     """Why the records of the batch at ``pos`` do not decode (a stored batch: ``log check``
     and reads that decode records), or None."""
     try:
-        _decode(buf, pos, header)
+        _scan(buf, pos, header)
     except InvalidBatchError as exc:
         return str(exc)
     return None
 
 
-def _decode(buf: Buffer, pos: int, header: BatchHeader) -> tuple[Buffer, RecordColumns]:
+def _scan(buf: Buffer, pos: int, header: BatchHeader) -> tuple[Buffer, RecordScan]:
     codec = header.attributes & _CODEC_MASK
     view = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     section: Buffer = decompress(codec, view) if codec else view
-    builder = column_builder()
-    builder.add_records(header, section, 0, len(section))
-    return section, builder.take()
+    return section, scan_records(header, section, 0, len(section))
 
 
 def _batch_refusal(header: BatchHeader) -> BatchRefusal | None:
@@ -153,24 +151,24 @@ def _batch_refusal(header: BatchHeader) -> BatchRefusal | None:
 
 
 def _timestamp_refusal(
-    timestamps: array, rules: ClientBatchRules, now_ms: int
+    header: BatchHeader, section: Buffer, scan: RecordScan, rules: ClientBatchRules, now_ms: int
 ) -> BatchRefusal | None:
     before, after = rules.timestamp_before_max_ms, rules.timestamp_after_max_ms
-    if before is None and after is None or not timestamps:
-        return None
     low = now_ms - before if before is not None else None
     high = now_ms + after if after is not None else None
-    # The usual batch: min/max in C, no per-record loop.
-    if (low is None or min(timestamps) >= low) and (high is None or max(timestamps) <= high):
+    # The usual batch passes on the scan's min and max, without a look at each record.
+    if (low is None or scan.min_timestamp >= low) and (high is None or scan.max_timestamp <= high):
         return None
+    records = decode_section(header, section, 0, len(section))
     errors = [
         RecordError(
             i,
-            f"timestamp {ts} is out of range: it must be within [{low}, {high}] "
+            f"timestamp {r.timestamp} is out of range: it must be within [{low}, {high}] "
             "(message.timestamp.before.max.ms/after.max.ms)",
         )
-        for i, ts in enumerate(timestamps)
-        if ts != NO_TIMESTAMP and (low is not None and ts < low or high is not None and ts > high)
+        for i, r in enumerate(records)
+        if r.timestamp != NO_TIMESTAMP
+        and (low is not None and r.timestamp < low or high is not None and r.timestamp > high)
     ]
     return _record_refusal(INVALID_TIMESTAMP, errors) if errors else None
 
@@ -183,7 +181,3 @@ def _record_refusal(kind: str, errors: list[RecordError]) -> BatchRefusal:
         f" shown): {shown}",
         tuple(errors),
     )
-
-
-def _null_indexes(validity: bytes, rows: int) -> list[int]:
-    return [i for i in range(rows) if not validity[i >> 3] & (1 << (i & 7))]
