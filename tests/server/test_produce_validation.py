@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.records.batch import BatchHeader, CompressionType, compute_crc, pack_header
 from logkeel.records.builder import build_batch
+from logkeel.records.compression import compress
 from logkeel.records.recompress import rebuild_batch
 from logkeel.records.varint import encode_varint, encode_varlong
 from tests.brokerproc import BrokerProcess
@@ -315,3 +316,23 @@ def test_a_planted_corrupt_batch_fails_only_its_own_reads(tmp_path: Path) -> Non
     assert "offset 3" in check.stdout and "offsets 3..5 do not decode" in check.stdout
     assert "corrupt gzip payload" in check.stdout
     assert os.path.getsize(segment) == size  # read-only
+
+
+def test_a_decompression_bomb_is_refused_without_expanding_it(
+    server: BrokerProcess, client: RawClient
+) -> None:
+    """A few KiB of zstd standing for far more than the broker walks in memory (64 MiB):
+    MESSAGE_TOO_LARGE, decompression stopped there, and the broker keeps serving."""
+    # 32 concatenated frames of 64 MiB of zeros: 2 GiB, more than this check's RSS bound.
+    frame = compress(CompressionType.ZSTD, bytes(64 << 20))
+    bomb = with_payload(frame * 32, CompressionType.ZSTD)
+    assert len(bomb) < 100 * 1024
+    p = produce_one(client, 9, "bomb", 0, bomb)
+    assert p.error_code == ErrorCode.message_too_large
+    assert "decompresses to more than" in p.error_message
+    assert_nothing_written_and_partition_serves(client, "bomb")
+    status = Path(f"/proc/{server.pid}/status").read_text()
+    peak_kib = int(
+        next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]
+    )
+    assert peak_kib < 1024 * 1024, f"broker peak RSS {peak_kib} KiB"

@@ -13,7 +13,9 @@ records are decoded into objects only to name the ones a refusal is about. What 
   producer id with a sequence and an epoch, transactional only with a producer id) and, with
   the record's index, a null key on a compacted topic;
 - ``invalid_timestamp`` (INVALID_TIMESTAMP): CreateTime records outside the topic's
-  ``message.timestamp.before/after.max.ms``, each with its index.
+  ``message.timestamp.before/after.max.ms``, each with its index;
+- ``too_large`` (MESSAGE_TOO_LARGE): a compressed payload that decompresses to more than the
+  caller allows (``MAX_DECOMPRESSED_BYTES`` unless told), stopped there.
 
 Offsets 0..n-1 follow from the decoder's rule (strictly rising deltas, none above
 ``lastOffsetDelta``) and ``recordsCount == lastOffsetDelta + 1``.
@@ -34,7 +36,7 @@ from .batch import (
     InvalidBatchError,
 )
 from .columns import RecordScan, scan_records
-from .compression import decompress
+from .compression import DecompressedTooLarge, decompress, decompress_bounded
 from .record import decode_section
 
 Buffer = bytes | bytearray | memoryview
@@ -42,6 +44,11 @@ Buffer = bytes | bytearray | memoryview
 CORRUPT = "corrupt"
 INVALID_RECORD = "invalid_record"
 INVALID_TIMESTAMP = "invalid_timestamp"
+TOO_LARGE = "too_large"
+# logkeel's own bound (Kafka streams records and has none): a few KiB of zstd or gzip can
+# stand for gigabytes, and the records of a produced batch are walked in memory. Producers'
+# batches are far below it (librdkafka's batch.size defaults to 1 MB uncompressed).
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 # Kafka's answer shows the first few record errors in its message.
 _SHOWN_ERRORS = 3
 _CODEC_MASK = 0x07
@@ -81,14 +88,22 @@ class CheckedBatch(NamedTuple):
 
 
 def check_client_batch(
-    buf: Buffer, pos: int, header: BatchHeader, rules: ClientBatchRules, now_ms: int
+    buf: Buffer,
+    pos: int,
+    header: BatchHeader,
+    rules: ClientBatchRules,
+    now_ms: int,
+    max_decompressed: int = MAX_DECOMPRESSED_BYTES,
 ) -> CheckedBatch | BatchRefusal:
-    """Checks the batch at ``pos`` of ``buf`` (framed and CRC-checked by the walker)."""
+    """Checks the batch at ``pos`` of ``buf`` (framed and CRC-checked by the walker); a
+    compressed one may decompress to at most ``max_decompressed`` bytes."""
     refusal = _batch_refusal(header)
     if refusal is not None:
         return refusal
     try:
-        section, scan = _scan(buf, pos, header)
+        section, scan = _scan(buf, pos, header, max_decompressed)
+    except DecompressedTooLarge as exc:
+        return BatchRefusal(TOO_LARGE, str(exc))
     except InvalidBatchError as exc:
         index = getattr(exc, "record_index", None)
         errors = () if index is None else (RecordError(index, str(exc)),)
@@ -120,10 +135,17 @@ def records_problem(buf: Buffer, pos: int, header: BatchHeader) -> str | None:
     return None
 
 
-def _scan(buf: Buffer, pos: int, header: BatchHeader) -> tuple[Buffer, RecordScan]:
+def _scan(
+    buf: Buffer, pos: int, header: BatchHeader, limit: int | None = None
+) -> tuple[Buffer, RecordScan]:
     codec = header.attributes & _CODEC_MASK
     view = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    section: Buffer = decompress(codec, view) if codec else view
+    if not codec:
+        section: Buffer = view
+    elif limit is None:
+        section = decompress(codec, view)
+    else:
+        section = decompress_bounded(codec, view, limit)
     return section, scan_records(header, section, 0, len(section))
 
 

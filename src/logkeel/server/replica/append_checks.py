@@ -15,6 +15,8 @@ from logkeel.records.validator import (
     CORRUPT,
     INVALID_RECORD,
     INVALID_TIMESTAMP,
+    MAX_DECOMPRESSED_BYTES,
+    TOO_LARGE,
     BatchRefusal,
     RecordError,
     check_client_batch,
@@ -32,6 +34,7 @@ _CODES = {
     CORRUPT: ErrorCode.corrupt_message,
     INVALID_RECORD: ErrorCode.invalid_record,
     INVALID_TIMESTAMP: ErrorCode.invalid_timestamp,
+    TOO_LARGE: ErrorCode.message_too_large,
 }
 _LOG_APPEND_TIME = 0x08
 
@@ -62,8 +65,10 @@ def prepare_client_batches(
     codec = settings.codec
     parts: list[Buffer] | None = None
     view = memoryview(records)
+    # A topic that allows huge batches gets room for their records once decompressed.
+    limit = max(MAX_DECOMPRESSED_BYTES, 4 * max_batch_bytes)
     for i, (pos, header) in enumerate(batches):
-        checked = check_client_batch(records, pos, header, rules, now)
+        checked = check_client_batch(records, pos, header, rules, now, limit)
         if type(checked) is BatchRefusal:
             raise AppendRejected(
                 _CODES[checked.kind], f"{tp}: {checked.message}", checked.record_errors

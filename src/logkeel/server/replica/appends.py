@@ -39,7 +39,12 @@ log = logging.getLogger(__name__)
 
 # Refusals of a client's records (not of the partition's state): logged like the log's own.
 _REFUSED_RECORDS = frozenset(
-    {ErrorCode.corrupt_message, ErrorCode.invalid_record, ErrorCode.invalid_timestamp}
+    {
+        ErrorCode.corrupt_message,
+        ErrorCode.invalid_record,
+        ErrorCode.invalid_timestamp,
+        ErrorCode.message_too_large,
+    }
 )
 
 # Storage exceptions that are not in logkeel.server.errors' table (transactions).
