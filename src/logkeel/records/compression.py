@@ -144,9 +144,11 @@ class DecompressedTooLarge(InvalidBatchError):
     """A payload that decompresses to more than the caller allows."""
 
 
-# Compressed input fed to zstd at a time when bounded: one zstd block header can stand for
-# 128 KiB of output, so this much input yields at most a few MiB beyond the limit.
-_ZSTD_STEP = 64
+# zstd's densest input: an RLE block, 4 bytes standing for 128 KiB of output, so n bytes of
+# input yield at most n << 15 bytes. Bounded decompression feeds it what the rest of the
+# budget allows (at least this much), overshooting the limit by a block or so at most.
+_ZSTD_EXPANSION_SHIFT = 15
+_ZSTD_MIN_STEP = 64
 
 
 def decompress_bounded(codec: CompressionType | int, data: Buffer, limit: int) -> bytes:
@@ -211,9 +213,11 @@ def _bounded_zstd(data: Buffer, limit: int) -> bytes:
     parts: list[bytes] = []
     total = pos = 0
     while pos < len(view):
-        d = zstandard.ZstdDecompressor().decompressobj()
+        # Output in 1 MiB pieces rather than zstd's 128 KiB: twice as fast for batch-sized data.
+        d = zstandard.ZstdDecompressor().decompressobj(write_size=1 << 20)
         while not d.eof and pos < len(view) and total <= limit:
-            chunk = view[pos : pos + _ZSTD_STEP]
+            step = max(_ZSTD_MIN_STEP, (limit + 1 - total) >> _ZSTD_EXPANSION_SHIFT)
+            chunk = view[pos : pos + step]
             pos += len(chunk)
             parts.append(d.decompress(chunk))
             total += len(parts[-1])
