@@ -106,8 +106,9 @@ def main() -> None:
                 times: dict[str, list[float]] = {w: [] for w in ways}
                 for _ in range(args.repeats):
                     for way, settings in ways.items():
+                        # Each way writes into an emptied log: none pays for another's pages.
+                        plog.truncate_fully_and_start_at(plog.log_end_offset)
                         times[way].append(run(plog, batch, settings, count))
-                    plog.truncate_fully_and_start_at(plog.log_end_offset)
                 key = f"{shape}/{codec.name.lower()}"
                 row: dict[str, float] = {"batch_bytes": len(batch), "records": count}
                 for way, secs in times.items():
