@@ -216,8 +216,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "gzip level of batches the broker recompresses (KIP-390); -1: zlib's default (6).",
        AnyOf((Range(1, 9), OneOf((-1,)))), topic="compression.gzip.level"),
     _K("compression.lz4.level", INT, 9,
-       "lz4 level of batches the broker recompresses (KIP-390); 3 and above use lz4's "
-       "high-compression mode.", Range(1, 17), topic="compression.lz4.level"),
+       "lz4 level of batches the broker recompresses (KIP-390); as in Kafka, the default uses "
+       "lz4's fast compressor and any other level its high-compression mode.", Range(1, 17),
+       topic="compression.lz4.level"),
     _K("compression.zstd.level", INT, 3,
        "zstd level of batches the broker recompresses (KIP-390).", Range(-131072, 22),
        topic="compression.zstd.level"),

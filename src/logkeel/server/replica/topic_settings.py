@@ -18,6 +18,7 @@ _CODECS = {
     "lz4": CompressionType.LZ4,
     "zstd": CompressionType.ZSTD,
 }
+_LZ4_DEFAULT_LEVEL = 9  # compression.lz4.level's default
 # The KIP-390 level config of each codec that has one.
 _LEVEL_CONFIGS = {
     CompressionType.GZIP: "compression.gzip.level",
@@ -52,6 +53,10 @@ class TopicSettings:
             level = _int_config(config, _LEVEL_CONFIGS[codec])
             if codec == CompressionType.GZIP and level == -1:
                 level = None  # Kafka's -1: zlib's default
+            elif codec == CompressionType.LZ4 and level == _LZ4_DEFAULT_LEVEL:
+                # Kafka's Java lz4 stream uses the fast compressor at the default level and
+                # the high-compression one for any other.
+                level = None
         return cls(
             min_insync_replicas=_int_config(config, "min.insync.replicas") or 1,
             timestamp_before_max_ms=before,
