@@ -64,7 +64,7 @@ class RecordError(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class BatchRefusal:
-    kind: str  # CORRUPT, INVALID_RECORD or INVALID_TIMESTAMP
+    kind: str  # CORRUPT, INVALID_RECORD, INVALID_TIMESTAMP or TOO_LARGE
     message: str
     record_errors: tuple[RecordError, ...] = ()
 
@@ -126,8 +126,8 @@ def check_client_batch(
 
 
 def records_problem(buf: Buffer, pos: int, header: BatchHeader) -> str | None:
-    """Why the records of the batch at ``pos`` do not decode (a stored batch: ``log check``
-    and reads that decode records), or None."""
+    """Why the records of the batch at ``pos`` do not decode (a stored batch: ``log check``),
+    or None."""
     try:
         _scan(buf, pos, header)
     except InvalidBatchError as exc:
