@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -269,6 +271,30 @@ def segment_files(log_dir: Path, topic: str) -> list[Path]:
     return sorted((log_dir / f"{topic}-0").glob("*.log"))
 
 
+def consume_through(bootstrap: str, topic: str) -> tuple[list[bytes], list[str]]:
+    """What a confluent-kafka consumer reading ``topic``-0 from offset 0 gets within a few
+    seconds: the values, and the errors it reports."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "planted", "enable.auto.commit": False}
+    )
+    values: list[bytes] = []
+    errors: list[str] = []
+    try:
+        consumer.assign([ConfluentTopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not errors:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                errors.append(str(msg.error()))
+            else:
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values, errors
+
+
 def test_a_planted_corrupt_batch_fails_only_its_own_reads(tmp_path: Path) -> None:
     """An older version appended a gzip batch whose payload does not decompress (CRC valid):
     reads around it work, reads of it fail clearly, and `logkeel log check` names it."""
@@ -302,6 +328,11 @@ def test_a_planted_corrupt_batch_fails_only_its_own_reads(tmp_path: Path) -> Non
         assert hit.error_code == ErrorCode.corrupt_message
         assert "offsets 3..5 does not decode" in broker.output()
         assert [r.value for r in fetch_records(client, "planted", 0, 6)] == [b"g", b"h", b"i"]
+        # A consumer reading through it gets the records before it, then its client's own
+        # clear error for the batch (the broker sends stored bytes as Kafka does).
+        seen, errors = consume_through(broker.bootstrap, "planted")
+        assert seen[:3] == [b"a", b"b", b"c"] and b"d" not in seen, seen
+        assert errors, "the consumer reported nothing about the corrupt batch"
         # New appends after it are checked and served.
         assert produce(broker.bootstrap, "planted", 0, [b"j"]) == ["OK"]
         assert [r.value for r in fetch_records(client, "planted", 0, 9)] == [b"j"]
