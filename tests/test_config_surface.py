@@ -23,7 +23,6 @@ from logkeel.config import (
     ConfigError,
     ConfigKey,
     ConfigType,
-    TopicConfig,
     validate_topic_overrides,
 )
 from logkeel.config.definitions import KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED
@@ -42,10 +41,10 @@ REJECTED_UNLESS_DEFAULT = {
     "queued.max.requests",
     "max.connections",
     "max.connections.per.ip",
-    "compression.type",
     "log.cleaner.enable",
 }
-REJECTED_TOPIC_KEYS = {"compression.type"}
+# None at present (compression.type is implemented since the broker recompresses).
+REJECTED_TOPIC_KEYS: set[str] = set()
 
 # Keys resolved inside config/ into another key's value, which the code reads: a synonym
 # (broker.id), a fallback (log.dir), and the protocol map the listeners are checked against.
@@ -178,20 +177,6 @@ def test_bad_per_listener_override_fails_with_its_key() -> None:
     assert set(err.value.keys) == {"listener.name.ssl.ssl.client.auth"}
 
 
-@pytest.mark.parametrize("name", sorted(REJECTED_TOPIC_KEYS))
-def test_unsupported_topic_override_is_refused(name: str) -> None:
-    value = non_default(TOPIC_CONFIG_DEF[name])
-    for check in (
-        lambda: validate_topic_overrides({name: value}),
-        lambda: TopicConfig.from_broker(BrokerConfig(), {name: value}),
-    ):
-        with pytest.raises(ConfigError, match="not supported yet") as err:
-            check()
-        assert err.value.keys == (name,)
-    key = TOPIC_CONFIG_DEF[name]
-    validate_topic_overrides({name: format_value(key.type, key.default)})
-
-
 @pytest.mark.parametrize("name", sorted(KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED))
 def test_kafka_topic_config_logkeel_lacks_is_refused_as_not_supported(name: str) -> None:
     assert name not in TOPIC_CONFIG_DEF
@@ -222,9 +207,9 @@ def test_admin_apis_refuse_unsupported_topic_configs(tmp_path: Path) -> None:
         try:
             created = admin.create_topics(
                 {
-                    "surface-a": {"configs": {"compression.type": "gzip"}},
+                    "surface-a": {"configs": {"preallocate": "true"}},
                     "surface-b": {"configs": {"segment.jitter.ms": "1000"}},
-                    "surface-ok": {"configs": {"compression.type": "producer"}},
+                    "surface-ok": {"configs": {"compression.type": "gzip"}},
                 },
                 raise_errors=False,
             )
@@ -235,15 +220,23 @@ def test_admin_apis_refuse_unsupported_topic_configs(tmp_path: Path) -> None:
             assert by_name["surface-ok"]["error_code"] == 0
             assert "surface-a" not in admin.list_topics()
 
+            # AlterConfigs of compression.type: Kafka's values only, and the level's bounds.
             change = ConfigResource(
-                ConfigResourceType.TOPIC, "surface-ok", configs={"compression.type": "gzip"}
+                ConfigResourceType.TOPIC, "surface-ok", configs={"compression.type": "brotli"}
             )
             altered = admin.alter_configs([change])["topic"]["surface-ok"]
             assert "InvalidConfigurationError" in str(altered), altered
-            assert "compression.type='gzip': not supported yet" in str(altered)
+            change = ConfigResource(
+                ConfigResourceType.TOPIC,
+                "surface-ok",
+                configs={"compression.type": "zstd", "compression.zstd.level": "7"},
+            )
+            altered = admin.alter_configs([change])["topic"]["surface-ok"]
+            assert "Error" not in str(altered), altered
             topic = ConfigResource(ConfigResourceType.TOPIC, "surface-ok")
             described = admin.describe_configs([topic], config_filter="all")["topic"]["surface-ok"]
-            assert described["compression.type"]["value"] == "producer"
+            assert described["compression.type"]["value"] == "zstd"
+            assert described["compression.zstd.level"]["value"] == "7"
         finally:
             admin.close()
 

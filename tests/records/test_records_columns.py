@@ -22,13 +22,15 @@ from logkeel.records import (
     build_control_batch,
     decode_records,
 )
-from logkeel.records.batch import compute_crc
+from logkeel.records.batch import BatchHeader, compute_crc
 from logkeel.records.columns import (
     BinaryColumn,
     RecordColumns,
     column_builder,
     native_available,
+    scan_records,
 )
+from logkeel.records.record import records_section
 
 INT64_MAX = (1 << 63) - 1
 
@@ -46,6 +48,8 @@ records_st = st.lists(
     ),
     max_size=25,
 )
+
+
 def build(records: list, opts: dict) -> bytes:
     opts = _builder_opts(opts)
     builder = BatchBuilder(**opts)
@@ -259,3 +263,54 @@ def test_without_the_extension_the_python_decoder_runs(monkeypatch: pytest.Monke
     assert isinstance(column_builder(True, "auto"), columns.PyColumnBuilder)
     with pytest.raises(RuntimeError, match="not built"):
         column_builder(True, "native")
+
+
+# -- scan_records: the same checks, nothing kept (a produced batch's validation) -------------
+
+
+def scan_both(batch: bytes) -> list[object]:
+    """scan_records' outcome on ``batch`` with the compiled decoder, then the Python one."""
+    import logkeel.records.columns as columns
+
+    header, data = BatchHeader.parse(batch), records_section(batch, BatchHeader.parse(batch))
+    outcomes: list[object] = []
+    native = columns._native
+    try:
+        for module in (native, None):
+            columns._native = module  # type: ignore[attr-defined]
+            try:
+                outcomes.append(scan_records(header, data, 0, len(data)))
+            except InvalidBatchError as exc:
+                outcomes.append(("error", str(exc)))
+    finally:
+        columns._native = native  # type: ignore[attr-defined]
+    return outcomes
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_st, opts=batch_opts_st)
+def test_scan_records_agrees_with_the_decoded_records(records: list, opts: dict) -> None:
+    batch = build(records, opts)
+    native, python = scan_both(batch)
+    assert native == python
+    decoded = decode_records(batch)[1]
+    stamps = [r.timestamp for r in decoded]
+    nulls = [i for i, r in enumerate(decoded) if r.key is None]
+    if decoded:
+        assert (native.min_timestamp, native.max_timestamp) == (min(stamps), max(stamps))
+    assert (native.null_keys, native.first_null_key) == (len(nulls), nulls[0] if nulls else -1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(count=st.integers(0, 5), last_delta=st.integers(0, 6), body=st.binary(max_size=80))
+def test_scan_records_refuses_random_record_bytes_like_the_reference(
+    count: int, last_delta: int, body: bytes
+) -> None:
+    builder = BatchBuilder(base_offset=3)
+    builder.append(5, b"k", b"v", (("key", b"value"),))
+    batch = bytearray(builder.build()[:HEADER_SIZE] + body)
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">i", batch, 23, last_delta)
+    struct.pack_into(">i", batch, 57, count)
+    native, python = scan_both(_with_crc(batch))
+    assert native == python

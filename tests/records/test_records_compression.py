@@ -19,8 +19,10 @@ from logkeel.records.batch import CompressionType, InvalidBatchError
 from logkeel.records.compression import (
     XERIAL_BLOCK_SIZE,
     XERIAL_MAGIC,
+    DecompressedTooLarge,
     compress,
     decompress,
+    decompress_bounded,
     xerial_snappy_compress,
 )
 
@@ -271,3 +273,74 @@ def test_random_bytes_as_raw_snappy(payload: bytes) -> None:
 def test_cramjam_raw_snappy_is_what_python_snappy_writes() -> None:
     # Guards the assumption that cramjam's raw format is plain snappy blocks.
     assert snappy.decompress(bytes(cramjam.snappy.compress_raw(LARGE))) == LARGE
+
+
+# --- bounded decompression (a produced batch's payload) ---
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("data", [b"", LARGE, os.urandom(200_000)], ids=["empty", "text", "random"])
+def test_bounded_decompression_gives_what_decompress_gives(
+    codec: CompressionType, data: bytes
+) -> None:
+    compressed = compress(codec, data)
+    assert decompress_bounded(codec, compressed, len(data)) == data
+    assert decompress_bounded(codec, memoryview(b"pad" + compressed)[3:], len(data)) == data
+
+
+def test_bounded_decompression_reads_every_framing() -> None:
+    assert (
+        decompress_bounded(CompressionType.SNAPPY, cramjam.snappy.compress_raw(LARGE), 10**6)
+        == LARGE
+    )
+    twice = xerial_snappy_compress(LARGE) + xerial_snappy_compress(LARGE)
+    assert decompress_bounded(CompressionType.SNAPPY, twice, 10**6) == LARGE * 2
+    members = gzip.compress(b"first") + gzip.compress(b"second")
+    assert decompress_bounded(CompressionType.GZIP, members, 100) == b"firstsecond"
+    frames = lz4.frame.compress(b"first") + lz4.frame.compress(b"second")
+    assert decompress_bounded(CompressionType.LZ4, frames, 100) == b"firstsecond"
+    cobj = zstandard.ZstdCompressor().compressobj()
+    streamed = compress(CompressionType.ZSTD, b"first") + cobj.compress(b"second") + cobj.flush()
+    assert decompress_bounded(CompressionType.ZSTD, streamed, 100) == b"firstsecond"
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_a_decompression_bomb_stops_at_the_limit(codec: CompressionType) -> None:
+    bomb = compress(codec, b"\x00" * (32 << 20))
+    assert len(bomb) < 2 << 20
+    with pytest.raises(DecompressedTooLarge, match=f"{codec.name.lower()} payload decompresses"):
+        decompress_bounded(codec, bomb, 1 << 20)
+    # Exactly at the limit is fine.
+    assert len(decompress_bounded(codec, compress(codec, b"\x00" * 1000), 1000)) == 1000
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_bounded_decompression_refuses_corrupt_payloads(codec: CompressionType) -> None:
+    good = compress(codec, LARGE)
+    corrupt = [good[: len(good) // 2], good[:-1], os.urandom(64), b"\x00" * 100]
+    if codec != CompressionType.SNAPPY:
+        corrupt.append(good + b"trailing garbage")
+    for payload in corrupt:
+        with pytest.raises(InvalidBatchError, match=codec.name.lower()):
+            decompress_bounded(codec, payload, 10**7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    codec=st.sampled_from(COMPRESSED),
+    data=st.binary(max_size=2000),
+    flips=st.lists(
+        st.tuples(st.integers(min_value=0), st.integers(1, 255)), min_size=1, max_size=3
+    ),
+)
+def test_mangled_payloads_bounded_never_raise_anything_else(
+    codec: CompressionType, data: bytes, flips: list[tuple[int, int]]
+) -> None:
+    payload = bytearray(compress(codec, data * 3))
+    for where, mask in flips:
+        payload[where % len(payload)] ^= mask
+    try:
+        out = decompress_bounded(codec, bytes(payload), 10_000)
+    except InvalidBatchError:
+        return
+    assert isinstance(out, bytes) and len(out) <= 10_000

@@ -148,7 +148,7 @@ def recover_command(ctx: click.Context, dirs: tuple[Path, ...], as_json: bool) -
 def check_command(
     ctx: click.Context, dirs: tuple[Path, ...], as_json: bool, index_interval_bytes: int | None
 ) -> None:
-    """Check log dirs read-only (fsck): every batch CRC, index, time index, transaction index,
+    """Check log dirs read-only (fsck): every batch CRC and its records, index, time index, transaction index,
     producer snapshot and checkpoint. Nothing is modified.
 
     Exit status 0 when healthy, 1 when a problem was found (each is printed with its file,

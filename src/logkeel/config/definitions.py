@@ -15,6 +15,7 @@ from __future__ import annotations
 from logkeel.config.types import (
     INT32_MAX,
     LONG_MAX,
+    AnyOf,
     ConfigDef,
     ConfigKey,
     ConfigType,
@@ -47,7 +48,6 @@ STARTUP_VALIDATION_MODES = ("lazy", "eager")
 
 # Why a Kafka setting is refused unless left at its default (``ConfigKey.unsupported``).
 NOT_ENFORCED = "logkeel does not enforce this network setting"
-NO_RECOMPRESSION = "the broker stores batches as the producer compressed them"
 CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
 
 # authorizer.class.name values that turn ACLs on: Kafka's two and logkeel's own.
@@ -209,8 +209,19 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Final compression of stored batches: producer keeps the producer's codec, uncompressed "
        "stores none, or one of gzip, snappy, lz4, zstd.", OneOf(COMPRESSION_TYPES),
        topic="compression.type",
-       topic_doc="Final compression of this topic's batches (producer = keep the producer's).",
-       unsupported=NO_RECOMPRESSION),
+       topic_doc="Final compression of this topic's batches: producer keeps the producer's "
+       "codec; any other value recompresses batches written with another codec on append "
+       "(offsets, timestamps, producer ids and sequences kept)."),
+    _K("compression.gzip.level", INT, -1,
+       "gzip level of batches the broker recompresses (KIP-390); -1: zlib's default (6).",
+       AnyOf((Range(1, 9), OneOf((-1,)))), topic="compression.gzip.level"),
+    _K("compression.lz4.level", INT, 9,
+       "lz4 level of batches the broker recompresses (KIP-390); as in Kafka, the default uses "
+       "lz4's fast compressor and any other level its high-compression mode.", Range(1, 17),
+       topic="compression.lz4.level"),
+    _K("compression.zstd.level", INT, 3,
+       "zstd level of batches the broker recompresses (KIP-390).", Range(-131072, 22),
+       topic="compression.zstd.level"),
     _K("min.insync.replicas", INT, 1,
        "With acks=all, the fewest in-sync replicas that must have a write for it to succeed; "
        "fewer gives NOT_ENOUGH_REPLICAS.", Range(1), topic="min.insync.replicas"),
@@ -439,7 +450,6 @@ TOPIC_CONFIG_DEF = ConfigDef(derive_topic_keys(BROKER_KEYS))
 # Kafka's topic-level configs that logkeel does not define: a CreateTopics or AlterConfigs that
 # sets one is refused as "not supported yet" rather than as an unknown name.
 KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED = frozenset({
-    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
     "message.downconversion.enable", "message.format.version",

@@ -217,6 +217,22 @@ class EachOneOf:
 
 
 @dataclass(frozen=True, slots=True)
+class AnyOf:
+    """Values any one of ``rules`` accepts (Kafka's gzip level: [1,...,9] or -1)."""
+
+    rules: tuple[Validator, ...]
+
+    def check(self, value: Any) -> str | None:
+        reasons = [rule.check(value) for rule in self.rules]
+        if any(reason is None for reason in reasons):
+            return None
+        return f"must be within {self.describe()}"
+
+    def describe(self) -> str:
+        return " or ".join(rule.describe() for rule in self.rules)
+
+
+@dataclass(frozen=True, slots=True)
 class ConfigKey:
     """One row of a definition table.
 

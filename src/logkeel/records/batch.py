@@ -144,6 +144,7 @@ class BatchHeader(NamedTuple):
 # already a tuple of the right length): headers are made for every batch appended or scanned.
 _new_header = tuple.__new__
 unpack_header = _HEADER.unpack_from  # (buf, pos) -> the 13 header fields, BatchHeader's order
+pack_header = _HEADER.pack  # (*the 13 header fields) -> the 61 header bytes
 
 
 def header_from_fields(fields: tuple[int, ...]) -> BatchHeader:
@@ -163,7 +164,9 @@ def validate_structure(header: BatchHeader, available: int | None = None) -> Non
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise InvalidBatchError("negative lastOffsetDelta or recordsCount")
     if header.attributes & _ATTR_COMPRESSION_MASK > _MAX_CODEC:
-        raise InvalidBatchError(f"unknown compression codec {header.attributes & _ATTR_COMPRESSION_MASK}")
+        raise InvalidBatchError(
+            f"unknown compression codec {header.attributes & _ATTR_COMPRESSION_MASK}"
+        )
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:

@@ -25,13 +25,14 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from .batch import HEADER_SIZE, BatchHeader, InvalidBatchError
-from .record import Record, decode_records, read_header, records_section
+from .record import Record, decode_records, decode_section, read_header, records_section
 
 try:
     from . import _columns as _native  # type: ignore[attr-defined]  # a C extension, no stubs
 except ImportError:  # not built: no compiler or headers at install
     _native = None
 
+Buffer = bytes | bytearray | memoryview
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 _ATTR_COMPRESSION_MASK = 0x07
@@ -88,9 +89,63 @@ class ColumnBuilder(Protocol):
         (a batch walk has), so that it is not parsed again."""
         ...
 
+    def add_records(self, header: BatchHeader, data: Buffer, start: int, end: int) -> int:
+        """Like ``add``, for the records section of the batch ``header`` heads, already at
+        hand (decompressed): ``data[start:end]``. Returns the rows added."""
+        ...
+
     def take(self) -> RecordColumns:
         """The columns of the rows added so far; the builder starts afresh."""
         ...
+
+
+class RecordScan(NamedTuple):
+    """What validating a produced batch needs of its records, without keeping them."""
+
+    min_timestamp: int
+    max_timestamp: int
+    null_keys: int
+    first_null_key: int  # -1 when every key is set
+
+
+def scan_records(header: BatchHeader, data: Buffer, start: int, end: int) -> RecordScan:
+    """The checks of ``ColumnBuilder.add`` on the records section ``data[start:end]`` of the
+    batch ``header`` heads, storing nothing: compiled when built, ``decode_section`` otherwise.
+    InvalidBatchError (the reference decoder's words) when the records do not decode."""
+    attributes = header.attributes
+    append_time = header.max_timestamp if attributes & _ATTR_LOG_APPEND_TIME else None
+    if _native is not None:
+        try:
+            return RecordScan(
+                *_native.scan_records(
+                    data,
+                    start,
+                    end,
+                    header.records_count,
+                    header.base_offset,
+                    header.base_timestamp,
+                    header.last_offset_delta,
+                    append_time,
+                )
+            )
+        except _native.DecodeError:
+            decode_section(header, data, start, end)
+            raise _out_of_range(header) from None
+    records = decode_section(header, data, start, end)
+    stamps = [r.timestamp for r in records]
+    if records and (
+        records[-1].offset > INT64_MAX
+        or append_time is None
+        and (min(stamps) < INT64_MIN or max(stamps) > INT64_MAX)
+    ):
+        raise _out_of_range(header)
+    nulls = [i for i, r in enumerate(records) if r.key is None]
+    return RecordScan(
+        min(stamps, default=INT64_MAX),
+        max(stamps, default=INT64_MIN),
+        len(nulls),
+        nulls[0] if nulls else -1,
+    )
 
 
 def native_available() -> bool:
@@ -139,14 +194,16 @@ class NativeColumnBuilder:
     ) -> BatchHeader:
         if header is None:
             header = read_header(buf, pos, verify_crc=False)
-        attributes = header.attributes
-        if attributes & _ATTR_COMPRESSION_MASK:
+        if header.attributes & _ATTR_COMPRESSION_MASK:
             data = records_section(buf, header, pos)
-            start, end = 0, len(data)
+            self.add_records(header, data, 0, len(data))
         else:
-            data, start, end = buf, pos + HEADER_SIZE, pos + header.size
+            self.add_records(header, buf, pos + HEADER_SIZE, pos + header.size)
+        return header
+
+    def add_records(self, header: BatchHeader, data: Buffer, start: int, end: int) -> int:
         try:
-            self._builder.add(
+            return self._builder.add(
                 data,
                 start,
                 end,
@@ -154,14 +211,13 @@ class NativeColumnBuilder:
                 header.base_offset,
                 header.base_timestamp,
                 header.last_offset_delta,
-                header.max_timestamp if attributes & _ATTR_LOG_APPEND_TIME else None,
+                header.max_timestamp if header.attributes & _ATTR_LOG_APPEND_TIME else None,
             )
         except _native.DecodeError:
             # The reference decoder words the error; it accepts nothing the compiled one
             # refuses except offsets or timestamps beyond int64.
-            decode_records(buf, pos, verify_crc=False)
+            decode_section(header, data, start, end)
             raise _out_of_range(header) from None
-        return header
 
     def take(self) -> RecordColumns:
         rows, batch_index, offsets, timestamps, keys, values, headers = self._builder.take()
@@ -208,6 +264,15 @@ class PyColumnBuilder:
         self, buf: bytes | memoryview, pos: int = 0, header: BatchHeader | None = None
     ) -> BatchHeader:
         header, records = decode_records(buf, pos, verify_crc=False)
+        self._add(header, records)
+        return header
+
+    def add_records(self, header: BatchHeader, data: Buffer, start: int, end: int) -> int:
+        records = decode_section(header, data, start, end)
+        self._add(header, records)
+        return len(records)
+
+    def _add(self, header: BatchHeader, records: list[Record]) -> None:
         # Offsets increase within a batch; timestamps need not.
         if records and (
             records[-1].offset > INT64_MAX
@@ -227,7 +292,6 @@ class PyColumnBuilder:
             + (sum(len(k) + len(v or b"") for k, v in r.headers) if self.with_headers else 0)
             for r in records
         )
-        return header
 
     def take(self) -> RecordColumns:
         records = self._records

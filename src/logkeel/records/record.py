@@ -97,10 +97,12 @@ def decode_records(
     else:
         data = memoryview(buf)
         start, end = pos + HEADER_SIZE, pos + header.size
-    return header, _decode_records(header, data, start, end)
+    return header, decode_section(header, data, start, end)
 
 
-def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> list[Record]:
+def decode_section(header: BatchHeader, data: Buffer, start: int, end: int) -> list[Record]:
+    """The records of the batch ``header`` heads, from its (decompressed) records section
+    ``data[start:end]``."""
     count = header.records_count
     if count * MIN_RECORD_SIZE > end - start:
         raise InvalidBatchError(
@@ -223,9 +225,15 @@ def _decode_records(header: BatchHeader, data: Buffer, start: int, end: int) -> 
             _set_headers(record, headers)
             append(record)
     except IndexError:
-        raise InvalidBatchError(
+        exc = InvalidBatchError(
             f"record {len(records)} of batch at offset {base_offset} runs past the end of the batch"
-        ) from None
+        )
+        exc.record_index = len(records)  # type: ignore[attr-defined]
+        raise exc from None
+    except InvalidBatchError as exc:
+        # Which record broke: the produce path answers it in record_errors.
+        exc.record_index = len(records)  # type: ignore[attr-defined]
+        raise
     if p != end:
         raise InvalidBatchError(
             f"{end - p} bytes left after the {count} records of batch at offset {base_offset}"

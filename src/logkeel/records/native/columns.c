@@ -229,9 +229,11 @@ static int valid_utf8(const uint8_t *s, Py_ssize_t n) {
 }
 
 /* 0: decoded; -1: a Python error is set (memory); -2: the batch does not decode. */
+/* `self` NULL: check only (scan_records), nothing stored; the record's timestamp and whether
+ * its key is null are reported through `ts_out` and `null_key_out` either way. */
 static int decode_one(Builder *self, Cursor *c, int64_t base_offset, int64_t base_ts,
                       Py_ssize_t last_delta, int has_append_time, int64_t append_time,
-                      int64_t *prev_delta) {
+                      int64_t *prev_delta, int64_t *ts_out, int *null_key_out) {
     int64_t length, ts_delta, offset_delta, n;
     if (read_varint(c, 5, 32, &length) < 0)
         return -2;
@@ -295,7 +297,7 @@ static int decode_one(Builder *self, Cursor *c, int64_t base_offset, int64_t bas
             } else {
                 n = -1;
             }
-            if (self->with_headers && (bincol_add(&self->hkeys, hkey, (Py_ssize_t)hkey_len) < 0 ||
+            if (self && self->with_headers && (bincol_add(&self->hkeys, hkey, (Py_ssize_t)hkey_len) < 0 ||
                                        bincol_add(&self->hvalues, hvalue, (Py_ssize_t)n) < 0))
                 return -1;
         }
@@ -310,6 +312,10 @@ static int decode_one(Builder *self, Cursor *c, int64_t base_offset, int64_t bas
         ts = append_time;
     else if (__builtin_add_overflow(base_ts, ts_delta, &ts))
         return -2;
+    *ts_out = ts;
+    *null_key_out = key == NULL;
+    if (self == NULL)
+        return 0;
 
     if (put_i64(&self->offsets, offset) < 0 || put_i64(&self->timestamps, ts) < 0 ||
         put_i32(&self->batch_index, self->batches) < 0 ||
@@ -362,10 +368,11 @@ static PyObject *Builder_add(Builder *self, PyObject *args) {
     if (count * MIN_RECORD_SIZE > end - start) {
         rc = -2;
     } else {
-        int64_t prev_delta = -1;
+        int64_t prev_delta = -1, ts;
+        int null_key;
         for (Py_ssize_t i = 0; i < count && rc == 0; i++)
             rc = decode_one(self, &c, base_offset, base_ts, last_delta, has_append_time,
-                            append_time, &prev_delta);
+                            append_time, &prev_delta, &ts, &null_key);
         if (rc == 0 && c.p != end)
             rc = -2;
     }
@@ -493,9 +500,72 @@ static PyTypeObject BuilderType = {
     .tp_getset = Builder_getset,
 };
 
+/* scan_records(data, start, end, count, base_offset, base_ts, last_delta, append_time or None)
+ * -> (min timestamp, max timestamp, null keys, index of the first null key or -1): the checks
+ * of Builder.add without storing anything (a produced batch's validation). */
+static PyObject *scan_records(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, count, last_delta;
+    long long base_offset, base_ts;
+    PyObject *append_obj;
+    if (!PyArg_ParseTuple(args, "y*nnnLLnO", &view, &start, &end, &count, &base_offset, &base_ts,
+                          &last_delta, &append_obj))
+        return NULL;
+    int has_append_time = append_obj != Py_None;
+    int64_t append_time = 0;
+    if (has_append_time) {
+        append_time = PyLong_AsLongLong(append_obj);
+        if (append_time == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start/end outside the buffer");
+        return NULL;
+    }
+    Cursor c = {(const uint8_t *)view.buf, start, end};
+    int rc = 0;
+    int64_t min_ts = INT64_MAX, max_ts = INT64_MIN, prev_delta = -1, ts;
+    Py_ssize_t null_keys = 0, first_null = -1;
+    int null_key;
+    if (count * MIN_RECORD_SIZE > end - start) {
+        rc = -2;
+    } else {
+        for (Py_ssize_t i = 0; i < count && rc == 0; i++) {
+            rc = decode_one(NULL, &c, base_offset, base_ts, last_delta, has_append_time,
+                            append_time, &prev_delta, &ts, &null_key);
+            if (rc == 0) {
+                if (ts < min_ts)
+                    min_ts = ts;
+                if (ts > max_ts)
+                    max_ts = ts;
+                if (null_key && null_keys++ == 0)
+                    first_null = i;
+            }
+        }
+        if (rc == 0 && c.p != end)
+            rc = -2;
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0) {
+        PyErr_SetString(DecodeError, "records do not decode");
+        return NULL;
+    }
+    return Py_BuildValue("LLnn", (long long)min_ts, (long long)max_ts, null_keys, first_null);
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan_records", scan_records, METH_VARARGS,
+     "check a records section without storing it: (min ts, max ts, null keys, first null key)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "logkeel.records._columns",
-    "Compiled record decoder into column buffers (see logkeel.records.columns).", -1, NULL,
+    "Compiled record decoder into column buffers (see logkeel.records.columns).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__columns(void) {

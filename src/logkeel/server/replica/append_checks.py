@@ -1,5 +1,7 @@
-"""What a leader refuses before an append reaches the log: the refusal, and Kafka's
-LogValidator checks of client batches beyond structure and CRC (the log checks those)."""
+"""What a leader refuses or rewrites before a client's append reaches the log: Kafka's
+LogValidator checks of every batch (``records/validator.py``) and the topic's
+``compression.type`` (a batch written with another codec is recompressed, ``maxTimestamp``
+corrected as Kafka does), before the log lock is taken."""
 
 from __future__ import annotations
 
@@ -7,48 +9,95 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.records.batch import NO_TIMESTAMP, InvalidBatchError
-from logkeel.records.walk import iter_headers
+from logkeel.records.batch import HEADER_SIZE, NO_TIMESTAMP
+from logkeel.records.recompress import rebuild_batch
+from logkeel.records.validator import (
+    CORRUPT,
+    INVALID_RECORD,
+    INVALID_TIMESTAMP,
+    MAX_DECOMPRESSED_BYTES,
+    TOO_LARGE,
+    BatchRefusal,
+    RecordError,
+    check_client_batch,
+)
+from logkeel.records.walk import BatchPosition
 from logkeel.server.replica.topic_settings import TopicSettings
+from logkeel.storage.engine.produce_batches import parse_batches
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["AppendRejected", "check_client_batches"]
+__all__ = ["AppendRejected", "prepare_client_batches"]
+
+Buffer = bytes | bytearray | memoryview
+
+_CODES = {
+    CORRUPT: ErrorCode.corrupt_message,
+    INVALID_RECORD: ErrorCode.invalid_record,
+    INVALID_TIMESTAMP: ErrorCode.invalid_timestamp,
+    TOO_LARGE: ErrorCode.message_too_large,
+}
+_LOG_APPEND_TIME = 0x08
 
 
 class AppendRejected(Exception):
-    """An append refused before it reached the log; ``code`` is the partition's answer."""
+    """An append refused before it reached the log; ``code`` is the partition's answer,
+    ``record_errors`` the records it names (Produce's record_errors)."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, record_errors: tuple[RecordError, ...] = ()
+    ) -> None:
         self.code = code
+        self.record_errors = record_errors
         super().__init__(message)
 
 
-def check_client_batches(
-    records: bytes | bytearray | memoryview, settings: TopicSettings, tp: TopicPartition
-) -> None:
-    """No control batches from clients, and CreateTime timestamps within the topic's bounds;
-    raises ``AppendRejected``."""
-    before = settings.timestamp_before_max_ms
-    after = settings.timestamp_after_max_ms
+def prepare_client_batches(
+    records: Buffer, settings: TopicSettings, tp: TopicPartition, max_batch_bytes: int
+) -> tuple[Buffer, list[BatchPosition]]:
+    """The batches of a client's records, each validated; the records as they are to be
+    written (rewritten only when a batch is recompressed or its maxTimestamp corrected).
+
+    Raises ``AppendRejected`` for a refused batch, the log's CORRUPT_MESSAGE and
+    MESSAGE_TOO_LARGE errors for one that is not framed, fails its CRC or is too large."""
+    batches = parse_batches(records, max_batch_bytes)
     now = int(time.time() * 1000)
-    try:
-        for _, header in iter_headers(records):
-            if header.is_control:
-                raise AppendRejected(
-                    ErrorCode.invalid_record, "clients may not write control batches"
+    rules = settings.rules
+    codec = settings.codec
+    parts: list[Buffer] | None = None
+    view = memoryview(records)
+    # A topic that allows huge batches gets room for their records once decompressed.
+    limit = max(MAX_DECOMPRESSED_BYTES, 4 * max_batch_bytes)
+    for i, (pos, header) in enumerate(batches):
+        checked = check_client_batch(records, pos, header, rules, now, limit)
+        if type(checked) is BatchRefusal:
+            raise AppendRejected(
+                _CODES[checked.kind], f"{tp}: {checked.message}", checked.record_errors
+            )
+        # Kafka keeps a CreateTime batch's maxTimestamp true to its records.
+        max_ts = checked.max_timestamp  # type: ignore[union-attr]
+        fix_max = (
+            not settings.log_append_time
+            and not header.attributes & _LOG_APPEND_TIME
+            and max_ts != NO_TIMESTAMP
+            and max_ts != header.max_timestamp
+        )
+        if fix_max or codec is not None and codec != header.compression:
+            if parts is None:
+                parts = [view[p : p + h.size] for p, h in batches[:i]]
+            parts.append(
+                rebuild_batch(
+                    header,
+                    checked.section,  # type: ignore[union-attr]
+                    header.compression if codec is None else codec,
+                    level=settings.level,
+                    max_timestamp=max_ts if fix_max else None,
+                    stored=view[pos + HEADER_SIZE : pos + header.size],
                 )
-            if settings.log_append_time or header.records_count == 0:
-                continue
-            for ts in (header.base_timestamp, header.max_timestamp):
-                if ts == NO_TIMESTAMP:
-                    continue
-                if (before is not None and now - ts > before) or (
-                    after is not None and ts - now > after
-                ):
-                    raise AppendRejected(
-                        ErrorCode.invalid_timestamp,
-                        f"timestamp {ts} of a batch for {tp} is out of the range allowed "
-                        "by message.timestamp.before.max.ms/after.max.ms",
-                    )
-    except InvalidBatchError:
-        return  # the log's own parse reports it as CORRUPT_MESSAGE
+            )
+        elif parts is not None:
+            parts.append(view[pos : pos + header.size])
+    if parts is None:
+        return records, batches
+    rewritten = b"".join(parts)
+    # A batch recompressed larger than the topic allows is refused, as Kafka does.
+    return rewritten, parse_batches(rewritten, max_batch_bytes)

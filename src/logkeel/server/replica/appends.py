@@ -37,6 +37,16 @@ __all__ = ["Appends", "storage_error_code"]
 
 log = logging.getLogger(__name__)
 
+# Refusals of a client's records (not of the partition's state): logged like the log's own.
+_REFUSED_RECORDS = frozenset(
+    {
+        ErrorCode.corrupt_message,
+        ErrorCode.invalid_record,
+        ErrorCode.invalid_timestamp,
+        ErrorCode.message_too_large,
+    }
+)
+
 # Storage exceptions that are not in logkeel.server.errors' table (transactions).
 _EXTRA_ERROR_CODES: dict[type[BaseException], ErrorCode] = {
     InvalidTxnStateError: ErrorCode.invalid_txn_state,
@@ -175,7 +185,13 @@ class Appends:
             self._path.storage_failed(p, outcome)
             return PartitionAppendResult(ErrorCode.kafka_storage_error, error_message=str(outcome))
         if isinstance(outcome, AppendRejected):
-            return PartitionAppendResult(outcome.code, error_message=str(outcome))
+            if outcome.code in _REFUSED_RECORDS:
+                log.info(
+                    "append to %s rejected with %s: %s", tp, outcome.code.name.upper(), outcome
+                )
+            return PartitionAppendResult(
+                outcome.code, error_message=str(outcome), record_errors=outcome.record_errors
+            )
         if isinstance(outcome, storage_errors.StorageError | InvalidBatchError):
             code = storage_error_code(outcome)
             if code == ErrorCode.unknown_server_error and isinstance(outcome, InvalidBatchError):

@@ -21,7 +21,7 @@ from logkeel.cluster import isr as isr_rules
 from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
-from logkeel.server.replica.append_checks import AppendRejected, check_client_batches
+from logkeel.server.replica.append_checks import AppendRejected, prepare_client_batches
 from logkeel.server.replica.append_turns import AppendTurns
 from logkeel.server.replica.context import IsrChangeRequested
 from logkeel.server.replica.follower_tracking import FollowerTracking
@@ -182,13 +182,20 @@ class Partition:
         plog = self.log
         if plog is None:
             raise AppendRejected(ErrorCode.kafka_storage_error, f"{self.tp} is offline")
+        batches = None
         if origin_is_client:
-            check_client_batches(records, self.settings, self.tp)
+            # Outside the log's lock: decompressing, checking and recompressing take CPU time.
+            records, batches = prepare_client_batches(
+                records, self.settings, self.tp, plog.config.max_message_bytes
+            )
         with plog.lock:
             if self.log is not plog or not self.is_leader:
                 raise AppendRejected(ErrorCode.not_leader_or_follower, f"{self.tp} changed state")
             info = plog.append_as_leader(
-                records, max(self.leader_epoch, 0), origin_is_client=origin_is_client
+                records,
+                max(self.leader_epoch, 0),
+                origin_is_client=origin_is_client,
+                batches=batches,
             )
             self.maybe_increment_high_watermark()
         return info

@@ -4,6 +4,7 @@ fetch also tells the leader's ``FollowerTracking`` and may move the high waterma
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -26,6 +27,8 @@ from logkeel.storage import errors as storage_errors
 from logkeel.storage.engine.log_results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 __all__ = ["offset_for_timestamp", "read"]
+
+log = logging.getLogger(__name__)
 
 
 def read(
@@ -145,7 +148,11 @@ def offset_for_timestamp(
         timestamp = EARLIEST_TIMESTAMP
     if timestamp < MAX_TIMESTAMP:
         return ListOffsetResult(ErrorCode.invalid_request)
-    found = plog.fetch_offset_by_timestamp(timestamp)
+    try:
+        found = plog.fetch_offset_by_timestamp(timestamp)
+    except storage_errors.CorruptRecordError as exc:
+        log.warning("%s: ListOffsets for timestamp %d: %s", p.tp, timestamp, exc)
+        return ListOffsetResult(ErrorCode.corrupt_message)
     if found is None:
         return ListOffsetResult(ErrorCode.none)
     if (

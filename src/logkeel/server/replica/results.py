@@ -52,6 +52,8 @@ class PartitionAppendResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # (batch_index, message) of the records a refused batch was refused for (Produce v8+).
+    record_errors: tuple[tuple[int, str], ...] = ()
     duplicate: bool = False
     # For NOT_LEADER_OR_FOLLOWER: who leads now, if known (Produce v10+ current_leader).
     leader_id: int = -1

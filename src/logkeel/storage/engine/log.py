@@ -17,11 +17,13 @@ from logkeel.records.batch import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     BatchHeader,
+    InvalidBatchError,
     header_from_fields,
     set_base_offset,
     set_partition_leader_epoch,
 )
-from logkeel.records.record import decode_records
+from logkeel.records.record import Record, decode_records
+from logkeel.records.walk import BatchPosition
 from logkeel.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
 from logkeel.storage.engine.leader_epoch import LeaderEpochFileCache
 from logkeel.storage.engine.log_config import LogConfig
@@ -139,10 +141,17 @@ class PartitionLog:
 
     # -- appends -----------------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, *, origin_is_client: bool = True
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        origin_is_client: bool = True,
+        batches: list[BatchPosition] | None = None,
     ) -> AppendInfo:
-        """Validates, deduplicates and appends a producer's batches, assigning their offsets."""
-        batches = parse_batches(records, self.config.max_message_bytes)
+        """Validates, deduplicates and appends a producer's batches, assigning their offsets.
+        ``batches``: ``parse_batches`` of ``records``, when the caller has it already."""
+        if batches is None:
+            batches = parse_batches(records, self.config.max_message_bytes)
         with self.lock:
             view = memoryview(records)
             # (one batch per request is the usual case: no generator for it)
@@ -367,7 +376,7 @@ class PartitionLog:
             found = best.find_position(best.offset_of_max_timestamp)
             if found is None:
                 return None
-            _, records = decode_records(best.log.read(found.position, found.header.size))
+            records = _records_of(best, found)
             rec = next(r for r in records if r.timestamp == best.max_timestamp)
             epoch = self.leader_epochs.epoch_for_offset(rec.offset)
             return TimestampAndOffset(rec.timestamp, rec.offset, _epoch(epoch))
@@ -380,8 +389,7 @@ class PartitionLog:
             found = segment.find_position(hit[0])
             if found is None:
                 continue
-            _, records = decode_records(segment.log.read(found.position, found.header.size))
-            for rec in records:
+            for rec in _records_of(segment, found):
                 if rec.timestamp >= timestamp and rec.offset >= self.log_start_offset:
                     epoch = self.leader_epochs.epoch_for_offset(rec.offset)
                     return TimestampAndOffset(rec.timestamp, rec.offset, _epoch(epoch))
@@ -633,6 +641,18 @@ class PartitionLog:
                 segment.delete()
             self._segments = []
             self._bases = []
+
+
+def _records_of(segment: LogSegment, found: BatchPosition) -> list[Record]:
+    """The records of a batch a timestamp lookup landed on. One that does not decode (written
+    unchecked by an older version) fails this lookup alone, with the offsets it holds."""
+    header = found.header
+    try:
+        return decode_records(segment.log.read(found.position, header.size))[1]
+    except InvalidBatchError as exc:
+        raise CorruptRecordError(
+            f"the batch at offsets {header.base_offset}..{header.last_offset} does not decode: {exc}"
+        ) from None
 
 
 def _epoch(epoch: int | None) -> int:

@@ -5,6 +5,7 @@ or crashed broker (a live broker's active segments may show a partial tail). It 
 
 - every batch of every segment (structure, CRC-32C, offsets rising and below the next
   segment's base offset) and that nothing follows the last valid batch;
+- the records of every batch (decompressed, their framing and count), as a produce is checked;
 - every `.index`, `.timeindex` and `.txnindex` against the batches (the same rules the
   loader's validation uses, see logkeel.storage.engine.validation), and missing indexes;
 - every producer snapshot (format and CRC) and the leader-epoch checkpoint;
@@ -21,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from logkeel.records.validator import records_problem
+from logkeel.records.walk import BatchWindow, complete_batches
 from logkeel.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -258,6 +261,27 @@ def _check_partition(
     return log_end
 
 
+def _record_problems(fd: int, valid_end: int, path: Path) -> list[Problem]:
+    """Batches whose framing and CRC hold but whose records do not decode (a payload that does
+    not decompress, broken record framing, a wrong record count): written by a broker that did
+    not validate what clients sent. A reader of such a batch fails; the rest of the log serves."""
+    window = BatchWindow(pread=lambda pos, n: os.pread(fd, n, pos), size=valid_end)
+    problems = []
+    for pos, header in complete_batches(window):
+        problem = records_problem(window.bytes_of(pos, header.size), 0, header)
+        if problem is not None:
+            problems.append(
+                Problem(
+                    str(path),
+                    f"records of the batch at offsets {header.base_offset}..{header.last_offset} "
+                    f"do not decode: {problem}",
+                    offset=header.base_offset,
+                    position=pos,
+                )
+            )
+    return problems
+
+
 def _check_segment(
     part: Path,
     base: int,
@@ -281,6 +305,7 @@ def _check_segment(
             throttle=progress,
             where=(part.parent, str(path)),
         )
+        report.problems += _record_problems(fd, scan.valid_end, path)
     finally:
         os.close(fd)
     report.batches += scan.batches
