@@ -203,7 +203,7 @@ class NativeColumnBuilder:
 
     def add_records(self, header: BatchHeader, data: Buffer, start: int, end: int) -> int:
         try:
-            return self._builder.add(
+            added: int = self._builder.add(
                 data,
                 start,
                 end,
@@ -213,6 +213,7 @@ class NativeColumnBuilder:
                 header.last_offset_delta,
                 header.max_timestamp if header.attributes & _ATTR_LOG_APPEND_TIME else None,
             )
+            return added
         except _native.DecodeError:
             # The reference decoder words the error; it accepts nothing the compiled one
             # refuses except offsets or timestamps beyond int64.

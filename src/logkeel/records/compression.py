@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import cramjam
 import lz4.frame
@@ -191,7 +193,12 @@ def decompress_bounded(codec: CompressionType | int, data: Buffer, limit: int) -
     return out
 
 
-def _bounded_members(data: Buffer, limit: int, new, step) -> bytes:
+def _bounded_members(
+    data: Buffer,
+    limit: int,
+    new: Callable[[], Any],
+    step: Callable[[Any, bytes, int], bytes],
+) -> bytes:
     """Concatenated gzip members or lz4 frames, each decompressed with ``step(decompressor,
     input, max_length)`` until ``limit`` is passed."""
     parts: list[bytes] = []
