@@ -268,6 +268,15 @@ class BrokerConfig(TypedConfig):
             values, ("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)
         )
 
+        queued, request_max = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
+        if 0 < queued < request_max and ok("queued.max.request.bytes", "socket.request.max.bytes"):
+            problems.append(
+                ConfigProblem(
+                    "queued.max.request.bytes",
+                    str(queued),
+                    f"must be -1, 0 or at least socket.request.max.bytes ({request_max})",
+                )
+            )
         problems.extend(self._derive_listeners(values))
         return problems
 
@@ -340,7 +349,10 @@ class BrokerConfig(TypedConfig):
     def _derive_inter_broker(self, values: dict[str, Any]) -> list[ConfigProblem]:
         names = [listener.name for listener in self._listeners]
         self._inter_broker_listener = names[0] if names else "PLAINTEXT"
-        by_name, by_protocol = values["inter.broker.listener.name"], "security.inter.broker.protocol"
+        by_name, by_protocol = (
+            values["inter.broker.listener.name"],
+            "security.inter.broker.protocol",
+        )
         if by_name is not None and self.is_set(by_protocol):
             return [
                 ConfigProblem(

@@ -188,6 +188,17 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("queued.max.requests", INT, 500,
        "Requests that may wait for processing before the network stops reading.", Range(1),
        unsupported=NOT_ENFORCED),
+    _K("queued.max.request.bytes", LONG, 536870912,
+       "The number of queued bytes allowed before no more requests are read: the bytes of "
+       "requests being received, queued or handled, on all listeners together; a connection "
+       "stops reading while they are spent. -1 or 0: unbounded. Must be at least "
+       "socket.request.max.bytes when bounded. logkeel: 512 MiB by default (Kafka's default "
+       "is -1) so that request memory is bounded out of the box; receive buffers grow with the "
+       "bytes that arrive, so this bounds what clients send, not what they declare.",
+       Range(-1)),
+    _K("sasl.server.max.receive.size", INT, 524288,
+       "Largest frame read on a SASL listener before a successful login; a larger one closes "
+       "the connection.", Range(1)),
     _K("max.connections", INT, INT32_MAX, "Most connections the broker accepts.", Range(0),
        unsupported=NOT_ENFORCED),
     _K("max.connections.per.ip", INT, INT32_MAX, "Most connections from one IP.", Range(0),

@@ -10,7 +10,11 @@ to one partition still run in the order they were handed over (the IO side keeps
 partition), and every response still waits for the one before it to be sent, so clients see
 responses in request order. Any other request waits until everything before it is answered.
 Bytes keep being read and split into frames while requests are in flight; reading pauses once
-too many frames are queued.
+too many frames are queued, and while the broker-wide budget of request bytes
+(``queued.max.request.bytes``, ``RequestMemory``) refuses the memory a frame being received
+needs, or is spent while this connection holds requests of its own (a connection holding none
+may always read one small frame, so no client is starved by others' large ones). Before a
+successful SASL login, frames are limited to ``sasl.server.max.receive.size``.
 
 A bad frame, an unknown API, an unsupported version or an exception in a handler affects only
 its own connection: it is logged with the peer and request, and that connection is closed after
@@ -33,6 +37,7 @@ from typing import Any, Protocol, cast
 from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
 from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
 from logkeel.server.network.framing import SIZE_PREFIX, Frame, FrameDecoder, FramingError
+from logkeel.server.network.request_memory import RequestMemory
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.zero_copy import send_parts
 from logkeel.server.protocol import (
@@ -96,6 +101,8 @@ class ConnectionOwner(Protocol):
     listener: str
     security: ListenerSecurity
     max_request_bytes: int
+    sasl_max_receive_bytes: int
+    memory: RequestMemory
 
     def connection_made(self, conn: Connection) -> None: ...
 
@@ -111,9 +118,11 @@ class Connection(asyncio.BufferedProtocol):
         self._owner = owner
         self._index = index
         self._transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(owner.max_request_bytes)
+        self._decoder = FrameDecoder(owner.max_request_bytes, owner.memory)
         self._frames: collections.deque[tuple[Frame, float]] = collections.deque()
         self._queued_bytes = 0
+        self._held = 0  # bytes of this connection's frames reserved in owner.memory
+        self._waiting_memory = False
         self._waiter: asyncio.Future[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
@@ -148,6 +157,7 @@ class Connection(asyncio.BufferedProtocol):
             self.session = self._owner.security.new_session(
                 self._owner.listener, transport.get_extra_info("peercert")
             )
+            self._set_frame_limit()
             if self.session.principal != ANONYMOUS:
                 log.info(
                     "connection %s: TLS client certificate principal %s",
@@ -186,11 +196,8 @@ class Connection(asyncio.BufferedProtocol):
         for frame in frames:
             self._frames.append((frame, self._last_active))
             self._queued_bytes += len(frame)
-        if (
-            len(self._frames) >= _MAX_QUEUED_FRAMES or self._queued_bytes >= _MAX_QUEUED_BYTES
-        ) and not self._reading_paused:
-            self._reading_paused = True
-            self._pause_reading()
+            self._held += len(frame)
+        self._update_reading()
         self._wake()
 
     def eof_received(self) -> bool:
@@ -203,6 +210,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self._free_memory()
         self._wake()
         self._wake_drain()
         self._owner.connection_done(self)
@@ -283,6 +291,7 @@ class Connection(asyncio.BufferedProtocol):
                     await task
             if self._transport is not None and not self._lost:
                 self._transport.close()
+            self._free_memory()
 
     async def _serve_counted(
         self,
@@ -298,6 +307,10 @@ class Connection(asyncio.BufferedProtocol):
             self._in_flight -= 1
             self._last_active = time.monotonic()
             _settle(released)
+            self._held -= len(frame)
+            self._owner.memory.release(len(frame))
+            self._set_frame_limit()
+            self._update_reading()
 
     async def _next_frame(self) -> tuple[Frame, float] | None:
         while True:
@@ -306,14 +319,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._frames:
                 frame, arrived = self._frames.popleft()
                 self._queued_bytes -= len(frame)
-                if (
-                    self._reading_paused
-                    and not self._closing
-                    and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
-                    and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
-                ):
-                    self._reading_paused = False
-                    self._resume_reading()
+                self._update_reading()
                 return frame, arrived
             if self._closing or self._eof:
                 return None
@@ -635,6 +641,73 @@ class Connection(asyncio.BufferedProtocol):
                 await self._drain_waiter
             finally:
                 self._drain_waiter = None
+
+    def _set_frame_limit(self) -> None:
+        """Kafka reads at most sasl.server.max.receive.size per frame until a SASL login has
+        succeeded on a SASL listener (a client that has not proven anything cannot make the
+        broker buffer 100 MB)."""
+        if self.session.authenticated:
+            self._decoder.set_limit(self._owner.max_request_bytes, "socket.request.max.bytes")
+        else:
+            self._decoder.set_limit(
+                min(self._owner.sasl_max_receive_bytes, self._owner.max_request_bytes),
+                "sasl.server.max.receive.size",
+            )
+
+    def _update_reading(self) -> None:
+        """Pauses or resumes reading for the queue of this connection and the broker's request
+        memory (see the module's docstring); paused for memory, it waits to be called back."""
+        if self._closing or self._lost:
+            return
+        memory = self._owner.memory
+        wants_memory = self._decoder.blocked or (memory.exhausted and self._held > 0)
+        if self._reading_paused:
+            if (
+                not wants_memory
+                and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
+                and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
+            ):
+                self._reading_paused = False
+                self._resume_reading()
+        elif (
+            wants_memory
+            or len(self._frames) >= _MAX_QUEUED_FRAMES
+            or self._queued_bytes >= _MAX_QUEUED_BYTES
+        ):
+            self._reading_paused = True
+            self._pause_reading()
+            if wants_memory:
+                log.debug(
+                    "connection %s: reading paused, queued.max.request.bytes spent (%d of %d)",
+                    self.connection_id,
+                    memory.used,
+                    memory.limit,
+                )
+        if wants_memory and not self._waiting_memory:
+            self._waiting_memory = True
+            memory.wait(self._memory_freed)
+
+    def _memory_freed(self) -> None:
+        self._waiting_memory = False
+        if self._closing or self._lost:
+            return
+        if self._decoder.blocked:
+            self._decoder.retry_memory()
+        self._update_reading()
+
+    def _free_memory(self) -> None:
+        """Gives back the memory of the frame being received and of the queued ones (a frame
+        being served gives its own back when done)."""
+        memory = self._owner.memory
+        if self._waiting_memory:
+            self._waiting_memory = False
+            memory.cancel(self._memory_freed)
+        self._decoder.close()
+        queued = sum(len(frame) for frame, _ in self._frames)
+        self._frames.clear()
+        self._queued_bytes = 0
+        self._held -= queued
+        memory.release(queued)
 
     def _stop_reading(self) -> None:
         if self._closing:

@@ -12,6 +12,7 @@ from logkeel.config import BrokerConfig
 from logkeel.config.listeners import Listener
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Observer
+from logkeel.server.network.request_memory import RequestMemory
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.server import Server
 from logkeel.server.network.tls import CertificateReloader
@@ -38,6 +39,8 @@ class ListenerSet:
         security_of: Callable[[str], ListenerSecurity],
     ) -> None:
         self.listeners = config.listeners
+        # One budget for the requests of every listener, as Kafka's one memory pool.
+        self.memory = RequestMemory(config.queued_max_request_bytes)
         self.servers = [
             Server(
                 registry,
@@ -48,6 +51,10 @@ class ListenerSet:
                 connections_max_idle_ms=config.connections_max_idle_ms,
                 backlog=config.socket_listen_backlog_size,
                 security=security_of(listener.name),
+                sasl_max_receive_bytes=config.listener_value(
+                    listener.name, "sasl.server.max.receive.size"
+                ),
+                memory=self.memory,
             )
             for listener in self.listeners
         ]

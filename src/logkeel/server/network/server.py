@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterable
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Connection, Observer, RequestRecord
 from logkeel.server.network.framing import DEFAULT_MAX_REQUEST_BYTES
+from logkeel.server.network.request_memory import RequestMemory
 from logkeel.server.network.security import PLAINTEXT, ListenerSecurity
 
 __all__ = [
     "DEFAULT_CONNECTIONS_MAX_IDLE_MS",
+    "DEFAULT_SASL_MAX_RECEIVE_BYTES",
     "Server",
     "preferred_loop_factory",
 ]
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # Kafka's connections.max.idle.ms default.
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
+# Kafka's sasl.server.max.receive.size default.
+DEFAULT_SASL_MAX_RECEIVE_BYTES = 524_288
 # Kafka's socket.listen.backlog.size default.
 DEFAULT_LISTEN_BACKLOG = 50
 # A client that opens a TLS connection and says nothing is dropped after this many seconds.
@@ -41,7 +45,10 @@ class Server:
 
     ``port=0`` binds an ephemeral port; read it from ``port`` after ``start()``. Settings are
     Kafka's: ``max_request_bytes`` is socket.request.max.bytes, ``connections_max_idle_ms``
-    connections.max.idle.ms (0 disables the check), ``backlog`` socket.listen.backlog.size.
+    connections.max.idle.ms (0 disables the check), ``backlog`` socket.listen.backlog.size,
+    ``sasl_max_receive_bytes`` sasl.server.max.receive.size (frames before a SASL login);
+    ``memory`` is the broker-wide budget of request bytes (queued.max.request.bytes), shared
+    by every listener of a broker.
     ``observers`` are called with a ``RequestRecord`` after every request (metrics hook them).
     ``security`` says whether connections speak TLS and must authenticate with SASL first.
     """
@@ -58,6 +65,8 @@ class Server:
         backlog: int = DEFAULT_LISTEN_BACKLOG,
         observers: Iterable[Observer] = (),
         security: ListenerSecurity = PLAINTEXT,
+        sasl_max_receive_bytes: int = DEFAULT_SASL_MAX_RECEIVE_BYTES,
+        memory: RequestMemory | None = None,
     ) -> None:
         self.registry = registry
         self.host = host
@@ -65,6 +74,8 @@ class Server:
         self.listener = listener
         self.security = security
         self.max_request_bytes = max_request_bytes
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes
+        self.memory = memory if memory is not None else RequestMemory()
         self.connections_max_idle_ms = connections_max_idle_ms
         self._backlog = backlog
         self._observers: list[Observer] = list(observers)
