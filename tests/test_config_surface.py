@@ -40,8 +40,6 @@ REJECTED_UNLESS_DEFAULT = {
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "queued.max.requests",
-    "max.connections",
-    "max.connections.per.ip",
     "compression.type",
     "log.cleaner.enable",
 }
@@ -55,6 +53,7 @@ READ_THROUGH = {
     "listener.security.protocol.map": "listeners",
     "inter.broker.listener.name": "inter.broker.listener",
     "security.inter.broker.protocol": "inter.broker.listener",
+    "max.connections.per.ip.overrides": "per.ip.connection.limits",
 }
 
 

@@ -162,6 +162,11 @@ class BrokerConfig(TypedConfig):
         return dict(self._protocol_map)
 
     @property
+    def per_ip_connection_limits(self) -> dict[str, int]:
+        """``max.connections.per.ip.overrides`` parsed: host name or IP -> limit."""
+        return dict(self._per_ip_overrides)
+
+    @property
     def inter_broker_listener(self) -> str:
         """The listener other brokers are reached on: ``inter.broker.listener.name``, else
         the one named after ``security.inter.broker.protocol`` if that was set, else the
@@ -275,6 +280,28 @@ class BrokerConfig(TypedConfig):
                     "queued.max.request.bytes",
                     str(queued),
                     f"must be -1, 0 or at least socket.request.max.bytes ({request_max})",
+                )
+            )
+        self._per_ip_overrides: dict[str, int] = {}
+        overrides = values["max.connections.per.ip.overrides"]
+        for entry in filter(None, (e.strip() for e in overrides.split(","))):
+            host, sep, count = entry.rpartition(":")
+            if not sep or not host or not count.strip().isdigit():
+                problems.append(
+                    ConfigProblem(
+                        "max.connections.per.ip.overrides",
+                        overrides,
+                        f"{entry!r} is not host:count",
+                    )
+                )
+                continue
+            self._per_ip_overrides[host.strip().strip("[]")] = int(count)
+        if values["max.connections.per.ip"] == 0 and not overrides.strip():
+            problems.append(
+                ConfigProblem(
+                    "max.connections.per.ip",
+                    "0",
+                    "0 is only allowed with max.connections.per.ip.overrides",
                 )
             )
         problems.extend(self._derive_listeners(values))

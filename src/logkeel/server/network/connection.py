@@ -133,6 +133,7 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = 0  # requests being served (more than one only for pipelined Produce)
         self._last_active = time.monotonic()
         self.task: asyncio.Task[None] | None = None
+        self.admitted = False  # by the connection limits: served from now on
         self.peer: tuple[str, int] = ("", 0)
         self.peer_text = "?"
         self.connection_id = f"?-?-{index}"
@@ -164,10 +165,12 @@ class Connection(asyncio.BufferedProtocol):
                     self.connection_id,
                     self.session.principal,
                 )
+            # Connection limits: the owner calls start() now or once there is room, or
+            # refuse() (see connection_quotas).
             self._owner.connection_made(self)
-            self.task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"logkeel-connection-{self.connection_id}"
-            )
+            if not self.admitted and not self._closing:
+                self._reading_paused = True
+                self._pause_reading()
         except Exception:
             log.exception("cannot set up connection %s; closing it", self.connection_id)
             self._lost = True
@@ -225,8 +228,30 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- control from the server --------------------------------------------------------------
 
+    def start(self) -> None:
+        """Serves the connection (the connection limits let it in)."""
+        self.admitted = True
+        if self._lost:
+            return
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"logkeel-connection-{self.connection_id}"
+        )
+        if self._reading_paused:
+            self._reading_paused = False
+            self._resume_reading()
+
+    def refuse(self, reason: str) -> None:
+        """Closes a connection the connection limits do not let in."""
+        log.info("closing connection %s from %s: %s", self.connection_id, self.peer_text, reason)
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
     def finish_and_close(self) -> None:
         """Takes no more requests; answers the queued ones, then closes (graceful stop)."""
+        if not self.admitted:  # waiting for a slot: nothing to answer
+            self.abort()
+            return
         self._stop_reading()
         self._wake()
 
