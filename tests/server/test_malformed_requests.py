@@ -195,3 +195,26 @@ def test_write_txn_markers_without_a_producer_id_is_answered_per_partition(
 
 def test_the_broker_still_serves(broker: LogkeelBroker) -> None:
     assert supported_versions(broker.port)[ApiKey.PRODUCE] >= 9
+
+
+def test_metadata_v11_with_a_null_topic_name_is_answered_invalid_request(
+    broker: LogkeelBroker,
+) -> None:
+    """Found by test_fuzz_broker: the error response echoed the null name into a v11 response,
+    whose topic name is not nullable, and failed to encode (an ERROR with a traceback)."""
+    from kio.schema.metadata.v11 import request as metadata
+
+    request = metadata.MetadataRequest(
+        topics=(metadata.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=None),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    before = len(broker.output(10**9))
+    with connect(broker.port) as sock:
+        sock.sendall(encode_request(request, 11, "metadata"))
+        frame = recv_frame(sock)
+    assert frame is not None
+    _, answer = decode_response(response_schema(ApiKey.METADATA, 11), frame)
+    assert [(t.name, t.error_code) for t in answer.topics] == [("", ErrorCode.invalid_request)]
+    log = broker.output(10**9)[before:]
+    assert " ERROR " not in log and "Traceback" not in log, log
