@@ -127,6 +127,19 @@ def supported_versions(port: int) -> dict[int, int]:
     return {int(k.api_key): int(k.max_version) for k in answer.api_keys}
 
 
+def answered_cleanly(broker: LogkeelBroker, request: Any, api_key: int, version: int) -> Any:
+    """Sends ``request``, returns the decoded answer; the broker logged no ERROR for it."""
+    before = len(broker.output(10**9))
+    with connect(broker.port) as sock:
+        sock.sendall(encode_request(request, 7, "malformed"))
+        frame = recv_frame(sock)
+    assert frame is not None
+    _, answer = decode_response(response_schema(api_key, version), frame)
+    log = broker.output(10**9)[before:]
+    assert " ERROR " not in log and "Traceback" not in log, log
+    return answer
+
+
 def test_the_issues_create_acls_frame_is_refused(broker: LogkeelBroker) -> None:
     frame = bytes.fromhex("001e0003000000010002723100" + "0000")
     with connect(broker.port) as sock:
@@ -179,18 +192,11 @@ def test_write_txn_markers_without_a_producer_id_is_answered_per_partition(
             ),
         )
     )
-    before = len(broker.output(10**9))
-    with connect(broker.port) as sock:
-        sock.sendall(encode_request(request, 7, "markers"))
-        frame = recv_frame(sock)
-    assert frame is not None
-    _, answer = decode_response(response_schema(ApiKey.WRITE_TXN_MARKERS, 1), frame)
+    answer = answered_cleanly(broker, request, ApiKey.WRITE_TXN_MARKERS, 1)
     (result,) = answer.markers
     assert [p.error_code for t in result.topics for p in t.partitions] == [
         ErrorCode.invalid_request
     ]
-    log = broker.output(10**9)[before:]
-    assert " ERROR " not in log and "Traceback" not in log, log
 
 
 def test_the_broker_still_serves(broker: LogkeelBroker) -> None:
@@ -209,12 +215,5 @@ def test_metadata_v11_with_a_null_topic_name_is_answered_invalid_request(
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
-    before = len(broker.output(10**9))
-    with connect(broker.port) as sock:
-        sock.sendall(encode_request(request, 11, "metadata"))
-        frame = recv_frame(sock)
-    assert frame is not None
-    _, answer = decode_response(response_schema(ApiKey.METADATA, 11), frame)
+    answer = answered_cleanly(broker, request, ApiKey.METADATA, 11)
     assert [(t.name, t.error_code) for t in answer.topics] == [("", ErrorCode.invalid_request)]
-    log = broker.output(10**9)[before:]
-    assert " ERROR " not in log and "Traceback" not in log, log
