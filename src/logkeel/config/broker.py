@@ -274,7 +274,12 @@ class BrokerConfig(TypedConfig):
         )
 
         queued, request_max = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
-        if 0 < queued < request_max and ok("queued.max.request.bytes", "socket.request.max.bytes"):
+        if "queued.max.request.bytes" not in self._originals:
+            # The default bound follows a larger socket.request.max.bytes (one frame must fit).
+            values["queued.max.request.bytes"] = queued = max(queued, request_max)
+        elif 0 < queued < request_max and ok(
+            "queued.max.request.bytes", "socket.request.max.bytes"
+        ):
             problems.append(
                 ConfigProblem(
                     "queued.max.request.bytes",

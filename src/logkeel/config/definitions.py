@@ -193,8 +193,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "requests being received, queued or handled, on all listeners together; a connection "
        "stops reading while they are spent. -1 or 0: unbounded. Must be at least "
        "socket.request.max.bytes when bounded. logkeel: 512 MiB by default (Kafka's default "
-       "is -1) so that request memory is bounded out of the box; receive buffers grow with the "
-       "bytes that arrive, so this bounds what clients send, not what they declare.",
+       "is -1) so that request memory is bounded out of the box, or socket.request.max.bytes "
+       "if that is larger; receive buffers grow with the bytes that arrive, so this bounds "
+       "what clients send, not what they declare.",
        Range(-1)),
     _K("sasl.server.max.receive.size", INT, 524288,
        "Largest frame read on a SASL listener before a successful login; a larger one closes "
