@@ -122,7 +122,7 @@ def closed_by_broker(sock: socket.socket, timeout: float = 10.0) -> bool:
 def broker_with(tmp_path: Path, overrides: dict[str, str]) -> Iterator[LogkeelBroker]:
     port = free_port()
     overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", **overrides}
-    with LogkeelBroker(tmp_path, port=port, overrides=overrides, verbose=True).start() as b:
+    with LogkeelBroker(tmp_path, port=port, overrides=overrides, verbose=True).start(60) as b:
         yield b
 
 

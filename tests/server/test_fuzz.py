@@ -96,6 +96,8 @@ def test_fuzzed_frames_do_not_break_the_broker(
     while broker.server.connection_count and time.monotonic() < deadline:
         time.sleep(0.01)
     assert broker.server.connection_count == 0
+    # Every request's memory was given back (served, refused, or dropped with its connection).
+    assert broker.server.memory.used == 0
 
     assert all(r.api_key == -1 or is_known_api(r.api_key) for r in broker.records)
     outcomes: dict[str, int] = {}

@@ -274,12 +274,14 @@ class Connection(asyncio.BufferedProtocol):
         # Pipelined Produce requests still in flight, oldest first; each one's response waits
         # for the one before it.
         pipelined: collections.deque[asyncio.Task[bool]] = collections.deque()
+        taken: Frame | None = None  # popped from the queue, not handed to a server yet
         try:
             while True:
                 item = await self._next_frame()
                 if item is None:
                     break
                 frame, arrived = item
+                taken = frame
                 if frame[:2] == _PRODUCE_KEY and not self.session.raw_tokens:
                     while len(pipelined) >= _MAX_PIPELINED or (pipelined and pipelined[0].done()):
                         if not await pipelined.popleft():
@@ -290,6 +292,9 @@ class Connection(asyncio.BufferedProtocol):
                             frame, arrived, pipelined[-1] if pipelined else None, released
                         )
                     )
+                    # Its memory goes back when it is done, even if cancelled before it ran.
+                    task.add_done_callback(functools.partial(self._frame_done, frame))
+                    taken = None
                     pipelined.append(task)
                     # The next request starts once this one's appends are handed over in order.
                     await asyncio.wait((task, released), return_when=asyncio.FIRST_COMPLETED)
@@ -299,8 +304,12 @@ class Connection(asyncio.BufferedProtocol):
                 while pipelined:
                     if not await pipelined.popleft():
                         return
-                if not await self._serve_counted(frame, arrived, None, None):
-                    break
+                taken = None
+                try:
+                    if not await self._serve_counted(frame, arrived, None, None):
+                        break
+                finally:
+                    self._frame_done(frame)
         except asyncio.CancelledError:
             for task in pipelined:
                 task.cancel()
@@ -316,6 +325,8 @@ class Connection(asyncio.BufferedProtocol):
                     await task
             if self._transport is not None and not self._lost:
                 self._transport.close()
+            if taken is not None:
+                self._frame_done(taken)
             self._free_memory()
 
     async def _serve_counted(
@@ -332,10 +343,13 @@ class Connection(asyncio.BufferedProtocol):
             self._in_flight -= 1
             self._last_active = time.monotonic()
             _settle(released)
-            self._held -= len(frame)
-            self._owner.memory.release(len(frame))
-            self._set_frame_limit()
-            self._update_reading()
+
+    def _frame_done(self, frame: Frame, _: object = None) -> None:
+        """A request taken from the queue is done (or dropped): its memory goes back."""
+        self._held -= len(frame)
+        self._owner.memory.release(len(frame))
+        self._set_frame_limit()
+        self._update_reading()
 
     async def _next_frame(self) -> tuple[Frame, float] | None:
         while True:

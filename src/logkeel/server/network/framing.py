@@ -80,10 +80,12 @@ class FrameDecoder:
     bytes in hand.
 
     Memory follows what arrives, not what the size prefix declares: a large frame's buffer
-    starts at ``FIRST_BODY_BYTES`` (or a multiple of what the stage already holds) and grows
-    ``GROWTH``-fold each time it fills, so it is never more than ``GROWTH`` times the bytes
-    received (plus the first step), and a client that declares 100 MiB and sends 14 bytes
-    costs 64 KiB. Growing copies what arrived so far: at most a third of the frame in all.
+    starts at ``FIRST_BODY_BYTES`` (or ``GROWTH`` times what the stage already holds) and grows
+    ``GROWTH``-fold each time it fills, straight to the whole frame once a step would be over
+    half of it; so it is never more than ``2 * GROWTH`` times the bytes received (or the first
+    step), and a client that declares 100 MiB and sends 14 bytes costs 64 KiB. Growing copies
+    what arrived so far: a frame of up to 8 times the first read is allocated once, a larger
+    one copies at most a third of itself in all.
 
     Every byte of a frame is reserved in ``memory`` (``RequestMemory``, the broker-wide
     ``queued.max.request.bytes``) as the buffers grow; a frame handed out keeps its
@@ -222,7 +224,7 @@ class FrameDecoder:
     def _grow_body(self, force: bool) -> None:
         body = self._body
         assert body is not None
-        capacity = min(self._size, max(GROWTH * self._filled, FIRST_BODY_BYTES))
+        capacity = _capacity(self._size, self._filled)
         if not self._reserve(capacity - len(body), force):
             return
         grown = bytearray(capacity)
@@ -235,7 +237,7 @@ class FrameDecoder:
         assert stage is not None
         (size,) = SIZE_PREFIX.unpack_from(stage, self._start)
         have = self._end - self._start - 4
-        capacity = min(size, max(GROWTH * have, FIRST_BODY_BYTES))
+        capacity = _capacity(size, have)
         if not self._reserve(capacity, force):
             return False
         body = bytearray(capacity)
@@ -284,6 +286,14 @@ class FrameDecoder:
             # The rest of this frame goes straight into a buffer of its own.
             self._start_body(force=False)
         return frames
+
+
+def _capacity(size: int, received: int) -> int:
+    """The next buffer for a frame of ``size`` of which ``received`` bytes are in: GROWTH
+    times them (at least FIRST_BODY_BYTES), or the whole frame once that is over half of it
+    (a last step of a few bytes would copy the whole frame again for nothing)."""
+    step = max(GROWTH * received, FIRST_BODY_BYTES)
+    return size if 2 * step >= size else step
 
 
 def encode_frame(payload: bytes) -> bytes:
