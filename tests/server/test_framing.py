@@ -16,7 +16,7 @@ from logkeel.server.network.framing import (
     NegativeFrameSize,
     encode_frame,
 )
-from logkeel.server.network.request_memory import RequestMemory
+from logkeel.server.network.request_memory import TRIM_BYTES, RequestMemory
 
 
 def test_default_limit_is_kafkas_socket_request_max_bytes() -> None:
@@ -254,3 +254,16 @@ def test_the_limit_can_change_between_frames() -> None:
     decoder = FrameDecoder(100)
     decoder.set_limit(1000, "socket.request.max.bytes")
     assert decoder.feed(encode_frame(b"x" * 101)) == [b"x" * 101]
+
+
+def test_request_memory_trims_once_enough_is_given_back() -> None:
+    calls: list[int] = []
+    memory = RequestMemory(trim=lambda: calls.append(memory.used))
+    memory.force(TRIM_BYTES + 100)
+    memory.release(TRIM_BYTES - 1)
+    assert calls == []
+    memory.release(1)  # TRIM_BYTES given back since the peak
+    assert calls == [100]
+    memory.force(50)
+    memory.release(150)
+    assert calls == [100] and memory.used == 0

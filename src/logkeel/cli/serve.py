@@ -23,7 +23,6 @@ import click
 
 from logkeel.config import BrokerConfig, ConfigError, ConfigProblem
 from logkeel.server.broker import Broker, BrokerStartError
-from logkeel.server.network.request_memory import return_freed_buffers_to_the_os
 from logkeel.server.network.server import preferred_loop_factory
 
 __all__ = ["serve", "serve_overrides"]
@@ -185,7 +184,6 @@ def run_broker(config: BrokerConfig, *, metrics_port: int | None = None) -> int:
         await broker.stop()
         return 0
 
-    return_freed_buffers_to_the_os()
     with asyncio.Runner(loop_factory=preferred_loop_factory()) as runner:
         return runner.run(main())
 

@@ -14,7 +14,7 @@ from logkeel.config.listeners import Listener
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Observer
 from logkeel.server.network.connection_quotas import ConnectionQuotas, ListenerQuota
-from logkeel.server.network.request_memory import RequestMemory
+from logkeel.server.network.request_memory import RequestMemory, malloc_trim
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.server import Server
 from logkeel.server.network.tls import CertificateReloader
@@ -42,7 +42,7 @@ class ListenerSet:
     ) -> None:
         self.listeners = config.listeners
         # One budget for the requests of every listener, as Kafka's one memory pool.
-        self.memory = RequestMemory(config.queued_max_request_bytes)
+        self.memory = RequestMemory(config.queued_max_request_bytes, trim=malloc_trim())
         self.quotas = connection_quotas(config)
         self.servers = [
             Server(
