@@ -11,6 +11,7 @@ from logkeel.server.network.framing import (
     DIRECT_FRAME_BYTES,
     FIRST_BODY_BYTES,
     GROWTH,
+    WHOLE_FRAME_BYTES,
     FrameDecoder,
     FrameTooLarge,
     NegativeFrameSize,
@@ -179,7 +180,7 @@ def test_the_socket_fills_a_large_frame_in_place() -> None:
     """As asyncio's BufferedProtocol drives it: once the size is known, get_buffer is free room
     in the frame's own buffer, which grows with what arrives (never past GROWTH times it, plus
     the first step), and the frame comes out as that buffer, read-only."""
-    payload = bytes(range(256)) * 1024  # 256 KiB
+    payload = bytes(range(256)) * 8 * 1024  # 2 MiB, above WHOLE_FRAME_BYTES
     stream = encode_frame(payload)
     memory = RequestMemory()
     decoder = FrameDecoder(memory=memory)
@@ -212,7 +213,7 @@ def test_a_refused_reservation_blocks_until_memory_is_given_back() -> None:
     memory = RequestMemory(limit=400_000)
     memory.force(300_000)  # held by other connections
     decoder = FrameDecoder(memory=memory)
-    payload = b"p" * 1_000_000
+    payload = b"p" * 3_000_000  # above WHOLE_FRAME_BYTES: its buffer grows
     stream = encode_frame(payload)
     buf = decoder.get_buffer()
     buf[:40_000] = stream[:40_000]
@@ -227,15 +228,17 @@ def test_a_refused_reservation_blocks_until_memory_is_given_back() -> None:
         room[:] = stream[pos : pos + len(room)]
         pos += len(room)
         frames = decoder.buffer_updated(len(room))
-        if decoder.blocked:  # the next step is the whole frame, over the limit
+        if decoder.blocked:  # the next step does not fit
             break
     assert decoder.blocked and memory.used <= 400_000
-    memory.limit = 2_000_000
+    memory.limit = 4_000_000
     assert decoder.retry_memory()
-    room = decoder.get_buffer()
-    room[:] = stream[pos:]
-    (frame,) = decoder.buffer_updated(len(room))
-    assert frame == payload and memory.used == len(payload)
+    while not frames:
+        room = decoder.get_buffer()
+        room[:] = stream[pos : pos + len(room)]
+        pos += len(room)
+        frames = decoder.buffer_updated(len(room))
+    assert frames == [payload] and memory.used == len(payload)
 
 
 def test_small_frames_are_reserved_as_they_are_handed_out() -> None:
@@ -267,3 +270,14 @@ def test_request_memory_trims_once_enough_is_given_back() -> None:
     memory.force(50)
     memory.release(150)
     assert calls == [100] and memory.used == 0
+
+
+def test_frames_up_to_whole_frame_bytes_get_their_buffer_at_once() -> None:
+    memory = RequestMemory()
+    decoder = FrameDecoder(memory=memory)
+    decoder.feed(struct.pack(">i", WHOLE_FRAME_BYTES) + b"x" * 10)
+    assert decoder.reserved == memory.used == WHOLE_FRAME_BYTES
+    decoder.close()
+    decoder = FrameDecoder(memory=memory)
+    decoder.feed(struct.pack(">i", WHOLE_FRAME_BYTES + 1) + b"x" * 10)
+    assert decoder.reserved == memory.used == FIRST_BODY_BYTES
