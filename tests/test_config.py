@@ -813,3 +813,21 @@ def test_config_reference_lists_logkeel_settings() -> None:
                  "node.id"):  # fmt: skip
         assert f"`{name}`" in ours
     assert "`num.partitions`" not in ours
+
+
+def test_queued_max_request_bytes_fits_one_frame_of_socket_request_max_bytes() -> None:
+    assert BrokerConfig({}).queued_max_request_bytes == 512 * 1024 * 1024
+    # Left at its default it follows a larger frame limit; set explicitly it must fit one.
+    assert BrokerConfig({"socket.request.max.bytes": 2**30}).queued_max_request_bytes == 2**30
+    assert BrokerConfig({"queued.max.request.bytes": -1}).queued_max_request_bytes == -1
+    with pytest.raises(ConfigError, match="at least socket.request.max.bytes"):
+        BrokerConfig({"socket.request.max.bytes": 2**30, "queued.max.request.bytes": 2**29})
+
+
+def test_per_ip_connection_overrides_are_host_count_pairs() -> None:
+    config = BrokerConfig({"max.connections.per.ip.overrides": "broker1:100, 127.0.0.1:200"})
+    assert config.per_ip_connection_limits == {"broker1": 100, "127.0.0.1": 200}
+    with pytest.raises(ConfigError, match="is not host:count"):
+        BrokerConfig({"max.connections.per.ip.overrides": "broker1"})
+    with pytest.raises(ConfigError, match="only allowed with max.connections.per.ip.overrides"):
+        BrokerConfig({"max.connections.per.ip": 0})

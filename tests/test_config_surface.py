@@ -39,8 +39,6 @@ REJECTED_UNLESS_DEFAULT = {
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "queued.max.requests",
-    "max.connections",
-    "max.connections.per.ip",
     "log.cleaner.enable",
 }
 # None at present (compression.type is implemented since the broker recompresses).
@@ -54,6 +52,7 @@ READ_THROUGH = {
     "listener.security.protocol.map": "listeners",
     "inter.broker.listener.name": "inter.broker.listener",
     "security.inter.broker.protocol": "inter.broker.listener",
+    "max.connections.per.ip.overrides": "per.ip.connection.limits",
 }
 
 

@@ -9,11 +9,15 @@ from hypothesis import strategies as st
 from logkeel.server.network.framing import (
     DEFAULT_MAX_REQUEST_BYTES,
     DIRECT_FRAME_BYTES,
+    FIRST_BODY_BYTES,
+    GROWTH,
+    WHOLE_FRAME_BYTES,
     FrameDecoder,
     FrameTooLarge,
     NegativeFrameSize,
     encode_frame,
 )
+from logkeel.server.network.request_memory import TRIM_BYTES, RequestMemory
 
 
 def test_default_limit_is_kafkas_socket_request_max_bytes() -> None:
@@ -173,16 +177,107 @@ def test_large_frames_go_to_buffers_of_their_own_whatever_the_split(
 
 
 def test_the_socket_fills_a_large_frame_in_place() -> None:
-    """As asyncio's BufferedProtocol drives it: once the size is known, get_buffer is the rest
-    of the frame itself, so a recv lands there and nothing is copied afterwards."""
-    payload = bytes(range(256)) * 1024  # 256 KiB
+    """As asyncio's BufferedProtocol drives it: once the size is known, get_buffer is free room
+    in the frame's own buffer, which grows with what arrives (never past GROWTH times it, plus
+    the first step), and the frame comes out as that buffer, read-only."""
+    payload = bytes(range(256)) * 8 * 1024  # 2 MiB, above WHOLE_FRAME_BYTES
     stream = encode_frame(payload)
-    decoder = FrameDecoder()
+    memory = RequestMemory()
+    decoder = FrameDecoder(memory=memory)
     first = decoder.get_buffer()
     first[:1000] = stream[:1000]
     assert decoder.buffer_updated(1000) == []
-    rest = decoder.get_buffer()
-    assert len(rest) == len(stream) - 1000  # exactly the rest of this frame
-    rest[:] = stream[1000:]
-    (frame,) = decoder.buffer_updated(len(rest))
+    pos, frames = 1000, []
+    while not frames:
+        room = decoder.get_buffer()
+        assert 0 < len(room) <= len(stream) - pos  # never past this frame
+        room[:] = stream[pos : pos + len(room)]
+        pos += len(room)
+        frames = decoder.buffer_updated(len(room))
+        assert memory.used <= max(2 * GROWTH * (pos - 4), FIRST_BODY_BYTES)
+    (frame,) = frames
     assert frame == payload and frame.readonly
+    assert memory.used == len(payload)  # the caller's to release once the request is done
+
+
+def test_a_declared_size_costs_nothing_until_bytes_arrive() -> None:
+    memory = RequestMemory()
+    decoder = FrameDecoder(memory=memory)
+    assert decoder.feed(struct.pack(">i", 100 * 1024 * 1024) + b"x" * 10) == []
+    assert decoder.reserved == memory.used == FIRST_BODY_BYTES
+    decoder.close()
+    assert memory.used == 0
+
+
+def test_a_refused_reservation_blocks_until_memory_is_given_back() -> None:
+    memory = RequestMemory(limit=400_000)
+    memory.force(300_000)  # held by other connections
+    decoder = FrameDecoder(memory=memory)
+    payload = b"p" * 3_000_000  # above WHOLE_FRAME_BYTES: its buffer grows
+    stream = encode_frame(payload)
+    buf = decoder.get_buffer()
+    buf[:40_000] = stream[:40_000]
+    assert decoder.buffer_updated(40_000) == []
+    assert decoder.blocked  # 4 x 40 KB does not fit in what is left
+    assert not decoder.retry_memory()
+    memory.release(300_000)
+    assert decoder.retry_memory() and decoder.reserved == 4 * (40_000 - 4)
+    pos, frames = 40_000, []
+    while not frames:
+        room = decoder.get_buffer()
+        room[:] = stream[pos : pos + len(room)]
+        pos += len(room)
+        frames = decoder.buffer_updated(len(room))
+        if decoder.blocked:  # the next step does not fit
+            break
+    assert decoder.blocked and memory.used <= 400_000
+    memory.limit = 4_000_000
+    assert decoder.retry_memory()
+    while not frames:
+        room = decoder.get_buffer()
+        room[:] = stream[pos : pos + len(room)]
+        pos += len(room)
+        frames = decoder.buffer_updated(len(room))
+    assert frames == [payload] and memory.used == len(payload)
+
+
+def test_small_frames_are_reserved_as_they_are_handed_out() -> None:
+    memory = RequestMemory(limit=10)
+    decoder = FrameDecoder(memory=memory)
+    frames = decoder.feed(encode_frame(b"a" * 30) + encode_frame(b"b" * 5))
+    assert [bytes(f) for f in frames] == [b"a" * 30, b"b" * 5]
+    assert memory.used == 35 and memory.exhausted  # read already: taken past the limit
+
+
+def test_the_limit_can_change_between_frames() -> None:
+    decoder = FrameDecoder(100, limit_name="sasl.server.max.receive.size")
+    assert decoder.feed(encode_frame(b"x" * 100)) == [b"x" * 100]
+    with pytest.raises(FrameTooLarge, match=r"sasl.server.max.receive.size \(100\)"):
+        decoder.feed(encode_frame(b"x" * 101))
+    decoder = FrameDecoder(100)
+    decoder.set_limit(1000, "socket.request.max.bytes")
+    assert decoder.feed(encode_frame(b"x" * 101)) == [b"x" * 101]
+
+
+def test_request_memory_trims_once_enough_is_given_back() -> None:
+    calls: list[int] = []
+    memory = RequestMemory(trim=lambda: calls.append(memory.used))
+    memory.force(TRIM_BYTES + 100)
+    memory.release(TRIM_BYTES - 1)
+    assert calls == []
+    memory.release(1)  # TRIM_BYTES given back since the peak
+    assert calls == [100]
+    memory.force(50)
+    memory.release(150)
+    assert calls == [100] and memory.used == 0
+
+
+def test_frames_up_to_whole_frame_bytes_get_their_buffer_at_once() -> None:
+    memory = RequestMemory()
+    decoder = FrameDecoder(memory=memory)
+    decoder.feed(struct.pack(">i", WHOLE_FRAME_BYTES) + b"x" * 10)
+    assert decoder.reserved == memory.used == WHOLE_FRAME_BYTES
+    decoder.close()
+    decoder = FrameDecoder(memory=memory)
+    decoder.feed(struct.pack(">i", WHOLE_FRAME_BYTES + 1) + b"x" * 10)
+    assert decoder.reserved == memory.used == FIRST_BODY_BYTES

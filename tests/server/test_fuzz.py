@@ -4,28 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import random
 import socket
 import struct
 import time
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import uvloop
-from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
-from kio.serial._introspect import (
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_schema_field_type,
-    is_optional,
-)
-from kio.static.primitive import Records
 
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, encode_request, is_known_api, request_schema
@@ -38,6 +26,7 @@ from .conftest import (
     connect,
     no_error_response,
 )
+from .fuzzing import build, mutate, random_frame
 
 SEED = 20240917
 FRAMES = 2000
@@ -62,45 +51,6 @@ def _register_every_broker_api(registry: HandlerRegistry) -> None:
         )  # fmt: skip
 
 
-_PRIMITIVES: dict[str, Callable[[random.Random], Any]] = {
-    "int8": lambda r: r.randint(-(2**7), 2**7 - 1),
-    "int16": lambda r: r.randint(-1, 20),
-    "int32": lambda r: r.randint(-1, 2**31 - 1),
-    "int64": lambda r: r.randint(-1, 2**63 - 1),
-    "uint16": lambda r: r.randint(0, 2**16 - 1),
-    "float64": lambda r: r.random(),
-    "bool": lambda r: r.random() < 0.5,
-    "string": lambda r: r.choice(["", "t", "orders", "group-1", "ü"]),
-    "bytes": lambda r: r.randbytes(r.randint(0, 12)),
-    "records": lambda r: Records(r.randbytes(r.randint(0, 40))),
-    "uuid": lambda r: uuid.UUID(int=r.getrandbits(128)),
-    "error_code": lambda r: ErrorCode.none,
-    "timedelta_i32": lambda r: timedelta(milliseconds=r.randint(0, 60_000)),
-    "timedelta_i64": lambda r: timedelta(milliseconds=r.randint(0, 60_000)),
-    "datetime_i64": lambda r: datetime.fromtimestamp(r.randint(0, 2**31), UTC),
-}
-
-
-def _build(entity_type: type[Any], rng: random.Random) -> Any:
-    """A random valid instance of a kio entity (hypothesis' from_type is far slower)."""
-    values: dict[str, Any] = {}
-    for field in dataclasses.fields(entity_type):
-        kind = classify_field(field)
-        if is_optional(field) and rng.random() < 0.2:
-            values[field.name] = None
-            continue
-        if isinstance(kind, PrimitiveField | PrimitiveTupleField):
-            make = _PRIMITIVES[get_schema_field_type(field)]
-            one: Callable[[], Any] = lambda make=make: make(rng)  # noqa: E731
-        else:
-            one = lambda t=kind.type_: _build(t, rng)  # noqa: E731
-        if kind.is_array:
-            values[field.name] = tuple(one() for _ in range(rng.randint(0, 2)))
-        else:
-            values[field.name] = one()
-    return entity_type(**values)
-
-
 def _valid_frames(rng: random.Random) -> list[bytes]:
     """Seed corpus: kio-encoded requests of every broker API and version, plus ApiVersions."""
     frames = [api_versions_request(v, i) for i, v in enumerate(range(5))]
@@ -109,62 +59,8 @@ def _valid_frames(rng: random.Random) -> list[bytes]:
             schema = request_schema(key, version)
             assert schema is not None
             for _ in range(2):
-                frames.append(encode_request(_build(schema, rng), rng.randrange(2**31), "fuzz"))
+                frames.append(encode_request(build(schema, rng), rng.randrange(2**31), "fuzz"))
     return frames
-
-
-_BIG_LENGTHS = [
-    b"\xff\xff\xff\xff\x0f",  # compact length 2^32-1
-    b"\x7f\xff\xff\xff",  # int32 max
-    b"\x80\x00\x00\x00",  # int32 min
-    b"\xff\xff",  # int16 -1
-    b"\x00",
-]
-
-
-def _mutate(frame: bytes, rng: random.Random) -> bytes:
-    body = bytearray(frame[4:])
-    for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        op = rng.randrange(9)
-        pos = rng.randint(0, len(body))
-        if op == 0 and body:  # flip bits
-            body[min(pos, len(body) - 1)] ^= 1 << rng.randrange(8)
-        elif op == 1:  # truncate
-            del body[pos:]
-        elif op == 2:  # insert random bytes
-            body[pos:pos] = rng.randbytes(rng.randint(1, 16))
-        elif op == 3:  # plant an extreme length
-            body[pos : pos + rng.randint(0, 4)] = rng.choice(_BIG_LENGTHS)
-        elif op == 4 and len(body) >= 4:  # another API key or version in the header
-            struct.pack_into(">hh", body, 0, rng.randrange(-5, 100), rng.randrange(-3, 20))
-        elif op == 5:  # delete a span
-            del body[pos : pos + rng.randint(1, 8)]
-        elif op == 6 and body:  # overwrite with random bytes
-            end = min(len(body), pos + rng.randint(1, 8))
-            body[pos:end] = rng.randbytes(end - pos)
-        elif op == 7 and len(body) >= 10:  # odd client id length
-            struct.pack_into(">h", body, 8, rng.choice([-2, -1, 0, 1, 32767]))
-        elif op == 8:  # turn a small count or length (likely an array's) into a huge one
-            small = [i for i in range(10, len(body)) if 1 <= body[i] <= 4]
-            if small:
-                i = rng.choice(small)
-                body[i : i + 1] = rng.choice(_BIG_LENGTHS[:2])
-    size = len(body)
-    if rng.random() < 0.1:  # and sometimes a size prefix that lies
-        size = rng.choice([-1, -(2**31), size + rng.randint(1, 50), 2**31 - 1, 0])
-    return struct.pack(">i", size) + bytes(body)
-
-
-def _random_frame(rng: random.Random) -> bytes:
-    kind = rng.randrange(3)
-    if kind == 0:  # pure noise
-        return rng.randbytes(rng.randint(0, 64))
-    body = rng.randbytes(rng.randint(0, 200))
-    if kind == 1:  # a correct size around noise
-        return struct.pack(">i", len(body)) + body
-    # a plausible header for a random API, then noise
-    header = struct.pack(">hhih", rng.randrange(0, 70), rng.randrange(0, 16), 1, -1)
-    return struct.pack(">i", len(header) + len(body)) + header + body
 
 
 def _drain(sock: socket.socket, timeout: float) -> None:
@@ -190,9 +86,9 @@ def test_fuzzed_frames_do_not_break_the_broker(
         for _ in range(rng.choice(BURSTS)):
             roll = rng.random()
             if roll < 0.7:
-                batch.append(_mutate(rng.choice(corpus), rng))
+                batch.append(mutate(rng.choice(corpus), rng))
             elif roll < 0.9:
-                batch.append(_random_frame(rng))
+                batch.append(random_frame(rng))
             else:
                 batch.append(rng.choice(corpus))
         sent += len(batch)
@@ -210,6 +106,8 @@ def test_fuzzed_frames_do_not_break_the_broker(
     while broker.server.connection_count and time.monotonic() < deadline:
         time.sleep(0.01)
     assert broker.server.connection_count == 0
+    # Every request's memory was given back (served, refused, or dropped with its connection).
+    assert broker.server.memory.used == 0
 
     assert all(r.api_key == -1 or is_known_api(r.api_key) for r in broker.records)
     outcomes: dict[str, int] = {}

@@ -18,6 +18,7 @@ from logkeel.cli.log_dirs import log_dirs_group
 from logkeel.cli.serve import serve
 from logkeel.cli.topics import topics_command
 from logkeel.cli.users import users_group
+from logkeel.log_lines import SafeFormatter
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +27,10 @@ from logkeel.cli.users import users_group
 def cli(verbose: int) -> None:
     """logkeel: a Kafka-compatible log broker."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    # Client-supplied names reach log messages: each stays one line of valid UTF-8.
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 cli.add_command(log_group)

@@ -162,6 +162,11 @@ class BrokerConfig(TypedConfig):
         return dict(self._protocol_map)
 
     @property
+    def per_ip_connection_limits(self) -> dict[str, int]:
+        """``max.connections.per.ip.overrides`` parsed: host name or IP -> limit."""
+        return dict(self._per_ip_overrides)
+
+    @property
     def inter_broker_listener(self) -> str:
         """The listener other brokers are reached on: ``inter.broker.listener.name``, else
         the one named after ``security.inter.broker.protocol`` if that was set, else the
@@ -268,6 +273,42 @@ class BrokerConfig(TypedConfig):
             values, ("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)
         )
 
+        queued, request_max = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
+        if "queued.max.request.bytes" not in self._originals:
+            # The default bound follows a larger socket.request.max.bytes (one frame must fit).
+            values["queued.max.request.bytes"] = queued = max(queued, request_max)
+        elif 0 < queued < request_max and ok(
+            "queued.max.request.bytes", "socket.request.max.bytes"
+        ):
+            problems.append(
+                ConfigProblem(
+                    "queued.max.request.bytes",
+                    str(queued),
+                    f"must be -1, 0 or at least socket.request.max.bytes ({request_max})",
+                )
+            )
+        self._per_ip_overrides: dict[str, int] = {}
+        overrides = values["max.connections.per.ip.overrides"]
+        for entry in filter(None, (e.strip() for e in overrides.split(","))):
+            host, sep, count = entry.rpartition(":")
+            if not sep or not host or not count.strip().isdigit():
+                problems.append(
+                    ConfigProblem(
+                        "max.connections.per.ip.overrides",
+                        overrides,
+                        f"{entry!r} is not host:count",
+                    )
+                )
+                continue
+            self._per_ip_overrides[host.strip().strip("[]")] = int(count)
+        if values["max.connections.per.ip"] == 0 and not overrides.strip():
+            problems.append(
+                ConfigProblem(
+                    "max.connections.per.ip",
+                    "0",
+                    "0 is only allowed with max.connections.per.ip.overrides",
+                )
+            )
         problems.extend(self._derive_listeners(values))
         return problems
 
@@ -340,7 +381,10 @@ class BrokerConfig(TypedConfig):
     def _derive_inter_broker(self, values: dict[str, Any]) -> list[ConfigProblem]:
         names = [listener.name for listener in self._listeners]
         self._inter_broker_listener = names[0] if names else "PLAINTEXT"
-        by_name, by_protocol = values["inter.broker.listener.name"], "security.inter.broker.protocol"
+        by_name, by_protocol = (
+            values["inter.broker.listener.name"],
+            "security.inter.broker.protocol",
+        )
         if by_name is not None and self.is_set(by_protocol):
             return [
                 ConfigProblem(

@@ -188,10 +188,36 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("queued.max.requests", INT, 500,
        "Requests that may wait for processing before the network stops reading.", Range(1),
        unsupported=NOT_ENFORCED),
-    _K("max.connections", INT, INT32_MAX, "Most connections the broker accepts.", Range(0),
-       unsupported=NOT_ENFORCED),
-    _K("max.connections.per.ip", INT, INT32_MAX, "Most connections from one IP.", Range(0),
-       unsupported=NOT_ENFORCED),
+    _K("queued.max.request.bytes", LONG, 536870912,
+       "The number of queued bytes allowed before no more requests are read: the bytes of "
+       "requests being received, queued or handled, on all listeners together; a connection "
+       "stops reading while they are spent. -1 or 0: unbounded. Must be at least "
+       "socket.request.max.bytes when bounded. logkeel: 512 MiB by default (Kafka's default "
+       "is -1) so that request memory is bounded out of the box, or socket.request.max.bytes "
+       "if that is larger; receive buffers grow with the bytes that arrive, so this bounds "
+       "what clients send, not what they declare.",
+       Range(-1)),
+    _K("sasl.server.max.receive.size", INT, 524288,
+       "Largest frame read on a SASL listener before a successful login; a larger one closes "
+       "the connection.", Range(1)),
+    _K("max.connections", INT, INT32_MAX,
+       "Most connections the broker accepts at once, over all listeners but the inter-broker "
+       "one; listener.name.<listener>.max.connections limits one listener. A new connection "
+       "beyond a limit waits, unserved, until one closes (Kafka's acceptor blocks), up to "
+       "socket.listen.backlog.size waiting per listener; more are closed. logkeel: a full "
+       "broker does not close the least recently used connection of another listener to make "
+       "room for an inter-broker one (it needs none: that listener is exempt).", Range(0)),
+    _K("max.connections.per.ip", INT, INT32_MAX,
+       "Most connections from one IP address; more are closed at once. 0 is allowed with "
+       "overrides in max.connections.per.ip.overrides.", Range(0)),
+    _K("max.connections.per.ip.overrides", STRING, "",
+       "Per-IP or host name exceptions to max.connections.per.ip, as host:count,ip:count "
+       "(hostName:100,127.0.0.1:200)."),
+    _K("max.connection.creation.rate", INT, INT32_MAX,
+       "Most new connections per second over all listeners but the inter-broker one (KIP-612); "
+       "listener.name.<listener>.max.connection.creation.rate limits one listener (the "
+       "inter-broker one too). Connections beyond the rate wait before they are served.",
+       Range(0)),
     _K("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
     # ---- requests and topics --------------------------------------------------------------
     _K("message.max.bytes", INT, 1048588,

@@ -12,6 +12,11 @@ What is here, and why it is not all kio:
   ("2^32 elements follow") would kill the broker. The guard also removes tagged fields that
   kio's schema does not know (kio raises on them, Kafka ignores them), so a newer client's
   extra field does not cost it its connection.
+- The guard also refuses every schema violation Kafka's generated readers refuse and kio does
+  not: a null (length -1) where the schema does not mark the field nullable (kio's types say
+  ``X | None`` for a nullable field, ``tuple[X, ...] | None`` for a nullable array), which kio
+  would hand to the handler as None; and a string longer than 32767 bytes. Such a request is
+  Kafka's InvalidRequestException: logged in one line, the connection closed.
 - Responses are encoded with kio, whose writer leaves out tagged fields that hold their default
   value, as Kafka does (older librdkafka cannot parse an ApiVersions v3 response with them).
   The response header version comes from kio's schema: v1 for flexible versions, except that
@@ -28,7 +33,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any, Final
+from types import NoneType, UnionType
+from typing import Any, Final, Union, get_args, get_origin
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
@@ -361,7 +367,20 @@ def _need(buf: bytes, pos: int, n: int, what: str) -> int:
     return end
 
 
-def _primitive_guard(kafka_type: str, flexible: bool) -> _Guard:
+# Kafka's readers refuse longer strings (their length must fit a Java short).
+_MAX_STRING_BYTES = 0x7FFF
+
+
+def _nullable(annotation: Any) -> bool:
+    """Whether a kio type annotation admits None (``X | None``)."""
+    return get_origin(annotation) in (UnionType, Union) and NoneType in get_args(annotation)
+
+
+def _null_refused(name: str) -> _Malformed:
+    return _Malformed(f"non-nullable field {name} is null")
+
+
+def _primitive_guard(kafka_type: str, flexible: bool, nullable: bool, name: str) -> _Guard:
     fixed = _FIXED_SIZES.get(kafka_type)
     if fixed is not None:
 
@@ -371,11 +390,18 @@ def _primitive_guard(kafka_type: str, flexible: bool) -> _Guard:
         return read_fixed
     if kafka_type not in ("string", "bytes", "records"):
         raise NotImplementedError(f"no guard for kafka_type {kafka_type!r}")
+    longest = _MAX_STRING_BYTES if kafka_type == "string" else None
     if flexible:
 
         def read_compact(buf: bytes, pos: int, edits: list[_Edit]) -> int:
             length, pos = _read_uvarint(buf, pos)
-            return pos if length == 0 else _need(buf, pos, length - 1, kafka_type)
+            if length == 0:
+                if not nullable:
+                    raise _null_refused(name)
+                return pos
+            if longest is not None and length - 1 > longest:
+                raise _Malformed(f"string field {name} is {length - 1} bytes long")
+            return _need(buf, pos, length - 1, kafka_type)
 
         return read_compact
     prefix = _INT16 if kafka_type == "string" else _INT32
@@ -385,12 +411,18 @@ def _primitive_guard(kafka_type: str, flexible: bool) -> _Guard:
         (length,) = prefix.unpack_from(buf, pos)
         if length < -1:
             raise _Malformed(f"{kafka_type} has a negative length ({length})")
-        return start if length == -1 else _need(buf, start, length, kafka_type)
+        if length == -1:
+            if not nullable:
+                raise _null_refused(name)
+            return start
+        return _need(buf, start, length, kafka_type)
 
     return read_legacy
 
 
-def _array_guard(element: _Guard, flexible: bool, fixed_size: int | None = None) -> _Guard:
+def _array_guard(
+    element: _Guard, flexible: bool, nullable: bool, name: str, fixed_size: int | None = None
+) -> _Guard:
     def read_array(buf: bytes, pos: int, edits: list[_Edit]) -> int:
         if flexible:
             n, pos = _read_uvarint(buf, pos)
@@ -400,6 +432,8 @@ def _array_guard(element: _Guard, flexible: bool, fixed_size: int | None = None)
             (n,) = _INT32.unpack_from(buf, pos - 4)
             if n < -1:
                 raise _Malformed(f"array has a negative length ({n})")
+        if n == -1 and not nullable:
+            raise _null_refused(name)
         if n > len(buf) - pos:
             raise _Malformed(
                 f"array of {n} elements, but only {len(buf) - pos} bytes are left to hold them"
@@ -416,9 +450,18 @@ def _array_guard(element: _Guard, flexible: bool, fixed_size: int | None = None)
 def _field_guard(field: Any, flexible: bool) -> _Guard:
     kind = classify_field(field)
     fixed_size = None
+    # For an array, whether the array may be null, and separately whether its elements may.
+    nullable = _nullable(field.type)
+    element_type = field.type
+    if kind.is_array:
+        tuple_type = next(t for t in (field.type, *get_args(field.type)) if get_origin(t) is tuple)
+        element_type = get_args(tuple_type)[0]
+    name = field.name
     if isinstance(kind, PrimitiveField | PrimitiveTupleField):
         kafka_type = get_schema_field_type(field)
-        guard = _primitive_guard(kafka_type, flexible)
+        guard = _primitive_guard(
+            kafka_type, flexible, _nullable(element_type), f"{name}[]" if kind.is_array else name
+        )
         fixed_size = _FIXED_SIZES.get(kafka_type)
     elif isinstance(kind, EntityField):
         guard = _entity_guard(kind.type_, is_optional(field))
@@ -426,7 +469,9 @@ def _field_guard(field: Any, flexible: bool) -> _Guard:
         guard = _entity_guard(kind.type_, False)
     else:  # pragma: no cover - kio has no other kind of field
         raise NotImplementedError(f"unknown field kind {kind!r}")
-    return _array_guard(guard, flexible, fixed_size) if kind.is_array else guard
+    if kind.is_array:
+        return _array_guard(guard, flexible, nullable, name, fixed_size)
+    return guard
 
 
 @cache

@@ -209,8 +209,16 @@ class MetadataApi:
     def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
         """Every requested topic carries ``code`` (Kafka's MetadataRequest.getErrorResponse)."""
         types = nested_types(ApiKey.METADATA, ctx.api_version)
+        # A null name (refused in v10-11 requests, where the response's name is not nullable)
+        # is answered as an empty one: the error response must not fail on what was wrong.
+        name_nullable = ctx.api_version >= 12
         topics = tuple(
-            self._missing(types, code, t.name, getattr(t, "topic_id", None) or ZERO_UUID)
+            self._missing(
+                types,
+                code,
+                t.name if t.name is not None or name_nullable else "",
+                getattr(t, "topic_id", None) or ZERO_UUID,
+            )
             for t in (request.topics or ())
         )
         return response(

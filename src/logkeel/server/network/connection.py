@@ -10,7 +10,11 @@ to one partition still run in the order they were handed over (the IO side keeps
 partition), and every response still waits for the one before it to be sent, so clients see
 responses in request order. Any other request waits until everything before it is answered.
 Bytes keep being read and split into frames while requests are in flight; reading pauses once
-too many frames are queued.
+too many frames are queued, and while the broker-wide budget of request bytes
+(``queued.max.request.bytes``, ``RequestMemory``) refuses the memory a frame being received
+needs, or is spent while this connection holds requests of its own (a connection holding none
+may always read one small frame, so no client is starved by others' large ones). Before a
+successful SASL login, frames are limited to ``sasl.server.max.receive.size``.
 
 A bad frame, an unknown API, an unsupported version or an exception in a handler affects only
 its own connection: it is logged with the peer and request, and that connection is closed after
@@ -33,6 +37,7 @@ from typing import Any, Protocol, cast
 from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
 from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
 from logkeel.server.network.framing import SIZE_PREFIX, Frame, FrameDecoder, FramingError
+from logkeel.server.network.request_memory import RequestMemory
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.zero_copy import send_parts
 from logkeel.server.protocol import (
@@ -96,6 +101,8 @@ class ConnectionOwner(Protocol):
     listener: str
     security: ListenerSecurity
     max_request_bytes: int
+    sasl_max_receive_bytes: int
+    memory: RequestMemory
 
     def connection_made(self, conn: Connection) -> None: ...
 
@@ -111,9 +118,11 @@ class Connection(asyncio.BufferedProtocol):
         self._owner = owner
         self._index = index
         self._transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(owner.max_request_bytes)
+        self._decoder = FrameDecoder(owner.max_request_bytes, owner.memory)
         self._frames: collections.deque[tuple[Frame, float]] = collections.deque()
         self._queued_bytes = 0
+        self._held = 0  # bytes of this connection's frames reserved in owner.memory
+        self._waiting_memory = False
         self._waiter: asyncio.Future[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
@@ -124,6 +133,7 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = 0  # requests being served (more than one only for pipelined Produce)
         self._last_active = time.monotonic()
         self.task: asyncio.Task[None] | None = None
+        self.admitted = False  # by the connection limits: served from now on
         self.peer: tuple[str, int] = ("", 0)
         self.peer_text = "?"
         self.connection_id = f"?-?-{index}"
@@ -148,16 +158,19 @@ class Connection(asyncio.BufferedProtocol):
             self.session = self._owner.security.new_session(
                 self._owner.listener, transport.get_extra_info("peercert")
             )
+            self._set_frame_limit()
             if self.session.principal != ANONYMOUS:
                 log.info(
                     "connection %s: TLS client certificate principal %s",
                     self.connection_id,
                     self.session.principal,
                 )
+            # Connection limits: the owner calls start() now or once there is room, or
+            # refuse() (see connection_quotas).
             self._owner.connection_made(self)
-            self.task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"logkeel-connection-{self.connection_id}"
-            )
+            if not self.admitted and not self._closing:
+                self._reading_paused = True
+                self._pause_reading()
         except Exception:
             log.exception("cannot set up connection %s; closing it", self.connection_id)
             self._lost = True
@@ -186,11 +199,8 @@ class Connection(asyncio.BufferedProtocol):
         for frame in frames:
             self._frames.append((frame, self._last_active))
             self._queued_bytes += len(frame)
-        if (
-            len(self._frames) >= _MAX_QUEUED_FRAMES or self._queued_bytes >= _MAX_QUEUED_BYTES
-        ) and not self._reading_paused:
-            self._reading_paused = True
-            self._pause_reading()
+            self._held += len(frame)
+        self._update_reading()
         self._wake()
 
     def eof_received(self) -> bool:
@@ -203,6 +213,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self._free_memory()
         self._wake()
         self._wake_drain()
         self._owner.connection_done(self)
@@ -217,8 +228,30 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- control from the server --------------------------------------------------------------
 
+    def start(self) -> None:
+        """Serves the connection (the connection limits let it in)."""
+        self.admitted = True
+        if self._lost:
+            return
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"logkeel-connection-{self.connection_id}"
+        )
+        if self._reading_paused:
+            self._reading_paused = False
+            self._resume_reading()
+
+    def refuse(self, reason: str) -> None:
+        """Closes a connection the connection limits do not let in."""
+        log.info("closing connection %s from %s: %s", self.connection_id, self.peer_text, reason)
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
     def finish_and_close(self) -> None:
         """Takes no more requests; answers the queued ones, then closes (graceful stop)."""
+        if not self.admitted:  # waiting for a slot: nothing to answer
+            self.abort()
+            return
         self._stop_reading()
         self._wake()
 
@@ -241,12 +274,14 @@ class Connection(asyncio.BufferedProtocol):
         # Pipelined Produce requests still in flight, oldest first; each one's response waits
         # for the one before it.
         pipelined: collections.deque[asyncio.Task[bool]] = collections.deque()
+        taken: Frame | None = None  # popped from the queue, not handed to a server yet
         try:
             while True:
                 item = await self._next_frame()
                 if item is None:
                     break
                 frame, arrived = item
+                taken = frame
                 if frame[:2] == _PRODUCE_KEY and not self.session.raw_tokens:
                     while len(pipelined) >= _MAX_PIPELINED or (pipelined and pipelined[0].done()):
                         if not await pipelined.popleft():
@@ -257,6 +292,9 @@ class Connection(asyncio.BufferedProtocol):
                             frame, arrived, pipelined[-1] if pipelined else None, released
                         )
                     )
+                    # Its memory goes back when it is done, even if cancelled before it ran.
+                    task.add_done_callback(functools.partial(self._frame_done, frame))
+                    taken = None
                     pipelined.append(task)
                     # The next request starts once this one's appends are handed over in order.
                     await asyncio.wait((task, released), return_when=asyncio.FIRST_COMPLETED)
@@ -266,8 +304,12 @@ class Connection(asyncio.BufferedProtocol):
                 while pipelined:
                     if not await pipelined.popleft():
                         return
-                if not await self._serve_counted(frame, arrived, None, None):
-                    break
+                taken = None
+                try:
+                    if not await self._serve_counted(frame, arrived, None, None):
+                        break
+                finally:
+                    self._frame_done(frame)
         except asyncio.CancelledError:
             for task in pipelined:
                 task.cancel()
@@ -283,6 +325,9 @@ class Connection(asyncio.BufferedProtocol):
                     await task
             if self._transport is not None and not self._lost:
                 self._transport.close()
+            if taken is not None:
+                self._frame_done(taken)
+            self._free_memory()
 
     async def _serve_counted(
         self,
@@ -299,6 +344,13 @@ class Connection(asyncio.BufferedProtocol):
             self._last_active = time.monotonic()
             _settle(released)
 
+    def _frame_done(self, frame: Frame, _: object = None) -> None:
+        """A request taken from the queue is done (or dropped): its memory goes back."""
+        self._held -= len(frame)
+        self._owner.memory.release(len(frame))
+        self._set_frame_limit()
+        self._update_reading()
+
     async def _next_frame(self) -> tuple[Frame, float] | None:
         while True:
             if self._lost:
@@ -306,14 +358,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._frames:
                 frame, arrived = self._frames.popleft()
                 self._queued_bytes -= len(frame)
-                if (
-                    self._reading_paused
-                    and not self._closing
-                    and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
-                    and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
-                ):
-                    self._reading_paused = False
-                    self._resume_reading()
+                self._update_reading()
                 return frame, arrived
             if self._closing or self._eof:
                 return None
@@ -635,6 +680,73 @@ class Connection(asyncio.BufferedProtocol):
                 await self._drain_waiter
             finally:
                 self._drain_waiter = None
+
+    def _set_frame_limit(self) -> None:
+        """Kafka reads at most sasl.server.max.receive.size per frame until a SASL login has
+        succeeded on a SASL listener (a client that has not proven anything cannot make the
+        broker buffer 100 MB)."""
+        if self.session.authenticated:
+            self._decoder.set_limit(self._owner.max_request_bytes, "socket.request.max.bytes")
+        else:
+            self._decoder.set_limit(
+                min(self._owner.sasl_max_receive_bytes, self._owner.max_request_bytes),
+                "sasl.server.max.receive.size",
+            )
+
+    def _update_reading(self) -> None:
+        """Pauses or resumes reading for the queue of this connection and the broker's request
+        memory (see the module's docstring); paused for memory, it waits to be called back."""
+        if self._closing or self._lost:
+            return
+        memory = self._owner.memory
+        wants_memory = self._decoder.blocked or (memory.exhausted and self._held > 0)
+        if self._reading_paused:
+            if (
+                not wants_memory
+                and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
+                and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
+            ):
+                self._reading_paused = False
+                self._resume_reading()
+        elif (
+            wants_memory
+            or len(self._frames) >= _MAX_QUEUED_FRAMES
+            or self._queued_bytes >= _MAX_QUEUED_BYTES
+        ):
+            self._reading_paused = True
+            self._pause_reading()
+            if wants_memory:
+                log.debug(
+                    "connection %s: reading paused, queued.max.request.bytes spent (%d of %d)",
+                    self.connection_id,
+                    memory.used,
+                    memory.limit,
+                )
+        if wants_memory and not self._waiting_memory:
+            self._waiting_memory = True
+            memory.wait(self._memory_freed)
+
+    def _memory_freed(self) -> None:
+        self._waiting_memory = False
+        if self._closing or self._lost:
+            return
+        if self._decoder.blocked:
+            self._decoder.retry_memory()
+        self._update_reading()
+
+    def _free_memory(self) -> None:
+        """Gives back the memory of the frame being received and of the queued ones (a frame
+        being served gives its own back when done)."""
+        memory = self._owner.memory
+        if self._waiting_memory:
+            self._waiting_memory = False
+            memory.cancel(self._memory_freed)
+        self._decoder.close()
+        queued = sum(len(frame) for frame, _ in self._frames)
+        self._frames.clear()
+        self._queued_bytes = 0
+        self._held -= queued
+        memory.release(queued)
 
     def _stop_reading(self) -> None:
         if self._closing:

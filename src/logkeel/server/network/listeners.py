@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable
 
 from logkeel.config import BrokerConfig
 from logkeel.config.listeners import Listener
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Observer
+from logkeel.server.network.connection_quotas import ConnectionQuotas, ListenerQuota
+from logkeel.server.network.request_memory import RequestMemory, malloc_trim
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.server import Server
 from logkeel.server.network.tls import CertificateReloader
@@ -38,6 +41,9 @@ class ListenerSet:
         security_of: Callable[[str], ListenerSecurity],
     ) -> None:
         self.listeners = config.listeners
+        # One budget for the requests of every listener, as Kafka's one memory pool.
+        self.memory = RequestMemory(config.queued_max_request_bytes, trim=malloc_trim())
+        self.quotas = connection_quotas(config)
         self.servers = [
             Server(
                 registry,
@@ -48,6 +54,11 @@ class ListenerSet:
                 connections_max_idle_ms=config.connections_max_idle_ms,
                 backlog=config.socket_listen_backlog_size,
                 security=security_of(listener.name),
+                sasl_max_receive_bytes=config.listener_value(
+                    listener.name, "sasl.server.max.receive.size"
+                ),
+                memory=self.memory,
+                quotas=self.quotas,
             )
             for listener in self.listeners
         ]
@@ -97,6 +108,38 @@ class ListenerSet:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await asyncio.gather(*(s.stop(timeout) for s in self.servers))
+
+
+def connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
+    """The broker's connection limits, per listener too; host names in
+    max.connections.per.ip.overrides stand for every address they resolve to (now)."""
+    overrides: dict[str, int] = {}
+    for host, limit in config.per_ip_connection_limits.items():
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %s: %s", host, exc)
+            infos = []
+        for info in infos:
+            overrides[str(info[4][0])] = limit
+        overrides[host] = limit
+    quotas = ConnectionQuotas(
+        config.max_connections,
+        config.max_connections_per_ip,
+        overrides,
+        config.max_connection_creation_rate,
+        backlog=config.socket_listen_backlog_size,
+    )
+    for listener in config.listeners:
+        quotas.add_listener(
+            listener.name,
+            ListenerQuota(
+                config.listener_value(listener.name, "max.connections"),
+                config.listener_value(listener.name, "max.connection.creation.rate"),
+                inter_broker=listener.name == config.inter_broker_listener,
+            ),
+        )
+    return quotas
 
 
 async def _watch_certificates(reloaders: list[CertificateReloader]) -> None:

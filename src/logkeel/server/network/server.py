@@ -17,11 +17,14 @@ from collections.abc import Callable, Iterable
 
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Connection, Observer, RequestRecord
+from logkeel.server.network.connection_quotas import ConnectionQuotas
 from logkeel.server.network.framing import DEFAULT_MAX_REQUEST_BYTES
+from logkeel.server.network.request_memory import RequestMemory
 from logkeel.server.network.security import PLAINTEXT, ListenerSecurity
 
 __all__ = [
     "DEFAULT_CONNECTIONS_MAX_IDLE_MS",
+    "DEFAULT_SASL_MAX_RECEIVE_BYTES",
     "Server",
     "preferred_loop_factory",
 ]
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # Kafka's connections.max.idle.ms default.
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
+# Kafka's sasl.server.max.receive.size default.
+DEFAULT_SASL_MAX_RECEIVE_BYTES = 524_288
 # Kafka's socket.listen.backlog.size default.
 DEFAULT_LISTEN_BACKLOG = 50
 # A client that opens a TLS connection and says nothing is dropped after this many seconds.
@@ -41,7 +46,10 @@ class Server:
 
     ``port=0`` binds an ephemeral port; read it from ``port`` after ``start()``. Settings are
     Kafka's: ``max_request_bytes`` is socket.request.max.bytes, ``connections_max_idle_ms``
-    connections.max.idle.ms (0 disables the check), ``backlog`` socket.listen.backlog.size.
+    connections.max.idle.ms (0 disables the check), ``backlog`` socket.listen.backlog.size,
+    ``sasl_max_receive_bytes`` sasl.server.max.receive.size (frames before a SASL login);
+    ``memory`` is the broker-wide budget of request bytes (queued.max.request.bytes), shared
+    by every listener of a broker, as ``quotas`` holds the connection limits of them all.
     ``observers`` are called with a ``RequestRecord`` after every request (metrics hook them).
     ``security`` says whether connections speak TLS and must authenticate with SASL first.
     """
@@ -58,6 +66,9 @@ class Server:
         backlog: int = DEFAULT_LISTEN_BACKLOG,
         observers: Iterable[Observer] = (),
         security: ListenerSecurity = PLAINTEXT,
+        sasl_max_receive_bytes: int = DEFAULT_SASL_MAX_RECEIVE_BYTES,
+        memory: RequestMemory | None = None,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.registry = registry
         self.host = host
@@ -65,6 +76,10 @@ class Server:
         self.listener = listener
         self.security = security
         self.max_request_bytes = max_request_bytes
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes
+        self.memory = memory if memory is not None else RequestMemory()
+        self.quotas = quotas if quotas is not None else ConnectionQuotas(backlog=backlog)
+        self._pump: asyncio.TimerHandle | None = None
         self.connections_max_idle_ms = connections_max_idle_ms
         self._backlog = backlog
         self._observers: list[Observer] = list(observers)
@@ -124,6 +139,8 @@ class Server:
             return
         self._stopping = True
         self._server.close()
+        if self._pump is not None:
+            self._pump.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -161,9 +178,32 @@ class Server:
 
     def connection_made(self, conn: Connection) -> None:
         self._connections.add(conn)
+        loop = asyncio.get_running_loop()
+        self.quotas.arrive(self.listener, conn.peer[0], conn.start, conn.refuse, loop.time())
+        if not conn.admitted:
+            # Waiting on a rate: make sure someone pumps when it allows the next one.
+            self._pump_later(self.quotas.pump(loop.time()))
 
     def connection_done(self, conn: Connection) -> None:
         self._connections.discard(conn)
+        loop = asyncio.get_running_loop()
+        if conn.admitted:
+            self._pump_later(self.quotas.leave(self.listener, conn.peer[0], loop.time()))
+        else:
+            self.quotas.withdraw(conn.start)
+
+    def _pump_later(self, at: float | None) -> None:
+        if at is None or self._stopping:
+            return
+        if self._pump is not None:
+            if self._pump.when() <= at:
+                return
+            self._pump.cancel()
+        self._pump = asyncio.get_running_loop().call_at(at, self._pump_now)
+
+    def _pump_now(self) -> None:
+        self._pump = None
+        self._pump_later(self.quotas.pump(asyncio.get_running_loop().time()))
 
     def observe(self, record: RequestRecord) -> None:
         for observer in self._observers:

@@ -74,7 +74,12 @@ class TxnMarkers:
     async def write_local(
         self, marker: Marker, partitions: Iterable[TopicPartition], timestamp_ms: int
     ) -> dict[TopicPartition, ErrorCode]:
-        """Appends the marker to ``partitions`` as their leader here (WriteTxnMarkers' side)."""
+        """Appends the marker to ``partitions`` as their leader here (WriteTxnMarkers' side).
+
+        A marker needs a producer id and epoch (a transactional batch without one is not a
+        batch Kafka writes): a request naming none gets INVALID_REQUEST for each partition."""
+        if marker.producer_id < 0 or marker.producer_epoch < 0:
+            return dict.fromkeys(partitions, ErrorCode.invalid_request)
         batch = build_control_batch(
             ControlRecordType.COMMIT if marker.committed else ControlRecordType.ABORT,
             producer_id=marker.producer_id,
