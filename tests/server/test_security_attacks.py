@@ -17,6 +17,7 @@ import datetime as dt
 import socket
 import ssl
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,7 @@ AUTH_ERRORS = {
     ErrorCode.cluster_authorization_failed,
     ErrorCode.transactional_id_authorization_failed,
 }
+SHORT_SESSION_MS = 1500
 ADMIN_TOPIC, ADMIN_GROUP = "admin-only", "admin-group"
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -93,6 +95,7 @@ class Secured:
     certs: Certificates
     sasl_port: int
     ssl_port: int
+    short_port: int  # SASL_PLAINTEXT with short sessions
     topic_ids: dict[str, uuid.UUID]
 
     def sasl_conf(
@@ -121,9 +124,13 @@ class Secured:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     work = tmp_path_factory.mktemp("secured")
     certs = make_certificates(work / "certs")
-    sasl_port, ssl_port = free_port(), free_port()
+    sasl_port, ssl_port, short_port = free_port(), free_port(), free_port()
     overrides = {
-        "listeners": f"SASL_SSL://127.0.0.1:{sasl_port},SSL://127.0.0.1:{ssl_port}",
+        # SHORT: SASL sessions of 1.5 s, to see an expired one refused.
+        "listeners": f"SASL_SSL://127.0.0.1:{sasl_port},SSL://127.0.0.1:{ssl_port},"
+        f"SHORT://127.0.0.1:{short_port}",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,SHORT:SASL_PLAINTEXT",
+        "listener.name.short.connections.max.reauth.ms": str(SHORT_SESSION_MS),
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(certs.server),
         "ssl.truststore.location": str(certs.ca),
@@ -138,7 +145,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "auto.create.topics.enable": "true",
     }
     with BrokerProcess(work, port=sasl_port, overrides=overrides) as broker:
-        s = Secured(broker, certs, sasl_port, ssl_port, {})
+        s = Secured(broker, certs, sasl_port, ssl_port, short_port, {})
         admin = s.admin()
         upserts = [
             UserScramCredentialUpsertion(
@@ -202,9 +209,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 class Raw:
     """One TLS connection speaking kio-encoded frames."""
 
-    def __init__(self, port: int, ctx: ssl.SSLContext) -> None:
+    def __init__(self, port: int, ctx: ssl.SSLContext | None) -> None:
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.sock = ctx.wrap_socket(sock, server_hostname="localhost")
+        self.sock = sock if ctx is None else ctx.wrap_socket(sock, server_hostname="localhost")
         self.correlation = 0
 
     @classmethod
@@ -1025,6 +1032,28 @@ def test_reauthentication_cannot_switch_mechanism_or_framing(
 ) -> None:
     with Raw.login(secured, "carol", "carol-secret") as raw:
         assert raw.handshake(mechanism, version).error_code == ErrorCode.illegal_sasl_state
+        assert raw.call(_metadata(12, None)) is None
+
+
+def test_an_expired_session_is_closed_and_reauthentication_keeps_the_principal(
+    secured: Secured,
+) -> None:
+    with Raw(secured.short_port, None) as raw:
+        answer = raw.authenticate("SCRAM-SHA-256", "carol", "carol-secret")
+        assert answer.error_code == ErrorCode.none
+        lifetime = answer.session_lifetime.total_seconds()
+        assert 0 < lifetime <= SHORT_SESSION_MS / 1000
+        # Re-authenticating as carol renews the session; as alice it is refused.
+        assert raw.authenticate("SCRAM-SHA-256", "carol", "carol-secret").error_code == 0
+        assert raw.call(_metadata(12, None)).topics == ()
+        answer = raw.authenticate("SCRAM-SHA-256", "alice", "alice-secret")
+        assert answer.error_code == ErrorCode.sasl_authentication_failed
+        assert raw.call(_metadata(12, None)) is None
+    with Raw(secured.short_port, None) as raw:
+        assert raw.authenticate("SCRAM-SHA-256", "carol", "carol-secret").error_code == 0
+        renewed = time.monotonic()
+        # The session's end is the condition waited for: nothing to poll before it.
+        time.sleep(max(0.0, renewed + lifetime + 0.2 - time.monotonic()))
         assert raw.call(_metadata(12, None)) is None
 
 
