@@ -523,6 +523,40 @@ def test_produce_acks_0_to_alices_topic_writes_nothing(secured: Secured) -> None
     assert b"carol-acks0" not in _alice_log(secured)
 
 
+@pytest.mark.parametrize(
+    ("user", "transactional_id", "refusal"),
+    [
+        ("carol", ALICE_TXN, ErrorCode.transactional_id_authorization_failed),
+        ("alice", "carol-txn", ErrorCode.transactional_id_authorization_failed),
+        ("carol", None, ErrorCode.topic_authorization_failed),
+    ],
+)
+def test_transactional_produce_needs_write_on_the_transactional_id(
+    secured: Secured, user: str, transactional_id: str | None, refusal: ErrorCode
+) -> None:
+    module = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    batch = build_batch(
+        [(0, None, b"carol-txn", ())], producer_id=0, producer_epoch=0, base_sequence=0,
+        is_transactional=True,
+    )  # fmt: skip
+    with Raw.login(secured, user, f"{user}-secret") as raw:
+        answer = raw.call(module.ProduceRequest(
+            transactional_id=transactional_id, acks=1, timeout=timedelta(seconds=5),
+            topic_data=(module.TopicProduceData(name=ALICE_TOPIC, partition_data=(
+                module.PartitionProduceData(index=0, records=Records(batch)),)),),
+        ))  # fmt: skip
+    assert _codes(answer) == {refusal}
+    assert b"carol-txn" not in _alice_log(secured)
+
+
+def test_metadata_v0_empty_list_means_every_topic_the_principal_may_see(secured: Secured) -> None:
+    module = __import__("kio.schema.metadata.v0.request", fromlist=["x"])
+    for user, expected in (("carol", set()), ("alice", {ALICE_TOPIC, ALICE_HIDDEN})):
+        with Raw.login(secured, user, f"{user}-secret") as raw:
+            answer = raw.call(module.MetadataRequest(topics=()))
+        assert {t.name for t in answer.topics} == expected
+
+
 def test_topic_ids_do_not_open_alices_topic(secured: Secured) -> None:
     tid = secured.topic_ids[ALICE_TOPIC]
     fetch = __import__("kio.schema.fetch.v13.request", fromlist=["x"])
