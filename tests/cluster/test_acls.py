@@ -147,3 +147,31 @@ def test_filters() -> None:
     assert matching(AclBindingFilter(operation=Op.READ, permission=Perm.ALLOW)) == [literal, group]
     with pytest.raises(AclError):
         AclBindingFilter(Res.UNKNOWN).validate()
+
+
+@pytest.mark.parametrize(
+    ("bindings", "expected"),
+    [
+        ([], False),
+        ([acl("t", Op.WRITE)], True),
+        ([acl("*", Op.WRITE)], True),
+        ([acl("t", Op.ALL)], True),
+        ([acl("t", Op.READ)], False),
+        # Every ALLOW covered by a DENY: a literal denied literally, a prefix by a shorter one.
+        ([acl("t", Op.WRITE), acl("t", Op.WRITE, Perm.DENY)], False),
+        ([acl("dave-", Op.WRITE, pat=Pat.PREFIXED), acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED)], False),
+        ([acl("dave-x", Op.WRITE), acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED)], False),
+        ([acl("t", Op.WRITE), acl("*", Op.ALL, Perm.DENY)], False),
+        # Some ALLOW left uncovered: a denied prefix longer than the allowed one, another name.
+        ([acl("d", Op.WRITE, pat=Pat.PREFIXED), acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED)], True),
+        ([acl("t", Op.WRITE), acl("u", Op.WRITE), acl("t", Op.WRITE, Perm.DENY)], True),
+        # Another principal's DENY does not count.
+        ([acl("t", Op.WRITE), acl("t", Op.WRITE, Perm.DENY, principal=BOB)], True),
+    ],
+)
+def test_authorize_any_is_kafkas_authorize_by_resource_type(
+    bindings: list[AclBinding], expected: bool
+) -> None:
+    """What lets an idempotent producer without IDEMPOTENT_WRITE get a producer id (KIP-679):
+    some topic it may write, after every DENY of its principal is taken into account."""
+    assert Authorizer(bindings).authorize_any(ALICE, "10.0.0.1", Op.WRITE, Res.TOPIC) is expected

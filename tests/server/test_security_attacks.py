@@ -368,13 +368,6 @@ def test_every_api_before_sasl_login_closes_the_connection(secured: Secured) -> 
     assert served == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no limit on a request's size before SASL authentication: an anonymous client may "
-    "send frames up to socket.request.max.bytes (100 MB), which the broker buffers (3 "
-    "connections x 60 MB grew its RSS by 300 MB); Kafka refuses a frame above "
-    "sasl.server.max.receive.size (512 KiB) before authentication and closes the connection",
-)
 def test_a_large_frame_before_sasl_login_closes_the_connection(secured: Secured) -> None:
     with Raw(secured.sasl_port, secured.tls()) as raw:
         raw.sock.sendall(struct.pack(">i", 1_000_000) + b"\0" * 65536)
@@ -751,13 +744,6 @@ def test_idempotent_producer_id_without_an_idempotent_write_acl(secured: Secured
         assert answer.error_code == ErrorCode.cluster_authorization_failed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KIP-679 idempotent InitProducerId (WRITE on some topic) ignores DENY bindings other "
-    "than the LITERAL '*' one: a user whose every topic WRITE ALLOW is covered by a PREFIXED "
-    "DENY (dave) or by a LITERAL DENY of the same name (erin) gets a producer id; Kafka's "
-    "Authorizer.authorizeByResourceType answers DENIED (CLUSTER_AUTHORIZATION_FAILED)",
-)
 @pytest.mark.parametrize("user", ["dave", "erin"])
 def test_idempotent_producer_id_when_every_topic_write_is_denied(
     secured: Secured, user: str
@@ -997,14 +983,6 @@ def _server_first(s: Secured, mechanism: str, user: str) -> dict[str, str]:
     return dict(a.split("=", 1) for a in answer.auth_bytes.decode().split(","))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="user enumeration: the decoy credential of an unknown SCRAM user has a 32-byte salt, "
-    "while users created with librdkafka's AlterUserScramCredentials have 64-byte salts (Kafka's "
-    "Java admin client ~26), so the server-first message tells which users exist before any "
-    "proof (README: 'the answer and its timing do not tell which users exist'); Kafka itself "
-    "refuses an unknown user at the client-first message",
-)
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_server_first_message_does_not_tell_unknown_users_apart(
     secured: Secured, mechanism: str

@@ -28,6 +28,7 @@ from logkeel.cluster.scram import (
     ScramCredential,
     ScramError,
     ScramServerExchange,
+    decoy_shape,
     salted_password,
 )
 from logkeel.config import BrokerConfig
@@ -501,3 +502,20 @@ def test_authorized_operations_are_kafkas_bit_field_of_the_principals_acls() -> 
     assert authorizer.authorized_operations(_as("admin"), ResourceType.GROUP, "g") == (
         (1 << 3) | (1 << 6) | (1 << 8)
     )
+
+
+def test_an_unknown_users_decoy_has_the_shape_of_most_stored_credentials() -> None:
+    """Clients choose the salt (librdkafka 64 bytes, ``logkeel users`` 32): a decoy of another
+    length or count would tell unknown users apart at the server-first message."""
+    stored = [
+        ScramCredential.from_salted_password("SCRAM-SHA-256", bytes(64), 4096, bytes(32)),
+        ScramCredential.from_salted_password("SCRAM-SHA-256", bytes(64), 4096, bytes(32)),
+        ScramCredential.from_salted_password("SCRAM-SHA-256", bytes(32), 8192, bytes(32)),
+    ]
+    assert decoy_shape(stored) == (64, 4096)
+    assert decoy_shape([]) == (32, 4096)
+    server = ScramServerExchange(
+        "SCRAM-SHA-256", lambda u, m: None, SECRET, lambda: decoy_shape(stored)
+    )
+    salt, iterations = _salt_and_iterations(server.step(b"n,,n=nobody,r=abc"))
+    assert (len(base64.b64decode(salt)), iterations) == (64, "4096")

@@ -154,7 +154,9 @@ class AclBinding:
         if self.resource_type not in _BINDABLE:
             raise AclError(f"ACLs cannot name resource type {self.resource_type.name}")
         if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-            raise AclError(f"an ACL's pattern type must be LITERAL or PREFIXED, not {self.pattern_type.name}")
+            raise AclError(
+                f"an ACL's pattern type must be LITERAL or PREFIXED, not {self.pattern_type.name}"
+            )
         if self.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
             raise AclError(f"an ACL cannot grant operation {self.operation.name}")
         if self.permission not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
@@ -219,7 +221,10 @@ class AclBindingFilter:
                 raise AclError(f"a filter cannot match UNKNOWN {type(value).__name__}")
 
     def matches(self, binding: AclBinding) -> bool:
-        if self.resource_type is not ResourceType.ANY and binding.resource_type is not self.resource_type:
+        if (
+            self.resource_type is not ResourceType.ANY
+            and binding.resource_type is not self.resource_type
+        ):
             return False
         if not self._matches_pattern(binding):
             return False
@@ -237,7 +242,10 @@ class AclBindingFilter:
             if self.resource_name is None:
                 return True
             return binding.applies_to(binding.resource_type, self.resource_name)
-        if self.pattern_type is not PatternType.ANY and binding.pattern_type is not self.pattern_type:
+        if (
+            self.pattern_type is not PatternType.ANY
+            and binding.pattern_type is not self.pattern_type
+        ):
             return False
         return self.resource_name is None or binding.resource_name == self.resource_name
 
@@ -291,7 +299,9 @@ class Authorizer:
         if principal in self.super_users:
             return True
         applicable = [
-            b for b in self._by_type.get(resource_type, ()) if b.applies_to(resource_type, resource_name)
+            b
+            for b in self._by_type.get(resource_type, ())
+            if b.applies_to(resource_type, resource_name)
         ]
         if not applicable:
             return self.allow_everyone_if_no_acl_found
@@ -302,25 +312,46 @@ class Authorizer:
         ):
             return False
         granting = {operation, AclOperation.ALL} | _IMPLIED_BY.get(operation, frozenset())
-        return any(b.permission is AclPermissionType.ALLOW and b.operation in granting for b in mine)
+        return any(
+            b.permission is AclPermissionType.ALLOW and b.operation in granting for b in mine
+        )
 
     def authorize_any(
         self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
     ) -> bool:
         """Whether some resource of the type may be ``operation``'d (Kafka's
-        authorizeByResourceType): an ALLOW of the principal for it, unless a DENY of the
-        wildcard resource covers the whole type."""
+        authorizeByResourceType): a DENY of the wildcard resource refuses the whole type; else
+        some ALLOW must name a resource that no DENY covers (a literal name denied literally or
+        by a denied prefix, an allowed prefix that a denied prefix contains)."""
         if principal in self.super_users:
             return True
-        mine = [b for b in self._by_type.get(resource_type, ()) if _matches_identity(b, principal, host)]
         granting = (operation, AclOperation.ALL)
-        if any(
-            b.permission is AclPermissionType.DENY and b.operation in granting
-            and b.pattern_type is PatternType.LITERAL and b.resource_name == WILDCARD
-            for b in mine
-        ):
-            return False
-        return any(b.permission is AclPermissionType.ALLOW and b.operation in granting for b in mine)
+        mine = [
+            b
+            for b in self._by_type.get(resource_type, ())
+            if b.operation in granting and _matches_identity(b, principal, host)
+        ]
+        deny_literals: set[str] = set()
+        deny_prefixes: set[str] = set()
+        allow_literals: set[str] = set()
+        allow_prefixes: set[str] = set()
+        for b in mine:
+            literal = b.pattern_type is PatternType.LITERAL
+            if b.permission is AclPermissionType.DENY:
+                if literal and b.resource_name == WILDCARD:
+                    return False
+                (deny_literals if literal else deny_prefixes).add(b.resource_name)
+            elif b.permission is AclPermissionType.ALLOW:
+                if literal and b.resource_name == WILDCARD:
+                    return True
+                (allow_literals if literal else allow_prefixes).add(b.resource_name)
+
+        def prefix_denied(name: str) -> bool:
+            return any(name[:i] in deny_prefixes for i in range(1, len(name) + 1))
+
+        if any(not prefix_denied(p) for p in allow_prefixes):
+            return True
+        return any(n not in deny_literals and not prefix_denied(n) for n in allow_literals)
 
 
 def _matches_identity(binding: AclBinding, principal: str, host: str) -> bool:

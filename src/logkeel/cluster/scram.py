@@ -15,7 +15,8 @@ import hashlib
 import hmac
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "ScramError",
     "ScramServerExchange",
     "decoy_credential",
+    "decoy_shape",
     "mechanism_name",
     "mechanism_type",
     "salted_password",
@@ -120,21 +122,44 @@ _FAILED = (
 )
 
 
-def decoy_credential(mechanism: str, user: str, secret: bytes) -> ScramCredential:
+def decoy_credential(
+    mechanism: str,
+    user: str,
+    secret: bytes,
+    shape: tuple[int, int] = (32, DECOY_ITERATIONS),
+) -> ScramCredential:
     """The credential an unknown user is answered with (RFC 5802 section 5.1): a salt derived
     from the user name and the server's ``secret``, so it is the same at every attempt, on every
-    broker sharing the secret, and Kafka's default iteration count; keys no password yields. The
-    exchange then runs to the proof and fails there, as a wrong password does: neither the
-    answer nor its timing tells whether the user exists."""
+    broker sharing the secret; the salt length and iteration count of ``shape`` (see
+    ``decoy_shape``); keys no password yields. The exchange then runs to the proof and fails
+    there, as a wrong password does: neither the answer, its shape nor its timing tells whether
+    the user exists."""
+    salt_length, iterations = shape
     digest = MECHANISMS[mechanism][0]
     seed = hmac.digest(secret, f"{mechanism}\0{user}".encode(), digest)
+    salt = b""
+    block = 0
+    while len(salt) < salt_length:
+        salt += hmac.digest(seed, b"salt%d" % block, digest)
+        block += 1
     return ScramCredential(
         mechanism,
-        hmac.digest(seed, b"salt", digest)[:32],
-        DECOY_ITERATIONS,
+        salt[:salt_length],
+        iterations,
         hmac.digest(seed, b"stored key", digest),
         hmac.digest(seed, b"server key", digest),
     )
+
+
+def decoy_shape(credentials: Iterable[ScramCredential]) -> tuple[int, int]:
+    """The (salt length, iterations) most stored credentials of a mechanism have: a decoy of
+    another shape would tell unknown users apart at the server-first message (clients choose
+    the salt: librdkafka 64 bytes, logkeel users 32). Ties go to the shorter salt and lower
+    count; with no credential, 32 bytes and Kafka's default count."""
+    counts = Counter((len(c.salt), c.iterations) for c in credentials)
+    if not counts:
+        return (32, DECOY_ITERATIONS)
+    return min(counts, key=lambda shape: (-counts[shape], shape))
 
 
 class ScramServerExchange:
@@ -145,8 +170,15 @@ class ScramServerExchange:
     (``decoy_credential`` with ``secret``), so a client learns nothing about which users exist.
     A gs2 authorization id (``a=``) other than the user is refused, as Kafka does."""
 
-    def __init__(self, mechanism: str, lookup: CredentialLookup, secret: bytes) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        lookup: CredentialLookup,
+        secret: bytes,
+        shape: Callable[[], tuple[int, int]] = lambda: (32, DECOY_ITERATIONS),
+    ) -> None:
         self._mechanism = mechanism
+        self._shape = shape
         self._digest = MECHANISMS[mechanism][0]
         self._lookup = lookup
         self._secret = secret
@@ -187,8 +219,9 @@ class ScramServerExchange:
                 "from username"
             )
         credential = self._lookup(self._user, self._mechanism)
+        shape = self._shape()  # asked for known users too: the same work either way
         if credential is None:
-            credential = decoy_credential(self._mechanism, self._user, self._secret)
+            credential = decoy_credential(self._mechanism, self._user, self._secret, shape)
         self._credential = credential
         self._client_first_bare = bare
         self._nonce = attrs["r"] + secrets.token_urlsafe(24)
@@ -267,9 +300,7 @@ class ScramClientExchange:
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise ScramError(f"SCRAM iteration count {iterations} out of bounds")
         salted = salted_password(self._mechanism, self._password, salt, iterations)
-        credential = ScramCredential.from_salted_password(
-            self._mechanism, salt, iterations, salted
-        )
+        credential = ScramCredential.from_salted_password(self._mechanism, salt, iterations, salted)
         without_proof = f"c=biws,r={nonce}"  # biws: base64 of the gs2 header "n,,"
         auth_message = f"{self._client_first_bare},{server_first},{without_proof}".encode()
         client_key = hmac.digest(salted, b"Client Key", self._digest)

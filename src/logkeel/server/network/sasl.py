@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Mapping
 
 from logkeel.cluster.metadata import MetadataStore
-from logkeel.cluster.scram import ScramCredential, ScramError, ScramServerExchange
+from logkeel.cluster.scram import ScramCredential, ScramError, ScramServerExchange, decoy_shape
 from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
 from logkeel.server.session import SaslExchange, SaslFailure
@@ -55,7 +55,14 @@ class ScramExchange:
             doc = metadata.scram_credentials().get(user, {}).get(mech)
             return None if doc is None else ScramCredential.from_json(mech, doc)
 
-        self._exchange = ScramServerExchange(mechanism, lookup, metadata.scram_secret())
+        def shape() -> tuple[int, int]:
+            return decoy_shape(
+                ScramCredential.from_json(mechanism, docs[mechanism])
+                for docs in metadata.scram_credentials().values()
+                if mechanism in docs
+            )
+
+        self._exchange = ScramServerExchange(mechanism, lookup, metadata.scram_secret(), shape)
 
     @property
     def principal(self) -> str | None:
