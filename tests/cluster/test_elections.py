@@ -188,7 +188,7 @@ def test_designated_election_of_out_of_sync_and_wiped_replicas() -> None:
     d = designated_election(reg(isr=(1,)), views, 2)
     assert d.state.leader == 2 and d.state.isr == (2,) and d.truncated == {1: 60}
     refused = designated_election(reg(isr=(1,)), views, 3)
-    assert refused.error and "lost its storage" in refused.reason and not refused.changed
+    assert refused.error and "lost acknowledged data" in refused.reason and not refused.changed
     forced = designated_election(reg(isr=(1,)), views, 3, force=True)
     assert forced.state.leader == 3 and forced.truncated == {1: 100, 2: 40}
 
@@ -223,7 +223,10 @@ def test_elected_leader_is_eligible_and_epochs_move_on_leader_change(scenario) -
     new = d.state
     if new.leader != NO_LEADER:
         assert views[new.leader].can_lead
-        assert not storage_wiped(views, new.leader, partition_had_data=had_data)
+        if storage_wiped(views, new.leader, partition_had_data=had_data):
+            # Only once every replica reported and none holds all the data; the loss is told.
+            assert all(v.live and v.log is not None for v in views.values())
+            assert d.truncate_from is not None and "holds the most" in d.reason
         assert new.leader in new.isr
     if new.leader != state.leader:
         assert new.leader_epoch > state.leader_epoch and new.partition_epoch > state.partition_epoch

@@ -132,6 +132,7 @@ class ReplicaLogReport:
     log_end_offset: int
     partition_epoch: int  # the zkVersion of the partition state the broker saw
     broker_epoch: int = -1  # the reporting broker's registration: a restart makes it stale
+    high_watermark: int = -1  # the replica's high watermark (-1: not told, an older broker)
 
 
 def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLogReport]) -> bytes:
@@ -148,6 +149,7 @@ def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLo
                     "log_end_offset": r.log_end_offset,
                     "partition_epoch": r.partition_epoch,
                     "broker_epoch": r.broker_epoch,
+                    "high_watermark": r.high_watermark,
                 }
                 for tp, r in sorted(logs.items())
             ],
@@ -164,6 +166,7 @@ def decode_replica_logs(data: bytes) -> tuple[int, dict[TopicPartition, ReplicaL
             int(p["log_end_offset"]),
             int(p["partition_epoch"]),
             int(p.get("broker_epoch", -1)),
+            int(p.get("high_watermark", -1)),
         )
         for p in obj["partitions"]
     }
