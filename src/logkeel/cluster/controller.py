@@ -206,6 +206,8 @@ class Controller:
         self._unclean_waits: dict[TopicPartition, int] = {}
         self._retry_at: float | None = None  # time.monotonic() of the next pass a wait asked for
         self._watched_reports: set[str] = set()
+        # Why each offline partition waits, as recorded in ZooKeeper (None: not read yet).
+        self._offline_reasons: dict[TopicPartition, str] | None = None
         # Told of every election after which replicas lose records (an unclean leader, a
         # designated one out of the ISR): partition, replica -> offsets it is known to lose.
         self.on_truncation: Callable[[TopicPartition, Mapping[int, int]], None] | None = None
@@ -427,6 +429,7 @@ class Controller:
             )
             self._note_wait(tp, decision, now_ms)
             decided = cluster.stamp(decision.state, reg)
+            self._note_offline(tp, decided, decision.reason)
             if decided == reg:
                 continue
             try:
@@ -448,6 +451,24 @@ class Controller:
             except NoNodeError:
                 return  # deleted meanwhile
             log.info("%s: first leaders of partitions %s elected", a.topic, sorted(new))
+
+    def _note_offline(self, tp: TopicPartition, decided: PartitionRegistration, why: str) -> None:
+        """Records in ZooKeeper why an offline partition waits (for `logkeel cluster status`)
+        when that changes, and drops the record once it leads; logged when it changes."""
+        if self._offline_reasons is None:
+            self._offline_reasons = self.client.offline_reasons()
+        reason = why if decided.offline else None
+        if self._offline_reasons.get(tp) == reason:
+            return
+        try:
+            self.client.set_offline_reason(tp, reason)
+        except NoNodeError:
+            return
+        if reason is None:
+            self._offline_reasons.pop(tp, None)
+        else:
+            self._offline_reasons[tp] = reason
+            log.warning("%s: %s", tp, reason)
 
     def _note_wait(self, tp: TopicPartition, decision: Decision, now_ms: int) -> None:
         """Remembers when an unclean election began waiting for reports, and wakes the

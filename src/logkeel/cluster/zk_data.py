@@ -61,6 +61,13 @@ ELECTIONS = "/logkeel/elections"
 # controller and shown by `logkeel cluster status`.
 ELECTION_LOSSES = "/logkeel/election_losses"
 ELECTION_LOSS_PREFIX = "loss_"
+# Why a partition is offline, as the controller last decided (one znode a partition, removed
+# once it leads again): what `logkeel cluster status` shows beside the offline state.
+OFFLINE_REASONS = "/logkeel/offline_reasons"
+
+
+def offline_reason_path(tp: TopicPartition) -> str:
+    return f"{OFFLINE_REASONS}/{tp.topic}-{tp.partition}"
 # Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
 # same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
