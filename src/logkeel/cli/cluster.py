@@ -10,8 +10,8 @@ for its log dirs (DescribeLogDirs), through `broker_requests` (so ``--command-co
 TLS or SASL listener, as for the other admin commands), and shows the brokers, the controller and every partition's
 replicas, leader, leader epoch and ISR, flagging offline and under-replicated partitions. It also
 lists every election after which replicas lost records (an unclean leader, a designated one out
-of the ISR): the controller records them in ZooKeeper, whose address the broker's
-DescribeConfigs gives (``zookeeper.connect``).
+of the ISR) and why each offline partition waits: the controller records both in ZooKeeper,
+whose address the broker's DescribeConfigs gives (``zookeeper.connect``).
 """
 
 from __future__ import annotations
