@@ -113,6 +113,38 @@ def _offline(
     return Decision(state.with_leader(NO_LEADER, isr), f"partition offline: {why}", changed=True)
 
 
+def _no_eligible(
+    state: PartitionRegistration, views: Views, partition_had_data: bool, acked: int
+) -> str:
+    """Why no in-sync replica may lead, replica by replica, and which others lost data."""
+
+    def why(r: int) -> str:
+        v = view_of(views, r)
+        lost = lost_data(views, r, partition_had_data=partition_had_data, acked=acked)
+        if not v.live:
+            return f"{r} is not live"
+        if not v.log_dir_online:
+            return f"{r}'s log dir is offline"
+        if v.shutting_down:
+            return f"{r} is shutting down"
+        if v.awaiting_report:
+            return f"{r} has not reported its log"
+        return lost or f"{r} is not eligible"
+
+    reasons = [why(r) for r in state.isr]
+    others = [
+        lost for r in state.replicas if r not in state.isr
+        and (lost := lost_data(views, r, partition_had_data=partition_had_data, acked=acked))
+    ]  # fmt: skip
+    waiting = [r for r in state.isr if not view_of(views, r).live]
+    text = f"no eligible in-sync replica ({'; '.join(reasons)})"
+    if others:
+        text += f"; {'; '.join(others)}"
+    if waiting:
+        text += f"; waiting for in-sync replicas {waiting}"
+    return text
+
+
 def _current(views: Views, replica: int) -> bool:
     """Live and reported against the registration being decided on."""
     v = view_of(views, replica)
@@ -229,7 +261,10 @@ def elect_leader(
         return decided
 
     if not unclean_allowed:
-        return _offline(state, views, partition_had_data, "no eligible in-sync replica", acked)
+        return _offline(
+            state, views, partition_had_data, _no_eligible(state, views, partition_had_data, acked),
+            acked,
+        )  # fmt: skip
 
     unreported = [r for r in state.replicas if view_of(views, r).log is None]
     if unreported and unclean_wait_ms > 0:
