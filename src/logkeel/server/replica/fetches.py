@@ -188,17 +188,16 @@ class Fetches:
         results: list[FetchPartitionResult | None],
     ) -> list[int]:
         """Answers what a late read of ``d`` for this follower holds (the same partitions
-        from the same offsets); while it still runs, its partitions get no records. Returns
-        the indexes still to read."""
+        from the same offsets); while it still runs, the dir's partitions get no records.
+        Returns the indexes still to read."""
         late = self.dir_reads.late(d, replica_id)
         if late is None:
             return indexes
         if not late.future.done():
-            busy = {r.tp for r in late.requests}
+            # One read at a time per dir and follower: nothing queues behind a slow disk.
             for i in indexes:
-                if requests[i].tp in busy:
-                    results[i] = self._unserved(requests[i])
-            return [i for i in indexes if results[i] is None]
+                results[i] = self._unserved(requests[i])
+            return []
         self.dir_reads.take_late(d, replica_id)
         try:
             ready = {
