@@ -215,6 +215,7 @@ def slow_trial(zk: ZooKeeperServer, work: Path, lag_ms: int) -> dict[str, Any]:
             started = time.monotonic()
             offline_seen = 0
             smallest = dict.fromkeys(range(n), 3)
+            smallest_led = dict.fromkeys(range(n), 3)
             moved_at: dict[int, float] = {}
             while time.monotonic() - started < SLOW_FOR_S:
                 for _ in range(10):
@@ -226,6 +227,8 @@ def slow_trial(zk: ZooKeeperServer, work: Path, lag_ms: int) -> dict[str, Any]:
                 for p, part in parts.items():
                     offline_seen += part.leader < 0
                     smallest[p] = min(smallest[p], len(part.isrs))
+                    if part.leader == 1:  # the ISR of the slow leader itself (KIP-501's case)
+                        smallest_led[p] = min(smallest_led[p], len(part.isrs))
                     if part.leader not in (1, -1) and p not in moved_at:
                         moved_at[p] = round(time.monotonic() - started, 1)
             fs.heal()
@@ -236,6 +239,7 @@ def slow_trial(zk: ZooKeeperServer, work: Path, lag_ms: int) -> dict[str, Any]:
                     "offline_observations": offline_seen,
                     "smallest_isr_healthy_dir": min(smallest[p] for p in healthy) if healthy else None,
                     "smallest_isr_slow_dir": min(smallest[p] for p in slow),
+                    "smallest_isr_slow_dir_led_by_slow_broker": min(smallest_led[p] for p in slow),
                     "failed_sends": failed[0], "acked_sends": acked[0],
                     "slow_dir_leaderships_moved": len(moved_slow),
                     "last_slow_dir_leadership_moved_after_s": max(moved_slow, default=None),
@@ -318,7 +322,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trials", type=int)
-    parser.add_argument("--only", choices=("disk", "slow", "unclean", "wiped"))
+    parser.add_argument(
+        "--only", choices=("disk", "slow", "slow_10s", "slow_30s", "unclean", "wiped")
+    )
     args = parser.parse_args()
     trials = args.trials or (2 if args.quick else 5)
     result: dict[str, Any] = {"trials": trials}
@@ -357,6 +363,9 @@ def main() -> None:
                 "offline_observations_total": sum(r["offline_observations"] for r in sl),
                 "smallest_isr_healthy_dir": min(healthy, default=None),
                 "smallest_isr_slow_dir": min(r["smallest_isr_slow_dir"] for r in sl),
+                "smallest_isr_slow_dir_led_by_slow_broker": min(
+                    r["smallest_isr_slow_dir_led_by_slow_broker"] for r in sl
+                ),
                 "failed_sends_total": sum(r["failed_sends"] for r in sl),
                 "slow_dir_leaderships_moved": [
                     f"{r['slow_dir_leaderships_moved']}/{r['slow_dir_partitions']}" for r in sl
