@@ -125,6 +125,9 @@ class DirReads:
         max_bytes: int,
         isolation_level: int,
     ) -> list[FetchPartitionResult]:
+        """A follower's fetch, ``groups`` mapping each dir to the indexes of its requests:
+        each dir read on its own threads, at most the budget waited for; the response's
+        ``max_bytes`` shared evenly between the dirs."""
         results: list[FetchPartitionResult | None] = [None] * len(requests)
         limit = max(1, max_bytes // len(groups))
         started_ms = int(time.time() * 1000)
