@@ -23,6 +23,7 @@ from logkeel.cluster.partition_state import (
     PartitionRegistration,
     ReplicaLog,
     ReplicaView,
+    acknowledged_offset,
 )
 
 REPLICAS = (0, 1, 2)
@@ -46,6 +47,7 @@ class Model:
     # the controller tells a restarted leader by its broker epoch.
     runs: dict[int, int] = field(default_factory=lambda: dict.fromkeys(REPLICAS, 0))
     leader_run: int = 0
+    loss: tuple[int, int] | None = None  # the last election that gave records up
 
     # -- what the controller sees --------------------------------------------------------------
 
@@ -75,7 +77,9 @@ class Model:
         return out
 
     def acked_mark(self) -> int:
-        return max((log.high_watermark for log in self.reports.values()), default=0)
+        return acknowledged_offset(
+            ((log.last_epoch, log.high_watermark) for log in self.reports.values()), self.loss
+        )
 
     def had_data(self) -> bool:
         return any(log.log_end_offset > 0 for log in self.reports.values())
@@ -140,6 +144,7 @@ class Model:
             kept = {i for i, _ in self.logs[new.leader]}
             if forced or d.truncate_from is not None:
                 self.excused |= self.acked - kept
+                self.loss = (new.leader_epoch, len(self.logs[new.leader]))
             # In-sync followers hold the leader's log; the high watermark is what it holds.
             for r in new.isr:
                 self.logs[r] = list(self.logs[new.leader])
@@ -248,3 +253,13 @@ def test_every_replica_reported_and_none_holds_everything_the_most_leads_with_th
     d = on_replicas_offline(m.reg, m.views(), partition_had_data=True, acked=m.acked_mark())
     assert d.state.leader == 0 and d.truncate_from == 4, d.reason
     assert "holds the most" in d.reason
+
+
+def test_after_a_reported_loss_older_reports_count_only_up_to_it() -> None:
+    """A dead replica's report from before an election that gave records up no longer says
+    they were acknowledged: the new lineage is judged by what it holds."""
+    reports = [(3, 1000), (4, 500)]  # (last epoch, high watermark)
+    assert acknowledged_offset(reports) == 1000
+    assert acknowledged_offset(reports, (4, 500)) == 500
+    assert acknowledged_offset(reports, (4, -1)) == 500  # the newer report still counts
+    assert acknowledged_offset([(3, 1000)], (4, -1)) == 0

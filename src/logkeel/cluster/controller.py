@@ -44,6 +44,7 @@ from logkeel.cluster.partition_state import (
     ReplicaLog,
     ReplicaView,
     Views,
+    acknowledged_offset,
 )
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
@@ -77,6 +78,8 @@ class LiveBrokers:
     # Each live broker's epoch (its registration's): tells a restarted broker from the one
     # that was elected, and a report of this incarnation from one of an earlier.
     epochs: Mapping[int, int] = field(default_factory=dict)
+    # Each partition's last election that gave records up: (leader epoch, from offset).
+    losses: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
     def views(
         self, tp: TopicPartition, reg: PartitionRegistration, *, shutdown: bool,
@@ -156,15 +159,16 @@ class LiveBrokers:
         )
 
     def acked(self, tp: TopicPartition, topic_id: str | None) -> int:
-        """The highest high watermark any report (of any run, live broker or not) gives: a
-        lower bound of what was acknowledged, which a replica back with less has lost."""
-        return max(
+        """What every report (of any run, live broker or not) says was acknowledged
+        (`acknowledged_offset`, after the partition's last reported loss): a replica back with
+        less has lost some of it."""
+        return acknowledged_offset(
             (
-                r.high_watermark
+                (r.last_epoch, r.high_watermark)
                 for reports in (self.logs or {}).values()
                 if (r := reports.get(tp)) is not None and r.topic_id == topic_id
             ),
-            default=0,
+            self.losses.get(tp),
         )
 
     def had_data(self, tp: TopicPartition, topic_id: str | None) -> bool:
@@ -350,6 +354,8 @@ class Controller:
             frozenset(registered), frozenset(c.shutting_down()), c.offline_replicas(),
             {broker: logs for broker, (_gen, logs) in c.replica_logs().items()},
             {b: reg.broker_epoch for b, reg in registered.items()},
+            # Oldest first: the last of each partition wins.
+            {x.tp: (x.leader_epoch, x.from_offset) for x in c.election_losses()},
         )
 
     def _fresh_cluster(self) -> LiveBrokers:

@@ -122,6 +122,22 @@ def view_of(views: Views, replica: int) -> ReplicaView:
     return views.get(replica, OFFLINE_VIEW)
 
 
+def acknowledged_offset(
+    reports: Iterable[tuple[int, int]], loss: tuple[int, int] | None = None
+) -> int:
+    """What the replicas' reports, (last leader epoch, high watermark) each, say was
+    acknowledged: the highest high watermark. After an election that gave records up
+    (``loss``: the new leader's epoch and the offset the others truncate from, -1 when not
+    known), a report from before it counts only up to that offset: those records were lost
+    and reported."""
+    mark = 0
+    for last_epoch, hw in reports:
+        if loss is not None and last_epoch < loss[0]:
+            hw = min(hw, max(loss[1], 0))
+        mark = max(mark, hw)
+    return mark
+
+
 def acknowledged_mark(views: Views) -> int:
     """A lower bound of the offsets acknowledged to producers: the highest high watermark any
     replica reported (0: none reported)."""
