@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from logkeel.cluster import isr
 from logkeel.cluster.isr import IsrConfig
 from logkeel.server.replica.fetches import Fetches
 from logkeel.server.replica.follower_tracking import FollowerTracking
@@ -133,3 +134,21 @@ def test_a_follower_fetch_from_one_healthy_dir_is_read_in_one_trip() -> None:
     assert results[0].records == b"xx"
     assert not fetches.dir_reads.late(FAST, FOLLOWER) and fetches.reads[FAST] == 1
     fetches.dir_reads.shutdown()
+
+
+def test_a_follower_served_late_by_a_slow_dir_counts_as_caught_up_when_the_read_ends() -> None:
+    """KIP-501's rule credits a follower at its fetch's completion only when serving it took at
+    least replica.read.time.insync.factor of the lag time; a read the leader itself found slow
+    (past a dir's budget) is credited whatever its length: the time was the leader's."""
+    config = IsrConfig(
+        replica_lag_time_max_ms=10_000, follower_fetch_pending_reads_insync_enable=True
+    )
+    pending = isr.fetch_started(isr.FollowerState(last_caught_up_ms=0), 50, 1_000, config)
+    assert pending.pending
+    short = isr.fetch_sent(pending, 50, 1_000, 4_000, config)  # 3 s < 0.5 * 10 s
+    assert short.last_caught_up_ms == 0 and not short.pending
+    late = isr.fetch_sent(pending, 50, 1_000, 4_000, config, leader_slow=True)
+    assert late.last_caught_up_ms == 4_000 and not late.pending
+    # Only a fetch that was pending (it had caught up to what it last saw) is credited.
+    behind = isr.fetch_sent(isr.FollowerState(), 50, 1_000, 4_000, config, leader_slow=True)
+    assert behind.last_caught_up_ms == 0

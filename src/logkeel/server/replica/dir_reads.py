@@ -239,7 +239,8 @@ class DirReads:
             for r in wanted:
                 p = self._path.partition(r.tp)
                 if p is not None:
-                    p.followers.response_sent(token, now, leader=p.is_leader)
+                    # The follower waited on this leader's disk, not the other way round.
+                    p.followers.response_sent(token, now, leader=p.is_leader, leader_slow=True)
 
         thread_fut.add_done_callback(ended)
 
