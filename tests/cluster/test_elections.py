@@ -249,3 +249,25 @@ def test_controlled_shutdown_never_elects_the_broker_going_down(scenario, broker
         if state.leader == broker:
             assert d.state.leader != broker and d.state.leader in state.isr
             assert d.state.leader_epoch > state.leader_epoch
+
+
+def test_unclean_and_out_of_sync_designated_elections_are_not_refused_for_lacking_acked_records() -> (
+    None
+):
+    """Every candidate of an unclean election, and any out-of-sync replica an operator
+    designates, lacks acknowledged records by definition (the loss is reported): only a wiped
+    replica is left out there. An in-sync replica short of them is refused without force."""
+    views = {
+        1: ReplicaView(live=False, log=ReplicaLog(5, 400, high_watermark=400, current=False)),
+        2: ReplicaView(live=True, log=ReplicaLog(5, 300, high_watermark=300)),
+        3: ReplicaView(live=True, log=ReplicaLog(5, 200, high_watermark=200)),
+    }
+    state = reg(leader=NO_LEADER, isr=(1,))
+    d = elect_leader(state, views, unclean_allowed=True, partition_had_data=True, acked=400)
+    assert d.state.leader == 2 and d.truncate_from == 300, d.reason
+    d = designated_election(state, views, 3, partition_had_data=True, acked=400)
+    assert d.state.leader == 3 and d.truncate_from == 200, d.reason
+    short_in_sync = designated_election(
+        reg(isr=(1, 3)), views, 3, partition_had_data=True, acked=400
+    )
+    assert short_in_sync.error and "below the acknowledged offset 400" in short_in_sync.reason

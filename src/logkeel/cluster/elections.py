@@ -280,9 +280,11 @@ def elect_leader(
     ranked = [
         (log.position, -order[r], r)
         for r in state.replicas
-        if _eligible(views, r, partition_had_data, acked)
+        if view_of(views, r).can_lead
         and (log := view_of(views, r).log) is not None
         and log.current
+        # Every candidate lacks acknowledged records here: only the wiped are left out.
+        and not lost_data(views, r, partition_had_data=partition_had_data, below_mark=False)
     ]
     if not ranked:
         return _offline(
@@ -433,7 +435,15 @@ def designated_election(
             "whatever it holds"
         )
     elif not force and (
-        lost := lost_data(views, replica, partition_had_data=partition_had_data, acked=acked)
+        # Out of the ISR it lacks acknowledged records by definition (the loss is reported);
+        # only a wiped one, or an in-sync one short of them, needs the operator's force.
+        lost := lost_data(
+            views,
+            replica,
+            partition_had_data=partition_had_data,
+            acked=acked,
+            below_mark=replica in state.isr,
+        )  # fmt: skip
     ):
         refusal = f"{lost}: it lost acknowledged data; force the election to accept the loss"
     if refusal is not None:

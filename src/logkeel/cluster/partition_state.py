@@ -145,7 +145,12 @@ def acknowledged_mark(views: Views) -> int:
 
 
 def lost_data(
-    views: Views, replica: int, *, partition_had_data: bool = False, acked: int = 0
+    views: Views,
+    replica: int,
+    *,
+    partition_had_data: bool = False,
+    acked: int = 0,
+    below_mark: bool = True,
 ) -> str | None:
     """Why the replica is known or suspected to have lost acknowledged records, None when
     nothing says so: a new directory id; an empty log (missing, wiped, a new disk) while
@@ -153,7 +158,9 @@ def lost_data(
     current report only -- a log ending below the acknowledged mark (a truncated file, an old
     snapshot restored). Such a replica never leads while one that may hold the data can
     return (the incident: every follower truncated to an empty leader). ``acked`` is the
-    acknowledged mark over every report known, the views' own included."""
+    acknowledged mark over every report known, the views' own included; without
+    ``below_mark`` a log ending below it does not count (an unclean election, whose candidates
+    all lack acknowledged records by definition, excludes only the wiped)."""
     log = view_of(views, replica).log
     if log is None:
         return None
@@ -167,7 +174,7 @@ def lost_data(
         if partition_had_data or others_hold_data or acked > 0:
             return f"replica {replica} has an empty log while the partition holds data"
         return None
-    if log.current and log.log_end_offset < acked:
+    if below_mark and log.current and log.log_end_offset < acked:
         return (
             f"replica {replica}'s log ends at {log.log_end_offset}, below the acknowledged "
             f"offset {acked}"
