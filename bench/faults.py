@@ -5,9 +5,12 @@
   the failure until another replica leads (goal < 5 s), sends that failed after the client's
   retries (goal 0), and seconds from the disk healing until broker 1 is back in the ISR
   (Kafka: the dir stays offline until the broker restarts);
-- slow: reads on the leader's disk take SLOW_READ_S longer for SLOW_FOR_S (Kafka's
-  defaults otherwise): partitions seen offline (goal 0), the smallest ISR seen (goal >= 2),
-  failed acks=all sends (goal 0), and when leadership moved off the slow leader;
+- slow: broker 1 leads SLOW_PARTITIONS partitions from its two log dirs; reads on one of them
+  take SLOW_READ_S longer for SLOW_FOR_S, at each replica.lag.time.max.ms of LAG_TIMES_MS
+  (10 s, Kafka's default before 2.5, and 30 s): partitions seen offline (goal 0), the smallest
+  ISR seen on each dir's partitions (goal: 3 on the healthy dir, >= 2 on the slow one), failed
+  acks=all sends (goal 0), leaderships moved off the slow dir (goal: all, after the lag time)
+  and off the healthy one (goal: none);
 - unclean: the leader of a partition is lost for good after both followers stopped at
   different points; the follower with the shorter log starts first, the longer 1.5 s later;
   with unclean.leader.election.enable, is the replica elected the one with the longest log?
@@ -55,6 +58,8 @@ from replication import SESSION_TIMEOUT_MS, start_cluster, wait_for  # noqa: E40
 WIPED_WATCH_S = 10.0
 SLOW_READ_S = 2.0
 SLOW_FOR_S = 30.0
+SLOW_PARTITIONS = 6
+LAG_TIMES_MS = (10_000, 30_000)
 
 
 def metadata(brokers: dict[int, LogkeelBroker], topic: str) -> Any:
@@ -129,8 +134,12 @@ def disk_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
 
             def send() -> None:
                 prod = confluent_kafka.Producer(
-                    {"bootstrap.servers": brokers[2].bootstrap, "acks": "all",
-                     "enable.idempotence": True, "linger.ms": 5}  # fmt: skip
+                    {
+                        "bootstrap.servers": brokers[2].bootstrap,
+                        "acks": "all",
+                        "enable.idempotence": True,
+                        "linger.ms": 5,
+                    }  # fmt: skip
                 )
 
                 def done(err: Any, _m: Any) -> None:
@@ -163,25 +172,37 @@ def disk_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
                 b.kill()
 
 
-def slow_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
-    """Reads on the leader's disk delayed by SLOW_READ_S for SLOW_FOR_S, Kafka's defaults
-    otherwise (replica.lag.time.max.ms 30 s): offline observations, the smallest ISR seen,
-    failed acks=all sends, and when (if) leadership moved off the slow leader."""
+def slow_trial(zk: ZooKeeperServer, work: Path, lag_ms: int) -> dict[str, Any]:
+    """Reads on one of broker 1's two log dirs delayed by SLOW_READ_S for SLOW_FOR_S while it
+    leads all SLOW_PARTITIONS partitions (some on the slow dir, the others on its healthy one)
+    and an idempotent acks=all producer writes to all of them, at ``replica.lag.time.max.ms``
+    ``lag_ms``: offline observations, the smallest ISR seen on each dir's partitions, failed
+    sends, how many leaderships moved off the slow dir (and when the last did), and how many
+    moved off the healthy one (goal: none)."""
     chroot = f"/faults-{uuid.uuid4().hex[:8]}"
     with FaultyFs(work / "backing", work / "mnt") as fs:
         dirs = {1: [fs.mountpoint / "logs", work / "b1-healthy"]}
         connect = zk.connect_string + chroot
-        brokers = start_cluster(work, connect, {"auto.leader.rebalance.enable": "false"}, dirs)
+        overrides = {
+            "auto.leader.rebalance.enable": "false",
+            "replica.lag.time.max.ms": str(lag_ms),
+        }
+        brokers = start_cluster(work, connect, overrides, dirs)
         try:
-            topic = "slow"
+            topic = "av"
+            n = SLOW_PARTITIONS
             admin = AdminClient({"bootstrap.servers": brokers[2].bootstrap})
-            admin.create_topics([NewTopic(topic, 4, 3, config={"min.insync.replicas": "2"})])[
+            admin.create_topics([NewTopic(topic, n, 3, config={"min.insync.replicas": "2"})])[
                 topic
             ].result(30)
             wait_for(lambda: in_sync(brokers, topic, 3), "all in sync")
-            p = on_failing_disk(dirs[1], topic, 4)[0]
-            designate(connect, topic, p, 1)
-            wait_for(lambda: leader(brokers, topic, p) == 1, "broker 1 leads")
+            slow = on_failing_disk(dirs[1], topic, n)
+            healthy = [p for p in range(n) if p not in slow]
+            for p in range(n):
+                designate(connect, topic, p, 1)
+            wait_for(
+                lambda: all(leader(brokers, topic, p) == 1 for p in range(n)), "broker 1 leads"
+            )
             acked, failed = [0], [0]
             prod = confluent_kafka.Producer({"bootstrap.servers": brokers[2].bootstrap,
                                              "acks": "all", "enable.idempotence": True,
@@ -192,22 +213,37 @@ def slow_trial(zk: ZooKeeperServer, work: Path) -> dict[str, Any]:
 
             fs.delay(SLOW_READ_S, ops={"read"})
             started = time.monotonic()
-            offline_seen, smallest_isr, moved_s = 0, 3, None
+            offline_seen = 0
+            smallest = dict.fromkeys(range(n), 3)
+            smallest_led = dict.fromkeys(range(n), 3)
+            moved_at: dict[int, float] = {}
             while time.monotonic() - started < SLOW_FOR_S:
-                for _ in range(50):
-                    prod.produce(topic, b"x" * 1000, partition=p, on_delivery=done)
+                for _ in range(10):
+                    for p in range(n):
+                        prod.produce(topic, b"x" * 1000, partition=p, on_delivery=done)
                     prod.poll(0)
-                    time.sleep(0.005)
-                part = metadata(brokers, topic)[p]
-                offline_seen += part.leader < 0
-                smallest_isr = min(smallest_isr, len(part.isrs))
-                if moved_s is None and part.leader not in (1, -1):
-                    moved_s = round(time.monotonic() - started, 1)
+                    time.sleep(0.02)
+                parts = metadata(brokers, topic)
+                for p, part in parts.items():
+                    offline_seen += part.leader < 0
+                    smallest[p] = min(smallest[p], len(part.isrs))
+                    if part.leader == 1:  # the ISR of the slow leader itself (KIP-501's case)
+                        smallest_led[p] = min(smallest_led[p], len(part.isrs))
+                    if part.leader not in (1, -1) and p not in moved_at:
+                        moved_at[p] = round(time.monotonic() - started, 1)
             fs.heal()
             assert prod.flush(120) == 0
-            return {"offline_observations": offline_seen, "smallest_isr": smallest_isr,
+            moved_slow = [moved_at[p] for p in slow if p in moved_at]
+            return {"lag_ms": lag_ms, "slow_dir_partitions": len(slow),
+                    "healthy_dir_partitions": len(healthy),
+                    "offline_observations": offline_seen,
+                    "smallest_isr_healthy_dir": min(smallest[p] for p in healthy) if healthy else None,
+                    "smallest_isr_slow_dir": min(smallest[p] for p in slow),
+                    "smallest_isr_slow_dir_led_by_slow_broker": min(smallest_led[p] for p in slow),
                     "failed_sends": failed[0], "acked_sends": acked[0],
-                    "leader_moved_after_s": moved_s}  # fmt: skip
+                    "slow_dir_leaderships_moved": len(moved_slow),
+                    "last_slow_dir_leadership_moved_after_s": max(moved_slow, default=None),
+                    "healthy_dir_leaderships_moved": sum(p in moved_at for p in healthy)}  # fmt: skip
         finally:
             for b in brokers.values():
                 b.kill()
@@ -286,7 +322,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trials", type=int)
-    parser.add_argument("--only", choices=("disk", "slow", "unclean", "wiped"))
+    parser.add_argument(
+        "--only", choices=("disk", "slow", "slow_10s", "slow_30s", "unclean", "wiped")
+    )
     args = parser.parse_args()
     trials = args.trials or (2 if args.quick else 5)
     result: dict[str, Any] = {"trials": trials}
@@ -294,9 +332,12 @@ def main() -> None:
     zk = ZooKeeperServer(base / "zookeeper")
     zk.start()
     try:
-        for name, trial in (("disk", disk_trial), ("slow", slow_trial),
-                            ("unclean", unclean_trial), ("wiped", wiped_trial)):  # fmt: skip
-            if args.only and args.only != name:
+        scenarios: list[tuple[str, Any]] = [("disk", disk_trial)]
+        scenarios += [(f"slow_{lag // 1000}s", lambda z, w, lag=lag: slow_trial(z, w, lag))
+                      for lag in LAG_TIMES_MS]  # fmt: skip
+        scenarios += [("unclean", unclean_trial), ("wiped", wiped_trial)]
+        for name, trial in scenarios:
+            if args.only and not name.startswith(args.only):
                 continue
             runs = []
             for i in range(trials):
@@ -313,13 +354,28 @@ def main() -> None:
                 ),
                 "kafka": "dir offline until a broker restart; leadership moves via LeaderAndIsr",
             }
-        if "slow" in result:
-            sl = result["slow"]
-            result["slow_summary"] = {
+        for lag in LAG_TIMES_MS:
+            sl = result.get(f"slow_{lag // 1000}s")
+            if not sl:
+                continue
+            healthy = [r["smallest_isr_healthy_dir"] for r in sl if r["smallest_isr_healthy_dir"]]
+            result[f"slow_{lag // 1000}s_summary"] = {
                 "offline_observations_total": sum(r["offline_observations"] for r in sl),
-                "smallest_isr": min(r["smallest_isr"] for r in sl),
+                "smallest_isr_healthy_dir": min(healthy, default=None),
+                "smallest_isr_slow_dir": min(r["smallest_isr_slow_dir"] for r in sl),
+                "smallest_isr_slow_dir_led_by_slow_broker": min(
+                    r["smallest_isr_slow_dir_led_by_slow_broker"] for r in sl
+                ),
                 "failed_sends_total": sum(r["failed_sends"] for r in sl),
-                "leader_moved_after_s": [r["leader_moved_after_s"] for r in sl],
+                "slow_dir_leaderships_moved": [
+                    f"{r['slow_dir_leaderships_moved']}/{r['slow_dir_partitions']}" for r in sl
+                ],
+                "last_slow_leadership_moved_after_s": [
+                    r["last_slow_dir_leadership_moved_after_s"] for r in sl
+                ],
+                "healthy_dir_leaderships_moved_total": sum(
+                    r["healthy_dir_leaderships_moved"] for r in sl
+                ),
                 "kafka": "KIP-501: followers of a leader with slow reads drop out of the ISR "
                 "(below min.insync.replicas: acks=all fails); the slow leader keeps leading",
             }

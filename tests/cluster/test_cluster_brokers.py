@@ -123,7 +123,8 @@ def three_brokers(
     c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs)
     try:
         with ThreadPoolExecutor(3) as pool:
-            for started in [pool.submit(b.start) for b in c.brokers.values()]:
+            # A generous bound: on a loaded machine an import alone took 10 s.
+            for started in [pool.submit(b.start, 90) for b in c.brokers.values()]:
                 started.result()
         yield c
     finally:

@@ -188,7 +188,7 @@ def test_designated_election_of_out_of_sync_and_wiped_replicas() -> None:
     d = designated_election(reg(isr=(1,)), views, 2)
     assert d.state.leader == 2 and d.state.isr == (2,) and d.truncated == {1: 60}
     refused = designated_election(reg(isr=(1,)), views, 3)
-    assert refused.error and "lost its storage" in refused.reason and not refused.changed
+    assert refused.error and "lost acknowledged data" in refused.reason and not refused.changed
     forced = designated_election(reg(isr=(1,)), views, 3, force=True)
     assert forced.state.leader == 3 and forced.truncated == {1: 100, 2: 40}
 
@@ -223,7 +223,10 @@ def test_elected_leader_is_eligible_and_epochs_move_on_leader_change(scenario) -
     new = d.state
     if new.leader != NO_LEADER:
         assert views[new.leader].can_lead
-        assert not storage_wiped(views, new.leader, partition_had_data=had_data)
+        if storage_wiped(views, new.leader, partition_had_data=had_data):
+            # Only once every replica reported and none holds all the data; the loss is told.
+            assert all(v.live and v.log is not None for v in views.values())
+            assert d.truncate_from is not None and "holds the most" in d.reason
         assert new.leader in new.isr
     if new.leader != state.leader:
         assert new.leader_epoch > state.leader_epoch and new.partition_epoch > state.partition_epoch
@@ -246,3 +249,25 @@ def test_controlled_shutdown_never_elects_the_broker_going_down(scenario, broker
         if state.leader == broker:
             assert d.state.leader != broker and d.state.leader in state.isr
             assert d.state.leader_epoch > state.leader_epoch
+
+
+def test_unclean_and_out_of_sync_designated_elections_are_not_refused_for_lacking_acked_records() -> (
+    None
+):
+    """Every candidate of an unclean election, and any out-of-sync replica an operator
+    designates, lacks acknowledged records by definition (the loss is reported): only a wiped
+    replica is left out there. An in-sync replica short of them is refused without force."""
+    views = {
+        1: ReplicaView(live=False, log=ReplicaLog(5, 400, high_watermark=400, current=False)),
+        2: ReplicaView(live=True, log=ReplicaLog(5, 300, high_watermark=300)),
+        3: ReplicaView(live=True, log=ReplicaLog(5, 200, high_watermark=200)),
+    }
+    state = reg(leader=NO_LEADER, isr=(1,))
+    d = elect_leader(state, views, unclean_allowed=True, partition_had_data=True, acked=400)
+    assert d.state.leader == 2 and d.truncate_from == 300, d.reason
+    d = designated_election(state, views, 3, partition_had_data=True, acked=400)
+    assert d.state.leader == 3 and d.truncate_from == 200, d.reason
+    short_in_sync = designated_election(
+        reg(isr=(1, 3)), views, 3, partition_had_data=True, acked=400
+    )
+    assert short_in_sync.error and "below the acknowledged offset 400" in short_in_sync.reason

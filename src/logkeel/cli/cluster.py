@@ -224,7 +224,11 @@ def cluster_status(
             "partitions": partitions,
         }
         if with_losses:
-            status["election_losses"] = _election_losses(zookeeper_connect(admin, status))
+            connect = zookeeper_connect(admin, status)
+            status["election_losses"], reasons = _from_zookeeper(connect)
+            for p in partitions:
+                if p["offline"]:
+                    p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
     return status
 
 
@@ -257,22 +261,26 @@ def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
     return None
 
 
-def _election_losses(connect: str | None) -> list[dict[str, Any]] | None:
+def _from_zookeeper(
+    connect: str | None,
+) -> tuple[list[dict[str, Any]] | None, dict[tuple[str, int], str]]:
+    """The election losses (None: unknown) and why each offline partition waits."""
     if connect is None:
-        return None
+        return None, {}
     client = ZkMetadataClient(connect, session_timeout_ms=10_000)
     try:
         client.start()
     except ZooKeeperUnavailable:
-        return None
+        return None, {}
     try:
+        reasons = {(tp.topic, tp.partition): r for tp, r in client.offline_reasons().items()}
         return [
             {"topic": x.tp.topic, "partition": x.tp.partition, "leader": x.leader,
              "leader_epoch": x.leader_epoch, "from_offset": x.from_offset,
              "truncated": {str(r): n for r, n in x.truncated.items()}, "reason": x.reason,
              "time_ms": x.time_ms}
             for x in client.election_losses()
-        ]  # fmt: skip
+        ], reasons  # fmt: skip
     finally:
         client.close()
 
@@ -335,6 +343,9 @@ def status_command(bootstrap_server: str, as_json: bool) -> None:
             state,
         )
     console.print(parts)
+    for p in status["partitions"]:
+        if p.get("offline_reason"):
+            console.print(f"{p['topic']}-{p['partition']} offline: {p['offline_reason']}")
     losses = status["election_losses"]
     if losses is None:
         console.print("election losses: unknown (ZooKeeper not reachable, or a single node)")

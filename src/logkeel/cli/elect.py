@@ -6,7 +6,7 @@ of the ISR (the index-corruption incident: the operator knows which copy is good
 has no field for a chosen replica, so this one is handed to the controller through ZooKeeper,
 whose address the broker's DescribeConfigs gives (``zookeeper.connect``), or ``--zookeeper``.
 ``--command-config`` reaches a TLS or SASL listener, as for the other admin commands.
-A replica whose storage was wiped is refused unless ``--force``. Either way the result names
+A replica that lost acknowledged data is refused unless ``--force``. Either way the result names
 what the other replicas will truncate.
 """
 
@@ -53,7 +53,7 @@ Results = dict[TopicPartition, tuple[str | None, str]]
                    "highest (last leader epoch, log end offset) leads.")  # fmt: skip
 @click.option("--replica", type=int, help="Make this replica the leader, in or out of the ISR.")
 @click.option("--force", is_flag=True,
-              help="With --replica: accept a replica that lost its storage.")  # fmt: skip
+              help="With --replica: accept a replica that lost acknowledged data.")  # fmt: skip
 @bootstrap_option
 @click.option(
     "--zookeeper", help="zookeeper.connect of the cluster (default: asked of the broker)."

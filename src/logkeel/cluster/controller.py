@@ -44,6 +44,7 @@ from logkeel.cluster.partition_state import (
     ReplicaLog,
     ReplicaView,
     Views,
+    acknowledged_offset,
 )
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
@@ -77,19 +78,23 @@ class LiveBrokers:
     # Each live broker's epoch (its registration's): tells a restarted broker from the one
     # that was elected, and a report of this incarnation from one of an earlier.
     epochs: Mapping[int, int] = field(default_factory=dict)
+    # Each partition's last election that gave records up: (leader epoch, from offset).
+    losses: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
     def views(
         self, tp: TopicPartition, reg: PartitionRegistration, *, shutdown: bool,
         topic_id: str | None = None, fresh: bool = False,
     ) -> Views:
-        """The replicas of ``reg`` as the decisions see them. Logs are judged only where a
-        report is known to be true: every replica of an offline partition (nobody fetches, so
-        a report made against its current state stays true), a leader back from a restart (its
-        report of this run), and every replica when ``fresh`` (an operator's election, on
-        reports just asked for). An online partition's followers fetch all the time: their
-        last report may be seconds old, and judging it could take a healthy replica for a
-        wiped one. Of those judged, a live replica with no such report may not lead until it
-        reports (it may be back with a wiped disk)."""
+        """The replicas of ``reg`` as the decisions see them. Logs are judged exactly
+        (``ReplicaLog.current``) only where a report is known to be true: every replica of an
+        offline partition (nobody fetches, so a report made against its current state stays
+        true), a leader back from a restart (its report of this run), and every replica when
+        ``fresh`` (an operator's election, on reports just asked for); of those, a live
+        replica with no such report may not lead until it reports (it may be back with a wiped
+        disk). An online partition's followers fetch all the time: their last report of this
+        run is given as an older one (a suspicion of loss only keeps them from leading until
+        the partition's current reports decide), and a broker back from a restart that has not
+        reported yet may not lead."""
         out = {}
         for r in reg.replicas:
             restarted = (
@@ -98,16 +103,27 @@ class LiveBrokers:
                 and self.epochs.get(r, reg.leader_broker_epoch) != reg.leader_broker_epoch
             )
             judged = self.logs is not None and (reg.offline or restarted or fresh)
-            log_ = self._log(r, tp, topic_id, reg.partition_epoch) if judged else None
+            if judged:
+                log_ = self._log(r, tp, topic_id, reg.partition_epoch)
+                awaiting = not fresh and log_ is None
+            else:
+                log_ = self._log(r, tp, topic_id, None)
+                awaiting = r in self.live and self._unreported_since_restart(r)
             out[r] = ReplicaView(
                 live=r in self.live,
                 log_dir_online=tp not in self.offline_replicas.get(r, ()),
                 shutting_down=shutdown and r in self.shutting_down,
                 log=log_,
-                awaiting_report=judged and not fresh and log_ is None,
+                awaiting_report=awaiting,
                 restarted=restarted,
             )
         return out
+
+    def _unreported_since_restart(self, broker: int) -> bool:
+        """The broker reported before (in an earlier run) but not in this one."""
+        reports = (self.logs or {}).get(broker, {})
+        epoch = self.epochs.get(broker)
+        return bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
 
     def stamp(
         self, decided: PartitionRegistration, before: PartitionRegistration | None = None
@@ -125,17 +141,35 @@ class LiveBrokers:
         return replace(decided, leader_broker_epoch=epoch)
 
     def _log(
-        self, broker: int, tp: TopicPartition, topic_id: str | None, partition_epoch: int
+        self, broker: int, tp: TopicPartition, topic_id: str | None, partition_epoch: int | None
     ) -> ReplicaLog | None:
+        """The broker's report of this run (a dead broker's last), made against
+        ``partition_epoch`` (None: any, then given as an older report)."""
         report = (self.logs or {}).get(broker, {}).get(tp)
         if (
             report is None
             or report.topic_id != topic_id
-            or report.partition_epoch != partition_epoch
+            or (partition_epoch is not None and report.partition_epoch != partition_epoch)
             or report.broker_epoch != self.epochs.get(broker, report.broker_epoch)
         ):
             return None
-        return ReplicaLog(report.last_epoch, report.log_end_offset)
+        return ReplicaLog(
+            report.last_epoch, report.log_end_offset, high_watermark=report.high_watermark,
+            current=partition_epoch is not None,
+        )
+
+    def acked(self, tp: TopicPartition, topic_id: str | None) -> int:
+        """What every report (of any run, live broker or not) says was acknowledged
+        (`acknowledged_offset`, after the partition's last reported loss): a replica back with
+        less has lost some of it."""
+        return acknowledged_offset(
+            (
+                (r.last_epoch, r.high_watermark)
+                for reports in (self.logs or {}).values()
+                if (r := reports.get(tp)) is not None and r.topic_id == topic_id
+            ),
+            self.losses.get(tp),
+        )
 
     def had_data(self, tp: TopicPartition, topic_id: str | None) -> bool:
         """Some replica (live or not: reports outlive their broker) once reported records."""
@@ -176,6 +210,8 @@ class Controller:
         self._unclean_waits: dict[TopicPartition, int] = {}
         self._retry_at: float | None = None  # time.monotonic() of the next pass a wait asked for
         self._watched_reports: set[str] = set()
+        # Why each offline partition waits, as recorded in ZooKeeper (None: not read yet).
+        self._offline_reasons: dict[TopicPartition, str] | None = None
         # Told of every election after which replicas lose records (an unclean leader, a
         # designated one out of the ISR): partition, replica -> offsets it is known to lose.
         self.on_truncation: Callable[[TopicPartition, Mapping[int, int]], None] | None = None
@@ -318,6 +354,8 @@ class Controller:
             frozenset(registered), frozenset(c.shutting_down()), c.offline_replicas(),
             {broker: logs for broker, (_gen, logs) in c.replica_logs().items()},
             {b: reg.broker_epoch for b, reg in registered.items()},
+            # Oldest first: the last of each partition wins.
+            {x.tp: (x.leader_epoch, x.from_offset) for x in c.election_losses()},
         )
 
     def _fresh_cluster(self) -> LiveBrokers:
@@ -397,6 +435,7 @@ class Controller:
             )
             self._note_wait(tp, decision, now_ms)
             decided = cluster.stamp(decision.state, reg)
+            self._note_offline(tp, decided, decision.reason)
             if decided == reg:
                 continue
             try:
@@ -418,6 +457,24 @@ class Controller:
             except NoNodeError:
                 return  # deleted meanwhile
             log.info("%s: first leaders of partitions %s elected", a.topic, sorted(new))
+
+    def _note_offline(self, tp: TopicPartition, decided: PartitionRegistration, why: str) -> None:
+        """Records in ZooKeeper why an offline partition waits (for `logkeel cluster status`)
+        when that changes, and drops the record once it leads; logged when it changes."""
+        if self._offline_reasons is None:
+            self._offline_reasons = self.client.offline_reasons()
+        reason = why if decided.offline else None
+        if self._offline_reasons.get(tp) == reason:
+            return
+        try:
+            self.client.set_offline_reason(tp, reason)
+        except NoNodeError:
+            return
+        if reason is None:
+            self._offline_reasons.pop(tp, None)
+        else:
+            self._offline_reasons[tp] = reason
+            log.warning("%s: %s", tp, reason)
 
     def _note_wait(self, tp: TopicPartition, decision: Decision, now_ms: int) -> None:
         """Remembers when an unclean election began waiting for reports, and wakes the
@@ -487,19 +544,24 @@ class Controller:
                 tp, reg, shutdown=True, topic_id=topic_id,
                 fresh=request.kind in ("unclean", "designated"),
             )
-            had_data = cluster.had_data(tp, topic_id)
+            had, acked = cluster.had_data(tp, topic_id), cluster.acked(tp, topic_id)
             if request.kind == "preferred":
-                d = preferred_election(reg, views, partition_had_data=had_data)
+                d = preferred_election(reg, views, partition_had_data=had, acked=acked)
             elif request.kind == "unclean":
                 # The operator asked now: no wait (the reports are fresh).
-                d = elect_leader(reg, views, unclean_allowed=True, partition_had_data=had_data)
+                d = elect_leader(
+                    reg, views, unclean_allowed=True, partition_had_data=had, acked=acked
+                )
             elif request.kind == "resign":
                 assert request.replica is not None
-                d = resign_leadership(reg, views, request.replica, partition_had_data=had_data)
+                d = resign_leadership(
+                    reg, views, request.replica, partition_had_data=had, acked=acked
+                )
             else:
                 assert request.replica is not None
                 d = designated_election(
-                    reg, views, request.replica, force=request.force, partition_had_data=had_data
+                    reg, views, request.replica, force=request.force, partition_had_data=had,
+                    acked=acked,
                 )
             if not d.changed:
                 return (d.error, d.reason)
@@ -570,17 +632,22 @@ def decide(
     retried at ``.retry_at_ms`` while it waits for reports), then controlled shutdowns, then a
     requested preferred election."""
     had_data = cluster.had_data(tp, topic_id)
+    acked = cluster.acked(tp, topic_id)
     first = on_replicas_offline(
         reg, cluster.views(tp, reg, shutdown=False, topic_id=topic_id), unclean_allowed=unclean,
-        partition_had_data=had_data, now_ms=now_ms,
+        partition_had_data=had_data, acked=acked, now_ms=now_ms,
         unclean_wait_started_ms=unclean_wait_started_ms, unclean_wait_ms=unclean_wait_ms,
     )
     state = first.state
     shutdown_views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
     for broker in sorted(cluster.shutting_down & set(reg.replicas)):
-        state = controlled_shutdown(state, shutdown_views, broker, partition_had_data=had_data).state
+        state = controlled_shutdown(
+            state, shutdown_views, broker, partition_had_data=had_data, acked=acked
+        ).state
     if preferred:
-        state = preferred_election(state, shutdown_views, partition_had_data=had_data).state
+        state = preferred_election(
+            state, shutdown_views, partition_had_data=had_data, acked=acked
+        ).state
     if state is first.state:
         return first
     return replace(first, state=state, changed=state != reg)

@@ -115,17 +115,27 @@ def fetch_completed(
 
 
 def fetch_sent(
-    follower: FollowerState, fetch_offset: int, started_ms: int, now_ms: int, config: IsrConfig
+    follower: FollowerState,
+    fetch_offset: int,
+    started_ms: int,
+    now_ms: int,
+    config: IsrConfig,
+    *,
+    leader_slow: bool = False,
 ) -> FollowerState:
     """The records of a pending fetch reached the follower (or the response was dropped): it
     is pending no more, and if serving it took at least
     ``replica.lag.time.max.ms * replica.read.time.insync.factor`` the follower counts as caught
-    up now, its completion, rather than when it started (KIP-501)."""
+    up now, its completion, rather than when it started (KIP-501). ``leader_slow``: the leader
+    itself found the read slow (a log dir past its budget, `dir_reads`), so the time was its own
+    whatever the factor says."""
     mine = PendingFetch(fetch_offset, started_ms)
     if mine not in follower.pending:
         return follower
     caught_up = follower.last_caught_up_ms
-    if now_ms - started_ms >= config.replica_lag_time_max_ms * config.replica_read_time_insync_factor:
+    if leader_slow or (
+        now_ms - started_ms >= config.replica_lag_time_max_ms * config.replica_read_time_insync_factor
+    ):
         caught_up = max(caught_up, now_ms)
     return replace(
         follower,

@@ -66,6 +66,13 @@ class ReplicaLog:
     # The partition's log dir carries a different directory id than when it was assigned:
     # the disk was replaced or reformatted.
     dir_id_changed: bool = False
+    # The replica's high watermark when it reported (-1: not told): the highest of all
+    # replicas' reports is a lower bound of what was acknowledged (`acknowledged_mark`).
+    high_watermark: int = -1
+    # Made against the registration being decided on, while nobody could fetch (a leaderless
+    # partition, or fresh reports an operator's election asked for): the log is exactly this.
+    # An older report of a follower may understate a log that fetched since.
+    current: bool = True
 
     @property
     def empty(self) -> bool:
@@ -75,8 +82,10 @@ class ReplicaLog:
 
     @property
     def position(self) -> tuple[int, int]:
-        """What an unclean election ranks replicas by: highest leader epoch, then longest log."""
-        return (self.last_epoch, self.log_end_offset)
+        """What an unclean election ranks replicas by: highest leader epoch, then longest log.
+        An empty log ranks lowest whatever epoch it carries (one recreated empty may already
+        carry the current epoch)."""
+        return (self.last_epoch, self.log_end_offset) if not self.empty else (-1, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +107,9 @@ class ReplicaView:
     def can_lead(self) -> bool:
         """A leader must be reachable and able to serve its log."""
         return (
-            self.live and self.log_dir_online and not self.shutting_down
+            self.live
+            and self.log_dir_online
+            and not self.shutting_down
             and not self.awaiting_report
         )
 
@@ -111,22 +122,84 @@ def view_of(views: Views, replica: int) -> ReplicaView:
     return views.get(replica, OFFLINE_VIEW)
 
 
-def storage_wiped(views: Views, replica: int, *, partition_had_data: bool = False) -> bool:
-    """The replica lost its data: a new directory id, or an empty log (no offsets, no epochs)
-    while another replica holds data or the partition is known to have had data. Such a replica
-    must never be made leader by the controller on its own (the incident: every follower
-    truncated to an empty leader)."""
+def acknowledged_offset(
+    reports: Iterable[tuple[int, int]], loss: tuple[int, int] | None = None
+) -> int:
+    """What the replicas' reports, (last leader epoch, high watermark) each, say was
+    acknowledged: the highest high watermark. After an election that gave records up
+    (``loss``: the new leader's epoch and the offset the others truncate from, -1 when not
+    known), a report from before it counts only up to that offset: those records were lost
+    and reported."""
+    mark = 0
+    for last_epoch, hw in reports:
+        if loss is not None and last_epoch < loss[0]:
+            hw = min(hw, max(loss[1], 0))
+        mark = max(mark, hw)
+    return mark
+
+
+def acknowledged_mark(views: Views) -> int:
+    """A lower bound of the offsets acknowledged to producers: the highest high watermark any
+    replica reported (0: none reported)."""
+    return max((v.log.high_watermark for v in views.values() if v.log is not None), default=0)
+
+
+def lost_data(
+    views: Views,
+    replica: int,
+    *,
+    partition_had_data: bool = False,
+    acked: int = 0,
+    below_mark: bool = True,
+) -> str | None:
+    """Why the replica is known or suspected to have lost acknowledged records, None when
+    nothing says so: a new directory id; an empty log (missing, wiped, a new disk) while
+    another replica holds data or the partition is known to have had data; or -- judged on a
+    current report only -- a log ending below the acknowledged mark (a truncated file, an old
+    snapshot restored). Such a replica never leads while one that may hold the data can
+    return (the incident: every follower truncated to an empty leader). ``acked`` is the
+    acknowledged mark over every report known, the views' own included; without
+    ``below_mark`` a log ending below it does not count (an unclean election, whose candidates
+    all lack acknowledged records by definition, excludes only the wiped)."""
     log = view_of(views, replica).log
     if log is None:
-        return False
+        return None
+    acked = max(acked, acknowledged_mark(views))
     if log.dir_id_changed:
-        return True
-    if not log.empty:
-        return False
-    others_hold_data = any(
-        other != replica and v.log is not None and not v.log.empty for other, v in views.items()
+        return f"replica {replica} is on a new log dir (new directory id)"
+    if log.empty:
+        others_hold_data = any(
+            other != replica and v.log is not None and not v.log.empty for other, v in views.items()
+        )
+        if partition_had_data or others_hold_data or acked > 0:
+            return f"replica {replica} has an empty log while the partition holds data"
+        return None
+    if below_mark and log.current and log.log_end_offset < acked:
+        return (
+            f"replica {replica}'s log ends at {log.log_end_offset}, below the acknowledged "
+            f"offset {acked}"
+        )
+    return None
+
+
+def storage_wiped(
+    views: Views, replica: int, *, partition_had_data: bool = False, acked: int = 0
+) -> bool:
+    """`lost_data` as a yes/no (what a forced designation overrides)."""
+    return lost_data(views, replica, partition_had_data=partition_had_data, acked=acked) is not None
+
+
+def lost_for_certain(
+    views: Views, replica: int, *, partition_had_data: bool = False, acked: int = 0
+) -> bool:
+    """Lost by a current report: the replica leaves the ISR. A suspicion from an older report
+    only keeps it from leading until the partition's current reports decide."""
+    log = view_of(views, replica).log
+    return (
+        log is not None
+        and log.current
+        and storage_wiped(views, replica, partition_had_data=partition_had_data, acked=acked)
     )
-    return partition_had_data or others_hold_data
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +247,5 @@ class ElectionRequest:
     force: bool = False
     results: Mapping[TopicPartition, tuple[str | None, str]] | None = None
 
-    def answered(
-        self, results: Mapping[TopicPartition, tuple[str | None, str]]
-    ) -> ElectionRequest:
+    def answered(self, results: Mapping[TopicPartition, tuple[str | None, str]]) -> ElectionRequest:
         return replace(self, results=results)

@@ -65,6 +65,13 @@ ELECTIONS = "/logkeel/elections"
 # controller and shown by `logkeel cluster status`.
 ELECTION_LOSSES = "/logkeel/election_losses"
 ELECTION_LOSS_PREFIX = "loss_"
+# Why a partition is offline, as the controller last decided (one znode a partition, removed
+# once it leads again): what `logkeel cluster status` shows beside the offline state.
+OFFLINE_REASONS = "/logkeel/offline_reasons"
+
+
+def offline_reason_path(tp: TopicPartition) -> str:
+    return f"{OFFLINE_REASONS}/{tp.topic}-{tp.partition}"
 # Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
 # same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -136,6 +143,7 @@ class ReplicaLogReport:
     log_end_offset: int
     partition_epoch: int  # the zkVersion of the partition state the broker saw
     broker_epoch: int = -1  # the reporting broker's registration: a restart makes it stale
+    high_watermark: int = -1  # the replica's high watermark (-1: not told, an older broker)
 
 
 def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLogReport]) -> bytes:
@@ -152,6 +160,7 @@ def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLo
                     "log_end_offset": r.log_end_offset,
                     "partition_epoch": r.partition_epoch,
                     "broker_epoch": r.broker_epoch,
+                    "high_watermark": r.high_watermark,
                 }
                 for tp, r in sorted(logs.items())
             ],
@@ -168,6 +177,7 @@ def decode_replica_logs(data: bytes) -> tuple[int, dict[TopicPartition, ReplicaL
             int(p["log_end_offset"]),
             int(p["partition_epoch"]),
             int(p.get("broker_epoch", -1)),
+            int(p.get("high_watermark", -1)),
         )
         for p in obj["partitions"]
     }

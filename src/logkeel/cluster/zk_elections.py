@@ -1,6 +1,6 @@
 """Elections in ZooKeeper: the queue of elections operators ask the controller for (with their
 results), Kafka's preferred-replica election request, and the record of elections after which
-replicas lost records."""
+replicas lost records; why each offline partition waits."""
 
 from __future__ import annotations
 
@@ -108,4 +108,31 @@ class ElectionZnodes(ZkSession):
         for child in children:
             with contextlib.suppress(NoNodeError):
                 out.append(zd.decode_election_loss(self.zk.get(f"{zd.ELECTION_LOSSES}/{child}")[0]))
+        return out
+
+    def set_offline_reason(self, tp: TopicPartition, reason: str | None) -> None:
+        """Records why ``tp`` is offline (None: it leads again, the record goes)."""
+        path = zd.offline_reason_path(tp)
+        if reason is None:
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(path)
+            return
+        data = reason.encode()
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+
+    def offline_reasons(self) -> dict[TopicPartition, str]:
+        """Each offline partition's reason, as the controller last decided it."""
+        try:
+            children = self.zk.get_children(zd.OFFLINE_REASONS)
+        except NoNodeError:
+            return {}
+        out = {}
+        for child in children:
+            topic, _, partition = child.rpartition("-")
+            with contextlib.suppress(NoNodeError, ValueError):
+                data = self.zk.get(f"{zd.OFFLINE_REASONS}/{child}")[0]
+                out[TopicPartition(topic, int(partition))] = data.decode(errors="replace")
         return out

@@ -57,5 +57,6 @@ class ReplicaReports:
                     plog.log_end_offset,
                     state.partition_epoch,
                     broker_epoch,
+                    plog.high_watermark,
                 )
         return out

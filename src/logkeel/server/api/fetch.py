@@ -220,7 +220,7 @@ class FetchApi:
         except BaseException:
             close_records(results)
             raise
-        served = [r.tp for r in results if r.records is not None]
+        served = [r.tp for r in results if r.records is not None and not r.read_earlier]
         if follower and served:
             token = id(frame)
             frame.on_send = lambda sent: self._fetches.follower_response(

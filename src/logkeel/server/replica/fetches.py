@@ -11,12 +11,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.replica import partition_reads
 from logkeel.server.replica.data_path import DataPath
 from logkeel.server.replica.delayed import DelayedFetch
+from logkeel.server.replica.dir_reads import DirReads, read_into_memory
 from logkeel.server.replica.results import (
     CONSUMER_REPLICA_ID,
     READ_COMMITTED,
@@ -38,8 +40,17 @@ _INT32_MAX = (1 << 31) - 1
 class Fetches:
     """Reads of partitions for fetch requests and internal readers."""
 
-    def __init__(self, path: DataPath) -> None:
+    def __init__(self, path: DataPath, *, follower_budget_ms: int = 500) -> None:
+        """``follower_budget_ms`` (follower.fetch.process.time.max.ms): how long a follower's
+        fetch waits for a log dir's reads before answering without them (`dir_reads`)."""
         self._path = path
+        self.dir_reads = DirReads(
+            path,
+            lambda *args: self._read_all(*args),
+            follower_budget_ms / 1000,
+        )
+        self._sending: dict[int, int] = {}  # follower response token -> when sending began
+        self._budget_s = follower_budget_ms / 1000
 
     async def fetch(
         self,
@@ -54,9 +65,7 @@ class Fetches:
         """Reads every partition in order, long-polling up to ``max_wait_ms`` for
         ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
         (Kafka's rule, so a consumer never gets stuck behind a large batch)."""
-        results = await self._path.run_in_io(
-            self._read_all, requests, replica_id, max_bytes, isolation_level
-        )
+        results = await self._read(requests, replica_id, max_bytes, isolation_level)
         total = sum(r.size for r in results)
         if (
             max_wait_ms <= 0
@@ -82,9 +91,27 @@ class Fetches:
             return await asyncio.to_thread(
                 self._read_all, requests, replica_id, max_bytes, isolation_level
             )
-        return await self._path.run_in_io(
-            self._read_all, requests, replica_id, max_bytes, isolation_level
-        )
+        return await self._read(requests, replica_id, max_bytes, isolation_level)
+
+    async def _read(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: int,
+    ) -> list[FetchPartitionResult]:
+        """Every partition read: on the IO threads in one trip, or, for a follower whose fetch
+        spans log dirs or touches a slow one, dir by dir (`dir_reads`)."""
+        groups: dict[Path | None, list[int]] = {}
+        for i, r in enumerate(requests):
+            p = self._path.partition(r.tp)
+            plog = p.log if p is not None else None
+            groups.setdefault(plog.log_dir if plog is not None else None, []).append(i)
+        if replica_id < 0 or self._path.stopped or not self.dir_reads.splits(groups, replica_id):
+            return await self._path.run_in_io(
+                self._read_all, requests, replica_id, max_bytes, isolation_level
+            )
+        return await self.dir_reads.read(groups, requests, replica_id, max_bytes, isolation_level)
 
     def _read_all(
         self,
@@ -92,7 +119,10 @@ class Fetches:
         replica_id: int,
         max_bytes: int,
         isolation_level: int,
+        into_memory: bool = False,
     ) -> list[FetchPartitionResult]:
+        """Reads in order; ``into_memory``: records are read into memory (a slow dir) rather
+        than left in the file for sendfile."""
         results = []
         remaining = max(0, max_bytes)
         min_one_message = True
@@ -100,6 +130,8 @@ class Fetches:
             for r in requests:
                 limit = max(0, min(r.max_bytes, remaining))
                 result = self._read_one(r, replica_id, limit, isolation_level, min_one_message)
+                if into_memory:
+                    read_into_memory(result)
                 if result.records is not None:
                     remaining = max(0, remaining - result.records.size)
                     min_one_message = False
@@ -157,12 +189,23 @@ class Fetches:
         self, tps: Iterable[TopicPartition], replica_id: int, token: int, sent: bool
     ) -> None:
         """A response carrying these partitions' records to a follower starts being sent, or
-        is sent (beyond KIP-501: how long a leader takes to serve its followers)."""
+        is sent (beyond KIP-501: how long a leader takes to serve its followers). One that took
+        longer than the budget marks its partitions' dirs slow: their records are read into
+        memory on the dir's threads from then on, so sending cannot wait on the disk."""
         now = int(time.time() * 1000)
+        tps = list(tps)
+        if sent:
+            started = self._sending.pop(token, None)
+            slow = started is not None and now - started > self._budget_s * 1000
+        else:
+            self._sending[token] = now
+            slow = False
         for tp in tps:
             p = self._path.partition(tp)
             if p is None:
                 continue
+            if slow and p.log is not None:
+                self.dir_reads.mark_slow(p.log.log_dir)
             if sent:
                 p.followers.response_sent(token, now, leader=p.is_leader)
             else:

@@ -98,9 +98,12 @@ class FollowerTracking:
         with self._lock:
             self._unsent[token] = (replica_id, now_ms)
 
-    def response_sent(self, token: int, now_ms: int, *, leader: bool) -> None:
+    def response_sent(
+        self, token: int, now_ms: int, *, leader: bool, leader_slow: bool = False
+    ) -> None:
         """A response carrying records to a follower is sent (or dropped); as ``leader``, it
-        also counts towards how slow this leader is to serve that follower."""
+        also counts towards how slow this leader is to serve that follower. ``leader_slow``:
+        a read the leader found slow itself (`isr.fetch_sent`)."""
         with self._lock:
             entry = self._unsent.pop(token, None)
             if entry is not None:
@@ -110,8 +113,9 @@ class FollowerTracking:
                     state = self.states.get(entry[0])
                     if state is not None:
                         self.states[entry[0]] = isr_rules.fetch_sent(
-                            state, offset, read_started, now_ms, self.config
-                        )
+                            state, offset, read_started, now_ms, self.config,
+                            leader_slow=leader_slow,
+                        )  # fmt: skip
             if entry is not None and leader:
                 replica, started = entry
                 self._slow[replica] = isr_rules.follower_fetch_served(

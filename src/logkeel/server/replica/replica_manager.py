@@ -96,7 +96,9 @@ class ReplicaManager:
         self._started = False
         self._stopped = False
         self.appends = Appends(self, ctx.write_fence)
-        self.fetches = Fetches(self)
+        self.fetches = Fetches(
+            self, follower_budget_ms=ctx.replication.isr.follower_fetch_process_time_max_ms
+        )
         self.offsets = OffsetQueries(self, ctx.log_manager)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -141,6 +143,7 @@ class ReplicaManager:
         # Let the woken requests take their turn on the loop before the threads go.
         await asyncio.sleep(0)
         await asyncio.to_thread(self._executor.shutdown, True)
+        self.fetches.dir_reads.shutdown()
 
     @property
     def stopped(self) -> bool:

@@ -109,6 +109,21 @@ def _close_fd(fd: int) -> None:
         os.close(fd)
 
 
+class MemoryRecords(bytes):
+    """Records read into memory (a follower's read from a slow dir: sending them must not wait
+    on the disk); the same interface as ``RegionRecords``."""
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def read_bytes(self) -> bytes:
+        return bytes(self)
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass(frozen=True, slots=True)
 class FetchPartitionRequest:
     tp: TopicPartition
@@ -126,13 +141,15 @@ class FetchPartitionResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: RegionRecords | None = None
+    records: RegionRecords | MemoryRecords | None = None
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     # (epoch, end offset) when the fetcher's last fetched epoch diverges from this log.
     diverging_epoch: tuple[int, int] | None = None
     preferred_read_replica: int = -1
     leader_id: int = -1
     leader_epoch: int = -1
+    # Read for an earlier fetch of the follower, whose serving was timed then (`dir_reads`).
+    read_earlier: bool = False
 
     @property
     def size(self) -> int:

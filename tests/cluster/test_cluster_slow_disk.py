@@ -1,0 +1,111 @@
+"""Issue 20, part B: KIP-501 at replica.lag.time.max.ms 10 s (Kafka's default before 2.5) and
+30 s. Broker 1 leads six partitions (RF 3, min.insync.replicas 2), some on a log dir on a FUSE
+mount, the others on a healthy dir; an idempotent acks=all producer writes to all of them while
+the FUSE dir answers reads 2 s late. No ISR shrinks: the healthy dir's partitions are read on
+their own threads and answered without waiting for the slow dir; the slow dir's followers are
+pending, not lagging. Every partition led from the slow dir moves once broker 1 has been too
+slow for it for longer than replica.lag.time.max.ms; no send fails and no partition goes
+offline."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.storage.topic_partition import TopicPartition
+from logkeel.testing.faulty_fs import FaultyFs
+from tests.cluster.test_cluster_brokers import three_brokers, wait_until
+
+TOPIC = "av"
+PARTITIONS = 6
+SLOW_READ_S = 2.0
+
+
+@pytest.mark.parametrize("lag_ms", [10_000, 30_000])
+def test_a_slow_disk_shrinks_no_isr_and_every_slow_leadership_moves(
+    zookeeper: ZooKeeperServer, tmp_path: Path, faulty_fs: FaultyFs, lag_ms: int
+) -> None:
+    dirs = {1: [faulty_fs.mountpoint / "logs", tmp_path / "b1-healthy"]}
+    overrides = {"replica.lag.time.max.ms": str(lag_ms), "auto.leader.rebalance.enable": "false"}
+    chroot = f"/slowdisk_{tmp_path.name}"
+    with three_brokers(zookeeper, tmp_path, chroot, overrides, dirs) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
+            TOPIC
+        ].result(30)
+        wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values())
+                   and len(cluster.partitions(TOPIC)) == PARTITIONS, "all in sync", 30)  # fmt: skip
+
+        def placed() -> dict[str, list[int]] | None:
+            found = {
+                name: sorted(int(x.name.rsplit("-", 1)[1]) for x in d.glob(f"{TOPIC}-*"))
+                for name, d in zip(("slow", "healthy"), dirs[1], strict=True)
+            }
+            return found if sum(map(len, found.values())) == PARTITIONS else None
+
+        where = wait_until(placed, "broker 1's partition dirs", 30)
+        assert where["slow"] and where["healthy"], where
+        zk = ZkMetadataClient(cluster.connect).start()
+        try:
+            for p in range(PARTITIONS):
+                request = ElectionRequest("designated", frozenset({TopicPartition(TOPIC, p)}), 1)
+                zk.run_election(request, 30)
+        finally:
+            zk.close()
+        wait_until(lambda: all(p.leader_id == 1 for p in cluster.partitions(TOPIC).values()),
+                   "broker 1 leads every partition", 30)  # fmt: skip
+
+        acked, failed = [0], [0]
+        producer = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5})  # fmt: skip
+
+        def done(err: object, _m: object) -> None:
+            (failed if err else acked)[0] += 1
+
+        def send_for(seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                for p in range(PARTITIONS):
+                    producer.produce(TOPIC, b"x" * 1000, partition=p, on_delivery=done)
+                producer.poll(0)
+                time.sleep(0.01)
+
+        send_for(2)
+        smallest = dict.fromkeys(range(PARTITIONS), 3)
+        offline_seen = 0
+        faulty_fs.delay(SLOW_READ_S, ops={"read"})
+        slowed = time.monotonic()
+        # Every slow leadership must move within the lag time and a margin for the controller.
+        bound = lag_ms / 1000 + 25
+        while True:
+            parts = cluster.partitions(TOPIC, via=2)
+            for p, part in parts.items():
+                smallest[p] = min(smallest[p], len(part.isr_nodes))
+                offline_seen += part.leader_id < 0
+            still_slow = [p for p in where["slow"] if parts[p].leader_id == 1]
+            if not still_slow:
+                break
+            assert time.monotonic() - slowed < bound, (
+                f"partitions {still_slow} still led from the slow dir after {bound:.0f}s"
+            )
+            send_for(0.5)
+        moved_after = time.monotonic() - slowed
+        faulty_fs.heal()
+        send_for(1)
+        assert producer.flush(60) == 0
+        assert offline_seen == 0
+        assert failed[0] == 0 and acked[0] > 0
+        assert all(smallest[p] == 3 for p in where["healthy"]), (smallest, where)
+        assert all(smallest[p] >= 2 for p in where["slow"]), (smallest, where)
+        # A slow leader keeps its leaderships for at least the lag time (it is not lagging
+        # for longer than that), and no healthy-dir leadership moved.
+        assert moved_after >= lag_ms / 1000 * 0.9, moved_after
+        parts = cluster.partitions(TOPIC, via=2)
+        assert all(parts[p].leader_id == 1 for p in where["healthy"]), parts

@@ -1,0 +1,154 @@
+"""Follower fetches read log dir by log dir (issue 20, part B), in-process: the reads
+themselves are stand-ins that take a dir's time, the splitting, the budget, the late read and
+its reuse are `Fetches`' own."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from logkeel.cluster import isr
+from logkeel.cluster.isr import IsrConfig
+from logkeel.server.replica.fetches import Fetches
+from logkeel.server.replica.follower_tracking import FollowerTracking
+from logkeel.server.replica.results import (
+    FetchPartitionRequest,
+    FetchPartitionResult,
+    MemoryRecords,
+)
+from logkeel.storage.topic_partition import TopicPartition
+
+FAST, SLOW = Path("/fast"), Path("/slow")
+FOLLOWER = 1
+CONFIG = IsrConfig(replica_lag_time_max_ms=10_000, follower_fetch_process_time_max_ms=100)
+
+
+class Log:
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.high_watermark = 5
+        self.log_start_offset = 0
+
+
+class Part:
+    def __init__(self, log_dir: Path) -> None:
+        self.log = Log(log_dir)
+        self.last_stable_offset = 5
+        self.is_leader = True
+        self.followers = FollowerTracking(0, CONFIG)
+
+
+class Path_:
+    """The part of the replica manager `Fetches` uses."""
+
+    stopped = False
+
+    def __init__(self, parts: dict[TopicPartition, Part]) -> None:
+        self.parts = parts
+
+    def partition(self, tp: TopicPartition) -> Part | None:
+        return self.parts.get(tp)
+
+    async def run_in_io(self, fn: Any, *args: Any) -> Any:
+        return await self.submit_io(fn, *args)
+
+    def submit_io(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+
+
+class TimedFetches(Fetches):
+    """Reads that take their dir's time, counted per dir."""
+
+    def __init__(self, path: Path_, delays: dict[Path, threading.Event | None]) -> None:
+        super().__init__(path, follower_budget_ms=CONFIG.follower_fetch_process_time_max_ms)  # type: ignore[arg-type]
+        self.delays = delays
+        self.reads: dict[Path, int] = dict.fromkeys(delays, 0)
+        self._parts = path.parts
+
+    def _read_all(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: int,
+        into_memory: bool = False,
+    ) -> list[FetchPartitionResult]:
+        d = self._parts[requests[0].tp].log.log_dir
+        self.reads[d] += 1
+        gate = self.delays[d]
+        if gate is not None:
+            assert gate.wait(10)
+        return [
+            FetchPartitionResult(
+                r.tp, high_watermark=5, records=MemoryRecords(b"x" * r.fetch_offset)
+            )
+            for r in requests
+        ]
+
+
+def test_a_slow_dir_neither_holds_the_healthy_one_nor_queues_reads() -> None:
+    fast_tp, slow_tp = TopicPartition("t", 0), TopicPartition("t", 1)
+    gate = threading.Event()
+    fetches = TimedFetches(
+        Path_({fast_tp: Part(FAST), slow_tp: Part(SLOW)}), {FAST: None, SLOW: gate}
+    )
+    wanted = [FetchPartitionRequest(fast_tp, 3, 100), FetchPartitionRequest(slow_tp, 4, 100)]
+
+    async def scenario() -> None:
+        started = time.monotonic()
+        fast, slow = await fetches.fetch(wanted, replica_id=FOLLOWER)
+        # Answered at the budget, with the healthy dir's records and none of the slow one's.
+        assert time.monotonic() - started < 5
+        assert fast.records == b"xxx" and slow.records is None and slow.high_watermark == 5
+        assert fetches.dir_reads.slow(SLOW) and not fetches.dir_reads.slow(FAST)
+        # The follower asks again at once: nothing more is queued behind the slow read.
+        fast, slow = await fetches.fetch(wanted, replica_id=FOLLOWER)
+        assert slow.records is None and fetches.reads[SLOW] == 1 and fetches.reads[FAST] == 2
+        gate.set()
+        late = fetches.dir_reads.late(SLOW, FOLLOWER)
+        assert late is not None
+        await asyncio.wrap_future(late.future)
+        # The late read answers the next fetch, marked as timed already.
+        fast, slow = await fetches.fetch(wanted, replica_id=FOLLOWER)
+        assert slow.records == b"xxxx" and slow.read_earlier and not fast.read_earlier
+        assert fetches.reads[SLOW] == 1
+
+    asyncio.run(scenario())
+    # The late read counted as the leader serving the follower slowly (beyond KIP-501).
+    tracking = fetches._parts[slow_tp].followers  # noqa: SLF001
+    now = int(time.time() * 1000)
+    slow_for_long, why = tracking.too_slow_for_all([FOLLOWER], now + CONFIG.replica_lag_time_max_ms)
+    assert slow_for_long, why
+    fetches.dir_reads.shutdown()
+
+
+def test_a_follower_fetch_from_one_healthy_dir_is_read_in_one_trip() -> None:
+    tp = TopicPartition("t", 0)
+    fetches = TimedFetches(Path_({tp: Part(FAST)}), {FAST: None})
+    results = asyncio.run(fetches.fetch([FetchPartitionRequest(tp, 2, 100)], replica_id=FOLLOWER))
+    assert results[0].records == b"xx"
+    assert not fetches.dir_reads.late(FAST, FOLLOWER) and fetches.reads[FAST] == 1
+    fetches.dir_reads.shutdown()
+
+
+def test_a_follower_served_late_by_a_slow_dir_counts_as_caught_up_when_the_read_ends() -> None:
+    """KIP-501's rule credits a follower at its fetch's completion only when serving it took at
+    least replica.read.time.insync.factor of the lag time; a read the leader itself found slow
+    (past a dir's budget) is credited whatever its length: the time was the leader's."""
+    config = IsrConfig(
+        replica_lag_time_max_ms=10_000, follower_fetch_pending_reads_insync_enable=True
+    )
+    pending = isr.fetch_started(isr.FollowerState(last_caught_up_ms=0), 50, 1_000, config)
+    assert pending.pending
+    short = isr.fetch_sent(pending, 50, 1_000, 4_000, config)  # 3 s < 0.5 * 10 s
+    assert short.last_caught_up_ms == 0 and not short.pending
+    late = isr.fetch_sent(pending, 50, 1_000, 4_000, config, leader_slow=True)
+    assert late.last_caught_up_ms == 4_000 and not late.pending
+    # Only a fetch that was pending (it had caught up to what it last saw) is credited.
+    behind = isr.fetch_sent(isr.FollowerState(), 50, 1_000, 4_000, config, leader_slow=True)
+    assert behind.last_caught_up_ms == 0
