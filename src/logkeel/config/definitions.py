@@ -204,6 +204,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Replication factor of an auto-created topic.", Range(1)),
     _K("auto.create.topics.enable", BOOLEAN, True,
        "Create a topic when a client asks for metadata of one that does not exist."),
+    _K("max.request.partition.size.limit", INT, 2000,
+       "Most partitions one DescribeTopicPartitions answer holds; a client asking for more "
+       "gets a cursor to the next page.", Range(1)),
     _K("delete.topic.enable", BOOLEAN, True, "Allow DeleteTopics; when false it is refused."),
     _K("compression.type", STRING, "producer",
        "Final compression of stored batches: producer keeps the producer's codec, uncompressed "
