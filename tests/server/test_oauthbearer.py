@@ -28,8 +28,17 @@ from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatte
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from kio.schema.errors import ErrorCode
 
+from logkeel.config import BrokerConfig, ConfigError
 from logkeel.ports import free_port
-from logkeel.server.network.oauthbearer import INVALID_TOKEN, parse_client_response
+from logkeel.server.network.oauthbearer import (
+    INVALID_TOKEN,
+    InvalidToken,
+    JwksKeys,
+    JwtSettings,
+    jwt_settings,
+    parse_client_response,
+    validate_token,
+)
 from logkeel.server.protocol import ApiKey
 from logkeel.server.session import SaslFailure, session_lifetime_ms
 from logkeel.testing.broker_process import LogkeelBroker
@@ -308,3 +317,33 @@ def test_client_response_parsing_and_session_lifetime() -> None:
     assert session_lifetime_ms(60_000, None) == 60_000
     assert 4000 < session_lifetime_ms(60_000, now_ms + 5000) <= 5000
     assert session_lifetime_ms(1000, now_ms + 5000) == 1000
+
+
+def test_the_key_set_is_refreshed_when_due_or_asked(tmp_path: Path) -> None:
+    first, second = IdentityProvider(), IdentityProvider()
+    try:
+        path = tmp_path / "jwks.json"
+        path.write_text(json.dumps(first.jwks()))
+        keys = JwksKeys(path.as_uri(), refresh_ms=3_600_000)
+        settings = JwtSettings(path.as_uri(), (AUDIENCE,), ISSUER)
+        assert validate_token(first.token(), keys.keys, settings).principal == "User:app"
+        path.write_text(json.dumps(second.jwks()))  # the provider rotated its keys
+        assert not keys.refresh_if_due()  # neither due nor asked for
+        with pytest.raises(InvalidToken, match="signature"):
+            validate_token(second.token(), keys.keys, settings)
+        keys.want_refresh()
+        assert keys.refresh_if_due(time.monotonic() + 2)
+        assert validate_token(second.token(), keys.keys, settings).principal == "User:app"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_oauthbearer_without_a_jwks_is_a_config_error(tmp_path: Path) -> None:
+    config = BrokerConfig.from_properties(None, [
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=OAUTHBEARER",
+    ])  # fmt: skip
+    with pytest.raises(ConfigError, match="unsecured tokens are not accepted"):
+        jwt_settings(config, "SASL_PLAINTEXT")
+    with pytest.raises(ConfigError, match="unreadable"):
+        JwksKeys((tmp_path / "missing.json").as_uri(), 1000)
