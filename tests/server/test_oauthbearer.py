@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import threading
 import time
@@ -63,6 +64,7 @@ class IdentityProvider:
         self.rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.ec = ec.generate_private_key(ec.SECP256R1())
         self.tokens_issued = 0
+        self.ttl = 300.0  # of the tokens /token hands out
         idp = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,8 +80,8 @@ class IdentityProvider:
                 if basic != f"{CLIENT_ID}:{CLIENT_SECRET}":
                     return self._answer(401, {"error": "invalid_client"})
                 idp.tokens_issued += 1
-                self._answer(200, {"access_token": idp.token(), "token_type": "bearer",
-                                   "expires_in": 300})  # fmt: skip
+                self._answer(200, {"access_token": idp.token(ttl=idp.ttl), "token_type": "bearer",
+                                   "expires_in": int(idp.ttl)})  # fmt: skip
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
@@ -171,7 +173,9 @@ def oidc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcBroker]:
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:admin",
     }  # fmt: skip
-    broker = LogkeelBroker(work, port=ports["SASL_PLAINTEXT"], overrides=overrides).start()
+    broker = LogkeelBroker(
+        work, port=ports["SASL_PLAINTEXT"], overrides=overrides, verbose=True
+    ).start()
     try:
         yield OidcBroker(broker, idp, certs, ports)
     finally:
@@ -225,6 +229,35 @@ def test_oidc_client_produces_and_consumes_on_both_listeners(oidc: OidcBroker) -
     producer.produce("not-granted", b"x", on_delivery=lambda err, _m: errors.append(err))
     producer.flush(15)
     assert errors and errors[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_librdkafka_re_authenticates_before_its_token_expires(oidc: OidcBroker) -> None:
+    """KIP-368 with short-lived tokens: each session ends with its token, and librdkafka logs
+    in again on the same connection with a fresh one, so producing goes on undisturbed."""
+    create_acls(oidc.admin(), [topic_acl("reauth-oidc", "User:app", op)
+                               for op in (AclOperation.CREATE, AclOperation.WRITE)])  # fmt: skip
+    oidc.idp.ttl = 4
+    before = len(oidc.broker.output(limit=50_000_000))
+    try:
+        producer = confluent_kafka.Producer({**oidc.client_conf("SASL_PLAINTEXT"), "acks": "all"})
+        failures: list[Any] = []
+        deadline = time.monotonic() + 12  # three token lifetimes
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.produce("reauth-oidc", b"%d" % sent,
+                             on_delivery=lambda err, _m: failures.append(err) if err else None)  # fmt: skip
+            sent += 1
+            producer.poll(0.1)
+        assert producer.flush(30) == 0
+    finally:
+        oidc.idp.ttl = 300
+    assert failures == []
+    log = oidc.broker.output(limit=50_000_000)[before:]
+    assert "without re-authentication" not in log
+    logins: dict[str, int] = {}
+    for connection in re.findall(r"authenticated on (\S+) as User:app", log):
+        logins[connection] = logins.get(connection, 0) + 1
+    assert max(logins.values()) >= 3, logins  # re-authentication, not reconnection
 
 
 @pytest.mark.parametrize("alg", ["RS256", "ES256"])
