@@ -1,6 +1,6 @@
 """DescribeTopicPartitions (KIP-966) and DescribeProducers against a real `logkeel serve`:
-raw kio frames for paging, cursors and errors, confluent-kafka's AdminClient for what a client
-sees, and producer state left by real idempotent and transactional producers."""
+raw kio frames for paging, cursors and errors, kafka-python's KafkaAdminClient (which sends
+both), confluent-kafka's AdminClient, and producer state left by real idempotent and transactional producers."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.api.topic_partitions import Page, paginate
@@ -161,3 +162,29 @@ def test_describe_producers_shows_idempotent_and_open_transactions(
     assert after.coordinator_epoch >= 0
     missing = _describe_producers(wire, "dp-nowhere", (0,))
     assert missing[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_kafka_python_admin_calls_both(server: BrokerProcess, wire: Wire) -> None:
+    """kafka-python 3's KafkaAdminClient sends DescribeTopicPartitions and DescribeProducers."""
+    wire.create_topics([{"name": "kp-dtp", "partitions": 3}])
+    conf = {"bootstrap.servers": f"127.0.0.1:{server.port}"}
+    producer = confluent_kafka.Producer({**conf, "enable.idempotence": True})
+    producer.produce("kp-dtp", b"x", partition=2)
+    assert producer.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=conf["bootstrap.servers"])
+    try:
+        first = admin.describe_topic_partitions(["kp-dtp"], response_partition_limit=2)
+        [topic] = first["topics"]
+        assert [p["partition_index"] for p in topic["partitions"]] == [0, 1]
+        assert first["next_cursor"] == {"topic_name": "kp-dtp", "partition_index": 2}
+        rest = admin.describe_topic_partitions(["kp-dtp"], cursor=first["next_cursor"])
+        assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [2]
+        assert rest["next_cursor"] is None
+        states = admin.describe_producers(
+            [TopicPartition("kp-dtp", 2), TopicPartition("kp-dtp", 0)]
+        )
+        assert states[TopicPartition("kp-dtp", 0)].active_producers == []
+        [active] = states[TopicPartition("kp-dtp", 2)].active_producers
+        assert (active.last_sequence, active.current_transaction_start_offset) == (0, -1)
+    finally:
+        admin.close()
