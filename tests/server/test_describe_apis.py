@@ -1,6 +1,7 @@
 """DescribeTopicPartitions (KIP-966) and DescribeProducers against a real `logkeel serve`:
 raw kio frames for paging, cursors and errors, kafka-python's KafkaAdminClient (which sends
-both), confluent-kafka's AdminClient, and producer state left by real idempotent and transactional producers."""
+both), confluent-kafka's AdminClient, and the producer state that real idempotent and
+transactional producers leave."""
 
 from __future__ import annotations
 

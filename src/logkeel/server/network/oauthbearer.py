@@ -35,6 +35,7 @@ __all__ = [
     "JwksKeys",
     "JwtSettings",
     "OAuthBearerExchange",
+    "UnknownKeyId",
     "ValidToken",
     "jwt_settings",
     "parse_client_response",
@@ -54,6 +55,10 @@ _FETCH_TIMEOUT_S = 10.0
 
 class InvalidToken(Exception):
     """Why a token is refused (logged, and sent to the client after its acknowledgement)."""
+
+
+class UnknownKeyId(InvalidToken):
+    """The token names a key the JWKS does not hold (yet: the provider may have rotated)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +209,7 @@ def validate_token(token: str, keys: tuple[jwt.PyJWK, ...], settings: JwtSetting
         raise InvalidToken(f"algorithm {alg!r} is not accepted (signed RS/PS/ES tokens only)")
     candidates = _candidates(keys, header)
     if not candidates:
-        raise InvalidToken(f"no key in the JWKS matches the token's key id {header.get('kid')!r}")
+        raise UnknownKeyId(f"no key in the JWKS matches the token's key id {header.get('kid')!r}")
     claims: dict[str, Any] | None = None
     error: Exception | None = None
     for key in candidates:
@@ -299,7 +304,7 @@ class OAuthBearerExchange:
         try:
             valid = validate_token(jwt_text, self._keys.keys, self._settings)
         except InvalidToken as exc:
-            if "key id" in str(exc):
+            if isinstance(exc, UnknownKeyId):
                 self._keys.want_refresh()
             self._refused = str(exc)
             return INVALID_TOKEN
