@@ -60,6 +60,8 @@ def test_paginate_pure() -> None:
     assert paginate(counts, ("b", 0), 1) == Page((("b", 0, 0), ("c", 0, 1)), ("c", 1))
     assert paginate(counts, ("c", 1), 5) == Page((("c", 1, 2),), None)
     assert paginate([], None, 5) == Page((), None)
+    # A cursor beyond the topic's last partition gives nothing of it, and no extra room.
+    assert paginate(counts, ("a", 9), 1) == Page((("a", 3, 3), ("b", 0, 0), ("c", 0, 1)), ("c", 1))
 
 
 def test_describe_topic_partitions_pages_through_named_topics(wire: Wire) -> None:

@@ -61,7 +61,7 @@ def paginate(
         if start is not None and name < start[0]:
             continue
         first = start[1] if start is not None and name == start[0] else 0
-        first = max(first, 0)
+        first = min(max(first, 0), count)  # a cursor past the last partition: none left
         if room <= 0:
             return Page(tuple(slices), (name, first))
         end = min(count, first + room)
