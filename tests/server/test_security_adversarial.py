@@ -40,6 +40,8 @@ from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.delete_records.v2 import request as delete_records
 from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.schema.describe_configs.v4 import request as describe_configs
+from kio.schema.describe_producers.v0 import request as describe_producers
+from kio.schema.describe_topic_partitions.v0 import request as describe_partitions
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.elect_leaders.v2 import request as elect_leaders
 from kio.schema.errors import ErrorCode
@@ -345,6 +347,11 @@ PROBES: dict[ApiKey, tuple[int, dict[str, Any], Callable[[Any], None]]] = {
                                    refused(ErrorCode.transactional_id_authorization_failed)),
     ApiKey.LIST_TRANSACTIONS: (1, {"state_filters": (), "producer_id_filters": ()},
                                reveals_nothing(transaction_states=())),
+    ApiKey.DESCRIBE_PRODUCERS: (0, {"topics": (describe_producers.TopicRequest(
+        name=TOPIC, partition_indexes=(0,)),)}, refused(ErrorCode.topic_authorization_failed)),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, {"topics": (describe_partitions.TopicRequest(name=TOPIC),),
+        "response_partition_limit": 10, "cursor": None},
+        refused(ErrorCode.topic_authorization_failed)),
 }  # fmt: skip
 # Anyone may call these, before logging in: they are the login (checked as carol logs in).
 LOGIN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
@@ -406,6 +413,10 @@ def test_the_other_paths_of_an_api_refuse_too(target: Target) -> None:
     with target.session("carol") as s:
         for api, version, fields, code in VARIANTS:
             refused(code)(_call(s, api, version, **fields))
+        # Listing every topic hides those carol may not describe, as Metadata does.
+        listing = _call(s, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, topics=(),
+                        response_partition_limit=10, cursor=None)  # fmt: skip
+        reveals_nothing(topics=(), next_cursor=None)(listing)
 
 
 # -- the right principal is served --------------------------------------------------------------
@@ -614,7 +625,12 @@ def test_authorized_operations_are_the_principals(target: Target) -> None:
                             endpoint_type=1)  # fmt: skip
             groups = _call(s, ApiKey.DESCRIBE_GROUPS, 5, groups=(group,),
                            include_authorized_operations=True)  # fmt: skip
+            partitions = _call(s, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, topics=(
+                describe_partitions.TopicRequest(name=TOPIC),), response_partition_limit=10,
+                cursor=None)  # fmt: skip
         [topic] = meta.topics
+        # DescribeTopicPartitions always reports them, from the same ACLs as Metadata.
+        assert partitions.topics[0].topic_authorized_operations == topic.topic_authorized_operations
         return (topic.topic_authorized_operations, meta.cluster_authorized_operations,
                 cluster.cluster_authorized_operations, groups.groups[0].authorized_operations)  # fmt: skip
 

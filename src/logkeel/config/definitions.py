@@ -154,9 +154,27 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("sasl.enabled.mechanisms", LIST, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
        "SASL mechanisms offered. PLAIN users come from "
        "listener.name.<listener>.plain.sasl.jaas.config (user_<name>=\"password\"); SCRAM "
-       "credentials from the metadata store. logkeel: no GSSAPI or OAUTHBEARER (Kafka's default "
-       "is GSSAPI).",
-       EachOneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
+       "credentials from the metadata store; OAUTHBEARER tokens are JWTs checked against "
+       "sasl.oauthbearer.jwks.endpoint.url. logkeel: no GSSAPI (Kafka's default).",
+       EachOneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"))),
+    _K("sasl.oauthbearer.jwks.endpoint.url", STRING, None,
+       "Where the keys that sign OAUTHBEARER tokens are (KIP-768): a JWKS file (file://) or "
+       "the identity provider's JWKS endpoint (http:// or https://). Required for "
+       "OAUTHBEARER: logkeel has no unsecured-token validator."),
+    _K("sasl.oauthbearer.expected.audience", LIST, [],
+       "Audiences a token's aud claim must name one of; empty: not checked."),
+    _K("sasl.oauthbearer.expected.issuer", STRING, None,
+       "The iss claim a token must have; unset: not checked."),
+    _K("sasl.oauthbearer.clock.skew.seconds", INT, 30,
+       "Seconds of clock difference allowed when checking a token's exp, nbf and iat.", Range(0)),
+    _K("sasl.oauthbearer.sub.claim.name", STRING, "sub",
+       "The claim whose value is the principal's name (User:<value>)."),
+    _K("sasl.oauthbearer.scope.claim.name", STRING, "scope",
+       "The claim holding the token's scope (a space-separated string or a list of strings; "
+       "a token whose claim is neither is refused)."),
+    _K("sasl.oauthbearer.jwks.endpoint.refresh.ms", LONG, 3_600_000,
+       "How often the JWKS is fetched again; a token naming an unknown key id makes it sooner.",
+       Range(1)),
     _K("connections.max.reauth.ms", LONG, 0,
        "Longest a SASL session lasts before the client must re-authenticate (KIP-368); a "
        "connection that goes on after that without re-authenticating is closed on its next "
@@ -230,6 +248,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Replication factor of an auto-created topic.", Range(1)),
     _K("auto.create.topics.enable", BOOLEAN, True,
        "Create a topic when a client asks for metadata of one that does not exist."),
+    _K("max.request.partition.size.limit", INT, 2000,
+       "Most partitions one DescribeTopicPartitions answer holds; a client asking for more "
+       "gets a cursor to the next page.", Range(1)),
     _K("delete.topic.enable", BOOLEAN, True, "Allow DeleteTopics; when false it is refused."),
     _K("compression.type", STRING, "producer",
        "Final compression of stored batches: producer keeps the producer's codec, uncompressed "

@@ -46,9 +46,11 @@ from logkeel.server.api import metadata as metadata_api
 from logkeel.server.api import offsets as offsets_api
 from logkeel.server.api import produce as produce_api
 from logkeel.server.api import producer_id as producer_id_api
+from logkeel.server.api import producers as producers_api
 from logkeel.server.api import sasl as sasl_api
 from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
+from logkeel.server.api import topic_partitions as topic_partitions_api
 from logkeel.server.api import transactions as transactions_api
 from logkeel.server.api import txn_admin as txn_admin_api
 from logkeel.server.api import txn_markers as txn_markers_api
@@ -485,6 +487,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     """Registers every API family, each given only what it uses."""
     api_versions.register(registry)
     metadata_api.register(registry, broker)
+    topic_partitions_api.register(registry, broker)
     topic_admin.register(registry, broker)
     configs_api.register(registry, broker)
     log_dirs_api.register(registry, broker.log_manager)
@@ -511,6 +514,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     )
     txn_markers_api.register(registry, broker.txn_markers)
     txn_admin_api.register(registry, broker.txn_coordinator, broker.authorizer)
+    producers_api.register(registry, broker.replica_manager, broker.metadata, broker.authorizer)
     sasl_api.register(
         registry,
         broker.config.connection_failed_authentication_delay_ms,

@@ -6,7 +6,8 @@ On a SASL listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate i
 the exchange has succeeded (Kafka's order); the connection enforces that with ``may_serve``.
 
 Re-authentication (KIP-368): with ``connections.max.reauth.ms`` set, a session expires that
-long after each successful authentication. The client may authenticate again on the same
+long after each successful authentication (sooner when its credential, an OAUTHBEARER token,
+expires first). The client may authenticate again on the same
 connection (SaslHandshake + SaslAuthenticate, same mechanism, same principal) while the old
 session still serves its requests; once expired, any other request closes the connection.
 """
@@ -17,7 +18,14 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["ANONYMOUS", "SaslExchange", "SaslFailure", "SaslMechanisms", "Session"]
+__all__ = [
+    "ANONYMOUS",
+    "SaslExchange",
+    "SaslFailure",
+    "SaslMechanisms",
+    "Session",
+    "session_lifetime_ms",
+]
 
 ANONYMOUS = "User:ANONYMOUS"
 # ApiVersions, SaslHandshake, SaslAuthenticate: the only APIs before authentication.
@@ -60,6 +68,7 @@ class Session:
     mechanism: str | None = None  # of the exchange under way or done
     established: bool = False  # an authentication has succeeded on this connection
     expires_at: float | None = None  # time.monotonic() when the session ends; None: never
+    lifetime_ms: int = 0  # of the last authentication, told to the client; 0: for ever
 
     @property
     def authenticated(self) -> bool:
@@ -86,9 +95,7 @@ class Session:
                 raise SaslFailure("already authenticated (re-authentication is off)")
             if mechanism != self.mechanism:
                 self.close_after_response = True
-                raise SaslFailure(
-                    f"re-authentication must use {self.mechanism}, not {mechanism}"
-                )
+                raise SaslFailure(f"re-authentication must use {self.mechanism}, not {mechanism}")
         self.exchange = self.sasl.start(mechanism)
         self.mechanism = mechanism
 
@@ -111,7 +118,22 @@ class Session:
             self.principal = principal
             self.raw_tokens = False
             self.established = True
+            self.lifetime_ms = session_lifetime_ms(
+                self.reauth_ms, getattr(self.exchange, "expires_at_ms", None)
+            )
             self.expires_at = (
-                time.monotonic() + self.reauth_ms / 1000 if self.reauth_ms > 0 else None
+                time.monotonic() + self.lifetime_ms / 1000 if self.lifetime_ms > 0 else None
             )
         return answer
+
+
+def session_lifetime_ms(reauth_ms: int, credential_expires_at_ms: int | None) -> int:
+    """How long a session lasts (0: for ever). As in Kafka, only with re-authentication on
+    (``connections.max.reauth.ms`` > 0), and then no longer than the credential (an
+    OAUTHBEARER token's expiry): the client must log in again with a fresh token by then."""
+    if reauth_ms <= 0:
+        return 0
+    if credential_expires_at_ms is None:
+        return reauth_ms
+    left = credential_expires_at_ms - int(time.time() * 1000)
+    return max(1, min(reauth_ms, left))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -60,6 +61,8 @@ __all__ = [
     "ClusterView",
     "DescribeClusterApi",
     "MetadataApi",
+    "PartitionView",
+    "partition_view",
     "register",
 ]
 
@@ -293,27 +296,39 @@ class MetadataApi:
         )
 
     def _partition(self, types: ModuleType, p: PartitionState) -> Any:
-        broker = self._broker
-        offline = list(p.offline_replicas)
-        leader = p.leader
-        code = ErrorCode.none
-        tp = TopicPartition(p.topic, p.partition)
-        if tp in broker.log_manager.offline_partitions and broker.node_id not in offline:
-            offline.append(broker.node_id)
-        if leader in offline:
-            leader = -1
-        if leader < 0:
-            code = ErrorCode.leader_not_available
+        view = partition_view(self._broker, p)
         return build(
             types.MetadataResponsePartition,
-            error_code=code,
+            error_code=view.error_code,
             partition_index=p.partition,
-            leader_id=leader,
+            leader_id=view.leader,
             leader_epoch=p.leader_epoch,
             replica_nodes=tuple(p.replicas),
-            isr_nodes=tuple(r for r in p.isr if r not in offline),
-            offline_replicas=tuple(offline),
+            isr_nodes=view.isr,
+            offline_replicas=view.offline,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A partition as Metadata and DescribeTopicPartitions show it: with this broker's own
+    offline logs counted, an offline leader is no leader (LEADER_NOT_AVAILABLE)."""
+
+    error_code: ErrorCode
+    leader: int
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]
+
+
+def partition_view(broker: ClusterView, p: PartitionState) -> PartitionView:
+    offline = list(p.offline_replicas)
+    tp = TopicPartition(p.topic, p.partition)
+    if tp in broker.log_manager.offline_partitions and broker.node_id not in offline:
+        offline.append(broker.node_id)
+    leader = -1 if p.leader in offline else p.leader
+    code = ErrorCode.leader_not_available if leader < 0 else ErrorCode.none
+    isr = tuple(r for r in p.isr if r not in offline)
+    return PartitionView(code, leader, isr, tuple(offline))
 
 
 # -- DescribeCluster ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""InitProducerId (API key 22), versions 0-6: producer ids for idempotent producers.
+"""InitProducerId (API key 22), versions 0-5: producer ids for idempotent producers.
 
 Each idempotent producer gets a fresh producer id with epoch 0; the log's producer state then
 drops its retried batches (duplicates answer with their original offsets). Ids must never be
@@ -126,7 +126,7 @@ class ProducerIdManager:
 
 class InitProducerIdApi:
     MIN_VERSION = 0
-    MAX_VERSION = 6
+    MAX_VERSION = 5  # v6 adds KIP-939 two-phase commit (enable2_pc), which logkeel has not
 
     def __init__(
         self,

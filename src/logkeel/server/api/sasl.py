@@ -84,8 +84,8 @@ class Authenticator:
         lifetime = _NO_LIFETIME
         if not session.exchanging:
             log.info("%s authenticated on %s as %s", ctx.peer, ctx.connection_id, session.principal)
-            if session.reauth_ms > 0:
-                lifetime = i64Timedelta.parse(timedelta(milliseconds=session.reauth_ms))
+            if session.lifetime_ms > 0:
+                lifetime = i64Timedelta.parse(timedelta(milliseconds=session.lifetime_ms))
         return _authenticate_response(ctx, ErrorCode.none, None, token, lifetime)
 
 

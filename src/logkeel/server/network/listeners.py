@@ -14,6 +14,7 @@ from logkeel.config.listeners import Listener
 from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.network.connection import Observer
 from logkeel.server.network.connection_quotas import ConnectionQuotas, ListenerQuota
+from logkeel.server.network.oauthbearer import JwksKeys
 from logkeel.server.network.request_memory import RequestMemory, malloc_trim
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.server import Server
@@ -99,8 +100,15 @@ class ListenerSet:
         reloaders = [
             s.security.certificates for s in self.servers if s.security.certificates is not None
         ]
-        if reloaders:
-            self._watcher = asyncio.get_running_loop().create_task(_watch_certificates(reloaders))
+        key_sets = [
+            keys
+            for s in self.servers
+            if (keys := getattr(s.security.sasl, "jwks", None)) is not None
+        ]
+        if reloaders or key_sets:
+            self._watcher = asyncio.get_running_loop().create_task(
+                _watch_certificates(reloaders, key_sets)
+            )
 
     async def stop(self, timeout: float = 30.0) -> None:
         if self._watcher is not None:
@@ -142,7 +150,11 @@ def connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
     return quotas
 
 
-async def _watch_certificates(reloaders: list[CertificateReloader]) -> None:
+async def _watch_certificates(
+    reloaders: list[CertificateReloader], key_sets: list[JwksKeys]
+) -> None:
+    """Reloads renewed certificates, and refreshes OAUTHBEARER key sets when due (their
+    interval, or a token that named a key id they lack)."""
     while True:
         await asyncio.sleep(CERTIFICATE_CHECK_SECONDS)
         for reloader in reloaders:
@@ -150,3 +162,8 @@ async def _watch_certificates(reloaders: list[CertificateReloader]) -> None:
                 await asyncio.to_thread(reloader.reload_if_changed)
             except Exception:
                 log.exception("checking the certificates of listener %s failed", reloader.listener)
+        for keys in key_sets:
+            try:
+                await asyncio.to_thread(keys.refresh_if_due)
+            except Exception:
+                log.exception("refreshing the JWKS at %s failed", keys.url)

@@ -1,5 +1,6 @@
 """The mechanisms of a SASL listener: PLAIN against the listener's JAAS users, SCRAM-SHA-256/512
-against the salted credentials in the metadata store (``cluster.scram``).
+against the salted credentials in the metadata store (``cluster.scram``), OAUTHBEARER against
+the signing keys of a JWKS (``oauthbearer``).
 
 PLAIN users come from ``listener.name.<listener>.plain.sasl.jaas.config`` (Kafka's
 ``user_<name>="<password>"`` options of PlainLoginModule). Every failure answers the same
@@ -15,6 +16,15 @@ from logkeel.cluster.metadata import MetadataStore
 from logkeel.cluster.scram import ScramCredential, ScramError, ScramServerExchange, decoy_shape
 from logkeel.config import BrokerConfig
 from logkeel.config.jaas import plain_users
+from logkeel.server.network.oauthbearer import (
+    MECHANISM as OAUTHBEARER,
+)
+from logkeel.server.network.oauthbearer import (
+    JwksKeys,
+    JwtSettings,
+    OAuthBearerExchange,
+    jwt_settings,
+)
 from logkeel.server.session import SaslExchange, SaslFailure
 
 __all__ = ["ListenerSasl", "listener_sasl"]
@@ -80,17 +90,30 @@ class ListenerSasl:
     """``SaslMechanisms`` of one listener."""
 
     def __init__(
-        self, mechanisms: tuple[str, ...], plain: Mapping[str, str], metadata: MetadataStore
+        self,
+        mechanisms: tuple[str, ...],
+        plain: Mapping[str, str],
+        metadata: MetadataStore,
+        oauth: tuple[JwksKeys, JwtSettings] | None = None,
     ) -> None:
         self.mechanisms = mechanisms
         self._plain = plain
         self._metadata = metadata
+        self._oauth = oauth
+
+    @property
+    def jwks(self) -> JwksKeys | None:
+        """The OAUTHBEARER key set, which the listener set refreshes."""
+        return None if self._oauth is None else self._oauth[0]
 
     def start(self, mechanism: str) -> SaslExchange:
         if mechanism not in self.mechanisms:
             raise SaslFailure(f"unsupported SASL mechanism {mechanism}")
         if mechanism == "PLAIN":
             return PlainExchange(self._plain)
+        if mechanism == OAUTHBEARER:
+            assert self._oauth is not None, "listener_sasl sets it up with the mechanism"
+            return OAuthBearerExchange(*self._oauth)
         return ScramExchange(mechanism, self._metadata)
 
 
@@ -102,4 +125,8 @@ def listener_sasl(config: BrokerConfig, listener: str, metadata: MetadataStore) 
         jaas = config.originals.get(key)
         if jaas is not None:
             plain = plain_users(jaas, key)
-    return ListenerSasl(mechanisms, plain, metadata)
+    oauth = None
+    if OAUTHBEARER in mechanisms:
+        settings = jwt_settings(config, listener)
+        oauth = (JwksKeys(settings.jwks_url, settings.refresh_ms), settings)
+    return ListenerSasl(mechanisms, plain, metadata, oauth)
