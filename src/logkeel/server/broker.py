@@ -38,6 +38,7 @@ from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.adopt_logs import adopt_stray_logs
 from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
+from logkeel.server.api import consumer_groups as consumer_groups_api
 from logkeel.server.api import elections as elections_api
 from logkeel.server.api import fetch as fetch_api
 from logkeel.server.api import groups as groups_api
@@ -504,6 +505,9 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(
         registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer
+    )
+    consumer_groups_api.register(
+        registry, broker.metadata, broker.group_coordinator, broker.authorizer
     )
     transactions_api.register(
         registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator,

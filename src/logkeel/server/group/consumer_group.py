@@ -556,14 +556,19 @@ class ConsumerGroup:
 
     # -- offsets -------------------------------------------------------------------------------
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int, api_version: int) -> None:
-        """Kafka's rules for OffsetCommit to a consumer group: raises GroupFailure."""
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, api_version: int, transactional: bool = False
+    ) -> None:
+        """Kafka's rules for OffsetCommit (and TxnOffsetCommit, ``transactional``) to a consumer
+        group: raises GroupFailure."""
         if member_epoch < 0 and not self.members:
             return  # admin or manual commit while nobody consumes
+        if transactional and member_epoch < 0 and not member_id:
+            return  # an old TxnOffsetCommit: the transaction coordinator fences zombies
         member = self.members.get(member_id)
         if member is None:
             raise GroupFailure(ErrorCode.unknown_member_id)
-        if api_version < 9:
+        if api_version < 9 and not transactional:
             raise GroupFailure(
                 ErrorCode.unsupported_version,
                 "OffsetCommit version 9 or above must be used by members using the consumer "

@@ -1,0 +1,117 @@
+"""KIP-848 consumer groups with a real client: confluent-kafka (librdkafka 2.x) consumers with
+``group.protocol=consumer`` against a `logkeel serve` process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from tests.brokerproc import BrokerProcess
+from tests.server.groups_clients import create_topic, produce
+
+# Fast timings for the test broker (Kafka's minimums are 5 s heartbeat and 45 s session).
+OVERRIDES = {
+    "group.consumer.min.heartbeat.interval.ms": "200",
+    "group.consumer.heartbeat.interval.ms": "200",
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "log.flush.interval.ms": "1000",
+}
+PARTITIONS = 4
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path / "broker", overrides=OVERRIDES) as b:
+        yield b
+
+
+class Consumer:
+    """A ``group.protocol=consumer`` consumer; ``poll`` returns (partition, offset, value)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, **extra: Any) -> None:
+        self.topic = topic
+        self.c = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "topic.metadata.refresh.interval.ms": 1000,
+                **extra,
+            }
+        )
+        self.c.subscribe([topic])
+
+    def poll(self, timeout: float = 0.1) -> list[tuple[int, int, bytes]]:
+        out = []
+        for m in self.c.consume(num_messages=500, timeout=timeout):
+            if m.error():
+                if m.error().code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(m.error())
+                continue
+            out.append((m.partition(), m.offset(), m.value()))
+        return out
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        tps = [confluent_kafka.TopicPartition(self.topic, p, o) for p, o in offsets.items()]
+        for tp in self.c.commit(offsets=tps, asynchronous=False):
+            assert tp.error is None, tp.error
+
+    def committed(self) -> dict[int, int]:
+        tps = [confluent_kafka.TopicPartition(self.topic, p) for p in range(PARTITIONS)]
+        return {tp.partition: tp.offset for tp in self.c.committed(tps, timeout=10)}
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def poll_until(consumers: list[Consumer], done: Any, sink: list[Any], what: str) -> None:
+    from tests.server.groups_clients import poll_until as poll_members
+
+    poll_members(consumers, done, sink, timeout=40.0, what=what)  # type: ignore[arg-type]
+
+
+def test_two_consumers_share_then_one_takes_all(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    values = produce(broker.bootstrap, "t", 5, PARTITIONS, "a")
+    a = Consumer(broker.bootstrap, "g", "t")
+    b = Consumer(broker.bootstrap, "g", "t")
+    got: list[Any] = []
+    try:
+        poll_until(
+            [a, b],
+            lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2,
+            got,
+            "two members with two partitions each",
+        )
+        assert not a.assignment() & b.assignment()
+        poll_until([a, b], lambda: {v for *_, v in got} >= values, got, "every record")
+        # The group as Kafka's admin client describes it (ConsumerGroupDescribe).
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        desc = admin.describe_consumer_groups(["g"])["g"].result(10)
+        assert desc.type == confluent_kafka.ConsumerGroupType.CONSUMER
+        assert len(desc.members) == 2
+        assert {p.partition for m in desc.members for p in m.assignment.topic_partitions} == set(
+            range(PARTITIONS)
+        )
+        listed = admin.list_consumer_groups().result(10).valid
+        assert [(g.group_id, g.type) for g in listed] == [
+            ("g", confluent_kafka.ConsumerGroupType.CONSUMER)
+        ]
+        a.commit({p: 5 for p in a.assignment()})
+        b.close()
+        poll_until([a], lambda: a.assignment() == set(range(PARTITIONS)), got, "a takes all")
+        assert set(a.committed().values()) >= {5}
+    finally:
+        a.close()
