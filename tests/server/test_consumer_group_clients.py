@@ -115,3 +115,53 @@ def test_two_consumers_share_then_one_takes_all(broker: BrokerProcess) -> None:
         assert set(a.committed().values()) >= {5}
     finally:
         a.close()
+
+
+def test_committed_offsets_survive_a_broker_restart(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    produce(broker.bootstrap, "t", 3, PARTITIONS, "before")
+    a = Consumer(broker.bootstrap, "g", "t")
+    got: list[Any] = []
+    try:
+        poll_until([a], lambda: len(got) == 3 * PARTITIONS, got, "every record")
+        a.commit({p: 3 for p in range(PARTITIONS)})
+    finally:
+        a.close()
+    broker.restart()
+    after = produce(broker.bootstrap, "t", 2, PARTITIONS, "after")
+    b = Consumer(broker.bootstrap, "g", "t")
+    got = []
+    try:
+        poll_until([b], lambda: {v for *_, v in got} >= after, got, "the records after the commit")
+        assert {v for *_, v in got} == after  # nothing before the committed offsets again
+        assert b.committed() == {p: 3 for p in range(PARTITIONS)}
+    finally:
+        b.close()
+
+
+def test_static_member_rejoins_with_its_partitions(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    a = Consumer(broker.bootstrap, "g", "t", **{"group.instance.id": "a"})
+    b = Consumer(broker.bootstrap, "g", "t", **{"group.instance.id": "b"})
+    got: list[Any] = []
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        poll_until(
+            [a, b],
+            lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2,
+            got,
+            "two static members with two partitions each",
+        )
+        before = b.assignment()
+        epoch = admin.describe_consumer_groups(["g"])["g"].result(10)
+        b.close()  # a static member leaves with epoch -2: its partitions wait for it
+        desc = admin.describe_consumer_groups(["g"])["g"].result(10)
+        assert {m.group_instance_id for m in desc.members} == {"a", "b"}
+        b = Consumer(broker.bootstrap, "g", "t", **{"group.instance.id": "b"})
+        poll_until([a, b], lambda: b.assignment() == before, got, "b back with its partitions")
+        assert len(a.assignment()) == 2
+        desc = admin.describe_consumer_groups(["g"])["g"].result(10)
+        assert len(desc.members) == 2 and epoch.state == desc.state
+    finally:
+        a.close()
+        b.close()
