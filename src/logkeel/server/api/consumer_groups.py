@@ -113,7 +113,7 @@ class ConsumerGroupApi:
             request.server_assignor,
             self._names(request.topic_partitions),
         )
-        result = self.coordinator.consumer.heartbeat(
+        result = await self.coordinator.consumer.heartbeat(
             request.group_id, req, ctx.client_id or "", f"/{ctx.peer[0]}"
         )
         return self._heartbeat_response(ctx, result)

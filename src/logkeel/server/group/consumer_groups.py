@@ -10,16 +10,20 @@ instead of the generation. A group id is one kind at a time, as in Kafka with
 classic group that has members, or a JoinGroup for a consumer group that has members, is
 answered GROUP_ID_NOT_FOUND.
 
-The groups live in memory only: they are not written to ``__consumer_offsets`` yet, so a
-restart or a coordinator move starts them over (members rejoin on FENCED/UNKNOWN_MEMBER_ID
-answers, keeping their committed offsets).
+The groups' state is written to ``__consumer_offsets`` in Kafka's record types
+(``consumer_records``): after each change, the records that changed since the last write and
+tombstones for what went; a heartbeat is answered once they are in the log. The partition's
+load replays them, so a restart or a coordinator move keeps the groups (every member gets a
+fresh session).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +34,8 @@ from logkeel.server.group.consumer_group import (
     GroupHeartbeat,
     HeartbeatResult,
 )
+from logkeel.server.group.consumer_records import snapshot
+from logkeel.server.group.log import CoordinatorRecord
 from logkeel.server.group.state import ClassicGroup, GroupState
 from logkeel.server.group.timers import Timer
 
@@ -57,6 +63,9 @@ class ConsumerGroups:
         timer: Timer,
         check_group: Callable[[str], ErrorCode],
         topics: Callable[[], Mapping[str, int]],
+        topic_ids: Callable[[], Mapping[str, uuid.UUID]],
+        write: Callable[[str, Sequence[CoordinatorRecord]], Awaitable[ErrorCode]],
+        spawn: Callable[[Coroutine[Any, Any, Any]], Any],
     ) -> None:
         self.groups = groups
         self._classic = classic_groups
@@ -64,8 +73,13 @@ class ConsumerGroups:
         self._timer = timer
         self._check_group = check_group
         self._topics = topics
+        self._topic_ids = topic_ids
+        self._write = write
+        self._spawn = spawn
+        # What the log holds of each group: the records last written, by key.
+        self._written: dict[str, dict[bytes, bytes]] = {}
 
-    def heartbeat(
+    async def heartbeat(
         self, group_id: str, req: GroupHeartbeat, client_id: str, client_host: str
     ) -> HeartbeatResult:
         code = self._check_group(group_id)
@@ -101,7 +115,43 @@ class ConsumerGroups:
                 self._classic[group_id] = ClassicGroup(group_id, self._timer.now_ms())
             log.info("group %s: created by consumer-protocol member %s", group_id, req.member_id)
         self._schedule(group)
+        code = await self._persist(group)
+        if code != ErrorCode.none and result.error == ErrorCode.none:
+            return HeartbeatResult(code, f"Writing the group's state failed: {code.name}")
         return result
+
+    def _changes(self, group: ConsumerGroup) -> list[CoordinatorRecord]:
+        """The records that changed since the last write, and tombstones for those gone;
+        what is returned counts as written (so concurrent writes never repeat or reorder)."""
+        now = snapshot(group, self._topic_ids()) if group.group_id in self.groups else {}
+        before = self._written.get(group.group_id, {})
+        changes: list[CoordinatorRecord] = [(k, v) for k, v in now.items() if before.get(k) != v]
+        changes += [(k, None) for k in before if k not in now]
+        if now:
+            self._written[group.group_id] = now
+        else:
+            self._written.pop(group.group_id, None)
+        return changes
+
+    async def _persist(self, group: ConsumerGroup) -> ErrorCode:
+        changes = self._changes(group)
+        if not changes:
+            return ErrorCode.none
+        return await self._write(group.group_id, changes)
+
+    def topic_ids(self) -> Mapping[str, uuid.UUID]:
+        return self._topic_ids()
+
+    def loaded(self, group: ConsumerGroup) -> None:
+        """A group replayed from the log: it is served from now on, its timers run."""
+        self.groups[group.group_id] = group
+        # The records do not say which partition counts the target was computed from (Kafka
+        # 4.1's MetadataHash is not written): the metadata at load is taken as that baseline,
+        # so a topic that grew while no coordinator served the group is noticed at its next
+        # metadata change, not at once.
+        group.subscribed_partitions = group.subscribed_topics(self._topics())
+        self._written[group.group_id] = snapshot(group, self._topic_ids())
+        self._schedule(group)
 
     def _schedule(self, group: ConsumerGroup) -> None:
         key = f"consumer-group:{group.group_id}"
@@ -119,6 +169,7 @@ class ConsumerGroups:
         gone = group.expire(self._timer.now_ms(), self._topics())
         if gone:
             log.info("group %s: members %s expired or fenced", group_id, ", ".join(gone))
+            self._spawn(self._persist(group))
         self._schedule(group)
 
     def has_members(self, group_id: str) -> bool:
@@ -170,15 +221,26 @@ class ConsumerGroups:
         return DescribedConsumerGroup(group_id, ErrorCode.none, group=group)
 
     def drop(self, group_id: str) -> None:
-        """The group was deleted, or its partition moved away."""
+        """The partition moved away: the group is served elsewhere now."""
+        self._written.pop(group_id, None)
         if self.groups.pop(group_id, None) is not None:
             self._timer.cancel(f"consumer-group:{group_id}")
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of an empty group: tombstones for its records."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none
+        del self.groups[group_id]
+        self._timer.cancel(f"consumer-group:{group_id}")
+        return await self._persist(group)
 
     def topics_changed(self) -> None:
         """A topic was created, grew or was deleted: the groups subscribed move to a new epoch."""
         topics = self._topics()
         for group in self.groups.values():
             if group.metadata_changed(topics):
+                self._spawn(self._persist(group))
                 log.info(
                     "group %s: subscribed topics changed, epoch %d",
                     group.group_id,

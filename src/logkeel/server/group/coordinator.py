@@ -25,15 +25,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster.metadata import TopicState
+from logkeel.cluster.metadata import TopicState, topic_uuid
 from logkeel.server.coordinator_partitions import CoordinatorPartitions
 from logkeel.server.group.consumer_group import ConsumerGroup
 from logkeel.server.group.consumer_groups import ConsumerGroups
+from logkeel.server.group.consumer_records import replay_consumer_groups
 from logkeel.server.group.context import GroupContext
 from logkeel.server.group.log import (
     BrokerOffsetsStore,
@@ -84,6 +86,7 @@ class GroupCoordinator:
         store: OffsetsTopicStore | None = None,
         timer: Timer | None = None,
         topics: Callable[[], dict[str, int]] | None = None,
+        topic_ids: Callable[[], dict[str, uuid.UUID]] | None = None,
     ) -> None:
         self._broker = broker
         if settings is None:
@@ -113,6 +116,9 @@ class GroupCoordinator:
             self._timer,
             self._check_group,
             topics if topics is not None else self._topic_partitions,
+            topic_ids if topic_ids is not None else self._topic_uuids,
+            self._write,
+            self._tasks.spawn,
         )
         ctx = GroupContext(
             groups=self._groups,
@@ -148,6 +154,14 @@ class GroupCoordinator:
             name: len(state.partitions)
             for name, state in self._broker.metadata.topics().items()
             if name not in _INTERNAL_TOPICS
+        }
+
+    def _topic_uuids(self) -> dict[str, uuid.UUID]:
+        if self._broker is None:
+            return {}
+        return {
+            name: topic_uuid(state.topic_id)
+            for name, state in self._broker.metadata.topics().items()
         }
 
     async def join_group(
@@ -276,6 +290,14 @@ class GroupCoordinator:
         if not current():
             return True
         self._groups.update(replayed)
+        names = {v: k for k, v in self.consumer.topic_ids().items()}
+        consumer_groups = replay_consumer_groups(
+            records, self.settings.consumer, names.get, self._timer.now_ms()
+        )
+        for group_id, consumer_group in consumer_groups.items():
+            if group_id not in self._groups:
+                self._groups[group_id] = ClassicGroup(group_id, self._timer.now_ms())
+            self.consumer.loaded(consumer_group)
         self.txn_offsets.load_open_txns(open_txns)
         for group_id in loaded:
             group = self._groups.get(group_id)
@@ -414,6 +436,6 @@ class GroupCoordinator:
         if self._groups.get(group_id) is group and group.is_empty:
             self.membership.remove_group(group)
         if not self.consumer.has_members(group_id):
-            self.consumer.drop(group_id)
+            await self.consumer.delete(group_id)
         log.info("group %s: deleted", group_id)
         return ErrorCode.none
