@@ -165,3 +165,39 @@ def test_static_member_rejoins_with_its_partitions(broker: BrokerProcess) -> Non
     finally:
         a.close()
         b.close()
+
+
+def test_the_group_outlives_a_broker_restart(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    a = Consumer(broker.bootstrap, "g", "t")
+    b = Consumer(broker.bootstrap, "g", "t")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    got: list[Any] = []
+    try:
+        poll_until(
+            [a, b],
+            lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2,
+            got,
+            "two members with two partitions each",
+        )
+        before = admin.describe_consumer_groups(["g"])["g"].result(10)
+        members = {
+            m.member_id: {p.partition for p in m.assignment.topic_partitions}
+            for m in before.members
+        }
+        broker.restart()
+        values = produce(broker.bootstrap, "t", 3, PARTITIONS, "after")
+        poll_until(
+            [a, b], lambda: {v for *_, v in got} >= values, got, "the records after the restart"
+        )
+        after = admin.describe_consumer_groups(["g"])["g"].result(10)
+        # The same members with the same partitions: the group was read back, not rebuilt.
+        assert {
+            m.member_id: {p.partition for p in m.assignment.topic_partitions} for m in after.members
+        } == members
+        output = broker.output(10_000_000)
+        assert output.count("group g: created by consumer-protocol member") == 1
+        assert "group g: loaded at epoch 2 with 2 members" in output
+    finally:
+        a.close()
+        b.close()

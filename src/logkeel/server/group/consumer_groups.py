@@ -152,6 +152,12 @@ class ConsumerGroups:
         group.subscribed_partitions = group.subscribed_topics(self._topics())
         self._written[group.group_id] = snapshot(group, self._topic_ids())
         self._schedule(group)
+        log.info(
+            "group %s: loaded at epoch %d with %d members",
+            group.group_id,
+            group.group_epoch,
+            len(group.members),
+        )
 
     def _schedule(self, group: ConsumerGroup) -> None:
         key = f"consumer-group:{group.group_id}"
