@@ -35,7 +35,9 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 class Consumer:
     """A ``group.protocol=consumer`` consumer; ``poll`` returns (partition, offset, value)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, **extra: Any) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, pattern: str | None = None, **extra: Any
+    ) -> None:
         self.topic = topic
         self.c = confluent_kafka.Consumer(
             {
@@ -48,7 +50,7 @@ class Consumer:
                 **extra,
             }
         )
-        self.c.subscribe([topic])
+        self.c.subscribe([pattern or topic])
 
     def poll(self, timeout: float = 0.1) -> list[tuple[int, int, bytes]]:
         out = []
@@ -201,3 +203,22 @@ def test_the_group_outlives_a_broker_restart(broker: BrokerProcess) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_regex_subscription_follows_new_topics(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "rx-1", 2)
+    create_topic(broker.bootstrap, "other", 1)
+    member = Consumer(broker.bootstrap, "rx", "rx-1", pattern="^rx-.*")
+    c = member.c
+    got: list[Any] = []
+
+    def topics() -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    try:
+        poll_until([member], lambda: topics() == {("rx-1", 0), ("rx-1", 1)}, got, "rx-1 assigned")
+        create_topic(broker.bootstrap, "rx-2", 1)
+        poll_until([member], lambda: ("rx-2", 0) in topics(), got, "the new topic rx-2 assigned")
+        assert not any(t == "other" for t, _ in topics())
+    finally:
+        c.close()
