@@ -446,3 +446,22 @@ def test_broker_configs_and_their_bounds() -> None:
     )
     s = CoordinatorSettings.from_broker_config(ok).consumer
     assert s.assignors == ("range",) and s.heartbeat_interval_ms == 100
+
+
+def test_regexes_that_would_backtrack_or_that_re2_lacks_are_refused() -> None:
+    from logkeel.server.group.topic_regex import TopicRegexError, compile_topic_regex
+
+    for ok in ("orders-.*", "^(orders|payments)-[0-9]+$", r"a\.b{2,3}", "(ab)+", "[a-c]+x?"):
+        assert compile_topic_regex(ok).fullmatch is not None
+    for bad, why in [
+        ("(a+)+b", "repeat inside a repeat"),
+        ("(a|ab)*c", "alternation inside a repeat"),
+        (r"(a)\1", "backreferences"),
+        ("(?=a)a", "lookaround"),
+        ("a(", "missing"),
+    ]:
+        with pytest.raises(TopicRegexError, match=why):
+            compile_topic_regex(bad)
+    g = group()
+    r = join(g, "m", subscribed_topic_regex="(x+)+y")
+    assert r.error == ErrorCode.invalid_regular_expression and "repeat" in (r.error_message or "")

@@ -19,7 +19,8 @@ Static members (``group.instance.id``) leave with epoch -2 and keep their assign
 session timeout; rejoining with the same instance id takes it over under the new member id.
 Subscriptions are topic names or a regex. Kafka takes RE2/J syntax; this uses Python's ``re``
 with a full match, which agrees for the common patterns (character classes, ``.*``,
-alternation, anchors) and refuses at subscription what does not compile.
+alternation, anchors); ``topic_regex`` refuses at subscription what does not compile, what RE2
+lacks and what would backtrack exponentially.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from logkeel.server.group.assignors import (
     assignor_named,
     to_assignment,
 )
+from logkeel.server.group.topic_regex import TopicRegexError, compile_topic_regex
 
 __all__ = [
     "JOIN_EPOCH",
@@ -291,8 +293,8 @@ class ConsumerGroup:
                 )
         if req.subscribed_topic_regex is not None:
             try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as exc:
+                compile_topic_regex(req.subscribed_topic_regex)
+            except TopicRegexError as exc:
                 raise GroupFailure(
                     ErrorCode.invalid_regular_expression,
                     f"SubscribedTopicRegex {req.subscribed_topic_regex!r} is not a valid "
