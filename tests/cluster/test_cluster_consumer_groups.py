@@ -36,7 +36,8 @@ def cluster(
         "group.consumer.session.timeout.ms": "30000",
     }
     base = tmp_path_factory.mktemp("kip848")
-    with three_brokers(zookeeper, base, "/cluster_kip848", overrides) as c:
+    # Three brokers starting at once on a loaded 2-core machine can take more than 30 s.
+    with three_brokers(zookeeper, base, "/cluster_kip848", overrides, start_timeout=120) as c:
         c.ensure_all_running()
         yield c
 

@@ -465,3 +465,18 @@ def test_regexes_that_would_backtrack_or_that_re2_lacks_are_refused() -> None:
     g = group()
     r = join(g, "m", subscribed_topic_regex="(x+)+y")
     assert r.error == ErrorCode.invalid_regular_expression and "repeat" in (r.error_message or "")
+
+
+def test_offset_fetch_validation() -> None:
+    from logkeel.server.group.consumer_group import GroupFailure
+
+    g = group()
+    join(g, "m1")
+    g.validate_offset_fetch(None, -1)  # an admin tool
+    g.validate_offset_fetch("m1", 1)
+    for member, epoch, code in [("m1", 0, ErrorCode.stale_member_epoch),
+                                ("m1", 2, ErrorCode.fenced_member_epoch),
+                                ("x", 1, ErrorCode.unknown_member_id)]:  # fmt: skip
+        with pytest.raises(GroupFailure) as exc:
+            g.validate_offset_fetch(member, epoch)
+        assert exc.value.code == code

@@ -72,7 +72,9 @@ class RequestAuthorizer:
     def may_write_idempotently(self, ctx: RequestContext) -> bool:
         """An idempotent producer's InitProducerId: IDEMPOTENT_WRITE on the cluster, or (Kafka
         3.0+, KIP-679) WRITE on some topic."""
-        if not self.enabled or self.allowed(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER):
+        if not self.enabled or self.allowed(
+            ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER
+        ):
             return True
         return self._current().authorize_any(
             ctx.session.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC
@@ -97,7 +99,8 @@ def exposed_listeners(config: BrokerConfig) -> list[str]:
     return [
         listener.connection_string
         for listener in config.listeners
-        if config.security_protocol(listener.name) == "PLAINTEXT" and not _is_loopback(listener.host)
+        if config.security_protocol(listener.name) == "PLAINTEXT"
+        and not _is_loopback(listener.host)
     ]
 
 
@@ -141,16 +144,27 @@ def _coordinator_key(request: Any) -> str | None:
     return str(keys[0]) if keys else str(getattr(request, "key", ""))
 
 
-_READ_GROUP: Check = (AclOperation.READ, ResourceType.GROUP, _group, ErrorCode.group_authorization_failed)
+_READ_GROUP: Check = (
+    AclOperation.READ,
+    ResourceType.GROUP,
+    _group,
+    ErrorCode.group_authorization_failed,
+)
 _WRITE_TXN: Check = (
     AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, _txn,
     ErrorCode.transactional_id_authorization_failed,
 )  # fmt: skip
 _DESCRIBE_CLUSTER: Check = (
-    AclOperation.DESCRIBE, ResourceType.CLUSTER, _cluster, ErrorCode.cluster_authorization_failed
+    AclOperation.DESCRIBE,
+    ResourceType.CLUSTER,
+    _cluster,
+    ErrorCode.cluster_authorization_failed,
 )
 _ALTER_CLUSTER: Check = (
-    AclOperation.ALTER, ResourceType.CLUSTER, _cluster, ErrorCode.cluster_authorization_failed
+    AclOperation.ALTER,
+    ResourceType.CLUSTER,
+    _cluster,
+    ErrorCode.cluster_authorization_failed,
 )
 
 REQUEST_CHECKS: Mapping[int, tuple[Check, ...]] = {
@@ -174,8 +188,12 @@ REQUEST_CHECKS: Mapping[int, tuple[Check, ...]] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: (_ALTER_CLUSTER,),
     # Only brokers write transaction markers (a transaction coordinator on another broker).
     ApiKey.WRITE_TXN_MARKERS: (
-        (AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, _cluster,
-         ErrorCode.cluster_authorization_failed),
+        (
+            AclOperation.CLUSTER_ACTION,
+            ResourceType.CLUSTER,
+            _cluster,
+            ErrorCode.cluster_authorization_failed,
+        ),
     ),
 }
 
@@ -185,7 +203,11 @@ def refusal(authorizer: RequestAuthorizer, ctx: RequestContext, request: Any) ->
     if not authorizer.enabled:
         return None
     if ctx.api_key == ApiKey.FIND_COORDINATOR:
-        resource = ResourceType.TRANSACTIONAL_ID if getattr(request, "key_type", 0) == 1 else ResourceType.GROUP
+        resource = (
+            ResourceType.TRANSACTIONAL_ID
+            if getattr(request, "key_type", 0) == 1
+            else ResourceType.GROUP
+        )
         error = (
             ErrorCode.transactional_id_authorization_failed
             if resource is ResourceType.TRANSACTIONAL_ID
@@ -197,7 +219,9 @@ def refusal(authorizer: RequestAuthorizer, ctx: RequestContext, request: Any) ->
     for operation, resource_type, name_of, error in checks:
         name = name_of(request)
         if name is None:
-            if ctx.api_key == ApiKey.INIT_PRODUCER_ID and not authorizer.may_write_idempotently(ctx):
+            if ctx.api_key == ApiKey.INIT_PRODUCER_ID and not authorizer.may_write_idempotently(
+                ctx
+            ):
                 return ErrorCode.cluster_authorization_failed
             continue
         if not authorizer.allowed(ctx, operation, resource_type, name):

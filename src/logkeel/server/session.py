@@ -86,9 +86,7 @@ class Session:
                 raise SaslFailure("already authenticated (re-authentication is off)")
             if mechanism != self.mechanism:
                 self.close_after_response = True
-                raise SaslFailure(
-                    f"re-authentication must use {self.mechanism}, not {mechanism}"
-                )
+                raise SaslFailure(f"re-authentication must use {self.mechanism}, not {mechanism}")
         self.exchange = self.sasl.start(mechanism)
         self.mechanism = mechanism
 

@@ -19,7 +19,12 @@ from logkeel.storage.errors import KafkaStorageError, StorageError
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.offline_dirs import LogDirNotRecoverable
 
-__all__ = ["ALTER_REPLICA_LOG_DIRS_VERSIONS", "DESCRIBE_LOG_DIRS_VERSIONS", "LogDirsApi", "register"]
+__all__ = [
+    "ALTER_REPLICA_LOG_DIRS_VERSIONS",
+    "DESCRIBE_LOG_DIRS_VERSIONS",
+    "LogDirsApi",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +90,9 @@ class LogDirsApi:
                 )
         return response(ctx, results=tuple(results))
 
-    def alter_replica_log_dirs_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def alter_replica_log_dirs_error(
+        self, ctx: RequestContext, request: Any, code: ErrorCode
+    ) -> Any:
         return response(ctx, results=())
 
     def _bring_online(self, path: str) -> None:

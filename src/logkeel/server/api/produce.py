@@ -88,9 +88,7 @@ class ProduceApi:
         header = _first_header(records)
         if header is None or self._verify_txn is None:
             return ErrorCode.none, None
-        code = self._verify_txn(
-            transactional_id, header.producer_id, header.producer_epoch, tp
-        )
+        code = self._verify_txn(transactional_id, header.producer_id, header.producer_epoch, tp)
         return code, None if code == ErrorCode.none else f"{tp} is not in the transaction"
 
     async def handle(self, ctx: RequestContext, request: Any) -> Any:
@@ -111,7 +109,9 @@ class ProduceApi:
                 key = topic.topic_id
                 state = metadata.topic_by_id(topic_id_text(key)) if key is not None else None
                 name = state.name if state is not None else None
-                topic_error = ErrorCode.unknown_topic_id if name is None else self._denied(ctx, name)
+                topic_error = (
+                    ErrorCode.unknown_topic_id if name is None else self._denied(ctx, name)
+                )
             else:
                 key = name = str(topic.name)
                 topic_error = await self._topic_error(ctx, name)

@@ -567,15 +567,30 @@ class ConsumerGroup:
             return  # admin or manual commit while nobody consumes
         if transactional and member_epoch < 0 and not member_id:
             return  # an old TxnOffsetCommit: the transaction coordinator fences zombies
-        member = self.members.get(member_id)
-        if member is None:
-            raise GroupFailure(ErrorCode.unknown_member_id)
+        member = self._member_of(member_id)
         if api_version < 9 and not transactional:
             raise GroupFailure(
                 ErrorCode.unsupported_version,
                 "OffsetCommit version 9 or above must be used by members using the consumer "
                 "group protocol",
             )
+        self._check_offset_epoch(member, member_epoch)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's rules for OffsetFetch v9+ naming a member of a consumer group: raises
+        GroupFailure. Without a member (admin tools) anyone may fetch."""
+        if member_id is None and member_epoch < 0:
+            return
+        self._check_offset_epoch(self._member_of(member_id or ""), member_epoch)
+
+    def _member_of(self, member_id: str) -> ConsumerMember:
+        member = self.members.get(member_id)
+        if member is None:
+            raise GroupFailure(ErrorCode.unknown_member_id)
+        return member
+
+    @staticmethod
+    def _check_offset_epoch(member: ConsumerMember, member_epoch: int) -> None:
         if member_epoch > member.member_epoch:
             raise GroupFailure(ErrorCode.fenced_member_epoch)
         if member_epoch < member.member_epoch:

@@ -201,6 +201,19 @@ class ConsumerGroups:
             return exc.code
         return ErrorCode.none
 
+    def validate_offset_fetch(
+        self, group_id: str, member_id: str | None, member_epoch: int
+    ) -> ErrorCode:
+        """OffsetFetch v9+'s member and epoch, for a consumer group (NONE for others)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none
+        try:
+            group.validate_offset_fetch(member_id, member_epoch)
+        except GroupFailure as exc:
+            return exc.code
+        return ErrorCode.none
+
     def subscribed_topics(self, group_id: str) -> set[str] | None:
         """The topics the members of a consumer group subscribe to (None: not one)."""
         group = self.groups.get(group_id)

@@ -145,7 +145,7 @@ def _login(mechanism: str, jaas: str | None, key: str) -> SaslLogin:
                 ConfigProblem(
                     key,
                     None,
-                    f"logging in with {mechanism} needs username=\"...\" and "
+                    f'logging in with {mechanism} needs username="..." and '
                     'password="..." in this JAAS config',
                 )
             ]
