@@ -27,7 +27,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -165,14 +164,38 @@ class GroupCoordinator:
         }
 
     async def join_group(
-        self, group_id: str, member_id: str, *args: Any, **kwargs: Any
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        *,
+        client_id: str = "",
+        client_host: str = "",
+        api_version: int = 9,
+        reason: str | None = None,
     ) -> JoinResult:
         """A classic JoinGroup; refused for a consumer-protocol group that has members, as
         Kafka does when group.consumer.migration.policy does not allow the conversion (it is
         not built here)."""
         if self.consumer.has_members(group_id) and self._check_group(group_id) == ErrorCode.none:
             return JoinResult(ErrorCode.group_id_not_found, member_id)
-        return await self.membership.join_group(group_id, member_id, *args, **kwargs)
+        return await self.membership.join_group(
+            group_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocols,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id=client_id,
+            client_host=client_host,
+            api_version=api_version,
+            reason=reason,
+        )
 
     async def start(self) -> None:
         """Starts loading every existing ``__consumer_offsets`` partition (in the background)."""
