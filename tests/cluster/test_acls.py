@@ -34,8 +34,14 @@ def acl(
     return AclBinding(res, name, pat, principal, host, op, perm)
 
 
-def allowed(auth: Authorizer, op: Op, name: str, principal: str = ALICE, host: str = "10.0.0.1",
-            res: Res = Res.TOPIC) -> bool:
+def allowed(
+    auth: Authorizer,
+    op: Op,
+    name: str,
+    principal: str = ALICE,
+    host: str = "10.0.0.1",
+    res: Res = Res.TOPIC,
+) -> bool:
     return auth.authorize(principal, host, op, res, name)
 
 
@@ -52,7 +58,10 @@ def test_an_acl_on_the_resource_stops_allow_everyone_for_others() -> None:
 
 
 def test_super_user_is_allowed_despite_deny() -> None:
-    auth = Authorizer([acl("t", Op.ALL, Perm.DENY, principal=BOB)], super_users=parse_super_users("User:bob; User:x"))
+    auth = Authorizer(
+        [acl("t", Op.ALL, Perm.DENY, principal=BOB)],
+        super_users=parse_super_users("User:bob; User:x"),
+    )
     assert allowed(auth, Op.DELETE, "t", principal=BOB)
     assert not allowed(auth, Op.DELETE, "t")
 
@@ -85,10 +94,12 @@ def test_deny_is_not_implied() -> None:
 
 
 def test_prefixed_and_wildcard_patterns() -> None:
-    auth = Authorizer([
-        acl("orders-", Op.READ, pat=Pat.PREFIXED),
-        acl("*", Op.DESCRIBE, principal=BOB),
-    ])
+    auth = Authorizer(
+        [
+            acl("orders-", Op.READ, pat=Pat.PREFIXED),
+            acl("*", Op.DESCRIBE, principal=BOB),
+        ]
+    )
     assert allowed(auth, Op.READ, "orders-eu")
     assert not allowed(auth, Op.READ, "payments")
     assert allowed(auth, Op.DESCRIBE, "anything", principal=BOB)
@@ -104,7 +115,9 @@ def test_principal_and_host_filters() -> None:
 
 
 def test_resource_types_are_separate() -> None:
-    auth = Authorizer([acl("app", Op.READ, res=Res.GROUP), acl("kafka-cluster", Op.CREATE, res=Res.CLUSTER)])
+    auth = Authorizer(
+        [acl("app", Op.READ, res=Res.GROUP), acl("kafka-cluster", Op.CREATE, res=Res.CLUSTER)]
+    )
     assert allowed(auth, Op.READ, "app", res=Res.GROUP)
     assert not allowed(auth, Op.READ, "app", res=Res.TOPIC)
     assert allowed(auth, Op.CREATE, "kafka-cluster", res=Res.CLUSTER)
@@ -143,7 +156,11 @@ def test_filters() -> None:
     assert matching(AclBindingFilter(Res.TOPIC, principal=BOB)) == [prefixed]
     assert matching(AclBindingFilter(Res.TOPIC, "orders-", Pat.LITERAL)) == []
     assert matching(AclBindingFilter(Res.TOPIC, "orders-", Pat.PREFIXED)) == [prefixed]
-    assert matching(AclBindingFilter(Res.TOPIC, "orders-eu", Pat.MATCH)) == [literal, prefixed, wildcard]
+    assert matching(AclBindingFilter(Res.TOPIC, "orders-eu", Pat.MATCH)) == [
+        literal,
+        prefixed,
+        wildcard,
+    ]
     assert matching(AclBindingFilter(operation=Op.READ, permission=Perm.ALLOW)) == [literal, group]
     with pytest.raises(AclError):
         AclBindingFilter(Res.UNKNOWN).validate()

@@ -30,7 +30,13 @@ def test_a_topic_is_adopted_with_its_partitions_and_the_id_on_disk():
     adopted, refused = plan({("t", 0): ID_A, ("t", 1): ID_A, ("u", 0): None})
     assert refused == []
     t, u = adopted
-    assert (t.topic, t.partitions, t.topic_id, t.id_from_disk, t.missing) == ("t", 2, ID_A, True, ())
+    assert (t.topic, t.partitions, t.topic_id, t.id_from_disk, t.missing) == (
+        "t",
+        2,
+        ID_A,
+        True,
+        (),
+    )
     assert (u.topic, u.partitions, u.topic_id, u.id_from_disk) == ("u", 1, "new-0", False)
     assert not t.internal and "topic id " + ID_A in t.describe()
 

@@ -50,7 +50,10 @@ def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 15.0) 
 
 class Cluster:
     def __init__(
-        self, base: Path, connect: str, overrides: dict[str, str] | None = None,
+        self,
+        base: Path,
+        connect: str,
+        overrides: dict[str, str] | None = None,
         log_dirs: dict[int, list[Path]] | None = None,
     ) -> None:
         self.connect = connect
@@ -110,6 +113,7 @@ def three_brokers(
     chroot: str,
     overrides: dict[str, str] | None = None,
     log_dirs: dict[int, list[Path]] | None = None,
+    start_timeout: float = 90.0,
 ) -> Iterator[Cluster]:
     """Three broker processes under a fresh ``chroot``, SIGKILLed at the end (``log_dirs``:
     a broker's own list instead of one dir in its work dir)."""
@@ -124,7 +128,7 @@ def three_brokers(
     try:
         with ThreadPoolExecutor(3) as pool:
             # A generous bound: on a loaded machine an import alone took 10 s.
-            for started in [pool.submit(b.start, 90) for b in c.brokers.values()]:
+            for started in [pool.submit(b.start, start_timeout) for b in c.brokers.values()]:
                 started.result()
         yield c
     finally:
@@ -156,6 +160,7 @@ def test_every_broker_lists_all_three_and_topics_spread_leaders(running: Cluster
 
     running.create_topic("spread", 6, 3)
     for i in running.brokers:  # every broker's cache has the controller's decisions
+
         def complete(i: int = i) -> dict[int, Any] | None:
             parts = running.partitions("spread", i)
             return parts if len(parts) == 6 else None
@@ -177,17 +182,20 @@ def test_bad_replication_factor_or_assignment_is_refused(running: Cluster) -> No
 
     wire = Wire(running.brokers[1].port)
     try:
-        [unknown, manual] = wire.create_topics([
-            {"name": "unknown-broker", "assignments": {0: [1, 9]}},
-            {"name": "manual", "assignments": {0: [3, 1], 1: [2, 3]}},
-        ])
+        [unknown, manual] = wire.create_topics(
+            [
+                {"name": "unknown-broker", "assignments": {0: [1, 9]}},
+                {"name": "manual", "assignments": {0: [3, 1], 1: [2, 3]}},
+            ]
+        )
     finally:
         wire.close()
     assert unknown.error_code == ErrorCode.invalid_replica_assignment
     assert manual.error_code == ErrorCode.none
     parts = running.partitions("manual")
     assert [(list(p.replica_nodes), p.leader_id) for _, p in sorted(parts.items())] == [
-        ([3, 1], 3), ([2, 3], 2),
+        ([3, 1], 3),
+        ([2, 3], 2),
     ]
 
 
@@ -249,10 +257,18 @@ def test_unreachable_zookeeper_is_a_clear_error_and_exit_code(tmp_path: Path) ->
     connect = f"127.0.0.1:{free_port()}"
     proc = subprocess.run(
         serve_command(
-            "--listen", f"127.0.0.1:{free_port()}", "--log-dirs", str(tmp_path / "logs"),
-            "--zookeeper", connect, "--override", "zookeeper.connection.timeout.ms=1000",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--log-dirs",
+            str(tmp_path / "logs"),
+            "--zookeeper",
+            connect,
+            "--override",
+            "zookeeper.connection.timeout.ms=1000",
         ),
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert f"could not connect to ZooKeeper at {connect}" in proc.stderr
@@ -261,9 +277,20 @@ def test_unreachable_zookeeper_is_a_clear_error_and_exit_code(tmp_path: Path) ->
 def test_cluster_up_and_status_json(tmp_path: Path) -> None:
     port = free_port(count=2)
     up = subprocess.Popen(
-        [*serve_command()[:-1], "cluster", "up", "--brokers", "2", "--dir", str(tmp_path),
-         "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            *serve_command()[:-1],
+            "cluster",
+            "up",
+            "--brokers",
+            "2",
+            "--dir",
+            str(tmp_path),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert up.stdout is not None
@@ -277,19 +304,33 @@ def test_cluster_up_and_status_json(tmp_path: Path) -> None:
 
         def status() -> dict[str, Any] | None:
             out = subprocess.run(
-                [*serve_command()[:-1], "cluster", "status", "--bootstrap-server",
-                 f"127.0.0.1:{port}", "--json"],
-                capture_output=True, text=True, timeout=30, check=True,
+                [
+                    *serve_command()[:-1],
+                    "cluster",
+                    "status",
+                    "--bootstrap-server",
+                    f"127.0.0.1:{port}",
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
             ).stdout
             doc = json.loads(out)
             return doc if len(doc["brokers"]) == 2 and doc["controller"] in (1, 2) else None
 
         doc = wait_until(status, "both brokers in cluster status", 30)
         assert [b["id"] for b in doc["brokers"]] == [1, 2]
-        assert all(len(b["log_dirs_online"]) == 1 and not b["log_dirs_offline"] for b in doc["brokers"])
+        assert all(
+            len(b["log_dirs_online"]) == 1 and not b["log_dirs_offline"] for b in doc["brokers"]
+        )
         table = subprocess.run(
             [*serve_command()[:-1], "cluster", "status", "--bootstrap-server", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=30, check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout
         assert "controller" in table and f"127.0.0.1:{port + 1}" in table
     finally:
@@ -299,7 +340,9 @@ def test_cluster_up_and_status_json(tmp_path: Path) -> None:
     assert "cluster stopped" in rest
 
 
-@pytest.mark.parametrize(("producer", "consumer"), [("kafka-python", "kcat"), ("kcat", "kafka-python")])
+@pytest.mark.parametrize(
+    ("producer", "consumer"), [("kafka-python", "kcat"), ("kcat", "kafka-python")]
+)
 def test_kafka_python_and_kcat_follow_leaders_across_brokers(
     running: Cluster, producer: str, consumer: str
 ) -> None:
@@ -324,4 +367,6 @@ def test_kafka_python_and_kcat_follow_leaders_across_brokers(
         produce(producer, bootstrap, t, sent[t])
     got = consume(consumer, bootstrap, {t: 20 for t in topics})
     for t in topics:
-        assert [(g.key, g.value) for g in got if g.topic == t] == [(m.key, m.value) for m in sent[t]]
+        assert [(g.key, g.value) for g in got if g.topic == t] == [
+            (m.key, m.value) for m in sent[t]
+        ]

@@ -25,16 +25,18 @@ PARTITIONS = 4
 
 
 def on_failing_disk(fs: FaultyFs) -> list[int]:
-    return sorted(int(p.name.rsplit("-", 1)[1]) for p in (fs.mountpoint / "logs").glob(f"{TOPIC}-*"))
+    return sorted(
+        int(p.name.rsplit("-", 1)[1]) for p in (fs.mountpoint / "logs").glob(f"{TOPIC}-*")
+    )
 
 
 def broker_1_leads_from_the_fuse_dir(cluster: Cluster, fs: FaultyFs) -> int:
     """Creates the topic (RF 3, min.insync.replicas 2) and makes broker 1 the leader (with
     `logkeel elect --replica`) of a partition whose broker-1 replica is on the FUSE dir."""
     admin = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
-    admin.create_topics(
-        [NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]
-    )[TOPIC].result(20)
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
+        TOPIC
+    ].result(20)
     wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
                "every replica in sync", 30)  # fmt: skip
     # The ISR says who should hold a replica, not that its dir exists yet.
@@ -107,7 +109,9 @@ def test_a_failed_disk_moves_leadership_within_seconds_and_comes_back_healed(
         moved_after = time.monotonic() - failed_at
         assert moved_after < 5.0, f"leadership moved {moved_after:.1f}s after the disk failed"
         assert sender.flush(40) == 0
-        assert offline_log_dirs(cluster.brokers[1].bootstrap) == [str(faulty_fs.mountpoint / "logs")]
+        assert offline_log_dirs(cluster.brokers[1].bootstrap) == [
+            str(faulty_fs.mountpoint / "logs")
+        ]
         # Every partition stays writable with acks=all (min.insync.replicas=2 of 3).
         for q in range(PARTITIONS):
             assert send(cluster, q, [f"b{q}-{i}" for i in range(20)]) == []

@@ -31,7 +31,9 @@ TOPIC = "incident"
 
 
 @pytest.fixture
-def fresh(zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def fresh(
+    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     overrides = getattr(request, "param", None)
     with three_brokers(zookeeper, tmp_path, f"/elections_{tmp_path.name}", overrides) as c:
         yield c
@@ -100,6 +102,7 @@ def elect(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 def replicas_in_isr_order(cluster: Cluster) -> tuple[int, int, int]:
     """(leader, a follower, the other follower) once all three are in sync."""
+
     def in_sync() -> object | None:
         part = cluster.partitions(TOPIC).get(0)  # the broker asked may not know it yet
         return part if part is not None and len(part.isr_nodes) == 3 else None
@@ -148,7 +151,8 @@ def test_a_wiped_last_isr_member_is_never_elected_and_an_operator_designates_the
 
 
 @pytest.mark.parametrize(
-    "fresh", [{"unclean.leader.election.enable": "true", "unclean.leader.election.wait.ms": "8000"}],
+    "fresh",
+    [{"unclean.leader.election.enable": "true", "unclean.leader.election.wait.ms": "8000"}],
     indirect=True,
 )
 def test_an_unclean_election_waits_for_the_longer_log_that_starts_later(fresh: Cluster) -> None:

@@ -79,8 +79,13 @@ class Reader(threading.Thread):
         super().__init__(daemon=True)
         self.history = history
         self.stop = threading.Event()
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "history-reader",
-                                  "enable.auto.commit": False})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "history-reader",
+                "enable.auto.commit": False,
+            }
+        )
         self.consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
 
     def run(self) -> None:
@@ -114,8 +119,9 @@ def high_watermark(consumer: Consumer, partition: int) -> int:
 
 
 def final_logs(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "history-final",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "history-final", "enable.auto.commit": False}
+    )
     logs: dict[int, list[tuple[int, str]]] = {}
     try:
         for p in range(PARTITIONS):
@@ -218,7 +224,9 @@ def run_rounds(
                 stopping = threading.Thread(
                     # Bounded generously: under load a shutdown right after a restart has been
                     # seen to take ~30 s after its leaderships moved (an open finding).
-                    target=lambda v=victim, codes=exit_codes: codes.append(cluster.brokers[v].stop(timeout=90))
+                    target=lambda v=victim, codes=exit_codes: codes.append(
+                        cluster.brokers[v].stop(timeout=90)
+                    )
                 )
                 if fault == "kill":
                     cluster.brokers[victim].kill()

@@ -52,7 +52,10 @@ def connects(port: int, group: int | None) -> bool:
 
 def test_a_cut_drops_the_isolated_groups_traffic_only_and_its_chain_goes_on_failure() -> None:
     require_cuts()
-    with socket.create_server(("127.0.0.1", 0)) as peer, socket.create_server(("127.0.0.1", 0)) as me:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as peer,
+        socket.create_server(("127.0.0.1", 0)) as me,
+    ):
         victim = Endpoint(me.getsockname()[1], 200_001)
         other = Endpoint(peer.getsockname()[1], 200_002)
         with pytest.raises(RuntimeError), NetworkCut() as cut:

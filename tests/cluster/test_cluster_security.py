@@ -28,7 +28,9 @@ from tests.brokerproc import BrokerProcess
 from tests.server.test_security import _call, consume
 
 T = TypeVar("T")
-SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
+SCRAM_JAAS = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
+)
 BROKER_PASSWORD = "broker-secret"
 ADMIN_PASSWORD = "admin-secret"
 
@@ -158,8 +160,10 @@ def create_topic(cluster: SecureCluster, partitions: int) -> str:
     )
     futures[topic].result(30)
     wait_until(
-        lambda: len(cluster.partitions(topic)) == partitions
-        and all(p.leader >= 0 for p in cluster.partitions(topic).values()),
+        lambda: (
+            len(cluster.partitions(topic)) == partitions
+            and all(p.leader >= 0 for p in cluster.partitions(topic).values())
+        ),
         f"{topic}'s leaders",
     )
     return topic
@@ -207,8 +211,12 @@ def test_brokers_replicate_over_tls_with_an_authorizer(
         # The followers' copies are the leader's, byte for byte: the data crossed SASL_SSL.
         for partition in range(3):
             sizes = wait_until(
-                lambda partition=partition: (s := cluster.segment_sizes(topic, partition))
-                and len(set(s)) == 1 and s[0] > 0 and s,
+                lambda partition=partition: (
+                    (s := cluster.segment_sizes(topic, partition))
+                    and len(set(s)) == 1
+                    and s[0] > 0
+                    and s
+                ),
                 f"partition {partition}'s replicas to match",
             )
             assert sizes[0] > 0
@@ -241,7 +249,9 @@ def _decoy_salt(broker: BrokerProcess, certs: Certificates) -> str:
     return dict(item.split("=", 1) for item in first.auth_bytes.decode().split(","))["s"]
 
 
-def test_a_wrong_inter_broker_password_keeps_the_follower_out(tmp_path: Path, zk_connect: str) -> None:
+def test_a_wrong_inter_broker_password_keeps_the_follower_out(
+    tmp_path: Path, zk_connect: str
+) -> None:
     passwords = {1: BROKER_PASSWORD, 2: BROKER_PASSWORD, 3: "not-the-password"}
     with secure_cluster(tmp_path, zk_connect, passwords) as cluster:
         topic = create_topic(cluster, 3)
@@ -265,7 +275,9 @@ def test_a_wrong_inter_broker_password_keeps_the_follower_out(tmp_path: Path, zk
         log3 = cluster.brokers[3].output(limit=50_000_000)
         assert "SASL authentication (SCRAM-SHA-512) as broker to SASL_SSL://127.0.0.1:" in log3
         assert "not-the-password" not in log3
-        leaders_logs = cluster.brokers[1].output(limit=50_000_000) + cluster.brokers[2].output(limit=50_000_000)
+        leaders_logs = cluster.brokers[1].output(limit=50_000_000) + cluster.brokers[2].output(
+            limit=50_000_000
+        )
         assert "failed authentication from" in leaders_logs
         for i, broker in cluster.brokers.items():
             assert broker.alive(), f"broker {i} died:\n{broker.output_tail(20)}"

@@ -14,12 +14,16 @@ def cluster(live: set[int], shutting_down: set[int] = frozenset()) -> LiveBroker
     return LiveBrokers(frozenset(live), frozenset(shutting_down))
 
 
-def reg(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3)) -> PartitionRegistration:
+def reg(
+    leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3)
+) -> PartitionRegistration:
     return PartitionRegistration(replicas, leader, 5, isr, 7)
 
 
 def test_first_leader_is_the_first_live_replica_and_the_isr_the_live_ones() -> None:
-    assert initial_state((2, 3, 1), cluster({1, 3})) == PartitionRegistration((2, 3, 1), 3, 0, (3, 1))
+    assert initial_state((2, 3, 1), cluster({1, 3})) == PartitionRegistration(
+        (2, 3, 1), 3, 0, (3, 1)
+    )
     assert initial_state((2, 3), cluster({2, 3}, {2})).leader == 3
     offline = initial_state((2, 3), cluster({1}))
     assert (offline.leader, offline.isr) == (NO_LEADER, (2, 3))
@@ -28,10 +32,14 @@ def test_first_leader_is_the_first_live_replica_and_the_isr_the_live_ones() -> N
 def test_dead_leader_is_replaced_from_the_isr_and_dead_followers_leave_it() -> None:
     after = decide(TP, reg(1, (1, 2, 3)), cluster({2, 3}), unclean=False, preferred=False).state
     assert (after.leader, after.isr, after.leader_epoch) == (2, (2, 3), 6)
-    follower_died = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2}), unclean=False, preferred=False).state
+    follower_died = decide(
+        TP, reg(1, (1, 2, 3)), cluster({1, 2}), unclean=False, preferred=False
+    ).state
     assert (follower_died.leader, follower_died.isr, follower_died.leader_epoch) == (1, (1, 2), 5)
     unchanged = reg(1, (1, 2, 3))
-    assert decide(TP, unchanged, cluster({1, 2, 3}), unclean=False, preferred=False).state is unchanged
+    assert (
+        decide(TP, unchanged, cluster({1, 2, 3}), unclean=False, preferred=False).state is unchanged
+    )
 
 
 def test_offline_partition_leads_again_when_an_isr_member_returns() -> None:
@@ -44,11 +52,17 @@ def test_offline_partition_leads_again_when_an_isr_member_returns() -> None:
 
 
 def test_controlled_shutdown_moves_leadership_unless_it_is_the_only_isr_member() -> None:
-    moved = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {1}), unclean=False, preferred=False).state
+    moved = decide(
+        TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {1}), unclean=False, preferred=False
+    ).state
     assert (moved.leader, moved.isr) == (2, (2, 3))
     alone = reg(1, (1,))
-    assert decide(TP, alone, cluster({1, 2, 3}, {1}), unclean=False, preferred=False).state.leader == 1
-    follower = decide(TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {3}), unclean=False, preferred=False).state
+    assert (
+        decide(TP, alone, cluster({1, 2, 3}, {1}), unclean=False, preferred=False).state.leader == 1
+    )
+    follower = decide(
+        TP, reg(1, (1, 2, 3)), cluster({1, 2, 3}, {3}), unclean=False, preferred=False
+    ).state
     assert (follower.leader, follower.isr) == (1, (1, 2))
 
 
@@ -61,7 +75,9 @@ def test_preferred_election_and_imbalance() -> None:
     assert imbalanced_partitions(regs, frozenset({1, 2, 3}), 10) == {TopicPartition("t", 0)}
     assert imbalanced_partitions(regs, frozenset({2, 3}), 10) == set()  # 1 is not live
     assert imbalanced_partitions(regs, frozenset({1, 2, 3}), 100) == set()
-    back = decide(TP, regs[TopicPartition("t", 0)], cluster({1, 2, 3}), unclean=False, preferred=True).state
+    back = decide(
+        TP, regs[TopicPartition("t", 0)], cluster({1, 2, 3}), unclean=False, preferred=True
+    ).state
     assert back.leader == 1
 
 
@@ -70,7 +86,9 @@ def test_a_replica_whose_log_dir_failed_loses_leadership_and_leaves_the_isr() ->
     after = decide(TP, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False).state
     assert (after.leader, after.isr) == (2, (2, 3))
     other = TopicPartition("t", 1)
-    assert decide(other, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False).state.leader == 1
+    assert (
+        decide(other, reg(1, (1, 2, 3)), failed, unclean=False, preferred=False).state.leader == 1
+    )
 
 
 def reported(
@@ -78,8 +96,13 @@ def reported(
 ) -> LiveBrokers:
     """Brokers ``live``; ``logs`` maps a broker to its reported (last epoch, log end offset)."""
     return LiveBrokers(
-        frozenset(live), frozenset(), {},
-        {b: {TP: ReplicaLogReport(topic_id, e, leo, partition_epoch)} for b, (e, leo) in logs.items()},
+        frozenset(live),
+        frozenset(),
+        {},
+        {
+            b: {TP: ReplicaLogReport(topic_id, e, leo, partition_epoch)}
+            for b, (e, leo) in logs.items()
+        },
     )
 
 
@@ -114,7 +137,9 @@ def test_a_wiped_replica_never_leads_even_alone_while_the_partition_had_data() -
     offline = PartitionRegistration((1, 2, 3), NO_LEADER, 5, (1,), 7)
     # 1 came back empty; 2 is dead but its last report (an older partition state) had data.
     logs = LiveBrokers(
-        frozenset({1}), frozenset(), {},
+        frozenset({1}),
+        frozenset(),
+        {},
         {1: {TP: ReplicaLogReport("id", -1, 0, 7)}, 2: {TP: ReplicaLogReport("id", 5, 500, 6)}},
     )
     for unclean in (False, True):
@@ -123,8 +148,12 @@ def test_a_wiped_replica_never_leads_even_alone_while_the_partition_had_data() -
     # The same empty log for a topic created again under the same name is a new partition.
     recreated = decide(TP, offline, logs, unclean=False, preferred=False, topic_id="other")
     assert recreated.state.leader == NO_LEADER  # no report for this topic id yet
-    fresh = LiveBrokers(frozenset({1}), frozenset(), {}, {1: {TP: ReplicaLogReport("new", -1, 0, 7)}})
-    assert decide(TP, offline, fresh, unclean=False, preferred=False, topic_id="new").state.leader == 1
+    fresh = LiveBrokers(
+        frozenset({1}), frozenset(), {}, {1: {TP: ReplicaLogReport("new", -1, 0, 7)}}
+    )
+    assert (
+        decide(TP, offline, fresh, unclean=False, preferred=False, topic_id="new").state.leader == 1
+    )
 
 
 def test_a_live_leaders_old_report_never_deposes_it() -> None:
@@ -133,15 +162,25 @@ def test_a_live_leaders_old_report_never_deposes_it() -> None:
     only a restart (a new broker epoch) or an offline partition gets its logs judged."""
     online = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, leader_broker_epoch=40)
     logs = LiveBrokers(
-        frozenset({1, 2, 3}), frozenset(), {},
-        {1: {TP: ReplicaLogReport("id", -1, 0, 7, 40)}, 2: {TP: ReplicaLogReport("id", 5, 90, 7, 41)}},
+        frozenset({1, 2, 3}),
+        frozenset(),
+        {},
+        {
+            1: {TP: ReplicaLogReport("id", -1, 0, 7, 40)},
+            2: {TP: ReplicaLogReport("id", 5, 90, 7, 41)},
+        },
         {1: 40, 2: 41, 3: 42},
     )
     assert decide(TP, online, logs, unclean=False, preferred=False, topic_id="id").state is online
     # The same leader back from a restart with that empty log is judged, and loses it.
     restarted = LiveBrokers(
-        frozenset({1, 2, 3}), frozenset(), {},
-        {1: {TP: ReplicaLogReport("id", -1, 0, 7, 43)}, 2: {TP: ReplicaLogReport("id", 5, 90, 7, 41)}},
+        frozenset({1, 2, 3}),
+        frozenset(),
+        {},
+        {
+            1: {TP: ReplicaLogReport("id", -1, 0, 7, 43)},
+            2: {TP: ReplicaLogReport("id", 5, 90, 7, 41)},
+        },
         {1: 43, 2: 41, 3: 42},
     )
     after = decide(TP, online, restarted, unclean=False, preferred=False, topic_id="id").state

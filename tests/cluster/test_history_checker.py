@@ -37,7 +37,9 @@ def test_duplicate() -> None:
 
 def test_out_of_order_acks() -> None:
     h = _run([(0, "a", 1), (0, "b", 0)])
-    assert any("sent after 'a' but acked at 0 <= 1" in a for a in h.check({0: [(0, "b"), (1, "a")]}))
+    assert any(
+        "sent after 'a' but acked at 0 <= 1" in a for a in h.check({0: [(0, "b"), (1, "a")]})
+    )
 
 
 def test_read_above_the_high_watermark() -> None:

@@ -52,10 +52,24 @@ def test_acl_bindings_are_persisted_and_removed(tmp_path: Path) -> None:
     for d in dirs:
         d.mkdir()
     store = EmbeddedMetadataStore(dirs, 0, "127.0.0.1", 9092)
-    read = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*",
-                      AclOperation.READ, AclPermissionType.ALLOW)
-    deny = AclBinding(ResourceType.GROUP, "g-", PatternType.PREFIXED, "User:*", "*",
-                      AclOperation.ALL, AclPermissionType.DENY)
+    read = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        PatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    deny = AclBinding(
+        ResourceType.GROUP,
+        "g-",
+        PatternType.PREFIXED,
+        "User:*",
+        "*",
+        AclOperation.ALL,
+        AclPermissionType.DENY,
+    )
     store.alter_acls([read, deny, read], [])
     assert store.acl_bindings() == (read, deny)
     assert EmbeddedMetadataStore(dirs, 0, "127.0.0.1", 9092).acl_bindings() == (read, deny)

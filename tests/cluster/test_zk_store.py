@@ -128,7 +128,12 @@ def test_leadership_returns_to_the_preferred_replica(nodes) -> None:
     # The leader takes the returned follower back into the ISR (replication does this).
     a.store.update_partition(
         type(current)(
-            current.topic, current.partition, current.replicas, 1, current.leader_epoch, [1, 2],
+            current.topic,
+            current.partition,
+            current.replicas,
+            1,
+            current.leader_epoch,
+            [1, 2],
             current.partition_epoch + 1,
         )
     )
@@ -166,7 +171,8 @@ def test_manual_assignments_are_kept_and_checked(nodes) -> None:
     wait_for(lambda: len(a.store.brokers()) == 2, "both live")
     created = a.store.create_topic("manual", 2, 2, {}, assignment={0: [2, 1], 1: [1, 2]})
     assert {p: (s.replicas, s.leader) for p, s in created.partitions.items()} == {
-        0: ([2, 1], 2), 1: ([1, 2], 1),
+        0: ([2, 1], 2),
+        1: ([1, 2], 1),
     }
     grown = a.store.create_partitions("manual", 3, assignment={2: [2, 1]})
     assert grown.partitions[2].replicas == [2, 1]

@@ -49,15 +49,19 @@ def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> 
             admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
             with RawClient(broker.port) as client:
                 wait_until(
-                    lambda: produce_one(client, 9, "t", 0, batch([b"a", b"b"])).error_code
-                    == ErrorCode.none,
+                    lambda: (
+                        produce_one(client, 9, "t", 0, batch([b"a", b"b"])).error_code
+                        == ErrorCode.none
+                    ),
                     "the first write",
                 )
                 assert zk.process is not None
                 os.kill(zk.process.pid, signal.SIGSTOP)
                 try:
                     # Within the session timeout the broker cannot tell a blip from an outage.
-                    assert produce_one(client, 9, "t", 0, batch([b"c"])).error_code == ErrorCode.none
+                    assert (
+                        produce_one(client, 9, "t", 0, batch([b"c"])).error_code == ErrorCode.none
+                    )
                     time.sleep(SESSION_TIMEOUT_MS / 1000 + 3)
                     refused = produce_one(client, 9, "t", 0, batch([b"lost?"]))
                     assert refused.error_code == ErrorCode.not_leader_or_follower
@@ -65,8 +69,9 @@ def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> 
                 finally:
                     os.kill(zk.process.pid, signal.SIGCONT)
                 wait_until(
-                    lambda: produce_one(client, 9, "t", 0, batch([b"d"])).error_code
-                    == ErrorCode.none,
+                    lambda: (
+                        produce_one(client, 9, "t", 0, batch([b"d"])).error_code == ErrorCode.none
+                    ),
                     "writes accepted again after ZooKeeper returned",
                     timeout=SESSION_TIMEOUT_MS / 1000 + 30,
                 )

@@ -352,6 +352,13 @@ PROBES: dict[ApiKey, tuple[int, dict[str, Any], Callable[[Any], None]]] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, {"topics": (describe_partitions.TopicRequest(name=TOPIC),),
         "response_partition_limit": 10, "cursor": None},
         refused(ErrorCode.topic_authorization_failed)),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, {"group_id": GROUP, "member_id": "m", "member_epoch": 0,
+        "instance_id": None, "rack_id": None, "rebalance_timeout": _TIMEOUT,
+        "subscribed_topic_names": (TOPIC,), "subscribed_topic_regex": None,
+        "server_assignor": None, "topic_partitions": ()},
+        refused(ErrorCode.group_authorization_failed)),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (1, {"group_ids": (GROUP,),
+        "include_authorized_operations": True}, refused(ErrorCode.group_authorization_failed)),
 }  # fmt: skip
 # Anyone may call these, before logging in: they are the login (checked as carol logs in).
 LOGIN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}

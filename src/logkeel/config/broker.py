@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -310,6 +310,7 @@ class BrokerConfig(TypedConfig):
                 )
             )
         problems.extend(self._derive_listeners(values))
+        problems.extend(_check_consumer_group_bounds(values, ok))
         return problems
 
     def _derive_listeners(self, values: dict[str, Any]) -> list[ConfigProblem]:
@@ -419,6 +420,34 @@ class BrokerConfig(TypedConfig):
                 )
             ]
         return []
+
+
+def _check_consumer_group_bounds(
+    values: Mapping[str, Any], ok: Callable[..., bool]
+) -> list[ConfigProblem]:
+    """Kafka's rules on the group.consumer.* timings: each within its min and max, and the
+    heartbeat interval below the session timeout."""
+    problems: list[ConfigProblem] = []
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        key, low, high = (f"group.consumer.{p}{what}" for p in ("", "min.", "max."))
+        if not ok(key, low, high):
+            continue
+        if not values[low] <= values[key] <= values[high]:
+            problems.append(
+                ConfigProblem(
+                    key,
+                    str(values[key]),
+                    f"must be between {low} and {high} ({values[low]} and {values[high]})",
+                )
+            )
+    session, interval = "group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms"
+    if ok(session, interval) and values[interval] >= values[session]:
+        problems.append(
+            ConfigProblem(interval, str(values[interval]), f"must be less than {session}")
+        )
+    if ok("group.consumer.assignors") and not values["group.consumer.assignors"]:
+        problems.append(ConfigProblem("group.consumer.assignors", "", "needs an assignor"))
+    return problems
 
 
 def _reconcile_ids(raw: dict[str, str], problems: list[ConfigProblem]) -> None:

@@ -32,7 +32,11 @@ def stray_logs(
         if state is not None and tp.partition in state.partitions:
             continue
         plog = log_manager.get_log(tp)
-        dirs = [plog.dir] if plog is not None else [d.path / tp.dir_name for d in log_manager.online_dirs]
+        dirs = (
+            [plog.dir]
+            if plog is not None
+            else [d.path / tp.dir_name for d in log_manager.online_dirs]
+        )
         topic_id = None
         for path in dirs:
             try:

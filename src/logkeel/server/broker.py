@@ -38,6 +38,7 @@ from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.adopt_logs import adopt_stray_logs
 from logkeel.server.api import acls as acls_api
 from logkeel.server.api import configs as configs_api
+from logkeel.server.api import consumer_groups as consumer_groups_api
 from logkeel.server.api import elections as elections_api
 from logkeel.server.api import fetch as fetch_api
 from logkeel.server.api import groups as groups_api
@@ -201,7 +202,10 @@ class Broker:
         )
         txn_settings = TxnSettings.from_broker_config(config)
         self.txn_markers = TxnMarkers(
-            self.node_id, self.metadata, self.replica_manager.appends, self._on_txn_completed,
+            self.node_id,
+            self.metadata,
+            self.replica_manager.appends,
+            self._on_txn_completed,
             replication.inter_broker,
         )
         self.txn_coordinator = TransactionCoordinator(
@@ -264,7 +268,9 @@ class Broker:
         out = []
         for listener in self.config.advertised_listeners:
             host, port = self.advertised_for(listener.name)
-            out.append(EndPoint(listener.name, host, port, self.config.security_protocol(listener.name)))
+            out.append(
+                EndPoint(listener.name, host, port, self.config.security_protocol(listener.name))
+            )
         return out
 
     @property
@@ -363,7 +369,9 @@ class Broker:
                 self.replica_manager.add_partition_listener(self._on_partitions_changed)
                 reports = self._replica_reports
                 await cluster.join(
-                    *self.advertised, reports.log_dir_ids(), *reports.offline_replicas(),
+                    *self.advertised,
+                    reports.log_dir_ids(),
+                    *reports.offline_replicas(),
                     replica_logs=lambda: reports.replica_logs(cluster.store.broker_epoch),
                     endpoints=self._endpoints(),
                 )
@@ -508,8 +516,14 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     groups_api.register(
         registry, broker, broker.group_coordinator, broker.txn_coordinator, broker.authorizer
     )
+    consumer_groups_api.register(
+        registry, broker.metadata, broker.group_coordinator, broker.authorizer
+    )
     transactions_api.register(
-        registry, broker.metadata, broker.txn_coordinator, broker.group_coordinator,
+        registry,
+        broker.metadata,
+        broker.txn_coordinator,
+        broker.group_coordinator,
         broker.authorizer,
     )
     txn_markers_api.register(registry, broker.txn_markers)

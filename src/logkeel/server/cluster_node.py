@@ -59,7 +59,8 @@ class ClusterNode:
         except (ZooKeeperUnavailable, MetadataError) as exc:
             raise ClusterJoinError(str(exc)) from exc
         self.controller = Controller(
-            client, config.node_id,
+            client,
+            config.node_id,
             unclean_leader_election=config.unclean_leader_election_enable,
             unclean_wait_ms=config.unclean_leader_election_wait_ms,
             rebalance_interval_s=(
@@ -79,9 +80,14 @@ class ClusterNode:
         self._report_task: asyncio.Task[None] | None = None
 
     async def join(
-        self, host: str, port: int, log_dir_ids: Iterable[str],
-        offline: Iterable[TopicPartition] = (), offline_dir_ids: Iterable[str] = (),
-        replica_logs: ReplicaLogs | None = None, endpoints: Sequence[EndPoint] = (),
+        self,
+        host: str,
+        port: int,
+        log_dir_ids: Iterable[str],
+        offline: Iterable[TopicPartition] = (),
+        offline_dir_ids: Iterable[str] = (),
+        replica_logs: ReplicaLogs | None = None,
+        endpoints: Sequence[EndPoint] = (),
     ) -> None:
         """Registers this broker (listeners bound; every one of ``endpoints``, so that the
         others find its inter-broker listener and clients the one they came in on), reports
@@ -98,9 +104,7 @@ class ClusterNode:
         if replica_logs is not None:
             self._replica_logs = replica_logs
             # The watch fires at once: the first report goes out before the controller starts.
-            await asyncio.to_thread(
-                self.store.client.replica_log_request, self._on_report_request
-            )
+            await asyncio.to_thread(self.store.client.replica_log_request, self._on_report_request)
             self._report_task = asyncio.get_running_loop().create_task(self._report_regularly())
         self.controller.start()
         self._joined = True
@@ -144,8 +148,13 @@ class ClusterNode:
         # AlterPartition semantics: the proposal carries the partition epoch it was made
         # against; the state it asks for is the next one.
         state = PartitionState(
-            tp.topic, tp.partition, list(proposal.replicas), proposal.leader,
-            proposal.leader_epoch, list(proposal.isr), proposal.partition_epoch + 1,
+            tp.topic,
+            tp.partition,
+            list(proposal.replicas),
+            proposal.leader,
+            proposal.leader_epoch,
+            list(proposal.isr),
+            proposal.partition_epoch + 1,
         )
         try:
             self.store.update_partition(state)

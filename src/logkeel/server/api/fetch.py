@@ -189,7 +189,9 @@ class FetchApi:
                     continue
                 if not follower_allowed or (
                     replica_id < 0
-                    and not self._authorizer.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+                    and not self._authorizer.allowed(
+                        ctx, AclOperation.READ, ResourceType.TOPIC, name
+                    )
                 ):
                     entries.append((index, ErrorCode.topic_authorization_failed))
                     continue

@@ -398,7 +398,13 @@ class GroupApi:
                 topics = (
                     None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
                 )
-                code, topic_entries = self._fetch_group(ctx, request, g.group_id, topics)
+                code = self.coordinator.consumer.validate_offset_fetch(
+                    g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+                )
+                if code == ErrorCode.none:
+                    code, topic_entries = self._fetch_group(ctx, request, g.group_id, topics)
+                else:
+                    topic_entries = ()
                 groups.append(
                     group_type(group_id=g.group_id, topics=topic_entries, error_code=code)
                 )
@@ -525,7 +531,9 @@ class GroupApi:
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
         if not self._may(ctx, _DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-            groups = [g for g in groups if self._may(ctx, _DESCRIBE, ResourceType.GROUP, g.group_id)]
+            groups = [
+                g for g in groups if self._may(ctx, _DESCRIBE, ResourceType.GROUP, g.group_id)
+            ]
         entry = nested(ctx, "ListedGroup")
         return response(
             ctx,

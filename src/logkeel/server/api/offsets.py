@@ -138,7 +138,9 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
                 if not described:
                     partitions.append(
                         mod.EpochEndOffset(
-                            error_code=_DENIED, partition=p.partition, leader_epoch=-1,
+                            error_code=_DENIED,
+                            partition=p.partition,
+                            leader_epoch=-1,
                             end_offset=-1,
                         )  # fmt: skip
                     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.server.group.consumer_groups import ConsumerGroups
 from logkeel.server.group.results import CoordinatorSettings
 from logkeel.server.group.state import ClassicGroup
 from logkeel.server.group.timers import Timer
@@ -32,6 +33,8 @@ class GroupContext:
     write: Callable[..., Awaitable[ErrorCode]]
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]
     is_active: Callable[[], bool]
+    # The consumer-protocol (KIP-848) groups, whose offsets are kept with the classic ones.
+    consumer: ConsumerGroups | None = None
 
 
 class CoordinatorPart:
@@ -46,3 +49,4 @@ class CoordinatorPart:
         self._write = ctx.write
         self._spawn = ctx.spawn
         self._is_active = ctx.is_active
+        self._consumer = ctx.consumer

@@ -25,12 +25,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster.metadata import TopicState
+from logkeel.cluster.metadata import TopicState, topic_uuid
 from logkeel.server.coordinator_partitions import CoordinatorPartitions
+from logkeel.server.group.consumer_group import ConsumerGroup
+from logkeel.server.group.consumer_groups import ConsumerGroups
+from logkeel.server.group.consumer_records import replay_consumer_groups
 from logkeel.server.group.context import GroupContext
 from logkeel.server.group.log import (
     BrokerOffsetsStore,
@@ -65,6 +69,8 @@ from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["GroupCoordinator"]
 
+_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
+
 log = logging.getLogger(__name__)
 
 
@@ -78,6 +84,8 @@ class GroupCoordinator:
         settings: CoordinatorSettings | None = None,
         store: OffsetsTopicStore | None = None,
         timer: Timer | None = None,
+        topics: Callable[[], dict[str, int]] | None = None,
+        topic_ids: Callable[[], dict[str, uuid.UUID]] | None = None,
     ) -> None:
         self._broker = broker
         if settings is None:
@@ -99,6 +107,18 @@ class GroupCoordinator:
         )
         self._active = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer = ConsumerGroups(
+            self._consumer_groups,
+            self._groups,
+            settings.consumer,
+            self._timer,
+            self._check_group,
+            topics if topics is not None else self._topic_partitions,
+            topic_ids if topic_ids is not None else self._topic_uuids,
+            self._write,
+            self._tasks.spawn,
+        )
         ctx = GroupContext(
             groups=self._groups,
             timer=self._timer,
@@ -108,12 +128,12 @@ class GroupCoordinator:
             write=self._write,
             spawn=self._tasks.spawn,
             is_active=lambda: self._active,
+            consumer=self.consumer,
         )
         self.membership = GroupMembership(ctx)
         self.offsets = GroupOffsets(ctx, self.membership)
         self.txn_offsets = GroupTxnOffsets(ctx, self.offsets, self.partition_for)
         # The requests, served by the part that owns them.
-        self.join_group = self.membership.join_group
         self.sync_group = self.membership.sync_group
         self.heartbeat = self.membership.heartbeat
         self.leave_group = self.membership.leave_group
@@ -124,6 +144,58 @@ class GroupCoordinator:
         self.txn_commit_offsets = self.txn_offsets.txn_commit_offsets
         self.complete_txn = self.txn_offsets.complete_txn
         self.fetch_stable_offsets = self.txn_offsets.fetch_stable_offsets
+
+    def _topic_partitions(self) -> dict[str, int]:
+        """The topics consumer groups may subscribe to, with their partition counts."""
+        if self._broker is None:
+            return {}
+        return {
+            name: len(state.partitions)
+            for name, state in self._broker.metadata.topics().items()
+            if name not in _INTERNAL_TOPICS
+        }
+
+    def _topic_uuids(self) -> dict[str, uuid.UUID]:
+        if self._broker is None:
+            return {}
+        return {
+            name: topic_uuid(state.topic_id)
+            for name, state in self._broker.metadata.topics().items()
+        }
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        *,
+        client_id: str = "",
+        client_host: str = "",
+        api_version: int = 9,
+        reason: str | None = None,
+    ) -> JoinResult:
+        """A classic JoinGroup; refused for a consumer-protocol group that has members, as
+        Kafka does when group.consumer.migration.policy does not allow the conversion (it is
+        not built here)."""
+        if self.consumer.has_members(group_id) and self._check_group(group_id) == ErrorCode.none:
+            return JoinResult(ErrorCode.group_id_not_found, member_id)
+        return await self.membership.join_group(
+            group_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocols,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id=client_id,
+            client_host=client_host,
+            api_version=api_version,
+            reason=reason,
+        )
 
     async def start(self) -> None:
         """Starts loading every existing ``__consumer_offsets`` partition (in the background)."""
@@ -149,17 +221,22 @@ class GroupCoordinator:
                 group.complete_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
                 group.complete_sync(member, SyncResult(ErrorCode.not_coordinator))
             self.membership.remove_group(group)
+        for group_id in [g for g in self._consumer_groups if self.partition_for(g) == partition]:
+            self.consumer.drop(group_id)
         self.txn_offsets.unload_partition(partition)
         log.info("unloaded %s-%d: %d groups", OFFSETS_TOPIC, partition, len(gone))
 
     def _on_metadata_change(self, topic: str, state: TopicState | None) -> None:
         """Metadata listener (any thread): a deleted topic's committed offsets go too."""
         loop = self._loop
-        if state is not None or topic == OFFSETS_TOPIC or loop is None or loop.is_closed():
+        if topic == OFFSETS_TOPIC or loop is None or loop.is_closed():
             return
 
         def schedule() -> None:
-            if self._active:
+            if not self._active:
+                return
+            self.consumer.topics_changed()
+            if state is None:
                 self._tasks.spawn(self.offsets.delete_topic_offsets(topic))
 
         try:
@@ -236,6 +313,14 @@ class GroupCoordinator:
         if not current():
             return True
         self._groups.update(replayed)
+        names = {v: k for k, v in self.consumer.topic_ids().items()}
+        consumer_groups = replay_consumer_groups(
+            records, self.settings.consumer, names.get, self._timer.now_ms()
+        )
+        for group_id, consumer_group in consumer_groups.items():
+            if group_id not in self._groups:
+                self._groups[group_id] = ClassicGroup(group_id, self._timer.now_ms())
+            self.consumer.loaded(consumer_group)
         self.txn_offsets.load_open_txns(open_txns)
         for group_id in loaded:
             group = self._groups.get(group_id)
@@ -288,8 +373,16 @@ class GroupCoordinator:
             ListedGroup(g.group_id, g.protocol_type or "", str(g.state))
             for g in self._groups.values()
             if not g.is_in(GroupState.DEAD)
+            and (g.members or g.group_id not in self._consumer_groups)
             and (not states or str(g.state).lower() in states)
             and (not types or "classic" in types)
+        ]
+        out += [
+            ListedGroup(c.group_id, "consumer", str(c.state), "consumer")
+            for c in self._consumer_groups.values()
+            if not (c.group_id in self._groups and self._groups[c.group_id].members)
+            and (not states or str(c.state).lower() in states)
+            and (not types or "consumer" in types)
         ]
         return ErrorCode.none, out
 
@@ -298,6 +391,16 @@ class GroupCoordinator:
         if code != ErrorCode.none:
             return DescribedGroup(group_id, code)
         group = self._groups.get(group_id)
+        if self.consumer.has_members(group_id) or (
+            group_id in self._consumer_groups and (group is None or not group.members)
+        ):
+            # Kafka: DescribeGroups is for classic groups; ConsumerGroupDescribe for these.
+            return DescribedGroup(
+                group_id,
+                ErrorCode.group_id_not_found,
+                str(GroupState.DEAD),
+                error_message=f"Group {group_id} is not a classic group.",
+            )
         if group is None or group.is_in(GroupState.DEAD):
             if not_found_error:
                 return DescribedGroup(
@@ -341,7 +444,7 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.group_id_not_found
-        if not group.is_empty:
+        if not group.is_empty or self.consumer.has_members(group_id):
             return ErrorCode.non_empty_group
         doomed = list(group.offsets)
         records = [offset_commit_record(group_id, t, p, None) for (t, p) in doomed]
@@ -355,5 +458,7 @@ class GroupCoordinator:
         # (its next generation is written again), without the deleted offsets.
         if self._groups.get(group_id) is group and group.is_empty:
             self.membership.remove_group(group)
+        if not self.consumer.has_members(group_id):
+            await self.consumer.delete(group_id)
         log.info("group %s: deleted", group_id)
         return ErrorCode.none

@@ -49,6 +49,7 @@ class GroupOffsets(CoordinatorPart):
         instance_id: str | None,
         generation_id: int,
         transactional: bool = False,
+        api_version: int = 9,
     ) -> None:
         """Kafka's rules for OffsetCommit and, with ``transactional``, TxnOffsetCommit: the
         latter's older versions carry no member id or generation, so a transactional commit
@@ -56,6 +57,15 @@ class GroupOffsets(CoordinatorPart):
         not group membership, fences zombies there), and it is not refused mid-rebalance."""
         if group.is_in(GroupState.DEAD):
             raise GroupError(ErrorCode.coordinator_not_available)
+        if self._consumer is not None and not group.members:
+            # A consumer-protocol group: the member epoch stands for the generation.
+            code = self._consumer.validate_offset_commit(
+                group.group_id, member_id, generation_id, api_version, transactional
+            )
+            if code == ErrorCode.none:
+                return
+            if code is not None:
+                raise GroupError(code)
         if generation_id < 0 and group.is_empty:
             return  # a commit from outside group management, while nobody manages the group
         if generation_id >= 0 or member_id or instance_id is not None:
@@ -110,7 +120,9 @@ class GroupOffsets(CoordinatorPart):
                 ), {}
             group = ClassicGroup(group_id, self._timer.now_ms())
         try:
-            self.validate_offset_commit(group, member_id, group_instance_id, generation_id)
+            self.validate_offset_commit(
+                group, member_id, group_instance_id, generation_id, api_version=api_version
+            )
         except GroupError as exc:
             return exc.code, {}
         if self._groups.get(group_id) is None:
@@ -180,6 +192,8 @@ class GroupOffsets(CoordinatorPart):
         if not group.is_empty and group.protocol_type != "consumer":
             return ErrorCode.non_empty_group, {}
         subscribed = group.subscribed_topics() if not group.is_empty else set()
+        if self._consumer is not None and group.is_empty:
+            subscribed = self._consumer.subscribed_topics(group_id) or set()
         errors: dict[tuple[str, int], ErrorCode] = {}
         records: list[CoordinatorRecord] = []
         doomed: list[tuple[str, int]] = []
@@ -238,6 +252,8 @@ class GroupOffsets(CoordinatorPart):
                 return now >= v.expire_timestamp
             return now - base >= retention
 
+        if self._consumer is not None and self._consumer.has_members(group.group_id):
+            return []  # a consumer-protocol group in use keeps its offsets
         if group.protocol_type is None:
             return [tp for tp, v in group.offsets.items() if past(v.commit_timestamp, v)]
         if group.is_empty:

@@ -3,9 +3,9 @@
 Every record key and value starts with an int16 schema version, followed by the fields of
 Kafka's ``group-coordinator`` message schemas (``OffsetCommitKey/Value``, ``GroupMetadataKey/
 Value``). Keys: versions 0 and 1 are offset commits (group, topic, partition), version 2 a group's
-metadata (group); higher versions belong to the newer consumer and share group protocols, which
-this coordinator does not speak, so loading skips them. A record with a null value is a
-tombstone: the offset, or the whole group's metadata, is gone.
+metadata (group); 3 to 8 belong to consumer-protocol groups (``consumer_records``), higher ones
+to share groups, which this coordinator does not speak, so loading skips them. A record with a
+null value is a tombstone: the offset, or the whole group's metadata, is gone.
 
 Writing follows what a current Kafka broker writes: offset commit keys v1, values v3 (v1 when
 the commit carries an explicit expiry, from OffsetCommit v2-v4's retention time), group metadata
@@ -16,6 +16,7 @@ included, so a log dir written by Kafka loads too.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 from logkeel.records.batch import InvalidBatchError
@@ -297,6 +298,9 @@ class RecordReader:
         if n > len(self.buf) - self.pos:
             raise RecordFormatError(f"array of {n} elements cannot fit in the record")
         return max(n, 0)
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
 
     def tagged_fields(self) -> None:
         if not self.flexible:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from logkeel.config import BrokerConfig
+from logkeel.server.group.consumer_group import ConsumerGroupSettings
 
 __all__ = [
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
@@ -37,6 +38,7 @@ class CoordinatorSettings:
     offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    consumer: ConsumerGroupSettings = ConsumerGroupSettings()  # group.consumer.*
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> CoordinatorSettings:
@@ -48,6 +50,20 @@ class CoordinatorSettings:
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            consumer=ConsumerGroupSettings(
+                session_timeout_ms=config.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                max_size=config.group_consumer_max_size,
+                assignors=tuple(config.group_consumer_assignors),
+                session_timeout_bounds_ms=(
+                    config.group_consumer_min_session_timeout_ms,
+                    config.group_consumer_max_session_timeout_ms,
+                ),
+                heartbeat_interval_bounds_ms=(
+                    config.group_consumer_min_heartbeat_interval_ms,
+                    config.group_consumer_max_heartbeat_interval_ms,
+                ),
+            ),
         )
 
 

@@ -1,0 +1,267 @@
+"""The coordinator's consumer-protocol groups (KIP-848): ConsumerGroupHeartbeat and
+ConsumerGroupDescribe on top of the pure ``ConsumerGroup`` state machine, the session timers,
+and what they share with classic groups.
+
+Committed offsets stay where classic groups keep theirs (a ``ClassicGroup`` entry holding only
+offsets, created with the consumer group), so OffsetFetch, OffsetDelete, retention and their
+records in ``__consumer_offsets`` are the same code; OffsetCommit checks the member epoch
+instead of the generation. A group id is one kind at a time, as in Kafka with
+``group.consumer.migration.policy=disabled`` (conversion is not built): a heartbeat for a
+classic group that has members, or a JoinGroup for a consumer group that has members, is
+answered GROUP_ID_NOT_FOUND.
+
+The groups' state is written to ``__consumer_offsets`` in Kafka's record types
+(``consumer_records``): after each change, the records that changed since the last write and
+tombstones for what went; a heartbeat is answered once they are in the log. The partition's
+load replays them, so a restart or a coordinator move keeps the groups (every member gets a
+fresh session).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from logkeel.server.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupSettings,
+    GroupFailure,
+    GroupHeartbeat,
+    HeartbeatResult,
+)
+from logkeel.server.group.consumer_records import snapshot
+from logkeel.server.group.log import CoordinatorRecord
+from logkeel.server.group.state import ClassicGroup, GroupState
+from logkeel.server.group.timers import Timer
+
+__all__ = ["ConsumerGroups", "DescribedConsumerGroup"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    group_id: str
+    error: ErrorCode
+    error_message: str | None = None
+    group: ConsumerGroup | None = None
+
+
+class ConsumerGroups:
+    """Every consumer-protocol group of the partitions this coordinator leads."""
+
+    def __init__(
+        self,
+        groups: dict[str, ConsumerGroup],
+        classic_groups: dict[str, ClassicGroup],
+        settings: ConsumerGroupSettings,
+        timer: Timer,
+        check_group: Callable[[str], ErrorCode],
+        topics: Callable[[], Mapping[str, int]],
+        topic_ids: Callable[[], Mapping[str, uuid.UUID]],
+        write: Callable[[str, Sequence[CoordinatorRecord]], Awaitable[ErrorCode]],
+        spawn: Callable[[Coroutine[Any, Any, Any]], Any],
+    ) -> None:
+        self.groups = groups
+        self._classic = classic_groups
+        self.settings = settings
+        self._timer = timer
+        self._check_group = check_group
+        self._topics = topics
+        self._topic_ids = topic_ids
+        self._write = write
+        self._spawn = spawn
+        # What the log holds of each group: the records last written, by key.
+        self._written: dict[str, dict[bytes, bytes]] = {}
+
+    async def heartbeat(
+        self, group_id: str, req: GroupHeartbeat, client_id: str, client_host: str
+    ) -> HeartbeatResult:
+        code = self._check_group(group_id)
+        if code == ErrorCode.none and not group_id:
+            code = ErrorCode.invalid_request
+        if code != ErrorCode.none:
+            message = "GroupId can't be empty." if code == ErrorCode.invalid_request else None
+            return HeartbeatResult(code, message)
+        classic = self._classic.get(group_id)
+        if classic is not None and classic.members:
+            return HeartbeatResult(
+                ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+            )
+        group = self.groups.get(group_id)
+        if group is None:
+            if req.member_epoch != 0:
+                return HeartbeatResult(
+                    ErrorCode.unknown_member_id,
+                    f"Group {group_id} does not exist: member {req.member_id} must join first.",
+                )
+            group = ConsumerGroup(group_id, self.settings)
+        result = group.heartbeat(
+            req,
+            self._topics(),
+            self._timer.now_ms(),
+            client_id=client_id,
+            client_host=client_host,
+        )
+        if group.members and group_id not in self.groups:
+            self.groups[group_id] = group
+            if classic is None:
+                # Where the group's committed offsets live, shared with the classic code.
+                self._classic[group_id] = ClassicGroup(group_id, self._timer.now_ms())
+            log.info("group %s: created by consumer-protocol member %s", group_id, req.member_id)
+        self._schedule(group)
+        code = await self._persist(group)
+        if code != ErrorCode.none and result.error == ErrorCode.none:
+            return HeartbeatResult(code, f"Writing the group's state failed: {code.name}")
+        return result
+
+    def _changes(self, group: ConsumerGroup) -> list[CoordinatorRecord]:
+        """The records that changed since the last write, and tombstones for those gone;
+        what is returned counts as written (so concurrent writes never repeat or reorder)."""
+        now = snapshot(group, self._topic_ids()) if group.group_id in self.groups else {}
+        before = self._written.get(group.group_id, {})
+        changes: list[CoordinatorRecord] = [(k, v) for k, v in now.items() if before.get(k) != v]
+        changes += [(k, None) for k in before if k not in now]
+        if now:
+            self._written[group.group_id] = now
+        else:
+            self._written.pop(group.group_id, None)
+        return changes
+
+    async def _persist(self, group: ConsumerGroup) -> ErrorCode:
+        changes = self._changes(group)
+        if not changes:
+            return ErrorCode.none
+        return await self._write(group.group_id, changes)
+
+    def topic_ids(self) -> Mapping[str, uuid.UUID]:
+        return self._topic_ids()
+
+    def loaded(self, group: ConsumerGroup) -> None:
+        """A group replayed from the log: it is served from now on, its timers run."""
+        self.groups[group.group_id] = group
+        # The records do not say which partition counts the target was computed from (Kafka
+        # 4.1's MetadataHash is not written): the metadata at load is taken as that baseline,
+        # so a topic that grew while no coordinator served the group is noticed at its next
+        # metadata change, not at once.
+        group.subscribed_partitions = group.subscribed_topics(self._topics())
+        self._written[group.group_id] = snapshot(group, self._topic_ids())
+        self._schedule(group)
+        log.info(
+            "group %s: loaded at epoch %d with %d members",
+            group.group_id,
+            group.group_epoch,
+            len(group.members),
+        )
+
+    def _schedule(self, group: ConsumerGroup) -> None:
+        key = f"consumer-group:{group.group_id}"
+        deadline = group.next_deadline()
+        if deadline is None:
+            self._timer.cancel(key)
+            return
+        delay = max(0, deadline - self._timer.now_ms())
+        self._timer.schedule(key, delay, lambda: self._expire(group.group_id))
+
+    def _expire(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        gone = group.expire(self._timer.now_ms(), self._topics())
+        if gone:
+            log.info("group %s: members %s expired or fenced", group_id, ", ".join(gone))
+            self._spawn(self._persist(group))
+        self._schedule(group)
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def validate_offset_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        api_version: int,
+        transactional: bool = False,
+    ) -> ErrorCode | None:
+        """None if ``group_id`` is not a consumer group with members (the classic rules
+        apply), else NONE or the error of Kafka's member-epoch rules."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            return None
+        try:
+            group.validate_offset_commit(member_id, member_epoch, api_version, transactional)
+        except GroupFailure as exc:
+            return exc.code
+        return ErrorCode.none
+
+    def validate_offset_fetch(
+        self, group_id: str, member_id: str | None, member_epoch: int
+    ) -> ErrorCode:
+        """OffsetFetch v9+'s member and epoch, for a consumer group (NONE for others)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none
+        try:
+            group.validate_offset_fetch(member_id, member_epoch)
+        except GroupFailure as exc:
+            return exc.code
+        return ErrorCode.none
+
+    def subscribed_topics(self, group_id: str) -> set[str] | None:
+        """The topics the members of a consumer group subscribe to (None: not one)."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            return None
+        return set(group.subscribed_topics(self._topics()))
+
+    def describe(self, group_id: str) -> DescribedConsumerGroup:
+        code = self._check_group(group_id)
+        if code != ErrorCode.none:
+            return DescribedConsumerGroup(group_id, code)
+        group = self.groups.get(group_id)
+        if group is None:
+            classic = self._classic.get(group_id)
+            if classic is not None and not classic.is_in(GroupState.DEAD) and classic.members:
+                return DescribedConsumerGroup(
+                    group_id,
+                    ErrorCode.group_id_not_found,
+                    f"Group {group_id} is not a consumer group.",
+                )
+            return DescribedConsumerGroup(
+                group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."
+            )
+        return DescribedConsumerGroup(group_id, ErrorCode.none, group=group)
+
+    def drop(self, group_id: str) -> None:
+        """The partition moved away: the group is served elsewhere now."""
+        self._written.pop(group_id, None)
+        if self.groups.pop(group_id, None) is not None:
+            self._timer.cancel(f"consumer-group:{group_id}")
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of an empty group: tombstones for its records."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none
+        del self.groups[group_id]
+        self._timer.cancel(f"consumer-group:{group_id}")
+        return await self._persist(group)
+
+    def topics_changed(self) -> None:
+        """A topic was created, grew or was deleted: the groups subscribed move to a new epoch."""
+        topics = self._topics()
+        for group in self.groups.values():
+            if group.metadata_changed(topics):
+                self._spawn(self._persist(group))
+                log.info(
+                    "group %s: subscribed topics changed, epoch %d",
+                    group.group_id,
+                    group.group_epoch,
+                )
