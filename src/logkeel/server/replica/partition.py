@@ -329,7 +329,8 @@ class Partition:
                 epoch_start.start_offset if epoch_start is not None else 0,
                 shutting_down=self.shutting_down(),
             )
-            self._propose_locked(decision)
+            proposal = self._propose_locked(decision)
+        self._hand_over(proposal)
 
     def registration(self) -> PartitionRegistration:
         """This partition's state as the controller's decisions take it."""
@@ -373,7 +374,9 @@ class Partition:
                 now_ms,
                 self.followers.config,
             )
-            return decision if self._propose_locked(decision) else None
+            proposal = self._propose_locked(decision)
+        self._hand_over(proposal)
+        return decision if proposal is not None else None
 
     def rederive_isr(self, now_ms: int) -> None:
         """After a failed write (the ISR manager's backoff): the proposal is derived again
@@ -386,20 +389,23 @@ class Partition:
             if replica not in self.isr and self._pending is None:
                 self._maybe_expand(replica, state)
 
-    def _propose_locked(self, decision: Decision) -> bool:
-        """Hands a changed ISR to the hook when none is in flight and none was refused in this
-        partition epoch; True if it was handed over. Call with ``_state_lock`` held."""
+    def _propose_locked(self, decision: Decision) -> IsrProposal | None:
+        """Makes a changed ISR the pending proposal when none is in flight and none was
+        refused in this partition epoch; the proposal, for ``_hand_over`` once the lock is
+        released (the hook may answer at once, and the answer takes the lock). Call with
+        ``_state_lock`` held."""
         if not decision.changed or self._pending is not None:
-            return False
+            return None
         if self._refused_in_epoch == self.partition_epoch or self._awaiting_rederive:
-            return False
+            return None
         proposal = IsrProposal(self.tp, decision.state, decision.reason, self)
         self._pending = proposal
         self._maybe_joined |= frozenset(r for r in decision.state.isr if r not in self.isr)
-        if self._isr_change_requested is not None:
-            # Queued only (never blocks): an outcome comes back on another thread.
+        return proposal
+
+    def _hand_over(self, proposal: IsrProposal | None) -> None:
+        if proposal is not None and self._isr_change_requested is not None:
             self._isr_change_requested(proposal)
-        return True
 
     def isr_write_done(self, proposal: IsrProposal, outcome: IsrOutcome) -> None:
         """How a proposal's write ended (the ISR manager's thread)."""
