@@ -110,6 +110,7 @@ def three_brokers(
     chroot: str,
     overrides: dict[str, str] | None = None,
     log_dirs: dict[int, list[Path]] | None = None,
+    start_timeout: float = 30.0,
 ) -> Iterator[Cluster]:
     """Three broker processes under a fresh ``chroot``, SIGKILLed at the end (``log_dirs``:
     a broker's own list instead of one dir in its work dir)."""
@@ -123,7 +124,7 @@ def three_brokers(
     c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs)
     try:
         with ThreadPoolExecutor(3) as pool:
-            for started in [pool.submit(b.start) for b in c.brokers.values()]:
+            for started in [pool.submit(b.start, start_timeout) for b in c.brokers.values()]:
                 started.result()
         yield c
     finally:
