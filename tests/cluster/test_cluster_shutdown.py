@@ -88,9 +88,17 @@ def test_sigterm_to_every_broker_at_once(cluster: Cluster) -> None:
     cluster.create_topic("many", PARTITIONS, 3)
 
     def full() -> bool:
+        """Every ISR full, and every broker done creating its replicas' logs (the ISRs are
+        full in ZooKeeper from the start; the logs are created as each broker applies the
+        topic, which takes a while at thousands of partitions)."""
         parts = cluster.partitions("many")
-        return len(parts) == PARTITIONS and all(
+        if len(parts) != PARTITIONS or not all(
             len(p.isr_nodes) == 3 and p.leader_id > 0 for p in parts.values()
+        ):
+            return False
+        return all(
+            len(list((b.workdir / "logs").glob("many-*"))) == PARTITIONS
+            for b in cluster.brokers.values()
         )
 
     wait_until(full, "every ISR full", timeout=120)
