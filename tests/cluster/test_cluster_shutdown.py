@@ -84,6 +84,31 @@ def test_latest_offsets_right_after_an_acks_1_send(cluster: Cluster) -> None:
         consumer.close()
 
 
+def test_a_restarted_broker_rejoins_every_isr(cluster: Cluster) -> None:
+    """Its leaders' ISR expansions go through the ISR manager and the write's checks. The
+    first fetches of a restarted broker can reach a leader before that leader has seen it
+    registered: refused then, the expansion must be derived again, not given up for the
+    partition epoch (it was, until this test)."""
+    cluster.create_topic("rejoin", 4, 3)
+    wait_until(
+        lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("rejoin").values()),
+        "full ISRs",
+        60,
+    )
+    cluster.brokers[3].kill()
+    wait_until(
+        lambda: all(3 not in p.isr_nodes for p in cluster.partitions("rejoin", 1).values()),
+        "broker 3 out of every ISR",
+        60,
+    )
+    cluster.brokers[3].start(90)
+    wait_until(
+        lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("rejoin", 1).values()),
+        "broker 3 back in every ISR",
+        60,
+    )
+
+
 def test_sigterm_to_every_broker_at_once(cluster: Cluster) -> None:
     cluster.create_topic("many", PARTITIONS, 3)
 

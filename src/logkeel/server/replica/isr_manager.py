@@ -6,12 +6,12 @@ proposal at once (a batch; a newer proposal for the same partition supersedes an
 was not written yet) and tells each proposal's owner how it ended:
 
 - ``WRITTEN``: the partition keeps it pending until the metadata brings the new state;
-- ``STALE`` / ``REFUSED``: the state moved on (another partition epoch) or the rules refused it
-  (a replica that is shutting down, not live, not assigned): dropped, never resent; the owner
-  derives its next proposal from the state it has next;
-- ``FAILED``: ZooKeeper could not be written (the outcome may be unknown): the owner clears
-  its pending proposal and, after a backoff that doubles per failure of the partition (reset by
-  a write), derives a proposal again from its state then (``rederive_isr``);
+- ``STALE``: the state moved on (another partition epoch): dropped, never resent; the owner
+  makes no proposal in that partition epoch and derives the next from the state it has next;
+- ``REFUSED`` (the rules refused it: a replica shutting down, not live yet, not assigned) and
+  ``FAILED`` (ZooKeeper could not be written; the outcome may be unknown): the owner clears its
+  pending proposal and, after a backoff that doubles per failure of the partition in a row
+  (reset by a write), derives a proposal again from its state then (``rederive_isr``);
 - ``SUPERSEDED`` / ``STOPPED``: a newer proposal replaced it, or the manager stopped.
 
 Owners are told on the manager's thread, and must not block there.
@@ -165,30 +165,50 @@ class IsrManager:
         try:
             self._write(p)
         except IsrRefused as exc:
-            # Dropped: the partition decides again from the state it has next.
-            log.info("%s: ISR change %s dropped: %s", p.tp, list(p.state.isr), exc)
-            self._backoff_ms.pop(p.tp, None)
-            _tell(p, IsrOutcome.STALE if exc.stale else IsrOutcome.REFUSED)
+            if exc.stale:
+                # Dropped: the partition decides again from the state the metadata brings.
+                log.info("%s: ISR change %s dropped: %s", p.tp, list(p.state.isr), exc)
+                self._backoff_ms.pop(p.tp, None)
+                _tell(p, IsrOutcome.STALE)
+                return
+            # Dropped too, but what refused it may pass (a broker not seen live yet): the
+            # partition derives a proposal again after the backoff.
+            backoff = self._next_backoff(p.tp)
+            log.info(
+                "%s: ISR change %s refused: %s; deriving it again in %d ms",
+                p.tp, list(p.state.isr), exc, backoff,
+            )  # fmt: skip
+            _tell(p, IsrOutcome.REFUSED)
+            self._retry_later(p, backoff)
             return
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble must not stop the manager
-            backoff = self._backoff_ms.get(p.tp, self._first_backoff_ms // 2) * 2
-            backoff = min(self._max_backoff_ms, max(self._first_backoff_ms, backoff))
-            self._backoff_ms[p.tp] = backoff
+            backoff = self._next_backoff(p.tp)
             log.warning(
                 "%s: writing the ISR change %s failed (%s); deriving it again in %d ms",
                 p.tp, list(p.state.isr), exc, backoff,
             )  # fmt: skip
             _tell(p, IsrOutcome.FAILED)
-            if p.owner is not None:
-                with self._cond:
-                    if not self._stopped:
-                        self._seq += 1
-                        due = self._clock_ms() + backoff
-                        heapq.heappush(self._retries, (due, self._seq, p.tp, p.owner))
+            self._retry_later(p, backoff)
             return
         self._backoff_ms.pop(p.tp, None)
         log.info("%s: ISR -> %s (%s)", p.tp, list(p.state.isr), p.reason)
         _tell(p, IsrOutcome.WRITTEN)
+
+    def _next_backoff(self, tp: TopicPartition) -> int:
+        """Doubles per failure of ``tp`` in a row, from first_backoff_ms up to max_backoff_ms."""
+        backoff = self._backoff_ms.get(tp, self._first_backoff_ms // 2) * 2
+        backoff = min(self._max_backoff_ms, max(self._first_backoff_ms, backoff))
+        self._backoff_ms[tp] = backoff
+        return backoff
+
+    def _retry_later(self, p: IsrProposal, backoff_ms: int) -> None:
+        if p.owner is None:
+            return
+        with self._cond:
+            if not self._stopped:
+                self._seq += 1
+                due = self._clock_ms() + backoff_ms
+                heapq.heappush(self._retries, (due, self._seq, p.tp, p.owner))
 
     def _due(self) -> bool:
         return bool(self._retries) and self._retries[0][0] <= self._clock_ms()

@@ -415,12 +415,12 @@ class Partition:
             if outcome is IsrOutcome.WRITTEN:
                 return  # pending until the metadata brings the new state
             self._pending = None
-            if outcome in (IsrOutcome.STALE, IsrOutcome.REFUSED):
+            if outcome is IsrOutcome.STALE:
                 # Dropped, not resent: the next proposal comes from the next state. Its
                 # joiners still count in the high watermark until that state is here (an
                 # earlier failed write of this epoch may have added them).
                 self._refused_in_epoch = proposal.state.partition_epoch
-            elif outcome is IsrOutcome.FAILED:
+            elif outcome in (IsrOutcome.REFUSED, IsrOutcome.FAILED):
                 # The manager calls rederive_isr after its backoff; no proposal before that.
                 self._awaiting_rederive = True
 
