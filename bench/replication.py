@@ -7,10 +7,14 @@
   (goal >= 200 MB/s);
 - failover: an idempotent acks=all producer sends continuously; the leader is SIGKILLed (goal:
   a send made after the kill is acknowledged within zookeeper.session.timeout.ms + 1 s) or
-  SIGTERMed (goal < 1 s), timed from the signal to the first acknowledgement of a send made after it.
+  SIGTERMed (goal < 1 s), timed from the signal to the first acknowledgement of a send made after it;
+- latency on the idle cluster, one send at a time, p50/p99: an acks=all send to RF 3 until its
+  acknowledgement (goal p99 < 5 ms), and from an acks=1 send's acknowledgement until the
+  leader's high watermark (ListOffsets latest, polled) covers its offset.
 
     .venv/bin/python bench/replication.py            # 100k x 1 KiB per run, 5 repeats, 1 GiB
     .venv/bin/python bench/replication.py --quick    # 50k, 3 repeats, 256 MiB
+    .venv/bin/python bench/replication.py --only latency --sends 2000
 
 The last line printed is one JSON object.
 """
@@ -40,7 +44,9 @@ SESSION_TIMEOUT_MS = 6000
 
 
 def start_cluster(
-    work: Path, connect: str, overrides: dict[str, str] | None = None,
+    work: Path,
+    connect: str,
+    overrides: dict[str, str] | None = None,
     log_dirs: dict[int, list[Path]] | None = None,
 ) -> dict[int, LogkeelBroker]:
     """Brokers 1-3 on ``connect``, started side by side (``log_dirs``: a broker's own)."""
@@ -48,9 +54,11 @@ def start_cluster(
         i: LogkeelBroker(
             work / f"b{i}",
             log_dirs=(log_dirs or {}).get(i),
-            overrides={"zookeeper.connect": connect,
-                       "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-                       **(overrides or {})},
+            overrides={
+                "zookeeper.connect": connect,
+                "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                **(overrides or {}),
+            },
             extra_args=["--node-id", str(i)],
         )  # fmt: skip
         for i in (1, 2, 3)
@@ -165,8 +173,11 @@ def throughput(
         print(f"repeat {r}: " + ", ".join(f"{c} {v:.0f} MB/s" for c, v in got.items()), flush=True)
     return {
         **{
-            k: {"mb_s_median": statistics.median(v), "runs": v,
-                "broker_cpu_ms_per_mb_median": statistics.median(cpu[k])}
+            k: {
+                "mb_s_median": statistics.median(v),
+                "runs": v,
+                "broker_cpu_ms_per_mb_median": statistics.median(cpu[k]),
+            }
             for k, v in rows.items()
         },  # fmt: skip
         "ratio_median": statistics.median(ratios["ratio"]),
@@ -216,8 +227,14 @@ def failover(
         seq = 0
         while not stop.is_set():
             sent_at[seq] = time.monotonic()
-            producer.produce(topic, b"x" * 100, partition=0, on_delivery=lambda err, _m, s=seq: (
-                acked.append((sent_at[s], time.monotonic())) if err is None else None))
+            producer.produce(
+                topic,
+                b"x" * 100,
+                partition=0,
+                on_delivery=lambda err, _m, s=seq: (
+                    acked.append((sent_at[s], time.monotonic())) if err is None else None
+                ),
+            )
             seq += 1
             producer.poll(0)
             time.sleep(0.002)
@@ -255,6 +272,68 @@ def failover(
     return float(first - signalled), (exited[0] - signalled if exited else None)
 
 
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 2),
+        "max_ms": round(ordered[-1] * 1000, 2),
+    }
+
+
+def latency(brokers: dict[int, LogkeelBroker], admin: AdminClient, sends: int) -> dict[str, Any]:
+    """One send at a time on an idle cluster: acks=all until acknowledged; acks=1 from the
+    acknowledgement until ListOffsets(latest) on the leader (its high watermark) covers it."""
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    topic = f"latency-{uuid.uuid4().hex[:8]}"
+    create(admin, topic, 3, **{"min.insync.replicas": "2"})
+    wait_for(lambda: len(partition(admin, topic).isrs) == 3, "a full ISR")
+    result: dict[str, Any] = {"sends": sends}
+    acked: list[Any] = []
+    for acks in ("all", "1"):
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0}
+        )
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex[:6]}"}
+        )
+        tp = confluent_kafka.TopicPartition(topic, 0)
+        ack_s: list[float] = []
+        hw_s: list[float] = []
+        for i in range(sends + 50):  # the first 50 warm up
+            acked.clear()
+            sent = time.perf_counter()
+            producer.produce(topic, b"x" * 100, partition=0,
+                             on_delivery=lambda err, msg: acked.append((err, msg)))  # fmt: skip
+            while not acked:
+                producer.poll(1.0)
+            done = time.perf_counter()
+            err, msg = acked[0]
+            if err is not None:
+                raise RuntimeError(f"send failed: {err}")
+            if acks == "1":
+                # ListOffsets(latest) answers the high watermark, on the leader.
+                deadline = done + 10
+                while (
+                    consumer.get_watermark_offsets(tp, timeout=5, cached=False)[1] <= msg.offset()
+                ):
+                    if time.perf_counter() > deadline:
+                        raise TimeoutError("high watermark")
+                covered = time.perf_counter()
+                if i >= 50:
+                    hw_s.append(covered - done)
+            elif i >= 50:
+                ack_s.append(done - sent)
+        consumer.close()
+        if acks == "all":
+            result["acks_all_produce"] = {**percentiles(ack_s), "goal_p99_ms": 5}
+        else:
+            result["acks_1_ack_to_high_watermark"] = percentiles(hw_s)
+    admin.delete_topics([topic])[topic].result(30)
+    print(f"latency: {result}", flush=True)
+    return result
+
+
 def failovers(brokers: dict[int, LogkeelBroker], admin: AdminClient) -> dict[str, Any]:
     kills = [failover(brokers, admin, "kill")[0] for _ in range(3)]
     stops = [failover(brokers, admin, "stop") for _ in range(3)]
@@ -274,9 +353,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data-mb", type=int, default=1024)
+    parser.add_argument("--sends", type=int, default=2000, help="latency: sends per case")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--only", choices=("produce", "catch-up", "failover"), help="measure one figure only"
+        "--only",
+        choices=("produce", "catch-up", "failover", "latency"),
+        help="measure one figure only",
     )
     args = parser.parse_args()
     if args.quick:
@@ -293,6 +375,8 @@ def main() -> None:
                 result["produce"] = throughput(brokers, admin, args.messages, args.repeats)
             if args.only in (None, "catch-up"):
                 result["catch_up"] = catch_up(brokers, admin, args.data_mb)
+            if args.only in (None, "latency"):
+                result["latency"] = latency(brokers, admin, args.sends)
             if args.only in (None, "failover"):
                 result["failover_s"] = failovers(brokers, admin)
         finally:

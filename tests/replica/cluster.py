@@ -25,10 +25,10 @@ from logkeel.cluster.metadata import (
     PartitionState,
     TopicState,
 )
-from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.config import BrokerConfig
 from logkeel.records.walk import iter_headers
 from logkeel.server.broker import Broker
+from logkeel.server.replica.isr_manager import IsrProposal
 from logkeel.storage.log_dir import random_uuid
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.broker_process import free_port
@@ -177,8 +177,8 @@ class Cluster:
         )
 
     def start(self, node: int) -> Broker:
-        def requested(tp: TopicPartition, proposal: PartitionRegistration, reason: str) -> None:
-            self.isr_requests.append((node, tp, proposal.isr))
+        def requested(proposal: IsrProposal) -> None:
+            self.isr_requests.append((node, proposal.tp, proposal.state.isr))
 
         proc = InProcessBroker(
             self.config(node), metadata=self.metadata, isr_change_requested=requested

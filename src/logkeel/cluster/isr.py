@@ -14,11 +14,13 @@ only gates acks=all produce (`check_min_insync`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from logkeel.cluster.partition_state import (
     Decision,
     PartitionRegistration,
+    ReplicaView,
     Views,
     unchanged,
     view_of,
@@ -110,7 +112,9 @@ def fetch_completed(
         last_caught_up_ms=caught_up,
         last_fetch_ms=fetch_time,
         last_fetch_leader_log_end_offset=leader_log_end_offset,
-        pending=follower.pending if sending else _without_pending(follower, fetch_offset, started_ms),
+        pending=follower.pending
+        if sending
+        else _without_pending(follower, fetch_offset, started_ms),
     )
 
 
@@ -195,13 +199,19 @@ def expand_isr(
     follower: FollowerState,
     high_watermark: int,
     leader_epoch_start_offset: int,
+    *,
+    shutting_down: AbstractSet[int] = frozenset(),
 ) -> Decision:
     """A follower rejoins once it has fetched up to the high watermark and into the current
-    leader epoch (so it holds nothing the new term might have truncated)."""
+    leader epoch (so it holds nothing the new term might have truncated), unless its broker
+    is in a controlled shutdown (KIP-841: it would only have to leave again, and stopping
+    brokers would churn the ISRs)."""
     if replica in state.isr:
         return unchanged(state, f"{replica} is already in the ISR")
     if replica not in state.replicas:
         return unchanged(state, f"{replica} is not a replica", "INELIGIBLE_REPLICA")
+    if replica in shutting_down:
+        return unchanged(state, f"broker {replica} is shutting down", "INELIGIBLE_REPLICA")
     if follower.log_end_offset < max(high_watermark, leader_epoch_start_offset):
         return unchanged(
             state,
@@ -267,6 +277,24 @@ def alter_partition(
     return Decision(
         current.with_isr(proposal.isr), f"ISR is now {list(proposal.isr)}", changed=True
     )
+
+
+def validate_isr_write(
+    current: PartitionRegistration,
+    proposal: PartitionRegistration,
+    requester: int,
+    *,
+    live: AbstractSet[int],
+    shutting_down: AbstractSet[int],
+) -> Decision:
+    """`alter_partition` over what a broker knows of the cluster from ZooKeeper: live brokers
+    (registered) and those in a controlled shutdown (KIP-841: never added to an ISR). A
+    leader checks its own proposal with it before the conditional write (ZooKeeper mode has
+    leaders write their ISR themselves; the write's version check fences the epoch)."""
+    views = {
+        r: ReplicaView(live=r in live, shutting_down=r in shutting_down) for r in current.replicas
+    }
+    return alter_partition(current, proposal, requester, views)
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,7 +156,7 @@ class Broker:
             except ClusterJoinError as exc:
                 raise BrokerStartError(str(exc)) from exc
             self.metadata = self.cluster.store
-            isr_change_requested = isr_change_requested or self.cluster.isr_change_requested
+            isr_change_requested = isr_change_requested or self.cluster.isr_manager.submit
         self.cluster_id: str = self.metadata.cluster_id
         self.topic_configs = TopicConfigs(config, self.metadata)
 
@@ -194,6 +194,7 @@ class Broker:
                 resign_requested=(
                     self.cluster.resign_leadership if self.cluster is not None else None
                 ),
+                shutting_down=self.cluster.shutting_down if self.cluster is not None else None,
             )
         )
         self.group_coordinator = GroupCoordinator(self)

@@ -3,8 +3,18 @@ registration, and the `Controller` every broker runs (one of them active).
 
 Order matters at both ends: the cache is loaded before the partitions are built from it; the
 registration is written once the listener is bound (others may route clients here from then
-on) and only then does the broker stand for controller; at shutdown the controller first moves
-this broker's leaderships away, then this broker resigns as controller, and the session ends last.
+on) and only then does the broker stand for controller. At shutdown (`leave`):
+
+1. the controlled-shutdown request (ZooKeeper's /admin/controlled_shutdown/<id>, which every
+   broker watches: KIP-841, no leader proposes this broker for an ISR from then on) and the
+   wait until the controller moved this broker's leaderships away; ISR writes still go out;
+2. the periodic replica-log report is cancelled and the controller stops (resigns);
+3. the ISR manager stops: proposals made after this are answered STOPPED, never written;
+4. the report writer's executor shuts down (a report asked for later is skipped);
+5. the ZooKeeper session ends.
+
+Nothing is submitted to an executor after it stopped: the ISR manager has its own thread and
+refuses work once stopped; report and resign submissions after step 4 are skipped.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from logkeel.cluster import isr as isr_rules
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
@@ -24,6 +35,7 @@ from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
+from logkeel.server.replica.isr_manager import IsrManager, IsrProposal, IsrRefused
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["ClusterNode", "ClusterJoinError"]
@@ -72,9 +84,13 @@ class ClusterNode:
         )
         self._joined = False
         self._left = False
-        # One thread for this broker's writes to ZooKeeper that must not wait on the event
-        # loop: ISR changes and replica-log reports.
-        self._isr_writer = ThreadPoolExecutor(1, thread_name_prefix="isr-writer")
+        # This broker's leaders' ISR changes, written in batches on a thread of their own.
+        self.isr_manager = IsrManager(self._write_isr)
+        # KIP-841: the brokers in a controlled shutdown, as the ZooKeeper watch last saw them.
+        self._shutting_down: frozenset[int] = frozenset()
+        # One thread for this broker's other writes to ZooKeeper that must not wait on the
+        # event loop: replica-log reports, requests to resign a leadership.
+        self._isr_writer = ThreadPoolExecutor(1, thread_name_prefix="zk-writer")
         self._replica_logs: ReplicaLogs | None = None
         self._report_generation = 0
         self._report_task: asyncio.Task[None] | None = None
@@ -99,6 +115,8 @@ class ClusterNode:
                 self.store.register, host, port, list(log_dir_ids), endpoints=endpoints
             )
         )
+        await asyncio.to_thread(self.store.client.shutting_down, self._on_shutting_down)
+        self.isr_manager.start()
         if offline:
             await asyncio.to_thread(self.report_offline, offline, offline_dir_ids)
         if replica_logs is not None:
@@ -137,33 +155,47 @@ class ClusterNode:
             await asyncio.sleep(_REPORT_INTERVAL_S)
             self.report_replica_logs()
 
-    def isr_change_requested(
-        self, tp: TopicPartition, proposal: PartitionRegistration, reason: str
-    ) -> None:
-        """A leader's ISR change (the replica manager's hook; may be called on the event loop):
-        written to ZooKeeper on a thread of its own, conditional on the partition epoch."""
-        self._isr_writer.submit(self._write_isr, tp, proposal, reason)
+    def _on_shutting_down(self, ids: set[int]) -> None:
+        self._shutting_down = frozenset(ids)
 
-    def _write_isr(self, tp: TopicPartition, proposal: PartitionRegistration, reason: str) -> None:
-        # AlterPartition semantics: the proposal carries the partition epoch it was made
-        # against; the state it asks for is the next one.
+    def shutting_down(self) -> frozenset[int]:
+        """The brokers in a controlled shutdown (KIP-841: never proposed for an ISR)."""
+        return self._shutting_down
+
+    def _write_isr(self, proposal: IsrProposal) -> None:
+        """The ISR manager's write of one leader's proposal: checked by the AlterPartition rules
+        against the state and brokers this broker knows (`isr.validate_isr_write`), then
+        written conditional on the partition epoch it was made against (AlterPartition
+        semantics: the state it asks for is the next one). Raises IsrRefused when dropped."""
+        tp = proposal.tp
+        topic = self.store.topics().get(tp.topic)
+        current = topic.partitions.get(tp.partition) if topic is not None else None
+        if current is None:
+            raise IsrRefused(f"{tp} is not in the metadata", stale=True)
+        registration = PartitionRegistration(
+            replicas=tuple(current.replicas), leader=current.leader,
+            leader_epoch=current.leader_epoch, isr=tuple(current.isr),
+            partition_epoch=current.partition_epoch,
+        )  # fmt: skip
+        live = {b.node_id for b in self.store.brokers()}
+        decision = isr_rules.validate_isr_write(
+            registration, proposal.state, self.config.node_id,
+            live=live, shutting_down=self._shutting_down,
+        )  # fmt: skip
+        if not decision.changed:
+            stale = decision.error in ("INVALID_UPDATE_VERSION", "FENCED_LEADER_EPOCH")
+            raise IsrRefused(decision.reason, stale=stale)
+        p = proposal.state
         state = PartitionState(
-            tp.topic,
-            tp.partition,
-            list(proposal.replicas),
-            proposal.leader,
-            proposal.leader_epoch,
-            list(proposal.isr),
-            proposal.partition_epoch + 1,
-        )
+            tp.topic, tp.partition, list(p.replicas), p.leader, p.leader_epoch, list(p.isr),
+            p.partition_epoch + 1,
+        )  # fmt: skip
         try:
             self.store.update_partition(state)
-            log.info("%s: ISR -> %s (%s)", tp, list(proposal.isr), reason)
         except MetadataError as exc:
-            # Stale: the state moved on meanwhile; the leader decides again from the new one.
-            log.info("%s: ISR change %s refused: %s", tp, list(proposal.isr), exc)
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
-            log.exception("%s: writing the ISR change failed", tp)
+            if exc.error_name == "INVALID_UPDATE_VERSION":
+                raise IsrRefused(str(exc), stale=True) from None
+            raise
 
     def resign_leadership(self, tp: TopicPartition, reason: str) -> None:
         """This broker, leading ``tp``, is too slow for its followers (beyond KIP-501): the
@@ -212,5 +244,6 @@ class ClusterNode:
             self._report_task.cancel()
         if self._joined:
             await asyncio.to_thread(self.controller.stop)
+        await asyncio.to_thread(self.isr_manager.stop)
         await asyncio.to_thread(self._isr_writer.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self.store.close)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster import isr as isr_rules
 from logkeel.records.batch import InvalidBatchError
 from logkeel.server.errors import error_code_for
 from logkeel.server.replica.append_checks import AppendRejected
@@ -149,7 +150,7 @@ class Appends:
         fenced = self._write_fence() if self._write_fence is not None else None
         if fenced is not None:
             return PartitionAppendResult(ErrorCode.not_leader_or_follower, error_message=fenced)
-        if acks == -1 and len(p.isr) < p.settings.min_insync_replicas:
+        if acks == -1 and isr_rules.check_min_insync(len(p.isr), p.settings.min_insync_replicas):
             return PartitionAppendResult(
                 ErrorCode.not_enough_replicas,
                 error_message=f"the ISR of {tp} has {len(p.isr)} replica(s), fewer than "

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 
 from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import MetadataStore
-from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.network.inter_broker import InterBroker, inter_broker
+from logkeel.server.replica.isr_manager import IsrProposal
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
@@ -17,8 +17,9 @@ from logkeel.storage.topic_partition import TopicPartition
 __all__ = ["IsrChangeRequested", "ReplicaManagerContext", "ReplicationSettings"]
 
 # The leader's hook for an ISR change it wants (an expansion seen on a follower's fetch, or a
-# shrink found by the periodic check), with the reason: the controller decides and publishes.
-IsrChangeRequested = Callable[[TopicPartition, PartitionRegistration, str], None]
+# shrink found by the periodic check): in a cluster `IsrManager.submit`, which tells the
+# proposal's owner (the partition) how it ended.
+IsrChangeRequested = Callable[[IsrProposal], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +82,5 @@ class ReplicaManagerContext:
     # The controller's seam for a leader too slow for its followers (beyond KIP-501); None:
     # a single node, nobody to hand leadership to.
     resign_requested: Callable[[TopicPartition, str], None] | None = None
+    # The brokers in a controlled shutdown (KIP-841: a leader never proposes them for its ISR).
+    shutting_down: Callable[[], Set[int]] | None = None

@@ -5,11 +5,12 @@ and a long-poll fetch waiting for ``min.bytes``. They wait in the purgatories of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster import isr as isr_rules
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.purgatory import DelayedOperation
 from logkeel.server.replica.results import (
@@ -56,7 +57,9 @@ class DelayedProduce(DelayedOperation):
                 ErrorCode.not_leader_or_follower if partition is None else partition.state_error()
             )
             if error is None and partition is not None and partition.high_watermark >= required:
-                if len(partition.isr) < partition.settings.min_insync_replicas:
+                if isr_rules.check_min_insync(
+                    len(partition.isr), partition.settings.min_insync_replicas
+                ):
                     error = ErrorCode.not_enough_replicas_after_append
                 else:
                     del self.waiting[tp]
@@ -75,7 +78,13 @@ class DelayedProduce(DelayedOperation):
 
 class DelayedFetch(DelayedOperation):
     """A long poll: done when enough new bytes are readable, a partition changed state so the
-    fetcher must hear about it, or the deadline passed.
+    fetcher must hear about it, a follower's partition has a high watermark past the one its
+    fetch was told, or the deadline passed.
+
+    The high watermark rule is what lets a follower learn a new high watermark within a round
+    trip rather than after ``replica.fetch.wait.max.ms``: the leader moves it on the fetch of
+    the last in-sync follower to catch up, while the others' fetches are parked here with
+    nothing new to read (Kafka completes them on a high watermark move too).
 
     The byte count is an estimate (Kafka's is too): bytes appended to a partition since the
     first read, counted once the partition has readable data past the fetch offset.
@@ -91,7 +100,10 @@ class DelayedFetch(DelayedOperation):
         min_bytes: int,
         isolation_level: int,
         bytes_already: int,
+        answered_high_watermarks: Mapping[TopicPartition, int] | None = None,
     ) -> None:
+        """``answered_high_watermarks``: per partition, the high watermark the first read
+        answered (default: the partition's now)."""
         super().__init__(delay_ms)
         self._partitions = partitions
         self._requests = requests
@@ -99,16 +111,23 @@ class DelayedFetch(DelayedOperation):
         self._min_bytes = min_bytes
         self._isolation_level = isolation_level
         self._bytes_already = bytes_already
-        self._start: dict[TopicPartition, tuple[Partition | None, int]] = {}
+        # Per partition: the partition object, its appended bytes when the fetch was parked,
+        # and the high watermark the fetch was answered.
+        answered = answered_high_watermarks or {}
+        self._start: dict[TopicPartition, tuple[Partition | None, int, int]] = {}
         for r in requests:
             p = partitions.partition(r.tp)
-            self._start[r.tp] = (p, p.appended_bytes if p is not None else 0)
+            if p is None:
+                self._start[r.tp] = (None, 0, -1)
+            else:
+                hw = answered.get(r.tp, p.high_watermark)
+                self._start[r.tp] = (p, p.appended_bytes, hw)
 
     def try_complete(self) -> bool:
         accumulated = self._bytes_already
         follower = self._replica_id >= 0
         for r in self._requests:
-            first, start_bytes = self._start[r.tp]
+            first, start_bytes, start_hw = self._start[r.tp]
             p = self._partitions.partition(r.tp)
             if p is None or p is not first or p.state_error(leader_only=not follower) is not None:
                 return self.force_complete()
@@ -119,6 +138,8 @@ class DelayedFetch(DelayedOperation):
             if r.fetch_offset > plog.log_end_offset or r.fetch_offset < plog.log_start_offset:
                 return self.force_complete()  # truncated or deleted: the fetcher must know
             if follower:
+                if plog.high_watermark > start_hw:
+                    return self.force_complete()
                 end = plog.log_end_offset
             elif self._isolation_level == READ_COMMITTED:
                 end = p.last_stable_offset

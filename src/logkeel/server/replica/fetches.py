@@ -83,6 +83,7 @@ class Fetches:
             min_bytes=min_bytes,
             isolation_level=isolation_level,
             bytes_already=total,
+            answered_high_watermarks={r.tp: r.high_watermark for r in results},
         )
         await self._path.fetch_purgatory.wait(op, [r.tp for r in requests])
         # Read again even on expiry: offsets (high watermark, log start) may have moved.

@@ -7,24 +7,33 @@ the high watermark and proposes ISR changes from what ``FollowerTracking`` knows
 followers; ``partition_reads`` serves fetches and ListOffsets from it. The replica manager
 routes requests to it and handles failures of its log dir. Methods that touch the log run on
 the IO threads and take ``log.lock``.
+
+Leader and ISR state (leader, epochs, replicas, ISR, the pending ISR proposal) change only
+under ``_state_lock`` (Kafka's leader-ISR update lock): metadata changes (a metadata thread),
+follower fetches and appends moving the high watermark (IO threads), the periodic shrink check
+(event loop) and the outcomes of ISR writes (the ISR manager's thread) all see one consistent
+state. It is the innermost lock: taken inside ``log.lock``, never the other way round, and
+nothing blocking runs under it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster import isr as isr_rules
-from logkeel.cluster.isr import IsrConfig
+from logkeel.cluster.isr import FollowerState, IsrConfig
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
 from logkeel.server.replica.append_checks import AppendRejected, prepare_client_batches
 from logkeel.server.replica.append_turns import AppendTurns
 from logkeel.server.replica.context import IsrChangeRequested
 from logkeel.server.replica.follower_tracking import FollowerTracking
+from logkeel.server.replica.isr_manager import IsrOutcome, IsrProposal
 from logkeel.server.replica.topic_settings import TopicSettings
 from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.engine.log_results import AppendInfo
@@ -38,8 +47,8 @@ log = logging.getLogger(__name__)
 class Partition:
     """One partition replica on this broker: leadership, ISR, high watermark, and its log.
 
-    Attributes are read on the event loop and written under ``log.lock`` (appends, high
-    watermark) or by metadata changes; each write is a single attribute store.
+    Attributes are read without a lock (single attribute loads); the log's data and high
+    watermark change under ``log.lock``, leader and ISR state under ``_state_lock``.
     """
 
     def __init__(
@@ -63,8 +72,20 @@ class Partition:
         # As leader: what it knows of its followers.
         self.followers = FollowerTracking(node_id, isr_config or IsrConfig())
         self._isr_change_requested = isr_change_requested
-        # The last ISR asked for in this partition epoch, so a proposal is made once.
-        self._proposed_isr: tuple[int, ...] | None = None
+        self._state_lock = threading.Lock()
+        # The ISR proposal in flight (one at a time, as Kafka's pending ISR state).
+        self._pending: IsrProposal | None = None
+        # Replicas a proposal of this partition epoch may have added to the ISR as written in
+        # ZooKeeper (sent, not known refused): the high watermark counts them until the next
+        # partition epoch tells (a failed write's outcome may be unknown).
+        self._maybe_joined: frozenset[int] = frozenset()
+        # A proposal refused in this partition epoch is not made again in it: the next one
+        # is derived from the state the metadata brings.
+        self._refused_in_epoch: int | None = None
+        # A write failed: no proposal until the ISR manager's backoff ends (rederive_isr).
+        self._awaiting_rederive = False
+        # KIP-841: brokers in a controlled shutdown are never proposed for the ISR.
+        self.shutting_down: Callable[[], Set[int]] = frozenset
         # Beyond KIP-501: the leader epoch in which this leader, too slow for its followers,
         # asked to resign.
         self._resigned_in_epoch: int | None = None
@@ -98,17 +119,22 @@ class Partition:
 
     def apply_state(self, state: PartitionState) -> bool:
         """Takes leader, epoch, replicas and ISR from metadata; True if the epoch moved."""
-        moved = state.leader_epoch != self.leader_epoch or state.leader != self.leader_id
-        if moved or state.partition_epoch != self.partition_epoch:
-            self._proposed_isr = None
-        if moved and state.leader == self.node_id:
-            self.followers.new_term(state.replicas, state.isr, _now_ms())
-        self.leader_id = state.leader
-        self.leader_epoch = state.leader_epoch
-        self.partition_epoch = state.partition_epoch
-        self.replicas = list(state.replicas)
-        self.isr = list(state.isr)
-        self.followers.keep_only(self.replicas)
+        with self._state_lock:
+            moved = state.leader_epoch != self.leader_epoch or state.leader != self.leader_id
+            if moved or state.partition_epoch != self.partition_epoch:
+                # Whatever was proposed was written or superseded: the new state says which.
+                self._pending = None
+                self._maybe_joined = frozenset()
+                self._refused_in_epoch = None
+                self._awaiting_rederive = False
+            if moved and state.leader == self.node_id:
+                self.followers.new_term(state.replicas, state.isr, _now_ms())
+            self.leader_id = state.leader
+            self.leader_epoch = state.leader_epoch
+            self.partition_epoch = state.partition_epoch
+            self.replicas = list(state.replicas)
+            self.isr = list(state.isr)
+            self.followers.keep_only(self.replicas)
         return moved
 
     def state_error(self, *, leader_only: bool = True) -> ErrorCode | None:
@@ -132,26 +158,30 @@ class Partition:
         return None
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = the smallest log end offset over the maximal ISR (the ISR plus a follower whose
-        joining is proposed but not yet written); only ever moves forward.
+        """HW = the smallest log end offset over the maximal ISR (the ISR plus any follower a
+        proposal of this partition epoch may have added, written or not yet known); only ever
+        moves forward.
 
-        The joining follower counts at once, as in Kafka: the controller may elect it as soon as
+        A joining follower counts at once, as in Kafka: the controller may elect it as soon as
         the change lands, so nothing it lacks may be acknowledged meanwhile (a soak saw records
         acked past a joiner's log end, then lost when it was elected).
 
         Call with ``log.lock`` held (producer state learns the new HW too).
         """
         plog = self.log
-        if plog is None or not self.is_leader:
+        if plog is None:
             return False
-        joining = tuple(r for r in self._proposed_isr or () if r not in self.isr)
-        new_hw = isr_rules.high_watermark(
-            plog.high_watermark,
-            self.node_id,
-            plog.log_end_offset,
-            (*self.isr, *joining),
-            self.followers.states,
-        )
+        with self._state_lock:
+            if not self.is_leader:
+                return False
+            maximal = (*self.isr, *(r for r in self._maybe_joined if r not in self.isr))
+            new_hw = isr_rules.high_watermark(
+                plog.high_watermark,
+                self.node_id,
+                plog.log_end_offset,
+                maximal,
+                self.followers.states,
+            )
         changed = new_hw > plog.high_watermark
         if changed:
             plog.high_watermark = new_hw
@@ -288,17 +318,26 @@ class Partition:
         if state is None:
             return False
         moved = self.maybe_increment_high_watermark()
-        if replica_id not in self.isr and self.log is not None:
-            epoch_start = self.log.leader_epochs.epoch_entry(self.leader_epoch)
+        if replica_id not in self.isr:
+            self._maybe_expand(replica_id, state)
+        return moved
+
+    def _maybe_expand(self, replica_id: int, state: FollowerState) -> None:
+        plog = self.log
+        if plog is None:
+            return
+        epoch_start = plog.leader_epochs.epoch_entry(self.leader_epoch)
+        with self._state_lock:
             decision = isr_rules.expand_isr(
                 self.registration(),
                 replica_id,
                 state,
-                self.log.high_watermark,
+                plog.high_watermark,
                 epoch_start.start_offset if epoch_start is not None else 0,
+                shutting_down=self.shutting_down(),
             )
-            self._propose(decision)
-        return moved
+            proposal = self._propose_locked(decision)
+        self._hand_over(proposal)
 
     def registration(self) -> PartitionRegistration:
         """This partition's state as the controller's decisions take it."""
@@ -330,26 +369,72 @@ class Partition:
         """The periodic check (Kafka's isr-expiration task): proposes an ISR without the
         followers that fell behind; the proposal, or None when nothing is to change."""
         plog = self.log
-        if plog is None or not self.is_leader:
+        if plog is None:
             return None
-        decision = isr_rules.shrink_isr(
-            self.registration(),
-            self.followers.snapshot(),
-            plog.log_end_offset,
-            now_ms,
-            self.followers.config,
-        )
-        return decision if self._propose(decision) else None
+        with self._state_lock:
+            if not self.is_leader:
+                return None
+            decision = isr_rules.shrink_isr(
+                self.registration(),
+                self.followers.snapshot(),
+                plog.log_end_offset,
+                now_ms,
+                self.followers.config,
+            )
+            proposal = self._propose_locked(decision)
+        self._hand_over(proposal)
+        return decision if proposal is not None else None
 
-    def _propose(self, decision: Decision) -> bool:
-        """Hands a changed ISR to the hook once per partition epoch; True if it was new."""
-        isr = decision.state.isr
-        if not decision.changed or isr == self._proposed_isr:
-            return False
-        self._proposed_isr = isr
-        if self._isr_change_requested is not None:
-            self._isr_change_requested(self.tp, decision.state, decision.reason)
-        return True
+    def rederive_isr(self, now_ms: int) -> None:
+        """After a failed write (the ISR manager's backoff): the proposal is derived again
+        from the state now, a shrink first, else an expansion of a follower that caught up."""
+        with self._state_lock:
+            self._awaiting_rederive = False
+        if self.maybe_shrink_isr(now_ms) is not None:
+            return
+        for replica, state in self.followers.snapshot().items():
+            if replica not in self.isr and self._pending is None:
+                self._maybe_expand(replica, state)
+
+    def _propose_locked(self, decision: Decision) -> IsrProposal | None:
+        """Makes a changed ISR the pending proposal when none is in flight and none was
+        refused in this partition epoch; the proposal, for ``_hand_over`` once the lock is
+        released (the hook may answer at once, and the answer takes the lock). Call with
+        ``_state_lock`` held."""
+        if not decision.changed or self._pending is not None:
+            return None
+        if self._refused_in_epoch == self.partition_epoch or self._awaiting_rederive:
+            return None
+        proposal = IsrProposal(self.tp, decision.state, decision.reason, self)
+        self._pending = proposal
+        self._maybe_joined |= frozenset(r for r in decision.state.isr if r not in self.isr)
+        return proposal
+
+    def _hand_over(self, proposal: IsrProposal | None) -> None:
+        if proposal is not None and self._isr_change_requested is not None:
+            self._isr_change_requested(proposal)
+
+    def isr_write_done(self, proposal: IsrProposal, outcome: IsrOutcome) -> None:
+        """How a proposal's write ended (the ISR manager's thread)."""
+        with self._state_lock:
+            if self._pending is not proposal:
+                return  # superseded by a new state meanwhile
+            if outcome is IsrOutcome.WRITTEN:
+                return  # pending until the metadata brings the new state
+            self._pending = None
+            if outcome is IsrOutcome.STALE:
+                # Dropped, not resent: the next proposal comes from the next state. Its
+                # joiners still count in the high watermark until that state is here (an
+                # earlier failed write of this epoch may have added them).
+                self._refused_in_epoch = proposal.state.partition_epoch
+            elif outcome in (IsrOutcome.REFUSED, IsrOutcome.FAILED):
+                # The manager calls rederive_isr after its backoff; no proposal before that.
+                self._awaiting_rederive = True
+
+    @property
+    def pending_isr(self) -> IsrProposal | None:
+        """The ISR proposal in flight, if any."""
+        return self._pending
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(the largest epoch <= ``leader_epoch``, its end offset), from the in-memory epoch

@@ -11,8 +11,8 @@ import logging
 import threading
 
 from logkeel.cluster.metadata import TopicState
-from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.server.replica.context import ReplicaManagerContext
+from logkeel.server.replica.isr_manager import IsrProposal
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.topic_settings import TopicSettings
 from logkeel.storage.errors import KafkaStorageError
@@ -21,6 +21,9 @@ from logkeel.storage.topic_partition import TopicPartition
 __all__ = ["PartitionTable"]
 
 log = logging.getLogger(__name__)
+
+# How the offline reason of a partition whose topic configs do not resolve begins.
+_CONFIG_OFFLINE = "the configs of topic"
 
 
 class PartitionTable:
@@ -43,12 +46,16 @@ class PartitionTable:
         with self._lock:
             return list(self._partitions.values())
 
-    def _settings(self, topic: str) -> TopicSettings:
+    def _settings(self, topic: str) -> TopicSettings | str:
+        """The topic's settings, or why they cannot be resolved (its partitions go offline
+        then: falling back to defaults would weaken them, min.insync.replicas=1 for one)."""
         try:
             return TopicSettings.from_topic_config(self._ctx.topic_config(topic))
-        except Exception:  # noqa: BLE001 - a config problem must not stop the partition
-            log.exception("reading the configs of topic %s failed; using defaults", topic)
-            return TopicSettings()
+        except Exception as exc:  # noqa: BLE001 - a config problem must not stop the broker
+            log.exception(
+                "reading the configs of topic %s failed; its partitions go offline", topic
+            )
+            return f"{_CONFIG_OFFLINE} {topic} cannot be resolved: {exc}"
 
     def sync_all(self) -> None:
         """Builds every partition from metadata over the loaded logs (at start-up)."""
@@ -113,11 +120,21 @@ class PartitionTable:
                     )
                     self._partitions[tp] = p
             moved = p.apply_state(pstate)
-            p.settings = settings
             p.resign_requested = self._ctx.resign_requested
+            if self._ctx.shutting_down is not None:
+                p.shutting_down = self._ctx.shutting_down
             if self._ctx.node_id not in pstate.replicas:
                 changed.append(tp)
                 continue
+            if isinstance(settings, str):
+                if p.offline_reason is None:
+                    p.offline_reason = settings
+                    p.log = None
+                changed.append(tp)
+                continue
+            p.settings = settings
+            if p.offline_reason is not None and p.offline_reason.startswith(_CONFIG_OFFLINE):
+                p.offline_reason = None  # the configs resolve again: the log is opened below
             if p.log is None and p.offline_reason is None:
                 reason = lm.offline_partitions.get(tp)
                 offline_dirs = [str(d.path) for d in lm.dirs if not d.online]
@@ -141,6 +158,8 @@ class PartitionTable:
             if p.log is not None and (moved or p.log.high_watermark < p.log.log_end_offset):
                 p.become_leader_or_follower()
             changed.append(tp)
+        if isinstance(settings, str):
+            return changed
         # Config changes: every log of the topic takes the new settings.
         try:
             lm.update_config(name, config or self._ctx.log_config(name))
@@ -207,6 +226,6 @@ class PartitionTable:
         return failed
 
 
-def _log_isr_request(tp: TopicPartition, proposal: PartitionRegistration, reason: str) -> None:
+def _log_isr_request(proposal: IsrProposal) -> None:
     """Without a controller, an ISR change the leader wants is only reported."""
-    log.info("%s: ISR change wanted (no controller to apply it): %s", tp, reason)
+    log.info("%s: ISR change wanted (no controller to apply it): %s", proposal.tp, proposal.reason)
