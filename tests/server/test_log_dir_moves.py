@@ -181,3 +181,42 @@ def test_moves_to_a_missing_or_offline_dir_are_refused(tmp_path: Path) -> None:
         assert refused.exit_code == 1 and "KAFKA_STORAGE_ERROR" in refused.output
         assert (healthy / "stay-0").is_dir() and _leftovers(healthy) == []
         assert read_partition(broker.bootstrap, "stay", 0) == (0, [b"kept"])
+
+
+def _dir_bytes(bootstrap: str) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for (_, _, future), (log_dir, p) in _replicas(bootstrap).items():
+        assert not future
+        totals[log_dir] = totals.get(log_dir, 0) + int(p.partition_size)
+    return totals
+
+
+def test_balance_proposes_then_spreads_the_replicas_by_size(tmp_path: Path) -> None:
+    log_dirs = _dirs(tmp_path)
+    with BrokerProcess(tmp_path / "b", log_dirs=list(log_dirs)) as broker:
+        client = admin(broker.bootstrap)
+        [f] = client.create_topics([NewTopic("bal", 4, 1)]).values()
+        assert outcome(f) == "OK"
+        wait_until(lambda: sum(1 for d in log_dirs for _ in d.glob("bal-*")) == 4)
+        heavy = log_dirs[0]
+        written = {}
+        for p in range(4):
+            count = 150 if (heavy / f"bal-{p}").is_dir() else 10
+            written[p] = _fill(broker.bootstrap, "bal", p, count)
+        before = _dir_bytes(broker.bootstrap)
+        gap = abs(before[str(log_dirs[0])] - before[str(log_dirs[1])])
+        args = ["log-dirs", "balance", "--bootstrap-server", broker.bootstrap]
+        proposed = CliRunner().invoke(cli, args)
+        assert proposed.exit_code == 0, proposed.output
+        assert "proposed only" in proposed.output and "bal-" in proposed.output
+        assert _dir_bytes(broker.bootstrap) == before
+
+        done = CliRunner().invoke(cli, [*args, "--execute", "--timeout", "60"])
+        assert done.exit_code == 0, done.output
+        assert "replica(s) moved" in done.output
+        after = _dir_bytes(broker.bootstrap)
+        assert abs(after[str(log_dirs[0])] - after[str(log_dirs[1])]) < gap
+        for p, values in written.items():
+            assert read_partition(broker.bootstrap, "bal", p) == (0, values)
+        again = CliRunner().invoke(cli, args)
+        assert "the log dirs are balanced" in again.output

@@ -19,9 +19,9 @@ class DirMove:
 
 def plan_balance(dirs: dict[str, dict[tuple[str, int], int]]) -> list[DirMove]:
     """``dirs``: each online dir's replicas and their sizes in bytes. Greedy, as an operator
-    would: from the fullest dir to the emptiest, the largest replica whose move narrows the gap
-    between them (one smaller than the gap), until no move narrows it. Every move strictly
-    lowers the sum of squared dir sizes, so the plan ends; a replica moves at most once."""
+    would: from the fullest dir to the emptiest, the replica whose move leaves the smallest gap
+    between the two (the smaller one on a tie: fewer bytes to copy), until no move narrows it
+    (every replica is as large as the gap). A replica moves at most once, so the plan ends."""
     totals = {d: sum(parts.values()) for d, parts in dirs.items()}
     placed = {d: dict(parts) for d, parts in dirs.items()}
     moved: set[tuple[str, int]] = set()
@@ -35,7 +35,7 @@ def plan_balance(dirs: dict[str, dict[tuple[str, int], int]]) -> list[DirMove]:
         ]
         if not candidates:
             break
-        size, tp = max(candidates)
+        size, tp = min(candidates, key=lambda c: (abs(gap - 2 * c[0]), c[0], c[1]))
         del placed[fullest][tp]
         placed[emptiest][tp] = size
         totals[fullest] -= size
