@@ -215,3 +215,17 @@ def test_start_up_finishes_a_swap_cut_between_its_renames(tmp_path: Path) -> Non
     assert _records(m.get_log(TP)) == before
     assert _leftovers(a) == [] and _leftovers(b) == []
     m.shutdown()
+
+
+def test_a_stale_dir_of_the_same_name_in_the_target_is_set_aside(tmp_path: Path) -> None:
+    a, b = _dirs(tmp_path)
+    m = _manager([a, b])
+    plog = m.get_or_create_log(TP)
+    append_workload(plog, 5)
+    before = _records(plog)
+    (b / "t-0").mkdir()
+    (b / "t-0" / "00000000000000000000.log").write_bytes(b"left by a deletion")
+    assert m.moves.start(TP, str(b))
+    assert wait_for(lambda: m.dir_of(TP) is m.dirs[1])
+    assert _records(m.get_log(TP)) == before
+    m.shutdown()

@@ -185,9 +185,16 @@ class ReplicaMoves:
         if source is target:
             return False
         future_dir = target.path / set_aside_dir_name(tp, FUTURE_DIR_SUFFIX)
+        leftover = target.path / tp.dir_name
         with io_guard(target.path, f"creating {future_dir}"):
+            # A dir of the partition's name that is not served (what a deletion that could not
+            # finish left) would block the swap's rename: set aside, as a new log does.
+            doomed = mark_for_deletion(target.path, leftover) if leftover.exists() else None
             future_dir.mkdir()
             fsync_dir(target.path)
+        if doomed is not None:
+            log.warning("%s: set aside %s, left by a deleted replica", target.path, doomed.name)
+            manager.schedule_delete(functools.partial(shutil.rmtree, doomed, ignore_errors=True), 0)
         future, _ = load_partition(
             future_dir,
             current.config,
@@ -289,7 +296,10 @@ class ReplicaMoves:
         tp = TopicPartition.parse_dir_name(path.name)
         serving = manager.dir_of(tp)
         with self._lock:
-            moving = tp in self._moves
+            running = self._moves.get(tp)
+        if running is not None and running.future.dir == path:
+            return  # taken up already
+        moving = running is not None
         action = future_dir_action(
             str(d.path),
             str(serving.path) if serving is not None else None,
