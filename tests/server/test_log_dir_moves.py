@@ -6,6 +6,7 @@ resumed at restart, and moves to a missing or offline dir are refused as Kafka r
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,18 @@ from logkeel.cli.broker_requests import call, nested
 from logkeel.cli.main import cli
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.log_dir import MetaProperties, random_uuid
+from logkeel.testing.faulty_fs import FaultyFs
 from logkeel.testing.history import History
 from tests.brokerproc import BrokerProcess
 from tests.cluster.test_cluster_history import PARTITIONS, TOPIC, Writer, final_logs
-from tests.server.admin_clients import admin, outcome, produce, read_partition, wait_until
+from tests.server.admin_clients import (
+    admin,
+    offline_log_dirs,
+    outcome,
+    produce,
+    read_partition,
+    wait_until,
+)
 
 RATE = {"replica.alter.log.dirs.io.max.bytes.per.second": "200000"}
 
@@ -220,3 +229,27 @@ def test_balance_proposes_then_spreads_the_replicas_by_size(tmp_path: Path) -> N
             assert read_partition(broker.bootstrap, "bal", p) == (0, values)
         again = CliRunner().invoke(cli, args)
         assert "the log dirs are balanced" in again.output
+
+
+def test_a_target_disk_failing_mid_move_ends_it_and_keeps_the_replica(
+    tmp_path: Path, faulty_fs: FaultyFs
+) -> None:
+    healthy, failing = tmp_path / "healthy", faulty_fs.mountpoint / "logs"
+    with BrokerProcess(tmp_path / "b", log_dirs=[healthy, failing], overrides=RATE) as broker:
+        client = admin(broker.bootstrap)
+        [f] = client.create_topics([NewTopic("keep", 1, 1)]).values()
+        assert outcome(f) == "OK"
+        wait_until(lambda: (healthy / "keep-0").is_dir())
+        values = _fill(broker.bootstrap, "keep", 0, 300)
+        started = _move(broker.bootstrap, "keep", 0, failing, "--no-wait")
+        assert started.exit_code == 0, started.output
+        wait_until(lambda: ("keep", 0, True) in _replicas(broker.bootstrap), what="the copy")
+
+        faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
+        wait_until(lambda: offline_log_dirs(broker.bootstrap) == [str(failing)], what="offline")
+        assert ("keep", 0, True) not in _replicas(broker.bootstrap)
+        assert _replicas(broker.bootstrap)[("keep", 0, False)][0] == str(healthy)
+        assert produce(broker.bootstrap, "keep", 0, [b"after"]) == ["OK"]
+        assert read_partition(broker.bootstrap, "keep", 0) == (0, [*values, b"after"])
+        assert f"keep-0: move to {failing} ended" in broker.output(200_000)
+        faulty_fs.heal()
