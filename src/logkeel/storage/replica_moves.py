@@ -419,7 +419,11 @@ class ReplicaMoves:
 
     def _try_swap(self, current: PartitionLog, move: _Move) -> bool:
         future = move.future
+        # The copy made durable before the lock: under it only the last batches are synced.
+        future.flush()
+        future.snapshot_producer_state()
         with current.lock:
+            locked = time.monotonic()
             if self._current(move) is not current or move.cancel.is_set() or not move.target.online:
                 return False
             while future.log_end_offset < current.log_end_offset:
@@ -470,7 +474,11 @@ class ReplicaMoves:
             new.high_watermark = hw
             new.producer_state.on_high_watermark_updated(hw)
             self._manager.replace_log(move.tp, new, target)
-        log.info("%s: moved from %s to %s", move.tp, source.path, target.path)
+            held_ms = (time.monotonic() - locked) * 1000
+        log.info(
+            "%s: moved from %s to %s (%d bytes copied; appends held for %.1f ms by the swap)",
+            move.tp, source.path, target.path, move.copied_bytes, held_ms,
+        )  # fmt: skip
         self._manager.after_move(source, target)
         delay = current.config.file_delete_delay_ms / 1000
 
