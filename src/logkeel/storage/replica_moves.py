@@ -123,6 +123,7 @@ class _Move:
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     copied_bytes: int = 0
+    swapped: bool = False  # the future log was closed and reopened as the partition's log
 
 
 class _Pacer:
@@ -263,6 +264,8 @@ class ReplicaMoves:
         for m in moves:
             if m.thread is not None:
                 m.thread.join(timeout=30)
+            if m.swapped:
+                continue
             try:
                 m.future.close()
             except StorageError as exc:
@@ -443,6 +446,7 @@ class ReplicaMoves:
                 future.maybe_increment_log_start_offset(current.log_start_offset)
             hw, start = current.high_watermark, current.log_start_offset
             future.close()
+            move.swapped = True
             with self._lock:
                 self._moves.pop(move.tp, None)
             source, target = move.source, move.target
