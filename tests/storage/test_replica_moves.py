@@ -134,7 +134,7 @@ def test_appends_during_the_move_all_land_in_the_new_dir(tmp_path: Path) -> None
         writer.join()
     values = [v for _, v in _records(m.get_log(TP))]
     assert [v for v in values if v and v.startswith(b"live-")] == written
-    assert m.moves.status() == []
+    assert wait_for(lambda: m.moves.status() == [])
     m.shutdown()
 
 

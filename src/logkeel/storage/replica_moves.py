@@ -124,6 +124,7 @@ class _Move:
     thread: threading.Thread | None = None
     copied_bytes: int = 0
     swapped: bool = False  # the future log was closed and reopened as the partition's log
+    final_size: int = 0  # its size when closed for the swap
 
 
 class _Pacer:
@@ -239,6 +240,11 @@ class ReplicaMoves:
             current = self._manager.get_log(m.tp)
             if current is None or not m.target.online:
                 continue
+            if m.swapped:
+                # Mid-swap: still a future (caught up) until the new log serves, so a reader
+                # never sees the move gone while the replica is still in its old dir.
+                found.append(MoveStatus(m.tp, str(m.target.path), m.final_size, 0))
+                continue
             try:
                 size = m.future.size_in_bytes
             except (StorageError, OSError):
@@ -246,11 +252,6 @@ class ReplicaMoves:
             lag = max(0, current.log_end_offset - m.future.log_end_offset)
             found.append(MoveStatus(m.tp, str(m.target.path), size, lag))
         return found
-
-    def target_of(self, tp: TopicPartition) -> str | None:
-        with self._lock:
-            move = self._moves.get(tp)
-        return str(move.target.path) if move is not None else None
 
     def close(self) -> None:
         """Shut-down: moves stop where they are; their future dirs stay, to resume at the next
@@ -445,10 +446,9 @@ class ReplicaMoves:
             if current.log_start_offset > future.log_start_offset:
                 future.maybe_increment_log_start_offset(current.log_start_offset)
             hw, start = current.high_watermark, current.log_start_offset
+            move.final_size = future.size_in_bytes
             future.close()
             move.swapped = True
-            with self._lock:
-                self._moves.pop(move.tp, None)
             source, target = move.source, move.target
             with io_guard(source.path, f"setting aside {current.dir.name}"):
                 doomed = mark_for_deletion(source.path, current.dir)
@@ -478,6 +478,8 @@ class ReplicaMoves:
             new.high_watermark = hw
             new.producer_state.on_high_watermark_updated(hw)
             self._manager.replace_log(move.tp, new, target)
+            with self._lock:
+                self._moves.pop(move.tp, None)
             held_ms = (time.monotonic() - locked) * 1000
         log.info(
             "%s: moved from %s to %s (%d bytes copied; appends held for %.1f ms by the swap)",
