@@ -9,12 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 from confluent_kafka.admin import NewTopic
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32
 
-from logkeel.cli.broker_requests import call, nested
 from logkeel.cli.main import cli
-from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.testing.faulty_fs import FaultyFs
 from tests.brokerproc import BrokerProcess
 from tests.server.admin_clients import (
@@ -79,7 +75,9 @@ def test_a_healed_disk_comes_back_without_a_restart(tmp_path: Path, faulty_fs: F
         assert "is online again: 1 partition(s)" in broker.output()
 
 
-def test_an_operator_brings_a_healed_disk_back_on_demand(tmp_path: Path, faulty_fs: FaultyFs) -> None:
+def test_an_operator_brings_a_healed_disk_back_on_demand(
+    tmp_path: Path, faulty_fs: FaultyFs
+) -> None:
     """`logkeel log-dirs online DIR --broker N`: with the broker's own probe off, the healed dir
     comes back when the operator asks, with what it held; asked while the disk still fails, the
     command says so and the dir stays offline."""
@@ -120,11 +118,12 @@ def test_an_operator_brings_a_healed_disk_back_on_demand(tmp_path: Path, faulty_
         assert states[str(failing)]["state"] == "online"
         assert f"asked-{on_failing}" in states[str(failing)]["partitions"]
 
-        # Moving a replica between dirs is not built: refused, and the replica stays put.
-        Request = request_schema(ApiKey.ALTER_REPLICA_LOG_DIRS, 2)
-        Dir, Topic = nested(Request, "AlterReplicaLogDir"), nested(Request, "AlterReplicaLogDirTopic")
-        move = Dir(path=str(healthy), topics=(Topic(name="asked", partitions=(i32(on_failing),)),))
-        answer = call("test", broker.bootstrap, Request(dirs=(move,)))
-        assert answer.results[0].partitions[0].error_code == ErrorCode.invalid_request
-        assert (failing / f"asked-{on_failing}").is_dir()
-        assert not (healthy / f"asked-{on_failing}").exists()
+        # The healed dir's replica can be moved off the disk that failed (KIP-113).
+        moved = CliRunner().invoke(cli, ["log-dirs", "move", "--bootstrap-server", broker.bootstrap,
+                                         "--topic", "asked", "--partition", str(on_failing),
+                                         "--to", str(healthy), "--timeout", "60"])  # fmt: skip
+        assert moved.exit_code == 0, moved.output
+        assert not (failing / f"asked-{on_failing}").exists()
+        assert (healthy / f"asked-{on_failing}").is_dir()
+        _, values = read_partition(broker.bootstrap, "asked", on_failing)
+        assert values[0] == b"kept" and values[-1] == b"again"

@@ -275,6 +275,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _K("unclean.leader.election.enable", BOOLEAN, False,
        "Allow a replica outside the ISR to become leader as a last resort, accepting data loss.",
        topic="unclean.leader.election.enable"),
+    _K("replica.alter.log.dirs.io.max.bytes.per.second", LONG, 9223372036854775807,
+       "The most bytes a second a replica move between this broker's log dirs copies "
+       "(AlterReplicaLogDirs, KIP-113). Kafka shares it among all moves; logkeel gives it to "
+       "each move. Read at start-up.", Range(1)),
     _K("log.dir.recovery.check.interval.ms", LONG, 10000,
        "logkeel's own (beyond KIP-18): how often an offline log dir is probed (write, sync, "
        "read back); one that answers again with the same directory id in its meta.properties is "

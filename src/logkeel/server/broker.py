@@ -171,6 +171,7 @@ class Broker:
             startup_validation=config.log_startup_validation,
             validation_rate_bytes_per_sec=config.log_startup_validation_rate_bytes_per_sec,
             recovery_sync_method=config.log_recovery_sync_method,
+            alter_log_dirs_rate=config.replica_alter_log_dirs_io_max_bytes_per_second,
         )
         self.log_manager.add_dir_failure_listener(self._on_log_dir_failure)
         self.log_manager.offline_dirs.add_online_listener(self._on_log_dir_online)
@@ -197,6 +198,7 @@ class Broker:
                 shutting_down=self.cluster.shutting_down if self.cluster is not None else None,
             )
         )
+        self.log_manager.add_log_replaced_listener(self.replica_manager.on_log_replaced)
         self.group_coordinator = GroupCoordinator(self)
         self.producer_ids = producer_id_api.InitProducerIdApi(
             self.log_manager, self.metadata.reserve_producer_ids

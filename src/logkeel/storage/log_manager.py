@@ -30,6 +30,7 @@ from logkeel.storage.recovery.durability import RECOVERY_SYNC_METHODS, SYNCFS
 from logkeel.storage.recovery.load_report import StartupReport
 from logkeel.storage.recovery.loader import load_partition
 from logkeel.storage.recovery.vouch import manifest_entries
+from logkeel.storage.replica_moves import UNLIMITED_RATE, ReplicaMoves
 from logkeel.storage.scheduler import Scheduler
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -55,11 +56,13 @@ class LogManager:
         startup_validation: str = LAZY,
         validation_rate_bytes_per_sec: int = DEFAULT_VALIDATION_RATE,
         recovery_sync_method: str = SYNCFS,
+        alter_log_dirs_rate: int = UNLIMITED_RATE,
     ) -> None:
         """``startup_validation`` is log.startup.validation (lazy|eager) and
         ``validation_rate_bytes_per_sec`` log.startup.validation.rate.bytes.per.sec (0: no
         background validation; segments are then validated on first access only);
-        ``recovery_sync_method`` is log.recovery.sync.method (see recovery/durability.py)."""
+        ``recovery_sync_method`` is log.recovery.sync.method (see recovery/durability.py);
+        ``alter_log_dirs_rate`` is replica.alter.log.dirs.io.max.bytes.per.second."""
         if startup_validation not in VALIDATION_MODES:
             raise ValueError(
                 f"log.startup.validation must be one of {VALIDATION_MODES}, not {startup_validation!r}"
@@ -83,6 +86,7 @@ class LogManager:
         self.scheduler = Scheduler()
         self._dir_failure_listeners: list[Callable[[str, str], None]] = []
         self._partition_failure_listeners: list[Callable[[TopicPartition, str], None]] = []
+        self._log_replaced_listeners: list[Callable[[TopicPartition, PartitionLog], None]] = []
         self.startup_report: StartupReport | None = None
         self.startup_validation = startup_validation
         self._report_lock = threading.Lock()
@@ -97,7 +101,7 @@ class LogManager:
             validation=startup_validation,
             validator=self.validator,
             sync_method=recovery_sync_method,
-            schedule_delete=self._schedule_delete,
+            schedule_delete=self.schedule_delete,
             report_lock=self._report_lock,
             serve=self._serve,
             set_offline=self._set_offline,
@@ -118,16 +122,22 @@ class LogManager:
             checkpoint_all=self.checkpoint_all,
             probe_offline_dirs=self.offline_dirs.probe,
         )
+        self.moves = ReplicaMoves(self, alter_log_dirs_rate)
 
     # -- configuration --------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
         return self._config_for(topic) if self._config_for else self.default_config
 
-    def _schedule_delete(self, fn: Callable[[], None], delay_s: float) -> None:
+    def schedule_delete(self, fn: Callable[[], None], delay_s: float) -> None:
         self.scheduler.schedule(fn, delay_s)
 
     def add_dir_failure_listener(self, fn: Callable[[str, str], None]) -> None:
         self._dir_failure_listeners.append(fn)
+
+    def add_log_replaced_listener(self, fn: Callable[[TopicPartition, PartitionLog], None]) -> None:
+        """``fn(tp, new_log)`` when a replica moved to another dir serves from its new log;
+        called with the old log's lock held, so no append lands in between."""
+        self._log_replaced_listeners.append(fn)
 
     def add_partition_failure_listener(self, fn: Callable[[TopicPartition, str], None]) -> None:
         """``fn(tp, reason)`` when an error that is not a device fault takes one partition
@@ -189,6 +199,7 @@ class LogManager:
         self.startup_report = report
         report.log_summary(log, len(self.dirs))
         if start_background:
+            self.moves.resume()
             self.background.start()
             self.validator.start()
         return report
@@ -204,6 +215,25 @@ class LogManager:
         with self._lock:
             self.logs[tp] = plog
             self._dir_of[tp] = d
+
+    def replace_log(self, tp: TopicPartition, plog: PartitionLog, d: LogDir) -> None:
+        """``plog`` in ``d`` serves ``tp`` from now on (a replica moved between dirs)."""
+        with self._lock:
+            self.logs[tp] = plog
+            self._dir_of[tp] = d
+        self.validator.forget(tp)
+        for fn in self._log_replaced_listeners:
+            fn(tp, plog)
+
+    def after_move(self, *dirs: LogDir) -> None:
+        """The checkpoints of the dirs a replica moved between follow it."""
+        for d in dirs:
+            if not d.online:
+                continue
+            try:
+                self._write_checkpoints(d)
+            except KafkaStorageError as exc:
+                self.handle_dir_failure(exc)
 
     def _set_offline(self, tp: TopicPartition, reason: str) -> None:
         with self._lock:
@@ -245,7 +275,7 @@ class LogManager:
                 recovery_point=0,
                 log_start_offset=0,
                 clean=True,
-                schedule_delete=self._schedule_delete,
+                schedule_delete=self.schedule_delete,
                 # Everything in a new log is written by this process: nothing to validate,
                 # and a validator would CRC-scan the whole active segment on the first read.
                 trusted=True,
@@ -271,6 +301,7 @@ class LogManager:
         """Removes a partition: its dir in every online log dir (an offline partition's too)
         is renamed to a ``-delete`` name that fits the filesystem and removed in the
         background; a start-up removes any such dir a crash left."""
+        self.moves.cancel(tp)
         with self._lock:
             plog = self.logs.pop(tp, None)
             d = self._dir_of.pop(tp, None)
@@ -365,6 +396,7 @@ class LogManager:
     def take_partition_offline(self, tp: TopicPartition, reason: str) -> None:
         """One partition stops serving (its files are closed, nothing is written), the rest
         of its dir keeps serving. Blocking: run it off the event loop."""
+        self.moves.cancel(tp)
         with self._lock:
             plog = self.logs.pop(tp, None)
             self._dir_of.pop(tp, None)
@@ -391,6 +423,7 @@ class LogManager:
                 self._dir_of.pop(tp)
                 self.offline_partitions[tp] = f"log dir {d.path} is offline"
                 plog.close_without_flush()
+        self.moves.cancel_dir(str(d.path))
         for fn in self._dir_failure_listeners:
             try:
                 fn(str(d.path), reason)
@@ -413,6 +446,7 @@ class LogManager:
     # -- shutdown -------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Flushes everything, snapshots producer state, checkpoints and marks each dir clean."""
+        self.moves.close()
         self.validator.stop()
         self.scheduler.shutdown(run_pending_once=True)
         for d in self.online_dirs:

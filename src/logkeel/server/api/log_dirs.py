@@ -1,13 +1,16 @@
-"""DescribeLogDirs (v1-5): each log dir with its partitions' sizes and lags; offline dirs
-answer KAFKA_STORAGE_ERROR. AlterReplicaLogDirs (v1-2): an entry that names an offline log dir
-of this broker and no replicas brings that dir back now (``logkeel log-dirs online``), as the
-``log.dir.recovery.check.interval.ms`` probe would; moving replicas between dirs is refused."""
+"""DescribeLogDirs (v1-5): each log dir with its partitions' sizes and lags, future replicas
+(moves in progress) with ``is_future_key`` and their lag behind the current replica; offline
+dirs answer KAFKA_STORAGE_ERROR. AlterReplicaLogDirs (v1-2): each replica named moves to the
+dir named (KIP-113, ``storage/replica_moves.py``); an entry that names an offline log dir of
+this broker and no replicas brings that dir back now (``logkeel log-dirs online``), as the
+``log.dir.recovery.check.interval.ms`` probe would."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,8 +22,15 @@ from logkeel.server.protocol import ApiKey
 from logkeel.storage.errors import KafkaStorageError, StorageError
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.offline_dirs import LogDirNotRecoverable
+from logkeel.storage.replica_moves import LogDirNotFoundError, ReplicaNotAvailableError
+from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["ALTER_REPLICA_LOG_DIRS_VERSIONS", "DESCRIBE_LOG_DIRS_VERSIONS", "LogDirsApi", "register"]
+__all__ = [
+    "ALTER_REPLICA_LOG_DIRS_VERSIONS",
+    "DESCRIBE_LOG_DIRS_VERSIONS",
+    "LogDirsApi",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +67,47 @@ class LogDirsApi:
     async def alter_replica_log_dirs(self, ctx: RequestContext, request: Any) -> Any:
         """A dir with no replicas named: bring it online if it is offline here (the answer
         has no per-dir error field: DescribeLogDirs tells the outcome, the log says why).
-        Replicas named: logkeel does not move replicas between dirs yet (INVALID_REQUEST)."""
-        moved = []
+        Replicas named: each starts moving there, with Kafka's per-partition errors."""
+        codes: dict[tuple[str, str, int], ErrorCode] = {}
         for entry in request.dirs:
+            path = str(entry.path)
             if not entry.topics:
-                await asyncio.to_thread(self._bring_online, str(entry.path))
+                await asyncio.to_thread(self._bring_online, path)
                 continue
-            log.warning(
-                "AlterReplicaLogDirs to %s refused: moving replicas between log dirs is not "
-                "supported yet",
-                entry.path,
-            )
-            moved.append(entry)
-        return self._alter_response(ctx, moved, ErrorCode.invalid_request)
+            for topic in entry.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(str(topic.name), int(p))
+                    codes[(path, tp.topic, tp.partition)] = await asyncio.to_thread(
+                        self._move, tp, path
+                    )
+        return self._alter_response(ctx, request.dirs, lambda path, t, p: codes[(path, t, p)])
+
+    def _move(self, tp: TopicPartition, path: str) -> ErrorCode:
+        try:
+            self._log_manager.moves.start(tp, path)
+        except LogDirNotFoundError as exc:
+            log.warning("AlterReplicaLogDirs %s: %s", tp, exc)
+            return ErrorCode.log_dir_not_found
+        except ReplicaNotAvailableError as exc:
+            log.warning("AlterReplicaLogDirs %s: %s", tp, exc)
+            return ErrorCode.replica_not_available
+        except KafkaStorageError as exc:
+            log.warning("AlterReplicaLogDirs %s to %s: %s", tp, path, exc)
+            if exc.log_dir == path:
+                self._log_manager.handle_dir_failure(exc)
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none
 
     def alter_replica_log_dirs_error(
         self, ctx: RequestContext, request: Any, code: ErrorCode
     ) -> Any:
         """Every partition named carries ``code`` (Kafka's answer to an unauthorized caller)."""
-        return self._alter_response(ctx, request.dirs, code)
+        return self._alter_response(ctx, request.dirs, lambda path, t, p: code)
 
     @staticmethod
-    def _alter_response(ctx: RequestContext, dirs: Any, code: ErrorCode) -> Any:
+    def _alter_response(
+        ctx: RequestContext, dirs: Any, code_of: Callable[[str, str, int], ErrorCode]
+    ) -> Any:
         types = nested_types(ApiKey.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
         results = [
             build(
@@ -88,7 +117,7 @@ class LogDirsApi:
                     build(
                         types.AlterReplicaLogDirPartitionResult,
                         partition_index=p,
-                        error_code=code,
+                        error_code=code_of(str(entry.path), str(topic.name), int(p)),
                     )
                     for p in topic.partitions
                 ),
@@ -113,6 +142,18 @@ class LogDirsApi:
         types = nested_types(ApiKey.DESCRIBE_LOG_DIRS, version)
         lm = self._log_manager
         by_dir: dict[str, dict[str, list[Any]]] = {str(d.path): {} for d in lm.dirs}
+        for future in lm.moves.status():
+            if wanted is not None and future.tp.partition not in wanted.get(future.tp.topic, ()):
+                continue
+            by_dir[future.log_dir].setdefault(future.tp.topic, []).append(
+                build(
+                    types.DescribeLogDirsPartition,
+                    partition_index=future.tp.partition,
+                    partition_size=future.size,
+                    offset_lag=future.offset_lag,
+                    is_future_key=True,
+                )
+            )
         for tp, plog in list(lm.logs.items()):
             if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
                 continue

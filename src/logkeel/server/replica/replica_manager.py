@@ -57,6 +57,7 @@ from logkeel.server.replica.offset_queries import OffsetQueries
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.partition_table import PartitionTable
 from logkeel.server.replica.purgatory import DelayedOperationPurgatory
+from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -198,6 +199,14 @@ class ReplicaManager:
         """A failed log dir was loaded again (called from the thread that loaded it): its
         partitions serve again, as followers catching up or as leaders the controller picks."""
         self._wake(self._table.take_dir_online(log_dir, loaded))
+
+    def on_log_replaced(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        """A replica moved to another log dir: it serves from ``plog`` now. Called with the old
+        log's lock held; an append that took the old log finds it replaced under that lock and
+        is refused (NOT_LEADER_OR_FOLLOWER, retried by the client) rather than written there."""
+        p = self._table.get(tp)
+        if p is not None and p.log is not None:
+            p.log = plog
 
     def on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
         """One partition's log went offline for an error that is not a device fault (its dir
