@@ -86,9 +86,18 @@ class Model:
 
     # -- steps -----------------------------------------------------------------------------------
 
-    def write(self, n: int) -> None:
+    def serving_leader(self) -> int:
+        """The replica that acts as leader: a broker back from a restart does not take up a
+        leadership granted to its earlier run until the controller elects again (its cache
+        hides it: `zk_store`, leader_broker_epoch), so it neither takes writes nor serves."""
         lead = self.reg.leader
-        if lead == NO_LEADER or lead not in self.live:
+        if lead == NO_LEADER or lead not in self.live or self.runs[lead] != self.leader_run:
+            return NO_LEADER
+        return lead
+
+    def write(self, n: int) -> None:
+        lead = self.serving_leader()
+        if lead == NO_LEADER:
             return
         epoch = self.reg.leader_epoch
         for _ in range(n):
@@ -103,8 +112,8 @@ class Model:
 
     def catch_up(self, r: int) -> None:
         """A live follower fetches the leader's log (truncating what diverges) and joins."""
-        lead = self.reg.leader
-        if lead in (NO_LEADER, r) or r not in self.live or lead not in self.live:
+        lead = self.serving_leader()
+        if lead in (NO_LEADER, r) or r not in self.live:
             return
         self.logs[r] = list(self.logs[lead])
         if r not in self.reg.isr:
@@ -183,8 +192,8 @@ class Model:
     # -- the property ----------------------------------------------------------------------------
 
     def lost(self) -> set[int]:
-        lead = self.reg.leader
-        if lead == NO_LEADER or lead not in self.live:
+        lead = self.serving_leader()
+        if lead == NO_LEADER:
             return set()
         held = {i for i, _ in self.logs[lead]}
         return self.acked - held - self.excused
@@ -263,3 +272,17 @@ def test_after_a_reported_loss_older_reports_count_only_up_to_it() -> None:
     assert acknowledged_offset(reports, (4, 500)) == 500
     assert acknowledged_offset(reports, (4, -1)) == 500  # the newer report still counts
     assert acknowledged_offset([(3, 1000)], (4, -1)) == 0
+
+
+def test_a_wiped_leader_back_before_any_pass_does_not_serve_and_is_not_reelected() -> None:
+    """Hypothesis found it: the leader dies, its disk is wiped, it comes back before the
+    controller acted. It does not take its old leadership up (a grant to its earlier run), and
+    the pass that follows elects a replica that holds the records."""
+    m = Model()
+    m.write(1)
+    m.kill(0)
+    m.wipe(0)
+    m.restart(0)
+    assert m.serving_leader() == NO_LEADER and not m.lost()
+    m.controller_pass()
+    assert m.reg.leader in (1, 2) and not m.lost(), m.reg
