@@ -84,6 +84,7 @@ class ZkMetadataStore(MetadataStore):
         self._session_lost = False
         self.write_fence = SessionFence(client.session_timeout_ms)
         self._closing = False
+        self._leaving = False  # a controlled shutdown is under way: no registering again
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
         self._known_topics: set[str] = set()
         self._offline: frozenset[TopicPartition] = frozenset()
@@ -152,10 +153,29 @@ class ZkMetadataStore(MetadataStore):
                 continue
             log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id, epoch)
             self.broker_epoch = epoch
+            self._watch_registration(epoch)
             if self._offline:  # ephemeral, so gone with an expired session
                 self.client.set_offline_replicas(self.node_id, self._offline)
             self.write_fence.registered()
             return epoch
+
+    def _watch_registration(self, epoch: int) -> None:
+        """Registers again when this registration is deleted while the session lives on: a
+        peer took this broker for a crashed one (`crash_detection`)."""
+
+        def fired(data: bytes | None, stat: Any) -> bool:
+            if self.broker_epoch != epoch or self._closing or self._leaving:
+                return False
+            if data is None:
+                log.warning(
+                    "this broker's registration (broker epoch %d) was removed while it runs; "
+                    "registering again", epoch,
+                )  # fmt: skip
+                self._tasks.put(("register", ""))
+                return False
+            return True
+
+        self.client.zk.DataWatch(zd.broker_path(self.node_id), fired)
 
     def report_offline_replicas(
         self, partitions: Iterable[TopicPartition], offline_log_dir_ids: Iterable[str]
@@ -272,14 +292,24 @@ class ZkMetadataStore(MetadataStore):
         for path in (zd.topic_path(name), zd.topic_config_path(name)):
             self._watch(path, name)
 
-    def _watch(self, path: str, topic: str) -> None:
+    def _watch(self, path: str, topic: str, partition: int | None = None) -> None:
+        """Queues a refresh of ``topic`` on every change of ``path``; a partition's state
+        (``partition`` given) is kept from what the watch delivers, so that a refresh reads no
+        partition state (the first delivery comes before this returns)."""
         if path in self._watched:
             return
         self._watched.add(path)
 
-        def fired(_data: bytes | None, _stat: object) -> bool:
+        def fired(data: bytes | None, stat: Any) -> bool:
             if path not in self._watched:
                 return False  # the topic is gone: stop watching
+            if partition is not None:
+                if data is None:
+                    self._leader_isr.pop((topic, partition), None)
+                else:
+                    self._leader_isr[(topic, partition)] = zd.decode_partition_state(
+                        data, stat.version
+                    )
             self._tasks.put(("topic", topic))
             return True
 
@@ -336,11 +366,10 @@ class ZkMetadataStore(MetadataStore):
         configs = self.client.topic_config(name)
         partitions: dict[int, PartitionState] = {}
         for p, replicas in sorted(assignment.partitions.items()):
-            self._watch(zd.partition_state_path(name, p), name)
-            state = self.client.partition_state(name, p)
+            self._watch(zd.partition_state_path(name, p), name, p)
+            state = self._leader_isr.get((name, p))
             if state is None:
                 continue  # the controller has not elected its first leader yet
-            self._leader_isr[(name, p)] = state
             leader = state.leader
             if leader == self.node_id and state.leader_broker_epoch not in (-1, self.broker_epoch):
                 # Elected in an earlier run of this broker, whose disk may have lost what it
@@ -512,6 +541,7 @@ class ZkMetadataStore(MetadataStore):
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Asks the controller to move this broker's leaderships away and waits until none is
         left that another in-sync replica could take; False when ``timeout_s`` passed first."""
+        self._leaving = True
         self.client.request_controlled_shutdown(self.node_id)
 
         def moved() -> bool:
