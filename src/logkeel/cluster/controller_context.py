@@ -26,6 +26,7 @@ from kazoo.exceptions import NoNodeError
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.controller_decisions import LiveBrokers
 from logkeel.cluster.zk_data import BrokerRegistration, LeaderIsr, ReplicaLogReport, TopicAssignment
+from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["ControllerContext"]
@@ -48,29 +49,23 @@ class ControllerContext:
         self.configs: dict[str, dict[str, str]] = {}
         self.states: dict[TopicPartition, LeaderIsr] = {}
         self.reports: dict[int, tuple[int, dict[TopicPartition, ReplicaLogReport]]] = {}
-        self._watched: set[str] = set()
-        self._closed = False
-        self._pending = 0
-        self._loaded = threading.Event()
+        self._watches = WatchedZnodes(zk, self._fail)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def load(self, timeout_s: float) -> bool:
         """Reads the whole view (pipelined) and arms every watch; False if it took longer."""
-        self._begin()
-        try:
-            self._children(zd.BROKER_IDS, self._on_broker_ids)
-            self._children(zd.CONTROLLED_SHUTDOWN, self._on_shutting_down)
-            self._children(zd.OFFLINE_REPLICAS, self._on_offline_parents)
-            self._children(zd.TOPICS, self._on_topics)
-            self._children(zd.REPLICA_LOGS, self._on_report_brokers)
-        finally:
-            self._end()
-        return self._loaded.wait(timeout_s)
+        w = self._watches
+        w.children(zd.BROKER_IDS, self._on_broker_ids)
+        w.children(zd.CONTROLLED_SHUTDOWN, self._on_shutting_down)
+        w.children(zd.OFFLINE_REPLICAS, self._on_offline_parents)
+        w.children(zd.TOPICS, self._on_topics)
+        w.children(zd.REPLICA_LOGS, self._on_report_brokers)
+        return w.wait_loaded(timeout_s)
 
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
-        self._closed = True
+        self._watches.close()
 
     # -- what the decisions read (under ``lock``) ---------------------------------------------
 
@@ -100,96 +95,20 @@ class ControllerContext:
         and watched from now on if it is new."""
         with self.lock:
             self._put_state(tp, state)
-        self._data(zd.partition_state_path(tp.topic, tp.partition), self._state_watcher(tp))
-
-    # -- the reads and their watches --------------------------------------------------------------
-
-    def _begin(self) -> None:
-        with self.lock:
-            self._pending += 1
-
-    def _end(self) -> None:
-        with self.lock:
-            self._pending -= 1
-            if self._pending == 0:
-                self._loaded.set()
+        self._watches.data(zd.partition_state_path(tp.topic, tp.partition), self._state_watcher(tp))
 
     def _fail(self, path: str, exc: BaseException) -> None:
-        if not self._closed:
-            log.warning("controller context: reading %s failed (%s); reloading", path, exc)
-            self._on_change("reload", ())
-
-    def _data(self, path: str, on_data: Callable[[bytes | None, Any], None]) -> None:
-        """Calls ``on_data(data, stat)`` now and on every change (None, None: no znode, which
-        is watched for its creation), until the context closes."""
-        if path in self._watched:
-            return
-        self._watched.add(path)
-        self._get_data(path, on_data)
-
-    def _get_data(self, path: str, on_data: Callable[[bytes | None, Any], None]) -> None:
-        def fired(_event: object) -> None:
-            if not self._closed:
-                self._get_data(path, on_data)
-
-        def done(result: Any) -> None:
-            try:
-                try:
-                    data, stat = result.get()
-                except NoNodeError:
-                    self._begin()
-                    self._zk.exists_async(path, watch=fired).rawlink(self._exists_done(path, fired))
-                    on_data(None, None)
-                    return
-                on_data(data, stat)
-            except Exception as exc:  # noqa: BLE001 - a lost connection: reload the whole view
-                self._fail(path, exc)
-            finally:
-                self._end()
-
-        if self._closed:
-            return
-        self._begin()
-        self._zk.get_async(path, watch=fired).rawlink(done)
-
-    def _exists_done(self, path: str, fired: Callable[[object], None]) -> Callable[[Any], None]:
-        def done(result: Any) -> None:
-            try:
-                if result.get() is not None:  # created meanwhile: its watch may never fire
-                    fired(None)
-            except Exception as exc:  # noqa: BLE001
-                self._fail(path, exc)
-            finally:
-                self._end()
-
-        return done
-
-    def _children(self, path: str, on_children: Callable[[list[str]], None]) -> None:
-        def fired(_event: object) -> None:
-            if not self._closed:
-                self._children(path, on_children)
-
-        def done(result: Any) -> None:
-            try:
-                on_children(list(result.get()))
-            except NoNodeError:
-                on_children([])
-            except Exception as exc:  # noqa: BLE001
-                self._fail(path, exc)
-            finally:
-                self._end()
-
-        if self._closed:
-            return
-        self._begin()
-        self._zk.get_children_async(path, watch=fired).rawlink(done)
+        log.warning("controller context: reading %s failed (%s); reloading", path, exc)
+        self._on_change("reload", ())
 
     # -- brokers ----------------------------------------------------------------------------------
 
     def _on_broker_ids(self, ids: list[str]) -> None:
         for child in ids:
             broker = int(child)
-            self._data(zd.broker_path(broker), lambda d, s, b=broker: self._on_broker(b, d, s))
+            self._watches.data(
+                zd.broker_path(broker), lambda d, s, b=broker: self._on_broker(b, d, s)
+            )
 
     def _on_broker(self, broker: int, data: bytes | None, stat: Any) -> None:
         with self.lock:
@@ -214,7 +133,7 @@ class ControllerContext:
     def _on_offline_parents(self, ids: list[str]) -> None:
         for child in ids:
             broker = int(child)
-            self._data(
+            self._watches.data(
                 zd.offline_replicas_path(broker), lambda d, _s, b=broker: self._on_offline(b, d)
             )
 
@@ -229,8 +148,12 @@ class ControllerContext:
 
     def _on_topics(self, names: list[str]) -> None:
         for topic in names:
-            self._data(zd.topic_path(topic), lambda d, _s, t=topic: self._on_assignment(t, d))
-            self._data(zd.topic_config_path(topic), lambda d, _s, t=topic: self._on_config(t, d))
+            self._watches.data(
+                zd.topic_path(topic), lambda d, _s, t=topic: self._on_assignment(t, d)
+            )
+            self._watches.data(
+                zd.topic_config_path(topic), lambda d, _s, t=topic: self._on_config(t, d)
+            )
 
     def _topic_partitions(self, topic: str) -> set[TopicPartition]:
         a = self.assignments.get(topic)
@@ -245,12 +168,17 @@ class ControllerContext:
                 for tp in touched:
                     self.states.pop(tp, None)
                 # Watched again (from scratch) if a topic of this name is created anew.
-                self._watched = {p for p in self._watched if not _of_topic(p, topic)}
+                for tp in touched:
+                    self._watches.forget(zd.partition_state_path(tp.topic, tp.partition))
+                self._watches.forget(zd.topic_path(topic))
+                self._watches.forget(zd.topic_config_path(topic))
             else:
                 self.assignments[topic] = zd.decode_topic(topic, data)
                 touched = self._topic_partitions(topic)
         for tp in sorted(touched) if data is not None else ():
-            self._data(zd.partition_state_path(tp.topic, tp.partition), self._state_watcher(tp))
+            self._watches.data(
+                zd.partition_state_path(tp.topic, tp.partition), self._state_watcher(tp)
+            )
         self._on_change("partitions", touched)
 
     def _on_config(self, topic: str, data: bytes | None) -> None:
@@ -287,7 +215,9 @@ class ControllerContext:
     def _on_report_brokers(self, ids: list[str]) -> None:
         for child in ids:
             broker = int(child)
-            self._data(zd.replica_logs_path(broker), lambda d, _s, b=broker: self._on_report(b, d))
+            self._watches.data(
+                zd.replica_logs_path(broker), lambda d, _s, b=broker: self._on_report(b, d)
+            )
 
     def _on_report(self, broker: int, data: bytes | None) -> None:
         """The report znode changes last when a broker reports: read its parts, then tell."""
@@ -305,7 +235,6 @@ class ControllerContext:
                 names = []
             except Exception as exc:  # noqa: BLE001
                 self._fail(path, exc)
-                self._end()
                 return
             logs = dict(legacy)
             left = [len(names)]
@@ -321,15 +250,12 @@ class ControllerContext:
                     left[0] -= 1
                     if left[0] == 0:
                         self._report_read(broker, generation, logs)
-                        self._end()
 
             if not names:
                 self._report_read(broker, generation, logs)
-                self._end()
             for name in names:
                 self._zk.get_async(f"{path}/{name}").rawlink(part_read)
 
-        self._begin()
         self._zk.get_children_async(path).rawlink(parts_listed)
 
     def _report_read(
@@ -345,9 +271,3 @@ class ControllerContext:
                 if (s := self.states.get(tp)) is None or s.leader in (-1, broker)
             }
         self._on_change("partitions", touched)
-
-
-def _of_topic(path: str, topic: str) -> bool:
-    return path in (zd.topic_path(topic), zd.topic_config_path(topic)) or path.startswith(
-        zd.partitions_path(topic) + "/"
-    )

@@ -45,6 +45,7 @@ from logkeel.cluster.zk_brokers import BrokerIdInUse
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
 from logkeel.cluster.zk_topics import StalePartitionState
+from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.log_dir import random_uuid
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
@@ -54,6 +55,11 @@ log = logging.getLogger(__name__)
 
 # How long an admin write waits for the controller's result to reach this broker's cache.
 ADMIN_WAIT_S = 15.0
+# Changes are gathered until none came for this long, or this long passed since the first.
+_COALESCE_QUIET_S = 0.01
+_COALESCE_MAX_S = 0.1
+# How long a rebuild waits for the first states of partitions it just began watching.
+_FIRST_STATES_WAIT_S = 30.0
 
 _Task = tuple[str, str]  # ("topic", name) | ("brokers", "") | ("register", "") | ("stop", "")
 
@@ -76,6 +82,12 @@ class ZkMetadataStore(MetadataStore):
         self._live: Mapping[int, BrokerRegistration] = MappingProxyType({})
         self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
         self._leader_isr: dict[tuple[str, int], LeaderIsr] = {}
+        # Each topic's assignment and configs as last read (a partition state's change
+        # rebuilds its topic from these, reading nothing).
+        self._assignments: dict[str, TopicAssignment] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        # The partition states, watched pipelined (thousands of them: `zk_watch`).
+        self._states = WatchedZnodes(client.zk, self._state_watch_failed)
         self._listeners: list[Listener] = []
         self._watched: set[str] = set()
         self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
@@ -292,37 +304,58 @@ class ZkMetadataStore(MetadataStore):
         for path in (zd.topic_path(name), zd.topic_config_path(name)):
             self._watch(path, name)
 
-    def _watch(self, path: str, topic: str, partition: int | None = None) -> None:
-        """Queues a refresh of ``topic`` on every change of ``path``; a partition's state
-        (``partition`` given) is kept from what the watch delivers, so that a refresh reads no
-        partition state (the first delivery comes before this returns)."""
+    def _watch(self, path: str, topic: str) -> None:
         if path in self._watched:
             return
         self._watched.add(path)
 
-        def fired(data: bytes | None, stat: Any) -> bool:
+        def fired(_data: bytes | None, _stat: object) -> bool:
             if path not in self._watched:
                 return False  # the topic is gone: stop watching
-            if partition is not None:
-                if data is None:
-                    self._leader_isr.pop((topic, partition), None)
-                else:
-                    self._leader_isr[(topic, partition)] = zd.decode_partition_state(
-                        data, stat.version
-                    )
             self._tasks.put(("topic", topic))
             return True
 
         self.client.zk.DataWatch(path, fired)
+
+    def _watch_state(self, topic: str, partition: int) -> bool:
+        """Keeps the partition's state from what its watch delivers (a refresh of its topic
+        then reads no partition state) and queues a rebuild of the topic on each change."""
+        key = (topic, partition)
+
+        def on_state(data: bytes | None, stat: Any) -> None:
+            if data is None:
+                self._leader_isr.pop(key, None)
+            else:
+                cached = self._leader_isr.get(key)
+                if cached is not None and cached.zk_version >= stat.version:
+                    return
+                self._leader_isr[key] = zd.decode_partition_state(data, stat.version)
+            self._tasks.put(("state", topic))
+
+        return self._states.data(zd.partition_state_path(topic, partition), on_state)
+
+    def _state_watch_failed(self, path: str, exc: BaseException) -> None:
+        log.warning("watching %s failed (%s); watching every partition state anew", path, exc)
+        self._tasks.put(("rewatch", ""))
+
+    def _rewatch_states(self) -> None:
+        """After a session expired (its watches went with it) or a watch failed."""
+        self._states.close()
+        self._states = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        for name in list(self._assignments):
+            self._refresh_topic(name)
 
     # -- the worker -------------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             batch = {self._tasks.get()}
-            while True:
+            # A burst of changes (a controller moving hundreds of leaderships) is taken in one
+            # rebuild of each topic, not one per partition.
+            until = time.monotonic() + _COALESCE_MAX_S
+            while (left := until - time.monotonic()) > 0:
                 try:
-                    batch.add(self._tasks.get_nowait())
+                    batch.add(self._tasks.get(timeout=min(left, _COALESCE_QUIET_S)))
                 except queue.Empty:
                     break
             if ("stop", "") in batch:
@@ -330,11 +363,14 @@ class ZkMetadataStore(MetadataStore):
             try:
                 if ("register", "") in batch:
                     self._register()
+                    self._rewatch_states()
+                elif ("rewatch", "") in batch:
+                    self._rewatch_states()
                 if ("brokers", "") in batch:
                     self._refresh_brokers()
-                for kind, name in sorted(batch):
-                    if kind == "topic":
-                        self._refresh_topic(name)
+                reread = {name for kind, name in batch if kind == "topic"}
+                for name in sorted(reread | {name for kind, name in batch if kind == "state"}):
+                    self._refresh_topic(name, reread=name in reread)
             except Exception:  # noqa: BLE001 - a failed refresh is retried, never fatal
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
@@ -346,27 +382,42 @@ class ZkMetadataStore(MetadataStore):
         self._cannot_serve = self.client.offline_replicas()
         # offline_replicas depend on liveness: rebuild every topic from the cached states.
         for name in list(self._snapshot):
-            self._refresh_topic(name)
+            self._refresh_topic(name, reread=False)
         self._signal()
 
-    def _refresh_topic(self, name: str, *, notify: bool = True) -> None:
-        assignment = self.client.topic_assignment(name)
+    def _refresh_topic(self, name: str, *, notify: bool = True, reread: bool = True) -> None:
+        """Rebuilds the topic's state; ``reread``: its assignment and configs changed (else
+        only partition states, which the watches delivered)."""
+        if reread or name not in self._assignments:
+            assignment = self.client.topic_assignment(name)
+            if assignment is not None:
+                self._assignments[name] = assignment
+                self._configs[name] = self.client.topic_config(name)
+        else:
+            assignment = self._assignments[name]
         old = self._snapshot.get(name)
         if assignment is None:
-            self._watched.difference_update(
-                {zd.topic_path(name), zd.topic_config_path(name)}
-                | {p for p in self._watched if p.startswith(zd.partitions_path(name) + "/")}
-            )
+            self._watched.difference_update({zd.topic_path(name), zd.topic_config_path(name)})
+            gone = self._assignments.pop(name, None)
+            self._configs.pop(name, None)
+            for p in gone.partitions if gone is not None else ():
+                self._states.forget(zd.partition_state_path(name, p))
             for key in [k for k in self._leader_isr if k[0] == name]:
                 del self._leader_isr[key]
             if old is not None:
                 self._publish(name, None, notify)
             return
         self._watch_topic(name)
-        configs = self.client.topic_config(name)
+        configs = self._configs[name]
+        new = {
+            zd.partition_state_path(name, p)
+            for p in assignment.partitions
+            if self._watch_state(name, p)
+        }
+        # The first delivery of each watch just set (a new topic, or new partitions).
+        self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
         partitions: dict[int, PartitionState] = {}
         for p, replicas in sorted(assignment.partitions.items()):
-            self._watch(zd.partition_state_path(name, p), name, p)
             state = self._leader_isr.get((name, p))
             if state is None:
                 continue  # the controller has not elected its first leader yet
