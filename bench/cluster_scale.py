@@ -5,10 +5,12 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client;
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
-  led by it (as another broker's Metadata shows); then its restart until it is back in every
-  ISR (rejoin_after_shutdown_s);
-- kill_controller_s: SIGKILL of the controller's broker, until every partition has a live
-  leader; then its restart until it is back in every ISR (rejoin_after_kill_s);
+  led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
+  broker's Metadata shows it (that broker has applied them); then its restart until it is back
+  in every ISR in ZooKeeper (rejoin_after_shutdown_s);
+- kill_controller_s (and ..._metadata_s): SIGKILL of the controller's broker, until every
+  partition has a live leader; then its restart until it is back in every ISR
+  (rejoin_after_kill_s);
 - zookeeper: ZooKeeper's own counters (4lw `mntr`) over each failure, from the signal until the
   leaderships have moved: packets and bytes received and sent;
 - producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
@@ -87,6 +89,24 @@ class View:
         return (
             parts is not None and len(parts) == n and all(broker in p.isrs for p in parts.values())
         )
+
+
+class ZkView:
+    """The partition states in ZooKeeper, read pipelined: what the controller decided."""
+
+    def __init__(self, zk: KazooClient, n: int) -> None:
+        self.zk = zk
+        self.n = n
+
+    def states(self) -> list[Any]:
+        pending = [self.zk.get_async(zd.partition_state_path(TOPIC, p)) for p in range(self.n)]
+        return [zd.decode_partition_state(r.get()[0], 0) for r in pending]
+
+    def none_led_by(self, broker: int) -> bool:
+        return all(s.leader not in (broker, -1) for s in self.states())
+
+    def in_every_isr(self, broker: int) -> bool:
+        return all(broker in s.isr for s in self.states())
 
 
 def timed(probe: Callable[[], bool], what: str, started: float) -> float | str:
@@ -191,7 +211,12 @@ def run(n: int, base: Path) -> dict[str, Any]:
 
         sender = Sender(",".join(b.bootstrap for b in brokers.values()), n)
         sender.start()
-        time.sleep(2)  # the producer under way before the first fault
+        # Under way on every partition before the first fault (the first write of each
+        # partition creates its logs).
+        result["first_write_everywhere_s"] = timed(
+            lambda: sender.acked >= n, "a write per partition", time.monotonic()
+        )
+        zkv = ZkView(watcher, n)
         zk_use: dict[str, Any] = {}
 
         # Controlled shutdown of a broker that is not the controller.
@@ -204,15 +229,18 @@ def run(n: int, base: Path) -> dict[str, Any]:
         assert proc is not None
         proc.terminate()
         result["controlled_shutdown_s"] = timed(
-            lambda: view[other].none_led_by(victim, n), "leaderships moved", started
+            lambda: zkv.none_led_by(victim), "leaderships moved (ZooKeeper)", started
         )
         zk_use["controlled_shutdown"] = zk_delta(before, mntr(zk))
+        result["controlled_shutdown_metadata_s"] = timed(
+            lambda: view[other].none_led_by(victim, n), "leaderships moved (Metadata)", started
+        )
         brokers[victim].stop(120)
         result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
         started = time.monotonic()
         brokers[victim].start(120)
         result["rejoin_after_shutdown_s"] = timed(
-            lambda: view[other].in_every_isr(victim, n), "back in every ISR", started
+            lambda: zkv.in_every_isr(victim), "back in every ISR", started
         )
 
         # SIGKILL of the controller's broker.
@@ -222,13 +250,16 @@ def run(n: int, base: Path) -> dict[str, Any]:
         started = time.monotonic()
         brokers[ctl].kill()
         result["kill_controller_s"] = timed(
-            lambda: view[other].none_led_by(ctl, n), "every partition led", started
+            lambda: zkv.none_led_by(ctl), "every partition led (ZooKeeper)", started
         )
         zk_use["kill_controller"] = zk_delta(before, mntr(zk))
+        result["kill_controller_metadata_s"] = timed(
+            lambda: view[other].none_led_by(ctl, n), "every partition led (Metadata)", started
+        )
         started = time.monotonic()
         brokers[ctl].start(120)
         result["rejoin_after_kill_s"] = timed(
-            lambda: view[other].in_every_isr(ctl, n), "back in every ISR", started
+            lambda: zkv.in_every_isr(ctl), "back in every ISR", started
         )
         result["zookeeper"] = zk_use
         result["producer"] = sender.finish()

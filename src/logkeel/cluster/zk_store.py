@@ -88,6 +88,9 @@ class ZkMetadataStore(MetadataStore):
         self._configs: dict[str, dict[str, str]] = {}
         # The partition states, watched pipelined (thousands of them: `zk_watch`).
         self._states = WatchedZnodes(client.zk, self._state_watch_failed)
+        # Partitions whose state a watch delivered since their topic was last rebuilt.
+        self._changed_states: dict[str, set[int]] = {}
+        self._changed_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._watched: set[str] = set()
         self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
@@ -330,9 +333,15 @@ class ZkMetadataStore(MetadataStore):
                 if cached is not None and cached.zk_version >= stat.version:
                     return
                 self._leader_isr[key] = zd.decode_partition_state(data, stat.version)
+            with self._changed_lock:
+                self._changed_states.setdefault(topic, set()).add(partition)
             self._tasks.put(("state", topic))
 
         return self._states.data(zd.partition_state_path(topic, partition), on_state)
+
+    def _take_changed_states(self, topic: str) -> set[int]:
+        with self._changed_lock:
+            return self._changed_states.pop(topic, set())
 
     def _state_watch_failed(self, path: str, exc: BaseException) -> None:
         log.warning("watching %s failed (%s); watching every partition state anew", path, exc)
@@ -370,7 +379,7 @@ class ZkMetadataStore(MetadataStore):
                     self._refresh_brokers()
                 reread = {name for kind, name in batch if kind == "topic"}
                 for name in sorted(reread | {name for kind, name in batch if kind == "state"}):
-                    self._refresh_topic(name, reread=name in reread)
+                    self._refresh_topic(name, reread=name in reread, full=name in reread)
             except Exception:  # noqa: BLE001 - a failed refresh is retried, never fatal
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
@@ -385,9 +394,11 @@ class ZkMetadataStore(MetadataStore):
             self._refresh_topic(name, reread=False)
         self._signal()
 
-    def _refresh_topic(self, name: str, *, notify: bool = True, reread: bool = True) -> None:
-        """Rebuilds the topic's state; ``reread``: its assignment and configs changed (else
-        only partition states, which the watches delivered)."""
+    def _refresh_topic(
+        self, name: str, *, notify: bool = True, reread: bool = True, full: bool = True
+    ) -> None:
+        """Rebuilds the topic's state; ``reread``: its assignment and configs changed;
+        not ``full``: only the partition states the watches delivered since changed."""
         if reread or name not in self._assignments:
             assignment = self.client.topic_assignment(name)
             if assignment is not None:
@@ -416,11 +427,20 @@ class ZkMetadataStore(MetadataStore):
         }
         # The first delivery of each watch just set (a new topic, or new partitions).
         self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
-        partitions: dict[int, PartitionState] = {}
-        for p, replicas in sorted(assignment.partitions.items()):
+        changed = self._take_changed_states(name)
+        if full or old is None:
+            partitions: dict[int, PartitionState] = {}
+            targets: Iterable[int] = assignment.partitions
+        else:  # only partition states changed: the others are kept as they are
+            partitions = dict(old.partitions)
+            targets = changed
+        for p in sorted(targets):
+            replicas = assignment.partitions.get(p)
             state = self._leader_isr.get((name, p))
-            if state is None:
-                continue  # the controller has not elected its first leader yet
+            if replicas is None or state is None:
+                # Not elected its first leader yet (or gone with the assignment).
+                partitions.pop(p, None)
+                continue
             leader = state.leader
             if leader == self.node_id and state.leader_broker_epoch not in (-1, self.broker_epoch):
                 # Elected in an earlier run of this broker, whose disk may have lost what it
