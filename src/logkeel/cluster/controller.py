@@ -72,6 +72,10 @@ _ELECTION_RESULT_TTL_S = 300.0
 _LOAD_TIMEOUT_S = 60.0
 # First leaders of a new topic's partitions are created in transactions of this many.
 _CREATE_BATCH = 500
+# Partition states written in one ZooKeeper transaction (one log entry there, not one each).
+_WRITE_BATCH = 100
+# A pass writing more changes than this logs one summary line rather than one per partition.
+_LOGGED_CHANGES = 20
 # Events that read the requests in ZooKeeper (not only the partitions touched).
 _REQUEST_EVENTS = frozenset({"admin", "idle", "retry", "elect", "moved", "reload"})
 
@@ -323,6 +327,7 @@ class Controller:
             TopicPartition, tuple[LeaderIsr, LeaderIsr, Decision, PartitionRegistration]
         ] = {}
         now_ms = int(time.time() * 1000)
+        started = time.monotonic()
         with ctx.lock:
             cluster = ctx.live_brokers()
             for tp in sorted(touched):
@@ -358,8 +363,16 @@ class Controller:
             (tp, reg, zd.registration_of(reg.replicas, after))
             for tp, (_before, after, _d, reg) in changes.items()
         )
-        for batch in (leaders, isr_only):
-            self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in batch])
+        decided = time.monotonic()
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
+        led = time.monotonic()
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in isr_only])
+        if changes:
+            log.info(
+                "controller pass: %d partitions decided in %.3fs; %d new leaderships written in "
+                "%.3fs, then %d ISR changes in %.3fs", len(touched), decided - started,
+                len(leaders), led - decided, len(isr_only), time.monotonic() - led,
+            )  # fmt: skip
 
     def _create_first_states(
         self, ctl: ControllerEpoch, ctx: ControllerContext, topic: str, states: dict[int, LeaderIsr]
@@ -381,43 +394,63 @@ class Controller:
         ctx: ControllerContext,
         writes: list[tuple[TopicPartition, LeaderIsr, LeaderIsr, Decision, PartitionRegistration]],
     ) -> None:
-        """Every write sent before the first answer is awaited; each one is its own transaction
-        (controller epoch check, then the state over the version it was decided against), so a
-        partition changed meanwhile refuses only its own write."""
-        zk = self.client.zk
-        sent = []
-        for tp, before, after, decision, reg in writes:
-            txn = zk.transaction()
-            txn.check(zd.CONTROLLER_EPOCH, ctl.zk_version)
+        """Writes in transactions of up to _WRITE_BATCH partitions (the controller epoch
+        checked first, then each state over the version it was decided against), every one
+        sent before the first answer is awaited. A transaction refused for one partition that
+        changed meanwhile (a leader's ISR change) is sent again without it; that partition is
+        decided again on its new state."""
+        pending = [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
+        moved = False
+        while pending and not moved:
+            sent = [(batch, self._commit(ctl, batch)) for batch in pending]
+            pending = []
+            for batch, answer in sent:
+                try:
+                    results: list[Any] = answer.get()
+                except Exception as exc:  # noqa: BLE001 - the connection: decided again later
+                    log.warning("writing %d partition states failed: %s", len(batch), exc)
+                    for w in batch:
+                        self._retry(w[0])
+                    continue
+                failed = next((i for i in range(len(results)) if _failed(results, i)), None)
+                if failed == 0:
+                    moved = True
+                elif failed is not None:
+                    self._retry(batch[failed - 1][0])
+                    rest = batch[: failed - 1] + batch[failed:]
+                    if rest:
+                        pending.append(rest)
+                else:
+                    for w, stat in zip(batch, results[1:], strict=True):
+                        self._written(
+                            ctx, w, int(stat.version), logged=len(writes) <= _LOGGED_CHANGES
+                        )
+        if moved:
+            raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
+
+    def _commit(self, ctl: ControllerEpoch, batch: list[Any]) -> Any:
+        txn = self.client.zk.transaction()
+        txn.check(zd.CONTROLLER_EPOCH, ctl.zk_version)
+        for tp, before, after, _decision, _reg in batch:
             txn.set_data(
                 zd.partition_state_path(tp.topic, tp.partition),
                 zd.encode_partition_state(after),
                 version=before.zk_version,
             )
-            sent.append((tp, after, decision, reg, txn.commit_async()))
-        moved = False
-        for tp, after, decision, reg, pending in sent:
-            try:
-                results: list[Any] = pending.get()
-            except Exception as exc:  # noqa: BLE001 - the connection: decided again next pass
-                log.warning("%s: writing the partition state failed: %s", tp, exc)
-                self._retry(tp)
-                continue
-            if _failed(results, 0):
-                moved = True
-                continue
-            if _failed(results, 1):
-                self._retry(tp)  # a leader changed the ISR meanwhile: decide again
-                continue
-            ctx.state_written(tp, replace(after, zk_version=int(results[1].version)))
-            log.info(
-                "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", tp.topic, tp.partition, reg.leader,
-                after.leader, list(reg.isr), list(after.isr), decision.reason,
-            )  # fmt: skip
-            if decision.truncate_from is not None:
-                self._report_loss(tp, decision)
-        if moved:
-            raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
+        return txn.commit_async()
+
+    def _written(self, ctx: ControllerContext, write: Any, version: int, *, logged: bool) -> None:
+        tp, _before, after, decision, reg = write
+        ctx.state_written(tp, replace(after, zk_version=version))
+        # One line per partition costs seconds when a pass moves thousands: the pass's
+        # summary line is logged instead, each partition at DEBUG.
+        log.log(
+            logging.INFO if logged else logging.DEBUG,
+            "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", tp.topic, tp.partition, reg.leader,
+            after.leader, list(reg.isr), list(after.isr), decision.reason,
+        )  # fmt: skip
+        if decision.truncate_from is not None:
+            self._report_loss(tp, decision)
 
     def _retry(self, tp: TopicPartition) -> None:
         with self._touched_lock:
