@@ -14,8 +14,9 @@ from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerMoved
-from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_data import ElectionLoss, LeaderIsr, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
+from tests.cluster.test_cluster_brokers import wait_until
 
 TOPIC = "w"
 
@@ -60,3 +61,34 @@ def test_a_stale_partition_is_refused_alone_and_a_moved_controller_writes_nothin
         controller._write_states(ctl, ctx, again)
     assert client.partition_state(TOPIC, 0).leader == 2
     ctx.close()
+
+
+def test_the_context_keeps_each_partitions_newest_election_loss(
+    client: ZkMetadataClient,
+) -> None:
+    """Issue 20's acknowledged mark counts reports only after a partition's last recorded loss:
+    the controller's context has it from its watch, loaded and then as new ones are recorded."""
+    tp, other = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+    def loss(at: TopicPartition, epoch: int, offset: int) -> ElectionLoss:
+        return ElectionLoss(at, 2, epoch, offset, {1: 5}, "unclean", 0)
+
+    client.record_election_loss(loss(tp, 3, 40))
+    client.record_election_loss(loss(tp, 5, 70))
+    client.record_election_loss(loss(other, 1, 9))
+    touched: list[TopicPartition] = []
+    ctx = ControllerContext(client.zk, lambda _kind, tps: touched.extend(tps))
+    try:
+        assert ctx.load(10)
+        with ctx.lock:
+            assert ctx.live_brokers().losses == {tp: (5, 70), other: (1, 9)}
+        client.record_election_loss(loss(tp, 7, 90))
+
+        def newest() -> bool:
+            with ctx.lock:
+                return ctx.live_brokers().losses.get(tp) == (7, 90)
+
+        wait_until(newest, "the new loss", 10)
+        assert tp in touched  # the partition is decided again with it
+    finally:
+        ctx.close()
