@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from logkeel.cluster.controller import LiveBrokers, decide, imbalanced_partitions, initial_state
+from logkeel.cluster.controller_decisions import (
+    LiveBrokers,
+    decide,
+    imbalanced_partitions,
+    initial_state,
+    leader_moves_first,
+)
+from logkeel.cluster.crash_detection import REFUSED, UNKNOWN, UP, PeerVerdicts
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
 from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.storage.topic_partition import TopicPartition
@@ -185,3 +192,36 @@ def test_a_live_leaders_old_report_never_deposes_it() -> None:
     )
     after = decide(TP, online, restarted, unclean=False, preferred=False, topic_id="id").state
     assert after.leader == 2 and after.leader_epoch == 6
+
+
+def test_a_pass_writes_new_leaderships_before_isr_only_changes() -> None:
+    """A controlled shutdown is over once the broker leads nothing: its leaderships are written
+    first, its followers' ISR changes after."""
+    shutting = cluster({1, 2, 3}, {1})
+    regs = {TopicPartition("t", p): reg(1 if p % 2 else 2, (1, 2, 3)) for p in range(6)}
+    changes = [(tp, r, decide(tp, r, shutting, unclean=False, preferred=False).state)
+               for tp, r in regs.items()]  # fmt: skip
+    leaders, isr_only = leader_moves_first(changes)
+    assert leaders == [TopicPartition("t", p) for p in (1, 3, 5)]
+    assert isr_only == [TopicPartition("t", p) for p in (0, 2, 4)]
+
+
+def test_the_reason_logged_is_that_of_the_decision_applied() -> None:
+    d = decide(TP, reg(3, (3, 1, 2), (3, 1, 2)), cluster({1, 2, 3}, {3}), unclean=False,
+               preferred=False)  # fmt: skip
+    assert d.changed and d.state.leader == 1
+    assert "controlled shutdown of 3" in d.reason and "still eligible" not in d.reason
+
+
+def test_a_broker_is_declared_gone_only_after_refusals_in_a_row_once_it_was_reached() -> None:
+    v = PeerVerdicts(refusals=2)
+    # Never reached (a listener not bound yet, an address this host cannot reach): never gone.
+    assert not any(v.observe(1, 10, REFUSED) for _ in range(5))
+    assert not v.observe(1, 10, UP)
+    assert not v.observe(1, 10, REFUSED)
+    assert not v.observe(1, 10, UNKNOWN)  # silence (a cut, a frozen process) resets the count
+    assert not v.observe(1, 10, REFUSED)
+    assert v.observe(1, 10, REFUSED)
+    # Registered again (a new broker epoch): judged afresh.
+    assert not v.observe(1, 11, REFUSED)
+    assert not v.observe(1, 11, REFUSED)

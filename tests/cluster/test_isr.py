@@ -90,6 +90,16 @@ def test_expand_needs_high_watermark_and_current_epoch_start() -> None:
     assert d.changed and d.state.isr == (1, 2, 3)
 
 
+def test_a_broker_no_longer_registered_is_never_proposed_for_the_isr() -> None:
+    """Its last fetch caught up, then it went: proposing it would only be refused, again and
+    again, while the pending proposal holds the high watermark back."""
+    state = reg(isr=(1, 2))
+    caught_up = FollowerState(log_end_offset=90)
+    gone = expand_isr(state, 3, caught_up, 80, 90, live={1, 2})
+    assert not gone.changed and gone.error == "INELIGIBLE_REPLICA"
+    assert expand_isr(state, 3, caught_up, 80, 90, live={1, 2, 3}).state.isr == (1, 2, 3)
+
+
 def test_high_watermark_is_min_isr_log_end_and_never_decreases() -> None:
     followers = {2: FollowerState(log_end_offset=70), 3: FollowerState(log_end_offset=20)}
     assert high_watermark(0, 1, 100, (1, 2), followers) == 70

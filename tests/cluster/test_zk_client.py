@@ -253,3 +253,25 @@ def test_adding_partitions_is_conditional_on_the_assignment_read(
     assert not b.set_topic_assignment(other, version_b)
     assert a.topic_assignment("t") == grown
     assert b.versioned_topic_assignment("t") == (grown, version + 1)
+
+
+def test_replica_log_reports_are_stored_in_bounded_parts_rewritten_only_when_changed(
+    clients,
+) -> None:
+    a = clients()
+    report = zd.ReplicaLogReport("id", 0, 5, 0, 1)
+    logs = {TopicPartition("big", p): report for p in range(250)}
+    assert a.set_replica_logs(1, 0, logs) == 4  # three parts of at most 100, then the report
+    parts = a.zk.get_children(zd.replica_logs_path(1))
+    assert sorted(parts) == ["big.0", "big.1", "big.2"]
+    assert all(len(a.zk.get(f"{zd.replica_logs_path(1)}/{p}")[0]) < 100 * 200 for p in parts)
+    assert a.set_replica_logs(1, 0, logs) == 0  # nothing changed: nothing written
+    changed = {**logs, TopicPartition("big", 120): zd.ReplicaLogReport("id", 1, 9, 1, 1)}
+    assert a.set_replica_logs(1, 0, changed) == 2  # the one part, then the report
+    assert a.set_replica_logs(1, 1, changed) == 1  # a new generation asked for: the report
+    b = clients()  # another session (the controller) reads them whole
+    generation, read = b.replica_logs()[1]
+    assert generation == 1 and read == changed
+    fewer = {tp: r for tp, r in changed.items() if tp.partition < 100}
+    assert a.set_replica_logs(1, 1, fewer) == 3  # two parts removed, then the report
+    assert b.replica_logs()[1] == (1, fewer)

@@ -2,17 +2,19 @@
 /controller znode and fenced by /controller_epoch (every write it makes checks the epoch's
 version, `zk_controller`).
 
-Every broker runs a `Controller`; all but one stay idle. Watches (live brokers, topics and their
-assignments, deletion requests, ISR-change notifications, controlled-shutdown requests, a
-preferred-election request, /controller itself) only put an event on a queue; one thread takes
-every queued event at once and reconciles: it reads the cluster from ZooKeeper, decides each
-partition with the pure functions of `elections` and writes the changed states, each conditional
-on the partition epoch it was decided against. Reconciling from what ZooKeeper holds, rather than
-from the events, is what makes failover lose nothing: a new controller runs the same pass.
+Every broker runs a `Controller`; all but one stay idle. The one in office keeps a
+`ControllerContext`: the cluster as its watches deliver it, loaded once when it takes office
+(which is also what makes failover lose nothing: a new controller starts from what ZooKeeper
+holds). Each delivery names the partitions it touches; one thread takes every queued event at
+once and decides only those partitions, with the pure functions of `controller_decisions`, and
+writes the changed states pipelined, each conditional on the partition epoch it was decided
+against and on the controller epoch: new leaderships first, then changes of the ISR alone.
+Requests (deletions, ISR-change notifications, log dir failures, preferred elections, elections
+asked through /logkeel/elections) are read when their watch fires and every few seconds.
 
 Controlled shutdown is requested through an ephemeral /admin/controlled_shutdown/<id> znode
 (logkeel's choice, instead of Kafka's ControlledShutdown request): the controller moves every
-leadership of that broker to another in-sync replica and drops it from the ISRs.
+leadership of that broker to another in-sync replica and then drops it from the ISRs.
 """
 
 from __future__ import annotations
@@ -21,182 +23,75 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoNodeError, RolledBackError
 
 from logkeel.cluster import zk_data as zd
+from logkeel.cluster.controller_context import ControllerContext
+from logkeel.cluster.controller_decisions import (
+    LiveBrokers,
+    decide,
+    imbalanced_partitions,
+    initial_state,
+    leader_moves_first,
+)
+from logkeel.cluster.crash_detection import CrashDetector
 from logkeel.cluster.elections import (
-    controlled_shutdown,
     designated_election,
     elect_leader,
-    on_replicas_offline,
     preferred_election,
     resign_leadership,
 )
 from logkeel.cluster.partition_state import (
-    NO_LEADER,
     Decision,
     ElectionRequest,
     PartitionRegistration,
-    ReplicaLog,
-    ReplicaView,
-    Views,
-    acknowledged_offset,
 )
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
-from logkeel.cluster.zk_data import LeaderIsr, ReplicaLogReport, TopicAssignment
+from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
 from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.storage.topic_partition import TopicPartition
 
+# The pure decisions lived here before; importers of them keep working.
 __all__ = ["Controller", "LiveBrokers", "decide", "imbalanced_partitions", "initial_state"]
 
 log = logging.getLogger(__name__)
 
-# A reconcile pass also runs this often without any event: a retry after a refused write.
+# A pass over every partition (from the context: no read) and over the requests runs this often
+# without any event: a retry after a refused write, requests whose watch was missed.
 _IDLE_RECONCILE_S = 5.0
 # How long an unclean or designated election waits for the live brokers' fresh reports.
 _REPORT_WAIT_S = 3.0
 # A finished election whose requester never came back for the results is removed after this.
 _ELECTION_RESULT_TTL_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class LiveBrokers:
-    """What the controller's decisions need of the brokers: who is registered, who asked for a
-    controlled shutdown, and which replicas each cannot serve (failed log dir)."""
-
-    live: frozenset[int]
-    shutting_down: frozenset[int]
-    offline_replicas: Mapping[int, AbstractSet[TopicPartition]] = field(default_factory=dict)
-    # Each broker's last report of its replicas' logs (`zk_data.ReplicaLogReport`); None when
-    # the controller runs without reports (then nothing waits for one).
-    logs: Mapping[int, Mapping[TopicPartition, ReplicaLogReport]] | None = None
-    # Each live broker's epoch (its registration's): tells a restarted broker from the one
-    # that was elected, and a report of this incarnation from one of an earlier.
-    epochs: Mapping[int, int] = field(default_factory=dict)
-    # Each partition's last election that gave records up: (leader epoch, from offset).
-    losses: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
-
-    def views(
-        self, tp: TopicPartition, reg: PartitionRegistration, *, shutdown: bool,
-        topic_id: str | None = None, fresh: bool = False,
-    ) -> Views:
-        """The replicas of ``reg`` as the decisions see them. Logs are judged exactly
-        (``ReplicaLog.current``) only where a report is known to be true: every replica of an
-        offline partition (nobody fetches, so a report made against its current state stays
-        true), a leader back from a restart (its report of this run), and every replica when
-        ``fresh`` (an operator's election, on reports just asked for); of those, a live
-        replica with no such report may not lead until it reports (it may be back with a wiped
-        disk). An online partition's followers fetch all the time: their last report of this
-        run is given as an older one (a suspicion of loss only keeps them from leading until
-        the partition's current reports decide), and a broker back from a restart that has not
-        reported yet may not lead."""
-        out = {}
-        for r in reg.replicas:
-            restarted = (
-                r == reg.leader
-                and reg.leader_broker_epoch >= 0
-                and self.epochs.get(r, reg.leader_broker_epoch) != reg.leader_broker_epoch
-            )
-            judged = self.logs is not None and (reg.offline or restarted or fresh)
-            if judged:
-                log_ = self._log(r, tp, topic_id, reg.partition_epoch)
-                awaiting = not fresh and log_ is None
-            else:
-                log_ = self._log(r, tp, topic_id, None)
-                awaiting = r in self.live and self._unreported_since_restart(r)
-            out[r] = ReplicaView(
-                live=r in self.live,
-                log_dir_online=tp not in self.offline_replicas.get(r, ()),
-                shutting_down=shutdown and r in self.shutting_down,
-                log=log_,
-                awaiting_report=awaiting,
-                restarted=restarted,
-            )
-        return out
-
-    def _unreported_since_restart(self, broker: int) -> bool:
-        """The broker reported before (in an earlier run) but not in this one."""
-        reports = (self.logs or {}).get(broker, {})
-        epoch = self.epochs.get(broker)
-        return bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
-
-    def stamp(
-        self, decided: PartitionRegistration, before: PartitionRegistration | None = None
-    ) -> PartitionRegistration:
-        """``decided`` with its leader's broker epoch: the current one for a new leadership
-        term, the recorded one otherwise."""
-        if decided.leader == NO_LEADER:
-            epoch = -1
-        elif before is not None and (decided.leader, decided.leader_epoch) == (
-            before.leader, before.leader_epoch
-        ):
-            epoch = before.leader_broker_epoch
-        else:
-            epoch = self.epochs.get(decided.leader, -1)
-        return replace(decided, leader_broker_epoch=epoch)
-
-    def _log(
-        self, broker: int, tp: TopicPartition, topic_id: str | None, partition_epoch: int | None
-    ) -> ReplicaLog | None:
-        """The broker's report of this run (a dead broker's last), made against
-        ``partition_epoch`` (None: any, then given as an older report)."""
-        report = (self.logs or {}).get(broker, {}).get(tp)
-        if (
-            report is None
-            or report.topic_id != topic_id
-            or (partition_epoch is not None and report.partition_epoch != partition_epoch)
-            or report.broker_epoch != self.epochs.get(broker, report.broker_epoch)
-        ):
-            return None
-        return ReplicaLog(
-            report.last_epoch, report.log_end_offset, high_watermark=report.high_watermark,
-            current=partition_epoch is not None,
-        )
-
-    def acked(self, tp: TopicPartition, topic_id: str | None) -> int:
-        """What every report (of any run, live broker or not) says was acknowledged
-        (`acknowledged_offset`, after the partition's last reported loss): a replica back with
-        less has lost some of it."""
-        return acknowledged_offset(
-            (
-                (r.last_epoch, r.high_watermark)
-                for reports in (self.logs or {}).values()
-                if (r := reports.get(tp)) is not None and r.topic_id == topic_id
-            ),
-            self.losses.get(tp),
-        )
-
-    def had_data(self, tp: TopicPartition, topic_id: str | None) -> bool:
-        """Some replica (live or not: reports outlive their broker) once reported records."""
-        return any(
-            (r := reports.get(tp)) is not None and r.topic_id == topic_id and r.log_end_offset > 0
-            for reports in (self.logs or {}).values()
-        )
-
-
-def initial_state(replicas: tuple[int, ...], cluster: LiveBrokers) -> PartitionRegistration:
-    """A new partition: the first live replica (in assignment order, not shutting down) leads,
-    every live replica is in sync (the log is empty everywhere). With no live replica, the
-    partition starts offline with every replica in the ISR, so whichever returns first may lead."""
-    live = tuple(r for r in replicas if r in cluster.live)
-    leaders = [r for r in live if r not in cluster.shutting_down]
-    if not leaders:
-        return PartitionRegistration(replicas, NO_LEADER, 0, replicas)
-    return PartitionRegistration(replicas, leaders[0], 0, live)
+# How long a new controller waits for its context to load before it retries.
+_LOAD_TIMEOUT_S = 60.0
+# First leaders of a new topic's partitions are created in transactions of this many.
+_CREATE_BATCH = 500
+# Partition states written in one ZooKeeper transaction (one log entry there, not one each).
+_WRITE_BATCH = 100
+# A pass writing more changes than this logs one summary line rather than one per partition.
+_LOGGED_CHANGES = 20
+# Events that read the requests in ZooKeeper (not only the partitions touched).
+_REQUEST_EVENTS = frozenset({"admin", "idle", "retry", "elect", "moved", "reload"})
 
 
 class Controller:
     """Runs in every broker of a cluster; acts only while it holds the controller's office."""
 
     def __init__(
-        self, client: ZkMetadataClient, broker_id: int, *, unclean_leader_election: bool = False,
+        self,
+        client: ZkMetadataClient,
+        broker_id: int,
+        *,
+        unclean_leader_election: bool = False,
         unclean_wait_ms: int = 0,
-        rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
+        rebalance_interval_s: float | None = None,
+        imbalance_percentage: int = 10,
     ) -> None:
         """``rebalance_interval_s`` (None: off) is auto.leader.rebalance.enable with
         leader.imbalance.check.interval.seconds; ``imbalance_percentage`` is
@@ -209,7 +104,6 @@ class Controller:
         # Partitions whose unclean election waits for reports: when the wait began (ms).
         self._unclean_waits: dict[TopicPartition, int] = {}
         self._retry_at: float | None = None  # time.monotonic() of the next pass a wait asked for
-        self._watched_reports: set[str] = set()
         # Why each offline partition waits, as recorded in ZooKeeper (None: not read yet).
         self._offline_reasons: dict[TopicPartition, str] | None = None
         # Told of every election after which replicas lose records (an unclean leader, a
@@ -221,8 +115,14 @@ class Controller:
         self.epoch: ControllerEpoch | None = None
         self._events: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._watched_topics: set[str] = set()
         self._stopping = False
+        self._context: ControllerContext | None = None
+        # Partitions the context's deliveries touched since the last pass.
+        self._touched: set[TopicPartition] = set()
+        self._touched_lock = threading.Lock()
+        # Every broker probes the others: a crashed one (the controller's included) is removed
+        # at once rather than after its session expires.
+        self.crash_detector = CrashDetector(client, broker_id)
 
     @property
     def active(self) -> bool:
@@ -233,30 +133,26 @@ class Controller:
     def start(self) -> None:
         c = self.client
         c.controller(watch=self._on_controller)
-        c.brokers(watch=lambda _ids: self._events.put("brokers"))
-        c.topics(watch=self._watch_each(zd.topic_path, self._watched_topics, "topics"))
-        c.shutting_down(watch=lambda _ids: self._events.put("shutdown"))
         for parent in (zd.DELETE_TOPICS, zd.ISR_CHANGE_NOTIFICATION, zd.LOG_DIR_EVENT_NOTIFICATION):
             c.zk.ChildrenWatch(parent, lambda _children: self._events.put("admin"))
         c.zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, lambda _d, _s: self._events.put("admin"))
         c.zk.ChildrenWatch(zd.ELECTIONS, lambda _children: self._events.put("admin"))
-        c.zk.ChildrenWatch(
-            zd.REPLICA_LOGS,
-            self._watch_each(lambda b: f"{zd.REPLICA_LOGS}/{b}", self._watched_reports, "logs"),
-        )
         c.add_session_listener(self._on_session)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._thread.start()
         self._events.put("elect")
+        self.crash_detector.start()
 
     def stop(self) -> None:
         """Resigns (so another broker takes over at once, not after a session timeout)."""
         self._stopping = True
+        self.crash_detector.stop()
         self._events.put("stop")
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
         ctl, self.epoch = self.epoch, None
+        self._leave_office()
         if ctl is not None:
             try:
                 self.client.resign_controller(ctl)
@@ -272,36 +168,22 @@ class Controller:
         elif controller != self.broker_id and self.epoch is not None:
             self._events.put("moved")
 
-    def _watch_each(
-        self, path_of: Callable[[str], str], watched: set[str], event: str
-    ) -> Callable[[list[str]], None]:
-        """A children watcher that queues ``event`` and sets a data watch on each new child,
-        which queues it too on every change until the child is deleted."""
-
-        def data_watch(child: str) -> Callable[[bytes | None, object], bool]:
-            def fired(data: bytes | None, _stat: object) -> bool:
-                if data is None:
-                    watched.discard(child)
-                    return False
-                self._events.put(event)
-                return True
-
-            return fired
-
-        def on_children(children: list[str]) -> None:
-            for child in children:
-                if child not in watched:
-                    watched.add(child)
-                    self.client.zk.DataWatch(path_of(child), data_watch(child))
-            self._events.put(event)
-
-        return on_children
-
     def _on_session(self, state: str) -> None:
         if state == "LOST":
             self._events.put("moved")  # the ephemeral /controller went with the session
         elif state == "CONNECTED":
             self._events.put("elect")
+
+    def _context_changed(self, kind: str, partitions: Iterable[TopicPartition]) -> None:
+        if kind == "reload":
+            self._events.put("reload")
+            return
+        with self._touched_lock:
+            was_empty = not self._touched
+            self._touched.update(partitions)
+            if not was_empty or not self._touched:
+                return  # a pass is queued already, or nothing was touched
+        self._events.put("partitions")
 
     # -- the event thread -----------------------------------------------------------------------
 
@@ -327,13 +209,17 @@ class Controller:
                     if current != self.broker_id:
                         log.warning("broker %d is no longer the controller", self.broker_id)
                         self.epoch = None
+                        self._leave_office()
                 if self.epoch is None and events & {"elect", "moved"} and not self._stopping:
                     self._elect()
                 if self.epoch is not None:
-                    self.reconcile(self.epoch)
+                    if "reload" in events:
+                        self._leave_office()
+                    self.reconcile(self.epoch, events)
             except ControllerMoved:
                 log.warning("controller epoch moved on; broker %d resigns", self.broker_id)
                 self.epoch = None
+                self._leave_office()
             except Exception:  # noqa: BLE001 - a failed pass is retried, never fatal
                 log.exception("controller pass failed; retrying")
                 self._events.put("retry")
@@ -345,118 +231,240 @@ class Controller:
             log.info("broker %d is the controller (epoch %d)", self.broker_id, ctl.epoch)
             self.epoch = ctl
 
+    def _leave_office(self) -> None:
+        ctx, self._context = self._context, None
+        self._offline_reasons = None  # a controller meanwhile may change them
+        if ctx is not None:
+            ctx.close()
+
+    def _take_office(self) -> ControllerContext:
+        """The context, loaded (every partition is decided on the first pass)."""
+        if self._context is None:
+            started = time.monotonic()
+            ctx = ControllerContext(self.client.zk, self._context_changed)
+            if not ctx.load(_LOAD_TIMEOUT_S):
+                ctx.close()
+                raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
+            self._context = ctx
+            with ctx.lock:
+                everything = ctx.all_partitions()
+            with self._touched_lock:
+                self._touched |= everything
+            log.info("controller context loaded: %d partitions in %.2fs", len(everything),
+                     time.monotonic() - started)  # fmt: skip
+        return self._context
+
     # -- one pass -------------------------------------------------------------------------------
 
-    def _cluster(self) -> LiveBrokers:
-        c = self.client
-        registered = c.brokers()
-        return LiveBrokers(
-            frozenset(registered), frozenset(c.shutting_down()), c.offline_replicas(),
-            {broker: logs for broker, (_gen, logs) in c.replica_logs().items()},
-            {b: reg.broker_epoch for b, reg in registered.items()},
-            # Oldest first: the last of each partition wins.
-            {x.tp: (x.leader_epoch, x.from_offset) for x in c.election_losses()},
-        )
-
-    def _fresh_cluster(self) -> LiveBrokers:
-        """The cluster once every live broker has answered a new request for reports (or
-        ``_REPORT_WAIT_S`` passed): what an operator's election decides on."""
-        c = self.client
-        generation = c.request_replica_logs()
-        deadline = time.monotonic() + _REPORT_WAIT_S
-        while True:
-            live = c.brokers()
-            reports = c.replica_logs()
-            if all(reports.get(b, (0, {}))[0] >= generation for b in live):
-                break
-            if time.monotonic() >= deadline:
-                log.warning("not every broker reported its replicas' logs within %.0fs",
-                            _REPORT_WAIT_S)  # fmt: skip
-                break
-            time.sleep(0.05)
-        return self._cluster()
-
-    def reconcile(self, ctl: ControllerEpoch) -> None:
-        """Brings every partition in line with the live brokers and pending requests."""
-        c = self.client
-        c.take_log_dir_failures()  # the offline replicas are read whole below
+    def reconcile(self, ctl: ControllerEpoch, events: Iterable[str] = ("idle",)) -> None:
+        """Brings the partitions that events touched (every one on an idle pass) in line with
+        the live brokers and pending requests."""
+        ctx = self._take_office()
+        events = set(events)
         self._retry_at = None
-        cluster = self._cluster()
+        preferred: set[TopicPartition] = set()
+        if events & _REQUEST_EVENTS:
+            preferred = self._take_requests(ctl, ctx)
+        with self._touched_lock:
+            touched, self._touched = self._touched, set()
+        if "idle" in events or "retry" in events:
+            with ctx.lock:
+                touched |= ctx.all_partitions()
+        touched |= preferred | set(self._unclean_waits)
+        if touched:
+            self._reconcile_partitions(ctl, ctx, touched, preferred)
+        if events & _REQUEST_EVENTS:
+            self._run_elections(ctl)
+
+    def _take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> set[TopicPartition]:
+        """Deletions, notifications and preferred elections asked for; returns the partitions
+        of a preferred election (asked, or by the auto rebalance)."""
+        c = self.client
+        c.take_log_dir_failures()  # the offline replicas come through the context
         for topic in c.topics_to_delete():
             if c.topic_assignment(topic) is not None:
                 c.delete_topic(ctl, topic)
                 log.info("controller deleted topic %s", topic)
             else:  # a request for a topic that does not exist
                 c.zk.delete(zd.delete_topic_path(topic))
-        c.take_isr_changes()  # brokers watch the state znodes; the notifications are drained
+        self._drain_isr_notifications()
         preferred = c.take_preferred_election()
         if self.rebalance_interval_s is not None and time.monotonic() >= self._next_rebalance:
             self._next_rebalance = time.monotonic() + self.rebalance_interval_s
-            preferred |= imbalanced_partitions(self._registrations(), cluster.live,
-                                               self.imbalance_percentage)
-        for topic in c.topics():
-            assignment = c.topic_assignment(topic)
-            if assignment is not None:
-                self._reconcile_topic(ctl, assignment, cluster, preferred)
-        self._run_elections(ctl)
+            with ctx.lock:
+                regs = self._registrations(ctx)
+                live = frozenset(ctx.brokers)
+            preferred |= imbalanced_partitions(regs, live, self.imbalance_percentage)
+        return preferred
 
-    def _registrations(self) -> dict[TopicPartition, PartitionRegistration]:
+    def _drain_isr_notifications(self) -> None:
+        """The context watches the state znodes themselves; the leaders' notifications are only
+        removed (pipelined)."""
+        zk = self.client.zk
+        children = zk.get_children(zd.ISR_CHANGE_NOTIFICATION)
+        for pending in [zk.delete_async(f"{zd.ISR_CHANGE_NOTIFICATION}/{c}") for c in children]:
+            try:
+                pending.get()
+            except NoNodeError:
+                continue  # another reader (an old controller) took it
+
+    @staticmethod
+    def _registrations(ctx: ControllerContext) -> dict[TopicPartition, PartitionRegistration]:
         out = {}
-        for topic in self.client.topics():
-            a = self.client.topic_assignment(topic)
-            for p, replicas in (a.partitions.items() if a is not None else ()):
-                state = self.client.partition_state(topic, p)
+        for topic, a in ctx.assignments.items():
+            for p, replicas in a.partitions.items():
+                state = ctx.states.get(TopicPartition(topic, p))
                 if state is not None:
                     out[TopicPartition(topic, p)] = zd.registration_of(replicas, state)
         return out
 
-    def _reconcile_topic(
-        self, ctl: ControllerEpoch, a: TopicAssignment, cluster: LiveBrokers,
+    def _reconcile_partitions(
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        touched: set[TopicPartition],
         preferred: set[TopicPartition],
     ) -> None:
-        c = self.client
-        new: dict[int, LeaderIsr] = {}
-        unclean: bool | None = None
-        for p, replicas in sorted(a.partitions.items()):
-            current = c.partition_state(a.topic, p)
-            if current is None:
-                new[p] = zd.leader_isr_of(cluster.stamp(initial_state(replicas, cluster)), ctl.epoch)
-                continue
-            if unclean is None:
-                unclean = self._unclean_allowed(a.topic)
-            reg = zd.registration_of(replicas, current)
-            tp = TopicPartition(a.topic, p)
-            now_ms = int(time.time() * 1000)
-            decision = decide(
-                tp, reg, cluster, unclean=unclean, preferred=tp in preferred,
-                topic_id=a.topic_id, now_ms=now_ms,
-                unclean_wait_started_ms=self._unclean_waits.get(tp),
-                unclean_wait_ms=self.unclean_wait_ms,
-            )
-            self._note_wait(tp, decision, now_ms)
-            decided = cluster.stamp(decision.state, reg)
-            self._note_offline(tp, decided, decision.reason)
-            if decided == reg:
-                continue
-            try:
-                c.update_partition_state(
-                    ctl, a.topic, p, zd.leader_isr_of(decided, ctl.epoch), current.zk_version
+        new: dict[str, dict[int, LeaderIsr]] = {}
+        changes: dict[
+            TopicPartition, tuple[LeaderIsr, LeaderIsr, Decision, PartitionRegistration]
+        ] = {}
+        # Each decided partition with its decision's reason (offline ones say why they wait).
+        outcomes: list[tuple[TopicPartition, PartitionRegistration, str]] = []
+        now_ms = int(time.time() * 1000)
+        started = time.monotonic()
+        with ctx.lock:
+            cluster = ctx.live_brokers()
+            for tp in sorted(touched):
+                a = ctx.assignments.get(tp.topic)
+                replicas = a.partitions.get(tp.partition) if a is not None else None
+                if a is None or replicas is None:
+                    self._unclean_waits.pop(tp, None)
+                    continue
+                current = ctx.states.get(tp)
+                if current is None:
+                    first = cluster.stamp(initial_state(replicas, cluster))
+                    new.setdefault(tp.topic, {})[tp.partition] = zd.leader_isr_of(first, ctl.epoch)
+                    continue
+                reg = zd.registration_of(replicas, current)
+                decision = decide(
+                    tp,
+                    reg,
+                    cluster,
+                    unclean=self._unclean_allowed(ctx, tp.topic),
+                    preferred=tp in preferred,
+                    topic_id=a.topic_id,
+                    now_ms=now_ms,
+                    unclean_wait_started_ms=self._unclean_waits.get(tp),
+                    unclean_wait_ms=self.unclean_wait_ms,
                 )
-            except StalePartitionState:
-                self._events.put("retry")  # a leader changed the ISR meanwhile: decide again
-                continue
+                self._note_wait(tp, decision, now_ms)
+                decided = cluster.stamp(decision.state, reg)
+                outcomes.append((tp, decided, decision.reason))
+                if decided != reg:
+                    changes[tp] = (current, zd.leader_isr_of(decided, ctl.epoch), decision, reg)
+        for topic, states in sorted(new.items()):
+            self._create_first_states(ctl, ctx, topic, states)
+        leaders, isr_only = leader_moves_first(
+            (tp, reg, zd.registration_of(reg.replicas, after))
+            for tp, (_before, after, _d, reg) in changes.items()
+        )
+        decided_at = time.monotonic()
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
+        led = time.monotonic()
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in isr_only])
+        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
+        for tp, decided_state, reason in outcomes:
+            self._note_offline(tp, decided_state, reason)
+        if changes:
             log.info(
-                "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", a.topic, p, reg.leader,
-                decided.leader, list(reg.isr), list(decided.isr), decision.reason,
-            )
-            if decision.truncate_from is not None:
-                self._report_loss(tp, decision)
-        if new:
+                "controller pass: %d partitions decided in %.3fs; %d new leaderships written in "
+                "%.3fs, then %d ISR changes in %.3fs", len(touched), decided_at - started,
+                len(leaders), led - decided_at, len(isr_only), time.monotonic() - led,
+            )  # fmt: skip
+
+    def _create_first_states(
+        self, ctl: ControllerEpoch, ctx: ControllerContext, topic: str, states: dict[int, LeaderIsr]
+    ) -> None:
+        ordered = sorted(states.items())
+        for i in range(0, len(ordered), _CREATE_BATCH):
+            chunk = dict(ordered[i : i + _CREATE_BATCH])
             try:
-                c.create_partition_states(ctl, a.topic, new)
+                self.client.create_partition_states(ctl, topic, chunk)
             except NoNodeError:
                 return  # deleted meanwhile
-            log.info("%s: first leaders of partitions %s elected", a.topic, sorted(new))
+            for p, state in chunk.items():
+                ctx.state_written(TopicPartition(topic, p), replace(state, zk_version=0))
+        log.info("%s: first leaders of %d partitions elected", topic, len(states))
+
+    def _write_states(
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        writes: list[tuple[TopicPartition, LeaderIsr, LeaderIsr, Decision, PartitionRegistration]],
+    ) -> None:
+        """Writes in transactions of up to _WRITE_BATCH partitions (the controller epoch
+        checked first, then each state over the version it was decided against), every one
+        sent before the first answer is awaited. A transaction refused for one partition that
+        changed meanwhile (a leader's ISR change) is sent again without it; that partition is
+        decided again on its new state."""
+        pending = [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
+        moved = False
+        while pending and not moved:
+            sent = [(batch, self._commit(ctl, batch)) for batch in pending]
+            pending = []
+            for batch, answer in sent:
+                try:
+                    results: list[Any] = answer.get()
+                except Exception as exc:  # noqa: BLE001 - the connection: decided again later
+                    log.warning("writing %d partition states failed: %s", len(batch), exc)
+                    for w in batch:
+                        self._retry(w[0])
+                    continue
+                failed = next((i for i in range(len(results)) if _failed(results, i)), None)
+                if failed == 0:
+                    moved = True
+                elif failed is not None:
+                    self._retry(batch[failed - 1][0])
+                    rest = batch[: failed - 1] + batch[failed:]
+                    if rest:
+                        pending.append(rest)
+                else:
+                    for w, stat in zip(batch, results[1:], strict=True):
+                        self._written(
+                            ctx, w, int(stat.version), logged=len(writes) <= _LOGGED_CHANGES
+                        )
+        if moved:
+            raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
+
+    def _commit(self, ctl: ControllerEpoch, batch: list[Any]) -> Any:
+        txn = self.client.zk.transaction()
+        txn.check(zd.CONTROLLER_EPOCH, ctl.zk_version)
+        for tp, before, after, _decision, _reg in batch:
+            txn.set_data(
+                zd.partition_state_path(tp.topic, tp.partition),
+                zd.encode_partition_state(after),
+                version=before.zk_version,
+            )
+        return txn.commit_async()
+
+    def _written(self, ctx: ControllerContext, write: Any, version: int, *, logged: bool) -> None:
+        tp, _before, after, decision, reg = write
+        ctx.state_written(tp, replace(after, zk_version=version))
+        # One line per partition costs seconds when a pass moves thousands: the pass's
+        # summary line is logged instead, each partition at DEBUG.
+        log.log(
+            logging.INFO if logged else logging.DEBUG,
+            "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", tp.topic, tp.partition, reg.leader,
+            after.leader, list(reg.isr), list(after.isr), decision.reason,
+        )  # fmt: skip
+        if decision.truncate_from is not None:
+            self._report_loss(tp, decision)
+
+    def _retry(self, tp: TopicPartition) -> None:
+        with self._touched_lock:
+            self._touched.add(tp)
+        self._events.put("partitions")
 
     def _note_offline(self, tp: TopicPartition, decided: PartitionRegistration, why: str) -> None:
         """Records in ZooKeeper why an offline partition waits (for `logkeel cluster status`)
@@ -531,8 +539,13 @@ class Controller:
         return results
 
     def _elect_one(
-        self, ctl: ControllerEpoch, request: ElectionRequest, tp: TopicPartition,
-        topic_id: str | None, replicas: tuple[int, ...], cluster: LiveBrokers,
+        self,
+        ctl: ControllerEpoch,
+        request: ElectionRequest,
+        tp: TopicPartition,
+        topic_id: str | None,
+        replicas: tuple[int, ...],
+        cluster: LiveBrokers,
     ) -> tuple[str | None, str]:
         c = self.client
         for _ in range(3):  # a leader may change the ISR meanwhile: decide again on the new state
@@ -541,7 +554,10 @@ class Controller:
                 return ("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"{tp} has no leader yet")
             reg = zd.registration_of(replicas, current)
             views = cluster.views(
-                tp, reg, shutdown=True, topic_id=topic_id,
+                tp,
+                reg,
+                shutdown=True,
+                topic_id=topic_id,
                 fresh=request.kind in ("unclean", "designated"),
             )
             had, acked = cluster.had_data(tp, topic_id), cluster.acked(tp, topic_id)
@@ -560,18 +576,24 @@ class Controller:
             else:
                 assert request.replica is not None
                 d = designated_election(
-                    reg, views, request.replica, force=request.force, partition_had_data=had,
+                    reg,
+                    views,
+                    request.replica,
+                    force=request.force,
+                    partition_had_data=had,
                     acked=acked,
                 )
             if not d.changed:
                 return (d.error, d.reason)
+            written = zd.leader_isr_of(cluster.stamp(d.state, reg), ctl.epoch)
             try:
-                c.update_partition_state(
-                    ctl, tp.topic, tp.partition,
-                    zd.leader_isr_of(cluster.stamp(d.state, reg), ctl.epoch), current.zk_version,
+                version = c.update_partition_state(
+                    ctl, tp.topic, tp.partition, written, current.zk_version
                 )
             except StalePartitionState:
                 continue
+            if self._context is not None:
+                self._context.state_written(tp, replace(written, zk_version=version))
             if d.truncate_from is not None:
                 self._report_loss(tp, d)
             else:
@@ -598,56 +620,35 @@ class Controller:
             except Exception:  # noqa: BLE001
                 log.exception("%s: counting the election's loss failed", tp)
 
-    def _unclean_allowed(self, topic: str) -> bool:
-        value = self.client.topic_config(topic).get("unclean.leader.election.enable")
+    def _unclean_allowed(self, ctx: ControllerContext, topic: str) -> bool:
+        value = ctx.configs.get(topic, {}).get("unclean.leader.election.enable")
         return self.unclean_default if value is None else value.strip().lower() == "true"
 
+    # -- the cluster as elections asked for see it --------------------------------------------
 
-def imbalanced_partitions(
-    regs: Mapping[TopicPartition, PartitionRegistration], live: frozenset[int], percentage: int
-) -> set[TopicPartition]:
-    """Kafka's auto leader rebalance: for each live broker, the share of the partitions it is
-    preferred leader of that it does not lead; above ``percentage``, those of them where it is
-    in sync go back to it."""
-    by_preferred: dict[int, list[TopicPartition]] = {}
-    for tp, reg in regs.items():
-        by_preferred.setdefault(reg.preferred_leader, []).append(tp)
-    out: set[TopicPartition] = set()
-    for broker, tps in by_preferred.items():
-        if broker not in live:
-            continue
-        not_led = [tp for tp in tps if regs[tp].leader != broker]
-        if len(not_led) * 100 > percentage * len(tps):
-            out.update(tp for tp in not_led if broker in regs[tp].isr)
-    return out
+    def _cluster(self) -> LiveBrokers:
+        ctx = self._take_office()
+        with ctx.lock:
+            return ctx.live_brokers()
+
+    def _fresh_cluster(self) -> LiveBrokers:
+        """The cluster once every live broker has answered a new request for reports (or
+        ``_REPORT_WAIT_S`` passed): what an operator's election decides on."""
+        ctx = self._take_office()
+        generation = self.client.request_replica_logs()
+        deadline = time.monotonic() + _REPORT_WAIT_S
+        while True:
+            with ctx.lock:
+                if all(ctx.reports.get(b, (0, {}))[0] >= generation for b in ctx.brokers):
+                    return ctx.live_brokers()
+            if time.monotonic() >= deadline:
+                log.warning("not every broker reported its replicas' logs within %.0fs",
+                            _REPORT_WAIT_S)  # fmt: skip
+                return self._cluster()
+            time.sleep(0.05)
 
 
-def decide(
-    tp: TopicPartition, reg: PartitionRegistration, cluster: LiveBrokers, *, unclean: bool,
-    preferred: bool, topic_id: str | None = None, now_ms: int = 0,
-    unclean_wait_started_ms: int | None = None, unclean_wait_ms: int = 0,
-) -> Decision:
-    """One partition's next registration (``.state``, ``reg`` itself when nothing changes):
-    elections when replicas died, returned or lost their log dir (an unclean one may ask to be
-    retried at ``.retry_at_ms`` while it waits for reports), then controlled shutdowns, then a
-    requested preferred election."""
-    had_data = cluster.had_data(tp, topic_id)
-    acked = cluster.acked(tp, topic_id)
-    first = on_replicas_offline(
-        reg, cluster.views(tp, reg, shutdown=False, topic_id=topic_id), unclean_allowed=unclean,
-        partition_had_data=had_data, acked=acked, now_ms=now_ms,
-        unclean_wait_started_ms=unclean_wait_started_ms, unclean_wait_ms=unclean_wait_ms,
-    )
-    state = first.state
-    shutdown_views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
-    for broker in sorted(cluster.shutting_down & set(reg.replicas)):
-        state = controlled_shutdown(
-            state, shutdown_views, broker, partition_had_data=had_data, acked=acked
-        ).state
-    if preferred:
-        state = preferred_election(
-            state, shutdown_views, partition_had_data=had_data, acked=acked
-        ).state
-    if state is first.state:
-        return first
-    return replace(first, state=state, changed=state != reg)
+def _failed(results: list[Any], index: int) -> bool:
+    """Whether operation ``index`` of a transaction is the one that failed it."""
+    r = results[index]
+    return isinstance(r, Exception) and not isinstance(r, RolledBackError)

@@ -201,17 +201,22 @@ def expand_isr(
     leader_epoch_start_offset: int,
     *,
     shutting_down: AbstractSet[int] = frozenset(),
+    live: AbstractSet[int] | None = None,
 ) -> Decision:
     """A follower rejoins once it has fetched up to the high watermark and into the current
     leader epoch (so it holds nothing the new term might have truncated), unless its broker
     is in a controlled shutdown (KIP-841: it would only have to leave again, and stopping
-    brokers would churn the ISRs)."""
+    brokers would churn the ISRs) or not registered (``live``, None: not known). A broker
+    gone after its last fetch would otherwise be proposed again and again from that fetch,
+    refused each time, while the pending proposal holds the high watermark back."""
     if replica in state.isr:
         return unchanged(state, f"{replica} is already in the ISR")
     if replica not in state.replicas:
         return unchanged(state, f"{replica} is not a replica", "INELIGIBLE_REPLICA")
     if replica in shutting_down:
         return unchanged(state, f"broker {replica} is shutting down", "INELIGIBLE_REPLICA")
+    if live is not None and replica not in live:
+        return unchanged(state, f"broker {replica} is not registered", "INELIGIBLE_REPLICA")
     if follower.log_end_offset < max(high_watermark, leader_epoch_start_offset):
         return unchanged(
             state,

@@ -11,10 +11,29 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_data import BrokerRegistration
-from logkeel.cluster.zk_session import ZkSession
+from logkeel.cluster.zk_session import ZkSession, raise_first_failure
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["BrokerIdInUse", "BrokerZnodes"]
+
+
+# A report's transactions stay well under ZooKeeper's 1 MB request limit (jute.maxbuffer).
+_REPORT_TXN_BYTES = 256 * 1024
+
+
+def _batches(
+    ops: list[tuple[str, str, bytes]], limit: int
+) -> Iterable[list[tuple[str, str, bytes]]]:
+    batch: list[tuple[str, str, bytes]] = []
+    size = 0
+    for op in ops:
+        if batch and size + len(op[2]) + len(op[1]) > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(op)
+        size += len(op[2]) + len(op[1])
+    if batch:
+        yield batch
 
 
 class BrokerIdInUse(Exception):
@@ -91,23 +110,84 @@ class BrokerZnodes(ZkSession):
         """Brokers that reported a failed log dir, in the order they reported."""
         return self._drain(zd.LOG_DIR_EVENT_NOTIFICATION, zd.decode_log_dir_event)
 
+    # The parts of this session's last report as written (None: not known, the next report
+    # writes every part and removes those it no longer has).
+    _report_parts: dict[str, bytes] | None = None
+    _report_generation: int | None = None
+
     def set_replica_logs(
         self, broker_id: int, generation: int, logs: Mapping[TopicPartition, zd.ReplicaLogReport]
-    ) -> None:
-        """This broker's report of its replicas' logs. Persistent: the last report of a broker
+    ) -> int:
+        """This broker's report of its replicas' logs: the parts (`zd.replica_log_chunks`) that
+        changed since its last report, then the report znode itself (the generation, and what
+        the controller's watch hears), in transactions of bounded size; nothing when nothing
+        changed. Returns the number of znodes written. Persistent: the last report of a broker
         that is gone still says whether a partition held data."""
         path = zd.replica_logs_path(broker_id)
-        data = zd.encode_replica_logs(generation, logs)
-        try:
-            self.zk.set(path, data)
-        except NoNodeError:
-            self.zk.create(path, data, makepath=True)
+        head = zd.encode_replica_logs(generation, {})
+        parts = {
+            name: zd.encode_replica_logs(0, chunk)
+            for name, chunk in zd.replica_log_chunks(logs).items()
+        }
+        written = self._report_parts
+        if written is None:
+            try:
+                names = self.zk.get_children(path)
+            except NoNodeError:
+                self.zk.create(path, head, makepath=True)
+                names = []
+            written = dict.fromkeys(names, b"")
+        ops: list[tuple[str, str, bytes]] = [
+            ("set" if name in written else "create", f"{path}/{name}", data)
+            for name, data in sorted(parts.items())
+            if written.get(name) != data
+        ]
+        ops += [("delete", f"{path}/{name}", b"") for name in sorted(written.keys() - parts.keys())]
+        if not ops and self._report_generation == generation:
+            return 0
+        ops.append(("set", path, head))
+        self._report_parts = None  # unknown until every transaction below went through
+        for batch in _batches(ops, _REPORT_TXN_BYTES):
+            txn = self.zk.transaction()
+            for kind, znode, data in batch:
+                if kind == "create":
+                    txn.create(znode, data)
+                elif kind == "set":
+                    txn.set_data(znode, data)
+                else:
+                    txn.delete(znode)
+            raise_first_failure(txn.commit(), {})
+        self._report_parts = parts
+        self._report_generation = generation
+        return len(ops)
 
     def replica_logs(
         self,
     ) -> dict[int, tuple[int, dict[TopicPartition, zd.ReplicaLogReport]]]:
         """Every broker's last report (gone brokers' too): broker -> (generation, logs)."""
-        return self._by_broker(zd.REPLICA_LOGS, zd.decode_replica_logs)
+        out = {}
+        for child in self.zk.get_children(zd.REPLICA_LOGS):
+            found = self.replica_logs_of(int(child))
+            if found is not None:
+                out[int(child)] = found
+        return out
+
+    def replica_logs_of(
+        self, broker_id: int
+    ) -> tuple[int, dict[TopicPartition, zd.ReplicaLogReport]] | None:
+        """One broker's last report, its parts read together (None: it never reported)."""
+        path = zd.replica_logs_path(broker_id)
+        try:
+            generation, logs = zd.decode_replica_logs(self.zk.get(path)[0])
+            names = self.zk.get_children(path)
+        except NoNodeError:
+            return None
+        for pending in [self.zk.get_async(f"{path}/{name}") for name in names]:
+            try:
+                logs.update(zd.decode_replica_logs(pending.get()[0])[1])
+            except NoNodeError:
+                continue  # removed by a report written meanwhile
+        return generation, logs
 
     def replica_log_request(self, watch: Callable[[int], None] | None = None) -> int:
         """The generation of reports the controller last asked for (0: never)."""

@@ -89,6 +89,7 @@ PERSISTENT_PATHS = (
     OFFLINE_REPLICAS,
     REPLICA_LOGS,
     ELECTIONS,
+    ELECTION_LOSSES,
 )
 
 
@@ -130,6 +131,23 @@ def offline_replicas_path(broker_id: int) -> str:
 
 def replica_logs_path(broker_id: int) -> str:
     return f"{REPLICA_LOGS}/{broker_id}"
+
+
+# A broker's report is split into znodes of this many partitions of one topic each (a child of
+# its report znode): no znode grows with the partition count (ZooKeeper refuses one over 1 MB,
+# about 5,800 partitions of a single report), and a part that did not change is not rewritten.
+REPORT_CHUNK_PARTITIONS = 100
+
+
+def replica_log_chunks(
+    logs: Mapping[TopicPartition, ReplicaLogReport],
+) -> dict[str, dict[TopicPartition, ReplicaLogReport]]:
+    """A report split into its parts, by child name (`<topic>.<n>`: partitions
+    n*REPORT_CHUNK_PARTITIONS and up)."""
+    out: dict[str, dict[TopicPartition, ReplicaLogReport]] = {}
+    for tp, report in logs.items():
+        out.setdefault(f"{tp.topic}.{tp.partition // REPORT_CHUNK_PARTITIONS}", {})[tp] = report
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from logkeel.cluster.zk_brokers import BrokerIdInUse
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
 from logkeel.cluster.zk_topics import StalePartitionState
+from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.log_dir import random_uuid
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
@@ -54,6 +55,11 @@ log = logging.getLogger(__name__)
 
 # How long an admin write waits for the controller's result to reach this broker's cache.
 ADMIN_WAIT_S = 15.0
+# Changes are gathered until none came for this long, or this long passed since the first.
+_COALESCE_QUIET_S = 0.01
+_COALESCE_MAX_S = 0.1
+# How long a rebuild waits for the first states of partitions it just began watching.
+_FIRST_STATES_WAIT_S = 30.0
 
 _Task = tuple[str, str]  # ("topic", name) | ("brokers", "") | ("register", "") | ("stop", "")
 
@@ -76,6 +82,15 @@ class ZkMetadataStore(MetadataStore):
         self._live: Mapping[int, BrokerRegistration] = MappingProxyType({})
         self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
         self._leader_isr: dict[tuple[str, int], LeaderIsr] = {}
+        # Each topic's assignment and configs as last read (a partition state's change
+        # rebuilds its topic from these, reading nothing).
+        self._assignments: dict[str, TopicAssignment] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        # The partition states, watched pipelined (thousands of them: `zk_watch`).
+        self._states = WatchedZnodes(client.zk, self._state_watch_failed)
+        # Partitions whose state a watch delivered since their topic was last rebuilt.
+        self._changed_states: dict[str, set[int]] = {}
+        self._changed_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._watched: set[str] = set()
         self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
@@ -84,6 +99,7 @@ class ZkMetadataStore(MetadataStore):
         self._session_lost = False
         self.write_fence = SessionFence(client.session_timeout_ms)
         self._closing = False
+        self._leaving = False  # a controlled shutdown is under way: no registering again
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
         self._known_topics: set[str] = set()
         self._offline: frozenset[TopicPartition] = frozenset()
@@ -153,10 +169,29 @@ class ZkMetadataStore(MetadataStore):
                 continue
             log.info("registered broker %d in ZooKeeper (broker epoch %d)", self.node_id, epoch)
             self.broker_epoch = epoch
+            self._watch_registration(epoch)
             if self._offline:  # ephemeral, so gone with an expired session
                 self.client.set_offline_replicas(self.node_id, self._offline)
             self.write_fence.registered()
             return epoch
+
+    def _watch_registration(self, epoch: int) -> None:
+        """Registers again when this registration is deleted while the session lives on: a
+        peer took this broker for a crashed one (`crash_detection`)."""
+
+        def fired(data: bytes | None, stat: Any) -> bool:
+            if self.broker_epoch != epoch or self._closing or self._leaving:
+                return False
+            if data is None:
+                log.warning(
+                    "this broker's registration (broker epoch %d) was removed while it runs; "
+                    "registering again", epoch,
+                )  # fmt: skip
+                self._tasks.put(("register", ""))
+                return False
+            return True
+
+        self.client.zk.DataWatch(zd.broker_path(self.node_id), fired)
 
     def report_offline_replicas(
         self, partitions: Iterable[TopicPartition], offline_log_dir_ids: Iterable[str]
@@ -289,14 +324,51 @@ class ZkMetadataStore(MetadataStore):
 
         self.client.zk.DataWatch(path, fired)
 
+    def _watch_state(self, topic: str, partition: int) -> bool:
+        """Keeps the partition's state from what its watch delivers (a refresh of its topic
+        then reads no partition state) and queues a rebuild of the topic on each change."""
+        key = (topic, partition)
+
+        def on_state(data: bytes | None, stat: Any) -> None:
+            if data is None:
+                self._leader_isr.pop(key, None)
+            else:
+                cached = self._leader_isr.get(key)
+                if cached is not None and cached.zk_version >= stat.version:
+                    return
+                self._leader_isr[key] = zd.decode_partition_state(data, stat.version)
+            with self._changed_lock:
+                self._changed_states.setdefault(topic, set()).add(partition)
+            self._tasks.put(("state", topic))
+
+        return self._states.data(zd.partition_state_path(topic, partition), on_state)
+
+    def _take_changed_states(self, topic: str) -> set[int]:
+        with self._changed_lock:
+            return self._changed_states.pop(topic, set())
+
+    def _state_watch_failed(self, path: str, exc: BaseException) -> None:
+        log.warning("watching %s failed (%s); watching every partition state anew", path, exc)
+        self._tasks.put(("rewatch", ""))
+
+    def _rewatch_states(self) -> None:
+        """After a session expired (its watches went with it) or a watch failed."""
+        self._states.close()
+        self._states = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        for name in list(self._assignments):
+            self._refresh_topic(name)
+
     # -- the worker -------------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             batch = {self._tasks.get()}
-            while True:
+            # A burst of changes (a controller moving hundreds of leaderships) is taken in one
+            # rebuild of each topic, not one per partition.
+            until = time.monotonic() + _COALESCE_MAX_S
+            while (left := until - time.monotonic()) > 0:
                 try:
-                    batch.add(self._tasks.get_nowait())
+                    batch.add(self._tasks.get(timeout=min(left, _COALESCE_QUIET_S)))
                 except queue.Empty:
                     break
             if ("stop", "") in batch:
@@ -304,11 +376,14 @@ class ZkMetadataStore(MetadataStore):
             try:
                 if ("register", "") in batch:
                     self._register()
+                    self._rewatch_states()
+                elif ("rewatch", "") in batch:
+                    self._rewatch_states()
                 if ("brokers", "") in batch:
                     self._refresh_brokers()
-                for kind, name in sorted(batch):
-                    if kind == "topic":
-                        self._refresh_topic(name)
+                reread = {name for kind, name in batch if kind == "topic"}
+                for name in sorted(reread | {name for kind, name in batch if kind == "state"}):
+                    self._refresh_topic(name, reread=name in reread, full=name in reread)
             except Exception:  # noqa: BLE001 - a failed refresh is retried, never fatal
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
@@ -320,31 +395,56 @@ class ZkMetadataStore(MetadataStore):
         self._cannot_serve = self.client.offline_replicas()
         # offline_replicas depend on liveness: rebuild every topic from the cached states.
         for name in list(self._snapshot):
-            self._refresh_topic(name)
+            self._refresh_topic(name, reread=False)
         self._signal()
 
-    def _refresh_topic(self, name: str, *, notify: bool = True) -> None:
-        assignment = self.client.topic_assignment(name)
+    def _refresh_topic(
+        self, name: str, *, notify: bool = True, reread: bool = True, full: bool = True
+    ) -> None:
+        """Rebuilds the topic's state; ``reread``: its assignment and configs changed;
+        not ``full``: only the partition states the watches delivered since changed."""
+        if reread or name not in self._assignments:
+            assignment = self.client.topic_assignment(name)
+            if assignment is not None:
+                self._assignments[name] = assignment
+                self._configs[name] = self.client.topic_config(name)
+        else:
+            assignment = self._assignments[name]
         old = self._snapshot.get(name)
         if assignment is None:
-            self._watched.difference_update(
-                {zd.topic_path(name), zd.topic_config_path(name)}
-                | {p for p in self._watched if p.startswith(zd.partitions_path(name) + "/")}
-            )
+            self._watched.difference_update({zd.topic_path(name), zd.topic_config_path(name)})
+            gone = self._assignments.pop(name, None)
+            self._configs.pop(name, None)
+            for p in gone.partitions if gone is not None else ():
+                self._states.forget(zd.partition_state_path(name, p))
             for key in [k for k in self._leader_isr if k[0] == name]:
                 del self._leader_isr[key]
             if old is not None:
                 self._publish(name, None, notify)
             return
         self._watch_topic(name)
-        configs = self.client.topic_config(name)
-        partitions: dict[int, PartitionState] = {}
-        for p, replicas in sorted(assignment.partitions.items()):
-            self._watch(zd.partition_state_path(name, p), name)
-            state = self.client.partition_state(name, p)
-            if state is None:
-                continue  # the controller has not elected its first leader yet
-            self._leader_isr[(name, p)] = state
+        configs = self._configs[name]
+        new = {
+            zd.partition_state_path(name, p)
+            for p in assignment.partitions
+            if self._watch_state(name, p)
+        }
+        # The first delivery of each watch just set (a new topic, or new partitions).
+        self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
+        changed = self._take_changed_states(name)
+        if full or old is None:
+            partitions: dict[int, PartitionState] = {}
+            targets: Iterable[int] = assignment.partitions
+        else:  # only partition states changed: the others are kept as they are
+            partitions = dict(old.partitions)
+            targets = changed
+        for p in sorted(targets):
+            replicas = assignment.partitions.get(p)
+            state = self._leader_isr.get((name, p))
+            if replicas is None or state is None:
+                # Not elected its first leader yet (or gone with the assignment).
+                partitions.pop(p, None)
+                continue
             leader = state.leader
             if leader == self.node_id and state.leader_broker_epoch not in (-1, self.broker_epoch):
                 # Elected in an earlier run of this broker, whose disk may have lost what it
@@ -366,11 +466,11 @@ class ZkMetadataStore(MetadataStore):
             # A new topic appears whole: a client shown some of its partitions takes that for
             # the partition count, and a send to a later partition fails as unknown.
             return
-        new = TopicState(
+        topic_state = TopicState(
             name, assignment.topic_id or random_uuid(), partitions, configs, name in INTERNAL_TOPICS
         )
-        if new != old:
-            self._publish(name, new, notify)
+        if topic_state != old:
+            self._publish(name, topic_state, notify)
 
     def _publish(self, name: str, state: TopicState | None, notify: bool) -> None:
         topics = dict(self._snapshot)
@@ -516,6 +616,7 @@ class ZkMetadataStore(MetadataStore):
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Asks the controller to move this broker's leaderships away and waits until none is
         left that another in-sync replica could take; False when ``timeout_s`` passed first."""
+        self._leaving = True
         self.client.request_controlled_shutdown(self.node_id)
 
         def moved() -> bool:

@@ -196,6 +196,7 @@ class Broker:
                     self.cluster.resign_leadership if self.cluster is not None else None
                 ),
                 shutting_down=self.cluster.shutting_down if self.cluster is not None else None,
+                live_brokers=self.cluster.live_brokers if self.cluster is not None else None,
             )
         )
         self.log_manager.add_log_replaced_listener(self.replica_manager.on_log_replaced)

@@ -162,6 +162,10 @@ class ClusterNode:
         """The brokers in a controlled shutdown (KIP-841: never proposed for an ISR)."""
         return self._shutting_down
 
+    def live_brokers(self) -> frozenset[int]:
+        """The registered brokers (one gone is never proposed for an ISR)."""
+        return frozenset(b.node_id for b in self.store.brokers())
+
     def _write_isr(self, proposal: IsrProposal) -> None:
         """The ISR manager's write of one leader's proposal: checked by the AlterPartition rules
         against the state and brokers this broker knows (`isr.validate_isr_write`), then
@@ -177,7 +181,7 @@ class ClusterNode:
             leader_epoch=current.leader_epoch, isr=tuple(current.isr),
             partition_epoch=current.partition_epoch,
         )  # fmt: skip
-        live = {b.node_id for b in self.store.brokers()}
+        live = self.live_brokers()
         decision = isr_rules.validate_isr_write(
             registration, proposal.state, self.config.node_id,
             live=live, shutting_down=self._shutting_down,

@@ -84,3 +84,5 @@ class ReplicaManagerContext:
     resign_requested: Callable[[TopicPartition, str], None] | None = None
     # The brokers in a controlled shutdown (KIP-841: a leader never proposes them for its ISR).
     shutting_down: Callable[[], Set[int]] | None = None
+    # The registered brokers (a gone one is never proposed for the ISR); None: a single node.
+    live_brokers: Callable[[], Set[int]] | None = None

@@ -86,6 +86,8 @@ class Partition:
         self._awaiting_rederive = False
         # KIP-841: brokers in a controlled shutdown are never proposed for the ISR.
         self.shutting_down: Callable[[], Set[int]] = frozenset
+        # The registered brokers (a gone one is never proposed for the ISR); None: not known.
+        self.live_brokers: Callable[[], Set[int]] | None = None
         # Beyond KIP-501: the leader epoch in which this leader, too slow for its followers,
         # asked to resign.
         self._resigned_in_epoch: int | None = None
@@ -335,6 +337,7 @@ class Partition:
                 plog.high_watermark,
                 epoch_start.start_offset if epoch_start is not None else 0,
                 shutting_down=self.shutting_down(),
+                live=self.live_brokers() if self.live_brokers is not None else None,
             )
             proposal = self._propose_locked(decision)
         self._hand_over(proposal)

@@ -123,6 +123,7 @@ class PartitionTable:
             p.resign_requested = self._ctx.resign_requested
             if self._ctx.shutting_down is not None:
                 p.shutting_down = self._ctx.shutting_down
+            p.live_brokers = self._ctx.live_brokers
             if self._ctx.node_id not in pstate.replicas:
                 changed.append(tp)
                 continue

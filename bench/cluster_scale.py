@@ -1,0 +1,291 @@
+"""A cluster at thousands of partitions (issue 19): 3 local brokers, a real ZooKeeper, Kafka's
+default 18 s session, one topic of N partitions at RF 3, for each N given:
+
+- create_s: CreateTopics until Metadata shows every partition with a full ISR;
+- idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client;
+- metadata_ms: Metadata for every partition (median of 5, from one broker);
+- controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
+  led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
+  broker's Metadata shows it (that broker has applied them); then its restart until it is back
+  in every ISR in ZooKeeper (rejoin_after_shutdown_s);
+- kill_controller_s (and ..._metadata_s): SIGKILL of the controller's broker, until every
+  partition has a live leader; then its restart until it is back in every ISR
+  (rejoin_after_kill_s);
+- zookeeper: ZooKeeper's own counters (4lw `mntr`) over each failure, from the signal until the
+  leaderships have moved: packets received and sent (ZooKeeper 3.8's `mntr` counts no
+  bytes);
+- producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
+  timeout) sends to every partition in turn through both failures: acknowledged, failed, and
+  still unacknowledged when the run stops waiting (FLUSH_S).
+
+    .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
+
+The last line printed is one JSON object (one entry per partition count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.zk_server import ZooKeeperServer, four_letter_word
+from logkeel.testing.broker_process import LogkeelBroker
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replication import cpu_seconds, start_cluster, wait_for  # noqa: E402
+
+TOPIC = "scale"
+IDLE_S = 10.0
+SEND_RATE = 500  # messages per second, round-robin over the partitions
+FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
+PHASE_TIMEOUT_S = 180.0
+# Counters of ZooKeeper's `mntr` that tell its load.
+ZK_COUNTERS = ("zk_packets_received", "zk_packets_sent")
+
+
+def partitions(admin: AdminClient) -> dict[int, Any] | None:
+    try:
+        t = admin.list_topics(TOPIC, timeout=30).topics.get(TOPIC)
+    except confluent_kafka.KafkaException:
+        return None  # asked again: a loaded broker, or one that just lost its connection
+    return None if t is None or t.error is not None else t.partitions
+
+
+class View:
+    """Metadata as one live broker answers it."""
+
+    def __init__(self, broker: LogkeelBroker) -> None:
+        self.admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def all_full(self, n: int, rf: int = 3) -> bool:
+        parts = partitions(self.admin)
+        return (
+            parts is not None and len(parts) == n and all(len(p.isrs) == rf for p in parts.values())
+        )
+
+    def none_led_by(self, broker: int, n: int) -> bool:
+        parts = partitions(self.admin)
+        return (
+            parts is not None
+            and len(parts) == n
+            and all(p.leader not in (broker, -1) for p in parts.values())
+        )
+
+    def in_every_isr(self, broker: int, n: int) -> bool:
+        parts = partitions(self.admin)
+        return (
+            parts is not None and len(parts) == n and all(broker in p.isrs for p in parts.values())
+        )
+
+
+class ZkView:
+    """The partition states in ZooKeeper, read pipelined: what the controller decided."""
+
+    def __init__(self, zk: KazooClient, n: int) -> None:
+        self.zk = zk
+        self.n = n
+
+    def states(self) -> list[Any]:
+        pending = [self.zk.get_async(zd.partition_state_path(TOPIC, p)) for p in range(self.n)]
+        return [zd.decode_partition_state(r.get()[0], 0) for r in pending]
+
+    def none_led_by(self, broker: int) -> bool:
+        return all(s.leader not in (broker, -1) for s in self.states())
+
+    def in_every_isr(self, broker: int) -> bool:
+        return all(broker in s.isr for s in self.states())
+
+
+def timed(probe: Callable[[], bool], what: str, started: float) -> float | str:
+    """Seconds from ``started`` until ``probe`` holds; a phase that never ends within
+    PHASE_TIMEOUT_S is reported as such and the run goes on."""
+    try:
+        wait_for(probe, what, PHASE_TIMEOUT_S)
+    except TimeoutError:
+        print(f"{what}: not within {PHASE_TIMEOUT_S:.0f}s", file=sys.stderr, flush=True)
+        return f">{PHASE_TIMEOUT_S:.0f}"
+    took = round(time.monotonic() - started, 2)
+    print(f"{what}: {took}s", file=sys.stderr, flush=True)
+    return took
+
+
+def mntr(zk: ZooKeeperServer) -> dict[str, float]:
+    out = {}
+    for line in four_letter_word(zk.host, zk.port, "mntr").splitlines():
+        key, _, value = line.partition("\t")
+        if key in ZK_COUNTERS:
+            out[key] = float(value)
+    return out
+
+
+def zk_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in before if k in after}
+
+
+class Sender(threading.Thread):
+    def __init__(self, bootstrap: str, n: int) -> None:
+        super().__init__(daemon=True)
+        self.n = n
+        self.stop = threading.Event()
+        self.acked = self.failed = self.sent = 0
+        self.errors: dict[str, int] = {}
+        self.producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+        )
+
+    def _done(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.acked += 1
+        else:
+            self.failed += 1
+            self.errors[str(err.name())] = self.errors.get(str(err.name()), 0) + 1
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.producer.produce(
+                TOPIC, b"x" * 100, partition=self.sent % self.n, on_delivery=self._done
+            )
+            self.sent += 1
+            self.producer.poll(0)
+            self.stop.wait(1 / SEND_RATE)
+
+    def finish(self) -> dict[str, Any]:
+        self.stop.set()
+        self.join()
+        left = self.producer.flush(FLUSH_S)
+        return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
+                "unacknowledged_at_end": left, "errors": self.errors}  # fmt: skip
+
+
+def controller_of(zk: KazooClient) -> int:
+    return zd.decode_controller(zk.get(zd.CONTROLLER)[0])
+
+
+def run(n: int, base: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {"partitions": n}
+    zk = ZooKeeperServer(base / "zookeeper").start()
+    chroot = "/scale"
+    brokers: dict[int, LogkeelBroker] = {}
+    try:
+        root = KazooClient(hosts=zk.connect_string)
+        root.start()
+        root.ensure_path(chroot)
+        root.stop()
+        watcher = KazooClient(hosts=zk.connect_string + chroot)
+        watcher.start()
+        brokers = start_cluster(
+            base, zk.connect_string + chroot, {"zookeeper.session.timeout.ms": "18000"}
+        )
+        view = {i: View(b) for i, b in brokers.items()}
+        admin = view[1].admin
+        wait_for(lambda: watcher.exists(zd.CONTROLLER), "a controller", 60)
+
+        started = time.monotonic()
+        admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
+        result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
+
+        cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
+        time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
+        result["idle_cpu"] = {
+            i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3) for i, b in brokers.items()
+        }
+        latencies = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert len(partitions(admin) or {}) == n
+            latencies.append((time.perf_counter() - t0) * 1000)
+        result["metadata_ms"] = round(statistics.median(latencies), 1)
+
+        sender = Sender(",".join(b.bootstrap for b in brokers.values()), n)
+        sender.start()
+        # Under way before the first fault (acks=all at thousands of partitions is slow here:
+        # replication without fetch sessions).
+        result["first_100_acks_s"] = timed(
+            lambda: sender.acked >= 100, "100 acks", time.monotonic()
+        )
+        zkv = ZkView(watcher, n)
+        zk_use: dict[str, Any] = {}
+
+        # Controlled shutdown of a broker that is not the controller.
+        ctl = controller_of(watcher)
+        victim = next(i for i in (3, 2, 1) if i != ctl)
+        other = next(i for i in brokers if i != victim)
+        before = mntr(zk)
+        started = time.monotonic()
+        proc = brokers[victim].proc
+        assert proc is not None
+        proc.terminate()
+        result["controlled_shutdown_s"] = timed(
+            lambda: zkv.none_led_by(victim), "leaderships moved (ZooKeeper)", started
+        )
+        zk_use["controlled_shutdown"] = zk_delta(before, mntr(zk))
+        result["controlled_shutdown_metadata_s"] = timed(
+            lambda: view[other].none_led_by(victim, n), "leaderships moved (Metadata)", started
+        )
+        brokers[victim].stop(120)
+        result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
+        started = time.monotonic()
+        brokers[victim].start(120)
+        result["rejoin_after_shutdown_s"] = timed(
+            lambda: zkv.in_every_isr(victim), "back in every ISR", started
+        )
+
+        # SIGKILL of the controller's broker.
+        ctl = controller_of(watcher)
+        other = next(i for i in brokers if i != ctl)
+        before = mntr(zk)
+        started = time.monotonic()
+        brokers[ctl].kill()
+        result["kill_controller_s"] = timed(
+            lambda: zkv.none_led_by(ctl), "every partition led (ZooKeeper)", started
+        )
+        zk_use["kill_controller"] = zk_delta(before, mntr(zk))
+        result["kill_controller_metadata_s"] = timed(
+            lambda: view[other].none_led_by(ctl, n), "every partition led (Metadata)", started
+        )
+        started = time.monotonic()
+        brokers[ctl].start(120)
+        result["rejoin_after_kill_s"] = timed(
+            lambda: zkv.in_every_isr(ctl), "back in every ISR", started
+        )
+        result["zookeeper"] = zk_use
+        result["producer"] = sender.finish()
+        watcher.stop()
+    finally:
+        for b in brokers.values():
+            b.kill()
+        zk.stop()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", default="2000", help="comma-separated partition counts")
+    args = parser.parse_args()
+    out = []
+    for n in (int(x) for x in args.partitions.split(",")):
+        base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
+        try:
+            out.append(run(n, base))
+            print(json.dumps(out[-1]), flush=True)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps({"runs": out}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""The active controller's view of the cluster, fed by ZooKeeper watches (Kafka's
+ControllerContext): live brokers and their epochs, controlled shutdowns, replicas that cannot
+serve, every topic's assignment and configs, every partition's state with its version, the
+brokers' replica-log reports and each partition's last election that gave records up.
+
+It is loaded once when a broker takes the controller's office, with pipelined reads, and kept
+current by one-shot watches re-armed on every delivery; each change is written into the view
+and reported with the partitions it touches, so that a controller pass decides only those and
+never re-reads the cluster. The controller's own writes go into the view at once
+(`state_written`); the watch that follows brings the same version and changes nothing.
+
+Deliveries run on kazoo's thread and take ``lock``; the controller holds it while it decides.
+A delivery that fails (not a missing znode) asks for a reload (``on_change("reload", ...)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.controller_decisions import LiveBrokers
+from logkeel.cluster.zk_data import BrokerRegistration, LeaderIsr, ReplicaLogReport, TopicAssignment
+from logkeel.cluster.zk_watch import WatchedZnodes
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["ControllerContext"]
+
+log = logging.getLogger(__name__)
+
+# on_change(kind, partitions touched): kinds are "partitions" and "reload".
+OnChange = Callable[[str, Iterable[TopicPartition]], None]
+
+
+class ControllerContext:
+    def __init__(self, zk: KazooClient, on_change: OnChange) -> None:
+        self._zk = zk
+        self._on_change = on_change
+        self.lock = threading.RLock()
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.shutting_down: set[int] = set()
+        self.offline_replicas: dict[int, set[TopicPartition]] = {}
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.configs: dict[str, dict[str, str]] = {}
+        self.states: dict[TopicPartition, LeaderIsr] = {}
+        self.reports: dict[int, tuple[int, dict[TopicPartition, ReplicaLogReport]]] = {}
+        # Each partition's last recorded election loss: (its sequential znode's name, leader
+        # epoch, from offset). The znodes are written once; the newest name wins.
+        self.losses: dict[TopicPartition, tuple[str, int, int]] = {}
+        self._watches = WatchedZnodes(zk, self._fail)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def load(self, timeout_s: float) -> bool:
+        """Reads the whole view (pipelined) and arms every watch; False if it took longer."""
+        w = self._watches
+        w.children(zd.BROKER_IDS, self._on_broker_ids)
+        w.children(zd.CONTROLLED_SHUTDOWN, self._on_shutting_down)
+        w.children(zd.OFFLINE_REPLICAS, self._on_offline_parents)
+        w.children(zd.TOPICS, self._on_topics)
+        w.children(zd.REPLICA_LOGS, self._on_report_brokers)
+        w.children(zd.ELECTION_LOSSES, self._on_losses)
+        return w.wait_loaded(timeout_s)
+
+    def close(self) -> None:
+        """Stops every watch (each ends at its next delivery)."""
+        self._watches.close()
+
+    # -- what the decisions read (under ``lock``) ---------------------------------------------
+
+    def live_brokers(self) -> LiveBrokers:
+        return LiveBrokers(
+            frozenset(self.brokers), frozenset(self.shutting_down),
+            {b: set(tps) for b, tps in self.offline_replicas.items()},
+            {b: logs for b, (_gen, logs) in self.reports.items()},
+            {b: reg.broker_epoch for b, reg in self.brokers.items()},
+            {tp: (epoch, offset) for tp, (_name, epoch, offset) in self.losses.items()},
+        )  # fmt: skip
+
+    def partitions_of(self, brokers: Iterable[int]) -> set[TopicPartition]:
+        """Every partition with a replica on one of ``brokers``."""
+        wanted = set(brokers)
+        return {
+            TopicPartition(a.topic, p)
+            for a in self.assignments.values()
+            for p, replicas in a.partitions.items()
+            if wanted.intersection(replicas)
+        }
+
+    def all_partitions(self) -> set[TopicPartition]:
+        return {TopicPartition(a.topic, p) for a in self.assignments.values() for p in a.partitions}
+
+    def state_written(self, tp: TopicPartition, state: LeaderIsr) -> None:
+        """The controller wrote ``state`` (its ``zk_version`` the new one): in the view now,
+        and watched from now on if it is new."""
+        with self.lock:
+            self._put_state(tp, state)
+        self._watches.data(zd.partition_state_path(tp.topic, tp.partition), self._state_watcher(tp))
+
+    def _fail(self, path: str, exc: BaseException) -> None:
+        log.warning("controller context: reading %s failed (%s); reloading", path, exc)
+        self._on_change("reload", ())
+
+    # -- brokers ----------------------------------------------------------------------------------
+
+    def _on_broker_ids(self, ids: list[str]) -> None:
+        for child in ids:
+            broker = int(child)
+            self._watches.data(zd.broker_path(broker), partial(self._on_broker, broker))
+
+    def _on_broker(self, broker: int, data: bytes | None, stat: Any) -> None:
+        with self.lock:
+            before = self.brokers.get(broker)
+            if data is None:
+                self.brokers.pop(broker, None)
+            else:
+                self.brokers[broker] = zd.decode_broker(broker, data, stat.czxid)
+            if before == self.brokers.get(broker):
+                return
+            touched = self.partitions_of([broker])
+        self._on_change("partitions", touched)
+
+    def _on_shutting_down(self, ids: list[str]) -> None:
+        with self.lock:
+            now = {int(i) for i in ids}
+            changed = now ^ self.shutting_down
+            self.shutting_down = now
+            touched = self.partitions_of(changed)
+        self._on_change("partitions", touched)
+
+    def _on_offline_parents(self, ids: list[str]) -> None:
+        for child in ids:
+            broker = int(child)
+            self._watches.data(zd.offline_replicas_path(broker), partial(self._on_offline, broker))
+
+    def _on_offline(self, broker: int, data: bytes | None, _stat: Any = None) -> None:
+        with self.lock:
+            before = self.offline_replicas.get(broker, set())
+            now = set() if data is None else set(zd.decode_partitions(data))
+            self.offline_replicas[broker] = now
+        self._on_change("partitions", before ^ now)
+
+    # -- topics and partitions --------------------------------------------------------------------
+
+    def _on_topics(self, names: list[str]) -> None:
+        for topic in names:
+            self._watches.data(zd.topic_path(topic), partial(self._on_assignment, topic))
+            self._watches.data(zd.topic_config_path(topic), partial(self._on_config, topic))
+
+    def _topic_partitions(self, topic: str) -> set[TopicPartition]:
+        a = self.assignments.get(topic)
+        return {TopicPartition(topic, p) for p in (a.partitions if a else ())}
+
+    def _on_assignment(self, topic: str, data: bytes | None, _stat: Any = None) -> None:
+        with self.lock:
+            if data is None:
+                touched = self._topic_partitions(topic)
+                self.assignments.pop(topic, None)
+                self.configs.pop(topic, None)
+                for tp in touched:
+                    self.states.pop(tp, None)
+                # Watched again (from scratch) if a topic of this name is created anew.
+                for tp in touched:
+                    self._watches.forget(zd.partition_state_path(tp.topic, tp.partition))
+                self._watches.forget(zd.topic_path(topic))
+                self._watches.forget(zd.topic_config_path(topic))
+            else:
+                self.assignments[topic] = zd.decode_topic(topic, data)
+                touched = self._topic_partitions(topic)
+        for tp in sorted(touched) if data is not None else ():
+            self._watches.data(
+                zd.partition_state_path(tp.topic, tp.partition), self._state_watcher(tp)
+            )
+        self._on_change("partitions", touched)
+
+    def _on_config(self, topic: str, data: bytes | None, _stat: Any = None) -> None:
+        with self.lock:
+            if data is None:
+                self.configs.pop(topic, None)
+                return
+            self.configs[topic] = zd.decode_topic_config(data)
+            touched = self._topic_partitions(topic)
+        self._on_change("partitions", touched)
+
+    def _state_watcher(self, tp: TopicPartition) -> Callable[[bytes | None, Any], None]:
+        def on_state(data: bytes | None, stat: Any) -> None:
+            with self.lock:
+                if data is None:
+                    if self.states.pop(tp, None) is None:
+                        return
+                elif not self._put_state(tp, zd.decode_partition_state(data, stat.version)):
+                    return
+            self._on_change("partitions", (tp,))
+
+        return on_state
+
+    def _put_state(self, tp: TopicPartition, state: LeaderIsr) -> bool:
+        """Keeps the newer of the cached state and ``state``; True if ``state`` was newer."""
+        cached = self.states.get(tp)
+        if cached is not None and cached.zk_version >= state.zk_version:
+            return False
+        self.states[tp] = state
+        return True
+
+    # -- election losses --------------------------------------------------------------------------
+
+    def _on_losses(self, names: list[str]) -> None:
+        for name in names:
+            self._watches.data(f"{zd.ELECTION_LOSSES}/{name}", partial(self._on_loss, name))
+
+    def _on_loss(self, name: str, data: bytes | None, _stat: Any = None) -> None:
+        if data is None:
+            return
+        loss = zd.decode_election_loss(data)
+        with self.lock:
+            kept = self.losses.get(loss.tp)
+            if kept is not None and kept[0] >= name:
+                return
+            self.losses[loss.tp] = (name, loss.leader_epoch, loss.from_offset)
+        self._on_change("partitions", (loss.tp,))
+
+    # -- replica-log reports ----------------------------------------------------------------------
+
+    def _on_report_brokers(self, ids: list[str]) -> None:
+        for child in ids:
+            broker = int(child)
+            self._watches.data(zd.replica_logs_path(broker), partial(self._on_report, broker))
+
+    def _on_report(self, broker: int, data: bytes | None, _stat: Any = None) -> None:
+        """The report znode changes last when a broker reports: read its parts, then tell."""
+        if data is None:
+            with self.lock:
+                self.reports.pop(broker, None)
+            return
+        generation, legacy = zd.decode_replica_logs(data)
+        path = zd.replica_logs_path(broker)
+
+        def parts_listed(result: Any) -> None:
+            try:
+                names = list(result.get())
+            except NoNodeError:
+                names = []
+            except Exception as exc:  # noqa: BLE001
+                self._fail(path, exc)
+                return
+            logs = dict(legacy)
+            left = [len(names)]
+
+            def part_read(part: Any) -> None:
+                try:
+                    logs.update(zd.decode_replica_logs(part.get()[0])[1])
+                except NoNodeError:
+                    pass  # removed by a newer report, whose watch comes next
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(path, exc)
+                finally:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        self._report_read(broker, generation, logs)
+
+            if not names:
+                self._report_read(broker, generation, logs)
+            for name in names:
+                self._zk.get_async(f"{path}/{name}").rawlink(part_read)
+
+        self._zk.get_children_async(path).rawlink(parts_listed)
+
+    def _report_read(
+        self, broker: int, generation: int, logs: dict[TopicPartition, ReplicaLogReport]
+    ) -> None:
+        with self.lock:
+            self.reports[broker] = (generation, logs)
+            # What a report can change: elections of offline partitions, and of those led by a
+            # restarted broker (they wait for its report of this run).
+            touched = {
+                tp
+                for tp in self.partitions_of([broker])
+                if (s := self.states.get(tp)) is None or s.leader in (-1, broker)
+            }
+        self._on_change("partitions", touched)

@@ -1,0 +1,266 @@
+"""The controller's decisions, pure: what the brokers and their reports say of each replica
+(`LiveBrokers`), a new partition's first state, one partition's next state after an event
+(`decide`), which partitions an auto rebalance moves, and in which order a pass writes its
+changes. `controller` feeds them from its watch-fed context and writes what they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+from functools import partial
+
+from logkeel.cluster.elections import (
+    controlled_shutdown,
+    on_replicas_offline,
+    preferred_election,
+)
+from logkeel.cluster.partition_state import (
+    NO_LEADER,
+    Decision,
+    PartitionRegistration,
+    ReplicaLog,
+    ReplicaView,
+    Views,
+    acknowledged_offset,
+)
+from logkeel.cluster.zk_data import ReplicaLogReport
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = [
+    "LiveBrokers",
+    "decide",
+    "imbalanced_partitions",
+    "initial_state",
+    "leader_moves_first",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBrokers:
+    """What the controller's decisions need of the brokers: who is registered, who asked for a
+    controlled shutdown, and which replicas each cannot serve (failed log dir)."""
+
+    live: frozenset[int]
+    shutting_down: frozenset[int]
+    offline_replicas: Mapping[int, AbstractSet[TopicPartition]] = field(default_factory=dict)
+    # Each broker's last report of its replicas' logs (`zk_data.ReplicaLogReport`); None when
+    # the controller runs without reports (then nothing waits for one).
+    logs: Mapping[int, Mapping[TopicPartition, ReplicaLogReport]] | None = None
+    # Each live broker's epoch (its registration's): tells a restarted broker from the one
+    # that was elected, and a report of this incarnation from one of an earlier.
+    epochs: Mapping[int, int] = field(default_factory=dict)
+    # Each partition's last election that gave records up: (leader epoch, from offset).
+    losses: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+
+    def views(
+        self,
+        tp: TopicPartition,
+        reg: PartitionRegistration,
+        *,
+        shutdown: bool,
+        topic_id: str | None = None,
+        fresh: bool = False,
+    ) -> Views:
+        """The replicas of ``reg`` as the decisions see them. Logs are judged exactly
+        (``ReplicaLog.current``) only where a report is known to be true: every replica of an
+        offline partition (nobody fetches, so a report made against its current state stays
+        true), a leader back from a restart (its report of this run), and every replica when
+        ``fresh`` (an operator's election, on reports just asked for); of those, a live
+        replica with no such report may not lead until it reports (it may be back with a wiped
+        disk). An online partition's followers fetch all the time: their last report of this
+        run is given as an older one (a suspicion of loss only keeps them from leading until
+        the partition's current reports decide), and a broker back from a restart that has not
+        reported yet may not lead."""
+        out = {}
+        for r in reg.replicas:
+            restarted = (
+                r == reg.leader
+                and reg.leader_broker_epoch >= 0
+                and self.epochs.get(r, reg.leader_broker_epoch) != reg.leader_broker_epoch
+            )
+            judged = self.logs is not None and (reg.offline or restarted or fresh)
+            if judged:
+                log_ = self._log(r, tp, topic_id, reg.partition_epoch)
+                awaiting = not fresh and log_ is None
+            else:
+                log_ = self._log(r, tp, topic_id, None)
+                awaiting = r in self.live and self._unreported_since_restart(r)
+            out[r] = ReplicaView(
+                live=r in self.live,
+                log_dir_online=tp not in self.offline_replicas.get(r, ()),
+                shutting_down=shutdown and r in self.shutting_down,
+                log=log_,
+                awaiting_report=awaiting,
+                restarted=restarted,
+            )
+        return out
+
+    def _unreported_since_restart(self, broker: int) -> bool:
+        """The broker reported before (in an earlier run) but not in this one."""
+        reports = (self.logs or {}).get(broker, {})
+        epoch = self.epochs.get(broker)
+        return bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
+
+    def stamp(
+        self, decided: PartitionRegistration, before: PartitionRegistration | None = None
+    ) -> PartitionRegistration:
+        """``decided`` with its leader's broker epoch: the current one for a new leadership
+        term, the recorded one otherwise."""
+        if decided.leader == NO_LEADER:
+            epoch = -1
+        elif before is not None and (decided.leader, decided.leader_epoch) == (
+            before.leader,
+            before.leader_epoch,
+        ):
+            epoch = before.leader_broker_epoch
+        else:
+            epoch = self.epochs.get(decided.leader, -1)
+        return replace(decided, leader_broker_epoch=epoch)
+
+    def _log(
+        self,
+        broker: int,
+        tp: TopicPartition,
+        topic_id: str | None,
+        partition_epoch: int | None,
+    ) -> ReplicaLog | None:
+        """The broker's report of this run (a dead broker's last), made against
+        ``partition_epoch`` (None: any, then given as an older report)."""
+        report = (self.logs or {}).get(broker, {}).get(tp)
+        if (
+            report is None
+            or report.topic_id != topic_id
+            or (partition_epoch is not None and report.partition_epoch != partition_epoch)
+            or report.broker_epoch != self.epochs.get(broker, report.broker_epoch)
+        ):
+            return None
+        return ReplicaLog(
+            report.last_epoch,
+            report.log_end_offset,
+            high_watermark=report.high_watermark,
+            current=partition_epoch is not None,
+        )
+
+    def acked(self, tp: TopicPartition, topic_id: str | None) -> int:
+        """What every report (of any run, live broker or not) says was acknowledged
+        (`acknowledged_offset`, after the partition's last reported loss): a replica back with
+        less has lost some of it."""
+        return acknowledged_offset(
+            (
+                (r.last_epoch, r.high_watermark)
+                for reports in (self.logs or {}).values()
+                if (r := reports.get(tp)) is not None and r.topic_id == topic_id
+            ),
+            self.losses.get(tp),
+        )
+
+    def had_data(self, tp: TopicPartition, topic_id: str | None) -> bool:
+        """Some replica (live or not: reports outlive their broker) once reported records."""
+        return any(
+            (r := reports.get(tp)) is not None and r.topic_id == topic_id and r.log_end_offset > 0
+            for reports in (self.logs or {}).values()
+        )
+
+
+def initial_state(replicas: tuple[int, ...], cluster: LiveBrokers) -> PartitionRegistration:
+    """A new partition: the first live replica (in assignment order, not shutting down) leads,
+    every live replica is in sync (the log is empty everywhere). With no live replica, the
+    partition starts offline with every replica in the ISR, so whichever returns first may lead."""
+    live = tuple(r for r in replicas if r in cluster.live)
+    leaders = [r for r in live if r not in cluster.shutting_down]
+    if not leaders:
+        return PartitionRegistration(replicas, NO_LEADER, 0, replicas)
+    return PartitionRegistration(replicas, leaders[0], 0, live)
+
+
+def imbalanced_partitions(
+    regs: Mapping[TopicPartition, PartitionRegistration], live: frozenset[int], percentage: int
+) -> set[TopicPartition]:
+    """Kafka's auto leader rebalance: for each live broker, the share of the partitions it is
+    preferred leader of that it does not lead; above ``percentage``, those of them where it is
+    in sync go back to it."""
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for tp, reg in regs.items():
+        by_preferred.setdefault(reg.preferred_leader, []).append(tp)
+    out: set[TopicPartition] = set()
+    for broker, tps in by_preferred.items():
+        if broker not in live:
+            continue
+        not_led = [tp for tp in tps if regs[tp].leader != broker]
+        if len(not_led) * 100 > percentage * len(tps):
+            out.update(tp for tp in not_led if broker in regs[tp].isr)
+    return out
+
+
+def decide(
+    tp: TopicPartition,
+    reg: PartitionRegistration,
+    cluster: LiveBrokers,
+    *,
+    unclean: bool,
+    preferred: bool,
+    topic_id: str | None = None,
+    now_ms: int = 0,
+    unclean_wait_started_ms: int | None = None,
+    unclean_wait_ms: int = 0,
+) -> Decision:
+    """One partition's next registration (``.state``, ``reg`` itself when nothing changes):
+    elections when replicas died, returned or lost their log dir (an unclean one may ask to be
+    retried at ``.retry_at_ms`` while it waits for reports), then controlled shutdowns, then a
+    requested preferred election."""
+    had_data = cluster.had_data(tp, topic_id)
+    acked = cluster.acked(tp, topic_id)
+    first = on_replicas_offline(
+        reg,
+        cluster.views(tp, reg, shutdown=False, topic_id=topic_id),
+        unclean_allowed=unclean,
+        partition_had_data=had_data,
+        acked=acked,
+        now_ms=now_ms,
+        unclean_wait_started_ms=unclean_wait_started_ms,
+        unclean_wait_ms=unclean_wait_ms,
+    )
+    state = first.state
+    # The reasons of the decisions that changed something, in the order they were applied.
+    reasons = [first.reason] if first.changed else []
+    shutdown_views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
+    later: list[Callable[[PartitionRegistration], Decision]] = [
+        partial(
+            controlled_shutdown,
+            views=shutdown_views,
+            broker=broker,
+            partition_had_data=had_data,
+            acked=acked,
+        )  # fmt: skip
+        for broker in sorted(cluster.shutting_down & set(reg.replicas))
+    ]
+    if preferred:
+        later.append(
+            partial(
+                preferred_election, views=shutdown_views, partition_had_data=had_data, acked=acked
+            )  # fmt: skip
+        )
+    for step in later:
+        d = step(state)
+        if d.changed:
+            state = d.state
+            reasons.append(d.reason)
+    if state is first.state:
+        return first
+    return replace(first, state=state, changed=state != reg, reason="; ".join(reasons))
+
+
+def leader_moves_first(
+    changes: Iterable[tuple[TopicPartition, PartitionRegistration, PartitionRegistration]],
+) -> tuple[list[TopicPartition], list[TopicPartition]]:
+    """A pass's changes (partition, before, after) in the order they are written: new
+    leaderships first, then changes of the ISR alone. A controlled shutdown is done once the
+    broker leads nothing; taking it out of its followers' ISRs can wait for that."""
+    leaders: list[TopicPartition] = []
+    isr_only: list[TopicPartition] = []
+    for tp, before, after in changes:
+        moved = (after.leader, after.leader_epoch) != (before.leader, before.leader_epoch)
+        (leaders if moved else isr_only).append(tp)
+    return leaders, isr_only

@@ -1,0 +1,164 @@
+"""Telling a broker whose process is gone from one that is only unreachable, in a fraction of a
+second, without lowering the ZooKeeper session timeout that guards against network faults.
+
+A process that died leaves its port closed: a connection to it is refused at once (ECONNREFUSED),
+which a frozen process (SIGSTOP, a long pause) or a network cut never answers: its connections
+hang or time out, and only the session's expiry removes it, as before. Every broker probes every
+other registered broker's listeners a few times a second; a broker reached since its
+registration whose listeners then all refuse, twice in a row, is declared gone: its registration
+is deleted (conditional on being the same registration, by its version and broker epoch), and
+/controller with it when it held the office. Every broker's watches then see what a session
+expiry would have shown, seconds earlier: the controller moves its leaderships, or a new
+controller is elected under the next controller epoch, which fences the old one's writes.
+
+A broker wrongly declared gone (its listener closed, its process alive) sees its registration
+deleted and registers again (`ZkMetadataStore`), under a new broker epoch: it is a restarted
+broker to the controller, which never hands it back a leadership of its earlier run unproven.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_data import BrokerRegistration
+
+__all__ = ["CrashDetector", "PeerVerdicts", "probe"]
+
+log = logging.getLogger(__name__)
+
+PROBE_INTERVAL_S = 0.2
+PROBE_TIMEOUT_S = 0.5
+# Refusals in a row before a broker is declared gone (one could be a listener being rebound).
+REFUSALS = 2
+
+UP, REFUSED, UNKNOWN = "up", "refused", "unknown"
+
+
+def probe(endpoints: Iterable[tuple[str, int]], timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """UP if a listener accepts a connection, REFUSED if every one refuses it, else UNKNOWN (a
+    timeout: silence is what a network fault or a frozen process looks like)."""
+    outcome = None
+    for host, port in endpoints:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return UP
+        except ConnectionRefusedError:
+            outcome = REFUSED if outcome is None else outcome
+        except OSError as exc:
+            outcome = REFUSED if exc.errno == errno.ECONNREFUSED and outcome is None else UNKNOWN
+    return outcome or UNKNOWN
+
+
+@dataclass
+class _Peer:
+    broker_epoch: int
+    seen_up: bool = False
+    refusals: int = 0
+
+
+class PeerVerdicts:
+    """Which registered brokers are gone, from the probes' outcomes (pure)."""
+
+    def __init__(self, refusals: int = REFUSALS) -> None:
+        self.refusals = refusals
+        self._peers: dict[int, _Peer] = {}
+
+    def observe(self, broker: int, broker_epoch: int, outcome: str) -> bool:
+        """True once ``broker`` (this registration of it) is gone: it was reached since it
+        registered, and then refused ``refusals`` probes in a row. A broker never reached (an
+        address this host cannot reach, a listener not bound yet) is never declared gone."""
+        peer = self._peers.get(broker)
+        if peer is None or peer.broker_epoch != broker_epoch:
+            peer = self._peers[broker] = _Peer(broker_epoch)
+        if outcome == UP:
+            peer.seen_up, peer.refusals = True, 0
+        elif outcome == REFUSED:
+            peer.refusals += 1
+        else:
+            peer.refusals = 0
+        return peer.seen_up and peer.refusals >= self.refusals
+
+    def forget_except(self, brokers: Iterable[int]) -> None:
+        keep = set(brokers)
+        for broker in [b for b in self._peers if b not in keep]:
+            del self._peers[broker]
+
+
+class CrashDetector:
+    """Probes the other brokers of the cluster on a thread of its own (see the module)."""
+
+    def __init__(self, client: ZkMetadataClient, broker_id: int) -> None:
+        self.client = client
+        self.broker_id = broker_id
+        self.verdicts = PeerVerdicts()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._registrations: dict[int, BrokerRegistration] = {}
+        self._stale = threading.Event()
+        self._stale.set()
+
+    def start(self) -> None:
+        self.client.zk.ChildrenWatch(zd.BROKER_IDS, lambda _ids: self._stale.set())
+        self._thread = threading.Thread(target=self._run, name="crash-detector", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(PROBE_INTERVAL_S):
+            try:
+                self._probe_all()
+            except Exception:  # noqa: BLE001 - ZooKeeper trouble: the sessions still decide
+                log.debug("probing the other brokers failed", exc_info=True)
+                self._stale.set()
+
+    def _probe_all(self) -> None:
+        if self._stale.is_set():
+            self._stale.clear()
+            self._registrations = self.client.brokers()
+            self.verdicts.forget_except(self._registrations)
+        for broker, reg in list(self._registrations.items()):
+            if broker == self.broker_id or self._stop.is_set():
+                continue
+            outcome = probe((e.host, e.port) for e in reg.endpoints)
+            if self.verdicts.observe(broker, reg.broker_epoch, outcome):
+                self._declare_gone(reg)
+                self._stale.set()
+
+    def _declare_gone(self, reg: BrokerRegistration) -> None:
+        zk = self.client.zk
+        path = zd.broker_path(reg.broker_id)
+        stat = zk.exists(path)
+        if stat is None or stat.czxid != reg.broker_epoch:
+            return  # gone already, or registered again since
+        txn = zk.transaction()
+        txn.delete(path, version=stat.version)
+        held_office = False
+        try:
+            data, ctl_stat = zk.get(zd.CONTROLLER)
+            if zd.decode_controller(data) == reg.broker_id:
+                txn.delete(zd.CONTROLLER, version=ctl_stat.version)
+                held_office = True
+        except NoNodeError:
+            pass
+        results = txn.commit()
+        if any(isinstance(r, (NoNodeError, BadVersionError)) for r in results):
+            return  # another broker was first, or it changed meanwhile
+        log.warning(
+            "broker %d refuses connections on every listener: its process is gone; its "
+            "registration%s removed (broker epoch %d)", reg.broker_id,
+            " and its controller's office" if held_office else "", reg.broker_epoch,
+        )  # fmt: skip

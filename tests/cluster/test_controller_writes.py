@@ -1,0 +1,94 @@
+"""The controller's batched partition-state writes against a real ZooKeeper: one transaction per
+batch, a partition changed meanwhile refused alone (the rest written, it decided again), and
+a controller whose epoch moved on writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from logkeel.cluster.controller import Controller
+from logkeel.cluster.controller_context import ControllerContext
+from logkeel.cluster.partition_state import Decision, PartitionRegistration
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_controller import ControllerMoved
+from logkeel.cluster.zk_data import ElectionLoss, LeaderIsr, TopicAssignment
+from logkeel.storage.topic_partition import TopicPartition
+from tests.cluster.test_cluster_brokers import wait_until
+
+TOPIC = "w"
+
+
+@pytest.fixture
+def client(zk_connect: str) -> Iterator[ZkMetadataClient]:
+    c = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000).start()
+    yield c
+    c.close()
+
+
+def test_a_stale_partition_is_refused_alone_and_a_moved_controller_writes_nothing(
+    client: ZkMetadataClient,
+) -> None:
+    client.create_topic(TopicAssignment(TOPIC, "id", {p: (1, 2, 3) for p in range(3)}), {})
+    ctl = client.try_become_controller(1)
+    assert ctl is not None
+    first = LeaderIsr(1, 0, (1, 2, 3), ctl.epoch, 0)
+    client.create_partition_states(ctl, TOPIC, {p: first for p in range(3)})
+    # A leader's own ISR change to partition 1 after the controller decided on version 0.
+    client.leader_update_partition_state(TOPIC, 1, replace(first, isr=(1, 2)), 0)
+    controller = Controller(client, 1)
+    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
+    assert ctx.load(10)
+    moved = LeaderIsr(2, 1, (2, 3), ctl.epoch, 1)
+    reg = PartitionRegistration((1, 2, 3), 1, 0, (1, 2, 3))
+    decision = Decision(reg, "test", changed=True)
+    writes = [(TopicPartition(TOPIC, p), first, moved, decision, reg) for p in range(3)]
+    controller._write_states(ctl, ctx, writes)
+    states = {p: client.partition_state(TOPIC, p) for p in range(3)}
+    assert all(states[p].leader == 2 and states[p].zk_version == 1 for p in (0, 2)), states
+    assert (states[1].leader, states[1].isr) == (1, (1, 2))  # the leader's change stands
+    assert controller._touched == {TopicPartition(TOPIC, 1)}  # decided again on its new state
+    assert ctx.states[TopicPartition(TOPIC, 0)].zk_version == 1
+
+    # Another controller took office: the old one's writes are refused, all of them.
+    assert client.try_become_controller(2) is None  # /controller is still held by 1 ...
+    client.resign_controller(ctl)
+    assert client.try_become_controller(2) is not None  # ... until it resigned
+    again = [(TopicPartition(TOPIC, 0), replace(moved, zk_version=1), first, decision, reg)]
+    with pytest.raises(ControllerMoved):
+        controller._write_states(ctl, ctx, again)
+    assert client.partition_state(TOPIC, 0).leader == 2
+    ctx.close()
+
+
+def test_the_context_keeps_each_partitions_newest_election_loss(
+    client: ZkMetadataClient,
+) -> None:
+    """Issue 20's acknowledged mark counts reports only after a partition's last recorded loss:
+    the controller's context has it from its watch, loaded and then as new ones are recorded."""
+    tp, other = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+    def loss(at: TopicPartition, epoch: int, offset: int) -> ElectionLoss:
+        return ElectionLoss(at, 2, epoch, offset, {1: 5}, "unclean", 0)
+
+    client.record_election_loss(loss(tp, 3, 40))
+    client.record_election_loss(loss(tp, 5, 70))
+    client.record_election_loss(loss(other, 1, 9))
+    touched: list[TopicPartition] = []
+    ctx = ControllerContext(client.zk, lambda _kind, tps: touched.extend(tps))
+    try:
+        assert ctx.load(10)
+        with ctx.lock:
+            assert ctx.live_brokers().losses == {tp: (5, 70), other: (1, 9)}
+        client.record_election_loss(loss(tp, 7, 90))
+
+        def newest() -> bool:
+            with ctx.lock:
+                return ctx.live_brokers().losses.get(tp) == (7, 90)
+
+        wait_until(newest, "the new loss", 10)
+        assert tp in touched  # the partition is decided again with it
+    finally:
+        ctx.close()

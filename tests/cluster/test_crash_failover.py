@@ -1,0 +1,138 @@
+"""Failover after a process crash in about a second, with Kafka's 18 s session (issue 19 item 4):
+a broker whose port refuses connections is taken for gone by its peers (`crash_detection`), a
+frozen one still waits for its session to expire, and a broker wrongly declared gone registers
+again and rejoins. The history checker runs on every scenario that writes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import NewTopic
+from kazoo.client import KazooClient
+
+from logkeel.cluster import zk_data as zd
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.testing.history import History
+from tests.cluster.test_cluster_brokers import Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_history import (
+    TOPIC,
+    Reader,
+    Writer,
+    agreed,
+    final_logs,
+    run_rounds,
+)
+
+SESSION_MS = 18_000
+# Well below the session: only the refused connections can explain a failover this fast.
+CRASH_BOUND_S = 6.0
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    with three_brokers(zookeeper, tmp_path, "/crash_failover",
+                       {"zookeeper.session.timeout.ms": str(SESSION_MS)}) as c:  # fmt: skip
+        yield c
+
+
+def zk(cluster: Cluster) -> KazooClient:
+    client = KazooClient(hosts=cluster.connect, timeout=10.0)
+    client.start(timeout=10.0)
+    return client
+
+
+def test_sigkilled_leaders_fail_over_before_their_session_expires(cluster: Cluster) -> None:
+    resumed = run_rounds(cluster, ["kill", "kill"])
+    assert max(resumed) < CRASH_BOUND_S, resumed
+
+
+def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
+    cluster.create_topic("ctl", 6, 3)
+    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()),
+               "all in sync")  # fmt: skip
+    client = zk(cluster)
+    try:
+        old = zd.decode_controller(client.get(zd.CONTROLLER)[0])
+        epoch = zd.decode_controller_epoch(client.get(zd.CONTROLLER_EPOCH)[0])
+        started = time.monotonic()
+        cluster.brokers[old].kill()
+        peer = next(i for i in cluster.brokers if i != old)
+
+        def led_elsewhere() -> bool:
+            parts = cluster.partitions("ctl", peer)
+            return all(p.leader_id not in (old, -1) for p in parts.values())
+
+        wait_until(led_elsewhere, "every partition led by a live broker", CRASH_BOUND_S)
+        took = time.monotonic() - started
+        new = zd.decode_controller(client.get(zd.CONTROLLER)[0])
+        assert new != old
+        assert zd.decode_controller_epoch(client.get(zd.CONTROLLER_EPOCH)[0]) > epoch
+        seen = "".join(b.output(400_000) for i, b in cluster.brokers.items() if i != old)
+        assert f"broker {old} refuses connections" in seen
+        print(f"controller {old} killed: every partition led elsewhere after {took:.2f}s")
+        # Restarted at once: its old registration is gone already, nothing waits for a session.
+        cluster.brokers[old].start(30)
+        wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()),
+                   "back in every ISR", 30)  # fmt: skip
+    finally:
+        client.stop()
+
+
+def test_a_frozen_leader_still_waits_for_its_session(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """SIGSTOP: the port still accepts connections (the kernel completes them), so nothing is
+    declared gone until the session expires (6 s here); the history stays clean."""
+    with three_brokers(zookeeper, tmp_path, "/crash_failover_frozen") as c:
+        resumed = run_rounds(c, ["freeze"])
+    assert min(resumed) >= 5.0, resumed
+
+
+def test_a_broker_wrongly_declared_gone_registers_again_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    """What a peer does to a broker it takes for crashed (its registration deleted) done to the
+    live leader of partition 0: it registers again under a new broker epoch, leadership moves,
+    it rejoins every ISR, and no acknowledged write is lost."""
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(TOPIC, 2, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(
+        20
+    )
+    wait_until(lambda: agreed(cluster) and all(
+        len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()), "all in sync")  # fmt: skip
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
+    history = History()
+    writer, reader = Writer(bootstrap, history), Reader(bootstrap, history)
+    writer.start()
+    reader.start()
+    client = zk(cluster)
+    try:
+        wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+        victim = cluster.partitions(TOPIC)[0].leader_id
+        path = zd.broker_path(victim)
+        before = client.exists(path).czxid
+        client.delete(path)
+        wait_until(lambda: (s := client.exists(path)) is not None and s.czxid != before,
+                   "the broker registered again", 20)  # fmt: skip
+        acked = len(history.acked)
+        wait_until(lambda: len(history.acked) > acked + 200, "acks go on", 30)
+
+        def all_in_sync() -> bool:
+            parts = agreed(cluster)
+            return parts is not None and all(len(p.isr_nodes) == 3 for p in parts.values())
+
+        wait_until(all_in_sync, "the broker back in every ISR", 60)
+        assert "registering again" in cluster.brokers[victim].output(400_000)
+    finally:
+        client.stop()
+        writer.stop.set()
+        writer.join(150)
+        reader.stop.set()
+        reader.join(30)
+    anomalies = history.check(final_logs(bootstrap))
+    assert history.failed_sends == 0, writer.errors[:5]
+    assert len(history.acked) == writer.sent
+    assert anomalies == [], anomalies[:20]
