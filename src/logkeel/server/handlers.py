@@ -105,6 +105,7 @@ class RequestContext:
     # Called by a Produce handler once its appends are handed to the IO threads in order: the
     # connection may then start the next pipelined Produce (see network/connection.py).
     release: Callable[[], None] = field(default=lambda: None)
+    size: int = 0  # bytes of the request frame (what a produce quota charges)
 
     @property
     def api_name(self) -> str:

@@ -131,6 +131,8 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._lost = False
         self._in_flight = 0  # requests being served (more than one only for pipelined Produce)
+        # A client over its quota: nothing is read or served before this time.monotonic().
+        self._muted_until = 0.0
         self._last_active = time.monotonic()
         self.task: asyncio.Task[None] | None = None
         self.admitted = False  # by the connection limits: served from now on
@@ -355,6 +357,10 @@ class Connection(asyncio.BufferedProtocol):
         while True:
             if self._lost:
                 return None  # nobody to answer; Kafka drops the queued requests too
+            muted_for = self._muted_until - time.monotonic()
+            if muted_for > 0:
+                await asyncio.sleep(muted_for)
+                continue
             if self._frames:
                 frame, arrived = self._frames.popleft()
                 self._queued_bytes -= len(frame)
@@ -444,6 +450,7 @@ class Connection(asyncio.BufferedProtocol):
             received_at=arrived,
             session=self.session,
             release=functools.partial(_settle, released),
+            size=len(frame),
         )
         outcome = "ok"
         detail = ""
@@ -522,6 +529,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport.write(data)
         self._last_active = time.monotonic()
         await self._drain()
+        self._mute_if_throttled(response)
         self._record(ctx, frame, len(data), outcome, detail)
         return not self.session.close_after_response
 
@@ -595,6 +603,7 @@ class Connection(asyncio.BufferedProtocol):
             if close is not None:
                 close()
         self._last_active = time.monotonic()
+        self._mute_if_throttled(response)
         self._record(ctx, frame, sent, outcome, detail)
         return True
 
@@ -700,9 +709,11 @@ class Connection(asyncio.BufferedProtocol):
             return
         memory = self._owner.memory
         wants_memory = self._decoder.blocked or (memory.exhausted and self._held > 0)
+        muted = time.monotonic() < self._muted_until
         if self._reading_paused:
             if (
                 not wants_memory
+                and not muted
                 and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
                 and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
             ):
@@ -710,6 +721,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._resume_reading()
         elif (
             wants_memory
+            or muted
             or len(self._frames) >= _MAX_QUEUED_FRAMES
             or self._queued_bytes >= _MAX_QUEUED_BYTES
         ):
@@ -725,6 +737,19 @@ class Connection(asyncio.BufferedProtocol):
         if wants_memory and not self._waiting_memory:
             self._waiting_memory = True
             memory.wait(self._memory_freed)
+
+    def _mute_if_throttled(self, response: Any) -> None:
+        """KIP-219: a response that tells the client it is throttled has been sent; the
+        connection now reads and serves nothing for that long (Kafka mutes the channel)."""
+        throttle = getattr(response, "throttle_time", None)
+        seconds = throttle.total_seconds() if throttle is not None else 0.0
+        if seconds <= 0:
+            return
+        self._muted_until = max(self._muted_until, time.monotonic() + seconds)
+        self._update_reading()
+        asyncio.get_running_loop().call_at(
+            asyncio.get_running_loop().time() + seconds, self._update_reading
+        )
 
     def _memory_freed(self) -> None:
         self._waiting_memory = False

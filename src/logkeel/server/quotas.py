@@ -1,0 +1,76 @@
+"""The broker's client quotas: the quotas the metadata store holds (the same on every broker of
+a cluster) resolved for each request's user and client id, charged to their rates
+(``quota_rates``). Produce and Fetch charge their bytes here and answer the throttle time;
+the connection then stops reading for that long (``network/connection.py``, KIP-219)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from logkeel.cluster.client_quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    resolve,
+    user_of_principal,
+)
+from logkeel.cluster.metadata import MetadataStore
+from logkeel.server.handlers import RequestContext
+from logkeel.server.quota_rates import QuotaRates, RateWindow
+
+__all__ = ["ClientQuotas"]
+
+# Kafka records request time as a percentage of one second: 100 percent-seconds per second.
+_PERCENT_PER_SECOND = 100.0
+
+
+class ClientQuotas:
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        window: RateWindow,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._metadata = metadata
+        self._clock = clock
+        self._rates = {k: QuotaRates(window) for k in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)}
+        self._rates[REQUEST_PERCENTAGE] = QuotaRates(window)
+        self._expired_at = clock()
+
+    def _charge(self, key: str, ctx: RequestContext, value: float) -> int:
+        quotas = self._metadata.client_quotas()
+        if not quotas:
+            return 0
+        found = resolve(quotas, key, user_of_principal(ctx.session.principal), ctx.client_id)
+        if found is None:
+            return 0
+        now = self._clock()
+        if now - self._expired_at > 60:
+            self._expired_at = now
+            for rates in self._rates.values():
+                rates.expire(now)
+        return self._rates[key].record(found.rate_key, value, found.bound, now)
+
+    def produced(self, ctx: RequestContext, nbytes: int) -> int:
+        """Charges a Produce request's bytes; the throttle time in ms."""
+        return self._charge(PRODUCER_BYTE_RATE, ctx, nbytes)
+
+    def fetched(self, ctx: RequestContext, nbytes: int) -> int:
+        """Charges a Fetch response's bytes; the throttle time in ms (then Kafka answers empty
+        and takes the bytes back: ``unfetched``)."""
+        return self._charge(CONSUMER_BYTE_RATE, ctx, nbytes)
+
+    def unfetched(self, ctx: RequestContext, nbytes: int) -> None:
+        found = resolve(
+            self._metadata.client_quotas(),
+            CONSUMER_BYTE_RATE,
+            user_of_principal(ctx.session.principal),
+            ctx.client_id,
+        )
+        if found is not None:
+            self._rates[CONSUMER_BYTE_RATE].unrecord(found.rate_key, nbytes, self._clock())
+
+    def handled(self, ctx: RequestContext, seconds: float) -> int:
+        """Charges the time a request was being handled; the throttle time in ms."""
+        return self._charge(REQUEST_PERCENTAGE, ctx, seconds * _PERCENT_PER_SECOND)
