@@ -5,6 +5,7 @@ the connection then stops reading for that long (``network/connection.py``, KIP-
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -20,6 +21,8 @@ from logkeel.server.handlers import RequestContext
 from logkeel.server.quota_rates import QuotaRates, RateWindow
 
 __all__ = ["ClientQuotas"]
+
+log = logging.getLogger(__name__)
 
 # Kafka records request time as a percentage of one second: 100 percent-seconds per second.
 _PERCENT_PER_SECOND = 100.0
@@ -50,7 +53,13 @@ class ClientQuotas:
             self._expired_at = now
             for rates in self._rates.values():
                 rates.expire(now)
-        return self._rates[key].record(found.rate_key, value, found.bound, now)
+        throttle_ms = self._rates[key].record(found.rate_key, value, found.bound, now)
+        if throttle_ms:
+            log.debug(
+                "%s of %s over %s %s of %s: throttled %d ms",
+                ctx, found.rate_key, key, found.bound, found.entity, throttle_ms,
+            )  # fmt: skip
+        return throttle_ms
 
     def produced(self, ctx: RequestContext, nbytes: int) -> int:
         """Charges a Produce request's bytes; the throttle time in ms."""

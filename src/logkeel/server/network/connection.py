@@ -58,6 +58,7 @@ __all__ = ["Connection", "ConnectionOwner", "Observer", "RequestRecord"]
 log = logging.getLogger(__name__)
 
 _REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_MUTE_SLACK_S = 0.01
 
 # Reading from a connection pauses when this many frames (or bytes) wait behind the request in
 # flight, and resumes below half of it. Clients pipeline at most a handful of requests
@@ -747,9 +748,14 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._muted_until = max(self._muted_until, time.monotonic() + seconds)
         self._update_reading()
-        asyncio.get_running_loop().call_at(
-            asyncio.get_running_loop().time() + seconds, self._update_reading
-        )
+        asyncio.get_running_loop().call_later(seconds, self._unmute)
+
+    def _unmute(self) -> None:
+        # The loop runs a timer up to its clock resolution early: within that, the mute is over
+        # (reading would otherwise stay paused with no timer left to resume it).
+        if self._muted_until - time.monotonic() <= _MUTE_SLACK_S:
+            self._muted_until = 0.0
+            self._update_reading()
 
     def _memory_freed(self) -> None:
         self._waiting_memory = False
