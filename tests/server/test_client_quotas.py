@@ -4,9 +4,11 @@ DescribeClientQuotas) and confluent-kafka producers and consumers throttled to t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import confluent_kafka
@@ -14,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 from kio.schema.alter_client_quotas.v1 import request as alter
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import f64
 
-from logkeel.cli.broker_requests import send
+from logkeel.cli.broker_requests import Admin, send
 from logkeel.cli.main import cli
 from logkeel.cluster.client_quotas import (
     FilterComponent,
@@ -30,6 +33,7 @@ from logkeel.cluster.client_quotas import (
     resolve,
 )
 from logkeel.server.quota_rates import QuotaRates, RateWindow
+from logkeel.server.request_time import Timed, with_throttle
 
 from ..brokerproc import BrokerProcess
 
@@ -338,3 +342,83 @@ def test_a_consumer_is_held_to_its_fetch_quota(broker: BrokerProcess) -> None:
     rate = 1024 * len(received) / MEASURED_S
     assert abs(rate - QUOTA) <= 0.1 * QUOTA, f"{rate:.0f} B/s against a quota of {QUOTA}"
     assert throttles and max(throttles) > 0
+
+
+# -- request time -----------------------------------------------------------------------------------
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_handler_is_charged_for_its_steps_not_its_waits() -> None:
+    async def handler() -> str:
+        _busy(0.05)
+        await asyncio.sleep(0.3)  # parked: a long poll, an append on an IO thread
+        _busy(0.05)
+        return "done"
+
+    async def failing() -> None:
+        _busy(0.02)
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    async def main() -> None:
+        timed = Timed(handler())
+        assert await timed == "done"
+        assert 0.09 <= timed.spent_s < 0.2
+        broken = Timed(failing())
+        with pytest.raises(ValueError, match="boom"):
+            await broken
+        assert broken.spent_s >= 0.02
+
+        async def wait_long() -> None:
+            await Timed(asyncio.sleep(10))
+
+        parked = asyncio.ensure_future(wait_long())
+        await asyncio.sleep(0.01)
+        parked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+
+    asyncio.run(main())
+
+
+def test_a_throttle_is_written_into_a_response_only_when_longer() -> None:
+    from kio.schema.api_versions.v3.response import ApiVersionsResponse
+    from kio.static.primitive import i32Timedelta
+
+    plain = ApiVersionsResponse(
+        error_code=ErrorCode.none, api_keys=(), throttle_time=i32Timedelta.parse(timedelta(0)),
+        supported_features=(), finalized_features_epoch=-1, finalized_features=(),
+        zk_migration_ready=False,
+    )  # fmt: skip
+    throttled = with_throttle(plain, 250)
+    assert throttled.throttle_time == timedelta(milliseconds=250)
+    assert with_throttle(throttled, 100) is throttled
+
+
+def test_a_client_over_its_request_percentage_is_throttled_and_muted(broker: BrokerProcess) -> None:
+    done = _quotas("--bootstrap-server", broker.bootstrap, "--alter", "--client", "busy",
+                   "--add-config", "request_percentage=0.5")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    request = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    # 0.5% of one second is 5 ms of handler time per second: Metadata in a loop costs more.
+    with (
+        Admin(broker.bootstrap, client_id="busy") as busy,
+        Admin(broker.bootstrap, client_id="idle") as idle,
+    ):
+        deadline = time.monotonic() + 60
+        throttle = timedelta(0)
+        while throttle == timedelta(0) and time.monotonic() < deadline:
+            throttle = busy.send(request).throttle_time
+            assert idle.send(request).throttle_time == timedelta(0)
+        assert throttle > timedelta(0), "the busy client was never throttled"
+        # The connection reads nothing more until the throttle time is over (KIP-219).
+        started = time.monotonic()
+        busy.send(request)
+        assert time.monotonic() - started >= throttle.total_seconds() * 0.9

@@ -217,10 +217,12 @@ class Broker:
 
         self.authorizer = RequestAuthorizer(config, self.metadata)
         self.quotas = ClientQuotas(
-            self.metadata, RateWindow(config.quota_window_num, config.quota_window_size_seconds)
+            self.metadata,
+            RateWindow(config.quota_window_num, config.quota_window_size_seconds),
         )
         self.registry = HandlerRegistry(
-            gate=lambda ctx, request, rule: refusal(self.authorizer, ctx, request, rule)
+            gate=lambda ctx, request, rule: refusal(self.authorizer, ctx, request, rule),
+            meter=self.quotas.request_meter,
         )
         register_api_families(self.registry, self)
 

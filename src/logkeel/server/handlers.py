@@ -72,6 +72,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.protocol import api_name, request_schema, response_schema
+from logkeel.server.request_time import Timed, with_throttle
 from logkeel.server.session import Session
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "Gate",
     "Handler",
     "HandlerRegistry",
+    "Meter",
     "RequestContext",
     "Rule",
 ]
@@ -164,6 +166,32 @@ class Rule:
 Gate = Callable[[RequestContext, Any, Rule], ErrorCode | None]
 
 
+# Whether a request is charged to a request_percentage quota: None, or a function that charges
+# the seconds its handler ran and returns the throttle time in ms (``server/quotas.py``).
+Meter = Callable[[RequestContext, Any], Callable[[float], int] | None]
+
+
+def _metered(handle: Handler, meter: Meter) -> Handler:
+    async def run(ctx: RequestContext, request: Any) -> Any | None:
+        charge = meter(ctx, request)
+        if charge is None:
+            return await handle(ctx, request)
+        timed = Timed(handle(ctx, request))
+        try:
+            response = await timed
+        except BaseException:
+            charge(timed.spent_s)
+            raise
+        throttle_ms = charge(timed.spent_s)
+        return (
+            with_throttle(response, throttle_ms)
+            if throttle_ms and response is not None
+            else response
+        )
+
+    return run
+
+
 def _gated(handle: Handler, error_response: ErrorResponder, rule: Rule, gate: Gate) -> Handler:
     async def run(ctx: RequestContext, request: Any) -> Any | None:
         code = gate(ctx, request, rule)
@@ -190,11 +218,13 @@ class ApiHandler:
 class HandlerRegistry:
     """API key -> handler, the version range it implements and its authorization rule.
     ``gate`` (a broker always gives one; tests of the network layer may not) runs before every
-    handler, with the API's rule; a refusal is answered with the API's error response."""
+    handler, with the API's rule; a refusal is answered with the API's error response.
+    ``meter`` charges the handler's time to a request_percentage quota."""
 
-    def __init__(self, gate: Gate | None = None) -> None:
+    def __init__(self, gate: Gate | None = None, meter: Meter | None = None) -> None:
         self._handlers: dict[int, ApiHandler] = {}
         self._gate = gate
+        self._meter = meter
 
     def register(
         self,
@@ -231,6 +261,8 @@ class HandlerRegistry:
             raise ValueError(
                 f"kio has no schema for {api_name(api_key)} (key {api_key}) versions {missing}"
             )
+        if self._meter is not None:
+            handle = _metered(handle, self._meter)
         if self._gate is not None:
             handle = _gated(handle, error_response, rule, self._gate)
         entry = ApiHandler(api_key, min_version, max_version, handle, error_response, rule)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from logkeel.cluster.client_quotas import (
     CONSUMER_BYTE_RATE,
@@ -18,6 +19,7 @@ from logkeel.cluster.client_quotas import (
 )
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.handlers import RequestContext
+from logkeel.server.protocol import ApiKey
 from logkeel.server.quota_rates import QuotaRates, RateWindow
 
 __all__ = ["ClientQuotas"]
@@ -80,6 +82,23 @@ class ClientQuotas:
         if found is not None:
             self._rates[CONSUMER_BYTE_RATE].unrecord(found.rate_key, nbytes, self._clock())
 
-    def handled(self, ctx: RequestContext, seconds: float) -> int:
-        """Charges the time a request was being handled; the throttle time in ms."""
-        return self._charge(REQUEST_PERCENTAGE, ctx, seconds * _PERCENT_PER_SECOND)
+    def request_meter(self, ctx: RequestContext, request: Any) -> Callable[[float], int] | None:
+        """The charge of a request's handler time, if a request_percentage quota applies to
+        it (``handlers.Meter``). Replication and cluster actions are exempt, as in Kafka."""
+        quotas = self._metadata.client_quotas()
+        if not quotas or _cluster_action(ctx, request):
+            return None
+        user = user_of_principal(ctx.session.principal)
+        if resolve(quotas, REQUEST_PERCENTAGE, user, ctx.client_id) is None:
+            return None
+        return lambda seconds: self._charge(REQUEST_PERCENTAGE, ctx, seconds * _PERCENT_PER_SECOND)
+
+
+def _cluster_action(ctx: RequestContext, request: Any) -> bool:
+    if ctx.api_key == ApiKey.WRITE_TXN_MARKERS:
+        return True
+    if ctx.api_key in (ApiKey.FETCH, ApiKey.OFFSET_FOR_LEADER_EPOCH):
+        state = getattr(request, "replica_state", None)
+        replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+        return int(replica) >= 0
+    return False
