@@ -400,25 +400,34 @@ def test_a_throttle_is_written_into_a_response_only_when_longer() -> None:
     assert with_throttle(throttled, 100) is throttled
 
 
+METADATA = MetadataRequest(
+    topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+)
+
+
+def first_throttle(busy: Admin, idle: Admin, timeout: float = 60.0) -> timedelta:
+    """Metadata requests from ``busy`` and ``idle`` in turn until ``busy`` is throttled (``idle``
+    never may be); the throttle time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        throttle = busy.send(METADATA).throttle_time
+        assert idle.send(METADATA).throttle_time == timedelta(0)
+        if throttle > timedelta(0):
+            return throttle
+    raise AssertionError("the busy client was never throttled")
+
+
 def test_a_client_over_its_request_percentage_is_throttled_and_muted(broker: BrokerProcess) -> None:
     done = _quotas("--bootstrap-server", broker.bootstrap, "--alter", "--client", "busy",
                    "--add-config", "request_percentage=0.5")  # fmt: skip
     assert done.exit_code == 0, done.output
-    request = MetadataRequest(
-        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
-    )
     # 0.5% of one second is 5 ms of handler time per second: Metadata in a loop costs more.
     with (
         Admin(broker.bootstrap, client_id="busy") as busy,
         Admin(broker.bootstrap, client_id="idle") as idle,
     ):
-        deadline = time.monotonic() + 60
-        throttle = timedelta(0)
-        while throttle == timedelta(0) and time.monotonic() < deadline:
-            throttle = busy.send(request).throttle_time
-            assert idle.send(request).throttle_time == timedelta(0)
-        assert throttle > timedelta(0), "the busy client was never throttled"
+        throttle = first_throttle(busy, idle)
         # The connection reads nothing more until the throttle time is over (KIP-219).
         started = time.monotonic()
-        busy.send(request)
+        busy.send(METADATA)
         assert time.monotonic() - started >= throttle.total_seconds() * 0.9
