@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -34,6 +33,7 @@ from logkeel.cluster.client_quotas import (
 )
 from logkeel.server.quota_rates import QuotaRates, RateWindow
 from logkeel.server.request_time import Timed, with_throttle
+from logkeel.testing.rate_clients import Producing
 
 from ..brokerproc import BrokerProcess
 
@@ -230,44 +230,6 @@ def test_alter_client_quotas_checks_every_entry_and_validate_only_changes_nothin
 
 QUOTA = 256 * 1024  # bytes per second
 MEASURED_S = 11.0  # one window of quota.window.num x quota.window.size.seconds (11 x 1 s)
-
-
-class Producing:
-    """A confluent-kafka producer sending 1 KiB records as fast as it may, recording when each
-    was acknowledged and every throttle the broker reported."""
-
-    def __init__(self, bootstrap: str, client_id: str, topic: str) -> None:
-        self.acks: list[float] = []
-        self.throttles: list[int] = []
-        self.producer = confluent_kafka.Producer({
-            "bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
-            "batch.size": 16384, "queue.buffering.max.kbytes": 1024, "acks": 1,
-            "throttle_cb": lambda event: self.throttles.append(event.throttle_time),
-        })  # fmt: skip
-        self.topic = topic
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.started = 0.0
-
-    def _delivered(self, err: Any, _msg: Any) -> None:
-        if err is None:
-            self.acks.append(time.monotonic())
-
-    def _run(self) -> None:
-        value = b"x" * 1024
-        self.started = time.monotonic()
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(self.topic, value, on_delivery=self._delivered)
-            except BufferError:
-                self.producer.poll(0.01)
-                continue
-            self.producer.poll(0)
-        self.producer.purge()
-        self.producer.flush(10)
-
-    def bytes_by(self, seconds: float) -> int:
-        return 1024 * sum(1 for t in self.acks if t <= self.started + seconds)
 
 
 def test_a_producer_is_held_to_its_quota_while_another_client_keeps_its_speed(

@@ -71,7 +71,9 @@ class ClientQuotasApi:
                     entity=tuple(
                         Entity(entity_type=t, entity_name=n) for t, n in entity.components()
                     ),
-                    values=tuple(Value(key=k, value=f64(v)) for k, v in sorted(values.items())),
+                    values=tuple(
+                        Value(key=k, value=f64(float(v))) for k, v in sorted(values.items())
+                    ),
                 )
             )
         return response(ctx, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
