@@ -360,7 +360,8 @@ class Connection(asyncio.BufferedProtocol):
                 return None  # nobody to answer; Kafka drops the queued requests too
             muted_for = self._muted_until - time.monotonic()
             if muted_for > 0:
-                await asyncio.sleep(muted_for)
+                # Woken early by a frame, EOF or the loss: checked again above.
+                await self._wait(muted_for)
                 continue
             if self._frames:
                 frame, arrived = self._frames.popleft()
@@ -369,11 +370,18 @@ class Connection(asyncio.BufferedProtocol):
                 return frame, arrived
             if self._closing or self._eof:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
+            await self._wait(None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Until ``_wake`` (a frame, EOF, loss) or ``timeout`` seconds."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            if timeout is None:
                 await self._waiter
-            finally:
-                self._waiter = None
+            else:
+                await asyncio.wait((self._waiter,), timeout=timeout)
+        finally:
+            self._waiter = None
 
     async def _serve(
         self,
