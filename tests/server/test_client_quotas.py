@@ -14,6 +14,7 @@ import confluent_kafka
 import pytest
 from click.testing import CliRunner
 from kio.schema.alter_client_quotas.v1 import request as alter
+from kio.schema.describe_client_quotas.v1 import request as describe
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import f64
@@ -220,6 +221,13 @@ def test_alter_client_quotas_checks_every_entry_and_validate_only_changes_nothin
     )
     answer = send(broker.bootstrap, request, client_id="test")
     assert [e.error_code for e in answer.entries] == [ErrorCode.none, ErrorCode.invalid_request]
+    twice = describe.ComponentData(entity_type="user", match_type=2, match=None)
+    refused = send(
+        broker.bootstrap,
+        describe.DescribeClientQuotasRequest(components=(twice, twice), strict=False),
+        client_id="test",
+    )
+    assert refused.error_code == ErrorCode.invalid_request and refused.entries is None
     described = json.loads(
         _quotas("--bootstrap-server", broker.bootstrap, "--describe", "--json").output
     )
