@@ -266,6 +266,27 @@ def test_a_producer_is_held_to_its_quota_while_another_client_keeps_its_speed(
     assert fast_rate > 3 * QUOTA, f"the unthrottled producer made {fast_rate:.0f} B/s"
 
 
+def test_an_acks_0_producer_is_muted_to_its_quota(broker: BrokerProcess) -> None:
+    done = _quotas("--bootstrap-server", broker.bootstrap, "--alter", "--client", "blind",
+                   "--add-config", f"producer_byte_rate={QUOTA}")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    blind = Producing(broker.bootstrap, "blind", "quota-acks0", acks=0)
+    reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "w"})
+    blind.thread.start()
+    try:
+        time.sleep(MEASURED_S)  # the measurement itself: what the broker appended in one window
+        _, appended = reader.get_watermark_offsets(
+            confluent_kafka.TopicPartition("quota-acks0", 0), timeout=10
+        )
+    finally:
+        blind.stop.set()
+        blind.thread.join(30)
+        reader.close()
+    # No response tells it, yet the connection is muted: the log grows at the quota.
+    rate = 1024 * appended / MEASURED_S
+    assert abs(rate - QUOTA) <= 0.1 * QUOTA, f"{rate:.0f} B/s against a quota of {QUOTA}"
+
+
 def test_a_consumer_is_held_to_its_fetch_quota(broker: BrokerProcess) -> None:
     total = int(QUOTA * MEASURED_S * 2)
     # Small batches: a fetch returns at least one whole batch, so they are its granularity.

@@ -108,6 +108,9 @@ class RequestContext:
     # connection may then start the next pipelined Produce (see network/connection.py).
     release: Callable[[], None] = field(default=lambda: None)
     size: int = 0  # bytes of the request frame (what a produce quota charges)
+    # Stops the connection reading for this many ms: a throttled request with no response
+    # (acks=0 Produce); one with a response says its throttle_time_ms instead.
+    mute: Callable[[float], None] = field(default=lambda _ms: None)
 
     @property
     def api_name(self) -> str:

@@ -17,12 +17,12 @@ class Producing:
     """A confluent-kafka producer sending 1 KiB records as fast as it may, recording when each
     was acknowledged and every throttle the broker reported."""
 
-    def __init__(self, bootstrap: str, client_id: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, client_id: str, topic: str, acks: int = 1) -> None:
         self.acks: list[float] = []
         self.throttles: list[float] = []  # seconds, as confluent-kafka reports them
         self.producer = confluent_kafka.Producer({
             "bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
-            "batch.size": 16384, "queue.buffering.max.kbytes": 1024, "acks": 1,
+            "batch.size": 16384, "queue.buffering.max.kbytes": 1024, "acks": acks,
             "throttle_cb": lambda event: self.throttles.append(event.throttle_time),
         })  # fmt: skip
         self.topic = topic

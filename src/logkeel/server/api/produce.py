@@ -157,6 +157,9 @@ class ProduceApi:
             ] + [f"{tp}: {error_name(r.error)}" for tp, r in results.items() if r.error]
             if failed:
                 raise CloseConnection("acks=0 produce failed for " + ", ".join(failed[:10]))
+            if self._quotas is not None:
+                # No response to tell the client: Kafka mutes the channel all the same.
+                ctx.mute(self._quotas.produced(ctx, ctx.size))
             return None
 
         mod = nested_types(ApiKey.PRODUCE, version)

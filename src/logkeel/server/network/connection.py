@@ -460,6 +460,7 @@ class Connection(asyncio.BufferedProtocol):
             session=self.session,
             release=functools.partial(_settle, released),
             size=len(frame),
+            mute=self._mute,
         )
         outcome = "ok"
         detail = ""
@@ -751,7 +752,11 @@ class Connection(asyncio.BufferedProtocol):
         """KIP-219: a response that tells the client it is throttled has been sent; the
         connection now reads and serves nothing for that long (Kafka mutes the channel)."""
         throttle = getattr(response, "throttle_time", None)
-        seconds = throttle.total_seconds() if throttle is not None else 0.0
+        if throttle is not None:
+            self._mute(throttle.total_seconds() * 1000)
+
+    def _mute(self, throttle_ms: float) -> None:
+        seconds = throttle_ms / 1000
         if seconds <= 0:
             return
         self._muted_until = max(self._muted_until, time.monotonic() + seconds)
