@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kio.schema.add_partitions_to_txn.v3 import request as add_partitions
+from kio.schema.alter_client_quotas.v1 import request as alter_quotas
 from kio.schema.alter_configs.v2 import request as alter_configs
 from kio.schema.alter_replica_log_dirs.v2 import request as alter_log_dirs
 from kio.schema.alter_user_scram_credentials.v0 import request as alter_scram
@@ -39,6 +40,7 @@ from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.delete_records.v2 import request as delete_records
 from kio.schema.delete_topics.v6 import request as delete_topics
+from kio.schema.describe_client_quotas.v1 import request as describe_quotas
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.describe_producers.v0 import request as describe_producers
 from kio.schema.describe_topic_partitions.v0 import request as describe_partitions
@@ -359,6 +361,13 @@ PROBES: dict[ApiKey, tuple[int, dict[str, Any], Callable[[Any], None]]] = {
         refused(ErrorCode.group_authorization_failed)),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (1, {"group_ids": (GROUP,),
         "include_authorized_operations": True}, refused(ErrorCode.group_authorization_failed)),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (1, {"components": (describe_quotas.ComponentData(
+        entity_type="user", match_type=2, match=None),), "strict": False},
+        refused(ErrorCode.cluster_authorization_failed)),
+    ApiKey.ALTER_CLIENT_QUOTAS: (1, {"entries": (alter_quotas.EntryData(  # lift her own quota
+        entity=(alter_quotas.EntityData(entity_type="user", entity_name="carol"),),
+        ops=(alter_quotas.OpData(key="producer_byte_rate", value=1e12, remove=False),)),),
+        "validate_only": False}, refused(ErrorCode.cluster_authorization_failed)),
 }  # fmt: skip
 # Anyone may call these, before logging in: they are the login (checked as carol logs in).
 LOGIN_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}

@@ -28,6 +28,7 @@ from typing import Any
 
 from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.adoption import Adoption, colliding_topic
+from logkeel.cluster.client_quotas import changed_quotas
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
@@ -204,6 +205,15 @@ class MetadataStore(ABC):
         """Every ACL binding of the cluster (``cluster.acls``)."""
         return ()
 
+    def client_quotas(self) -> Mapping[str, Mapping[str, float]]:
+        """Quota entity key (``cluster.client_quotas.entity_key``) -> quota name -> value."""
+        return {}
+
+    def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float]]) -> None:
+        """Replaces the quotas of each entity in ``changes`` (empty: the entity has none left),
+        in one write."""
+        raise MetadataError("UNSUPPORTED_VERSION", "this metadata store keeps no client quotas")
+
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         """Adds ``add`` and removes ``remove`` in one write; adding a present binding is a no-op."""
         raise MetadataError("SECURITY_DISABLED", "this metadata store keeps no ACLs")
@@ -260,6 +270,7 @@ class EmbeddedMetadataStore(MetadataStore):
         # Written with the document, so it is on disk once any credential is.
         self._scram_secret = secrets.token_hex(32)
         self._acls: tuple[AclBinding, ...] = ()
+        self._quotas: Mapping[str, Mapping[str, float]] = MappingProxyType({})
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -289,6 +300,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._scram = MappingProxyType(best.get("scram_credentials", {}))
         self._scram_secret = best.get("scram_secret", self._scram_secret)
         self._acls = tuple(AclBinding.from_json(a) for a in best.get("acls", []))
+        self._quotas = MappingProxyType(best.get("client_quotas", {}))
         topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
@@ -311,6 +323,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "scram_credentials": dict(self._scram),
             "scram_secret": self._scram_secret,
             "acls": [a.to_json() for a in self._acls],
+            "client_quotas": dict(self._quotas),
         }
         data = json.dumps(doc, indent=1).encode()
         written = 0
@@ -410,6 +423,19 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def acl_bindings(self) -> tuple[AclBinding, ...]:
         return self._acls
+
+    def client_quotas(self) -> Mapping[str, Mapping[str, float]]:
+        return self._quotas
+
+    def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float]]) -> None:
+        with self._write_lock:
+            previous = self._quotas
+            self._quotas = MappingProxyType(changed_quotas(previous, changes))
+            try:
+                self._publish(dict(self._snapshot))
+            except MetadataError:
+                self._quotas = previous
+                raise
 
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         with self._write_lock:
@@ -544,3 +570,4 @@ def check_topic_absent(name: str, existing: Iterable[str]) -> None:
             "INVALID_TOPIC_EXCEPTION",
             f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
         )
+

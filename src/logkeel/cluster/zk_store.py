@@ -105,6 +105,7 @@ class ZkMetadataStore(MetadataStore):
         self._offline: frozenset[TopicPartition] = frozenset()
         self._acls: tuple[AclBinding, ...] = ()
         self._scram: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
+        self._quotas: Mapping[str, Mapping[str, float]] = MappingProxyType({})
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -134,6 +135,7 @@ class ZkMetadataStore(MetadataStore):
         self.client.topics(watch=self._on_topics)
         self.client.acls(watch=self._on_acls)
         self.client.scram_credentials(watch=self._on_scram)
+        self.client.client_quotas(watch=self._on_quotas)
         self._scram_secret = self.client.scram_secret()
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
@@ -289,6 +291,21 @@ class ZkMetadataStore(MetadataStore):
         self.client.set_scram_credentials(user, credentials)
         wanted = {mech: dict(doc) for mech, doc in credentials.items()}
         self.wait_for(lambda: dict(self._scram.get(user, {})) == wanted, 10.0)
+
+    def _on_quotas(self, entities: dict[str, dict[str, float]]) -> None:
+        self._quotas = MappingProxyType(entities)
+        self._signal()
+
+    def client_quotas(self) -> Mapping[str, Mapping[str, float]]:
+        return self._quotas
+
+    def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float]]) -> None:
+        """Written to ZooKeeper; served here once this broker's watch has seen it."""
+        self.client.alter_client_quotas(changes)
+        self.wait_for(
+            lambda: all(dict(self._quotas.get(k, {})) == dict(v) for k, v in changes.items()),
+            10.0,
+        )
 
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         """Written to ZooKeeper; every broker's watch (this one's too) then sees the change."""

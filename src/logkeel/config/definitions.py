@@ -237,6 +237,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "inter-broker one too). Connections beyond the rate wait before they are served.",
        Range(0)),
     _K("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
+    _K("quota.window.num", INT, 11,
+       "The number of samples a client quota's rate is measured over (KIP-13).", Range(1)),
+    _K("quota.window.size.seconds", INT, 1,
+       "The time span of each sample of a client quota's rate.", Range(1)),
     # ---- requests and topics --------------------------------------------------------------
     _K("message.max.bytes", INT, 1048588,
        "Largest record batch the broker accepts (after compression).", Range(0),

@@ -37,6 +37,7 @@ from logkeel.cluster.zk_data import EndPoint
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.adopt_logs import adopt_stray_logs
 from logkeel.server.api import acls as acls_api
+from logkeel.server.api import client_quotas as client_quotas_api
 from logkeel.server.api import configs as configs_api
 from logkeel.server.api import consumer_groups as consumer_groups_api
 from logkeel.server.api import elections as elections_api
@@ -65,6 +66,8 @@ from logkeel.server.handlers import HandlerRegistry
 from logkeel.server.metrics import BrokerMetrics, MetricsSources
 from logkeel.server.network.listeners import ListenerSet
 from logkeel.server.network.security import listener_security
+from logkeel.server.quota_rates import RateWindow
+from logkeel.server.quotas import ClientQuotas
 from logkeel.server.replica.context import (
     IsrChangeRequested,
     ReplicaManagerContext,
@@ -223,8 +226,13 @@ class Broker:
         self.producer_ids.txn_coordinator = self.txn_coordinator
 
         self.authorizer = RequestAuthorizer(config, self.metadata)
+        self.quotas = ClientQuotas(
+            self.metadata,
+            RateWindow(config.quota_window_num, config.quota_window_size_seconds),
+        )
         self.registry = HandlerRegistry(
-            gate=lambda ctx, request, rule: refusal(self.authorizer, ctx, request, rule)
+            gate=lambda ctx, request, rule: refusal(self.authorizer, ctx, request, rule),
+            meter=self.quotas.request_meter,
         )
         register_api_families(self.registry, self)
 
@@ -511,10 +519,12 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
         broker.ensure_topic,
         broker.authorizer,
         broker.txn_coordinator.verify_partition,
+        broker.quotas,
     )
     fetch_api.register(
-        registry, broker.config, broker.metadata, broker.replica_manager.fetches, broker.authorizer
-    )
+        registry, broker.config, broker.metadata, broker.replica_manager.fetches,
+        broker.authorizer, broker.quotas,
+    )  # fmt: skip
     offsets_api.register(registry, broker.replica_manager.offsets, broker.authorizer)
     producer_id_api.register(registry, broker.producer_ids)
     groups_api.register(
@@ -540,6 +550,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     )
     scram_api.register(registry, broker.metadata)
     acls_api.register(registry, broker.metadata, broker.authorizer)
+    client_quotas_api.register(registry, broker.metadata)
 
 
 def _cluster_id_in_meta_properties(log_dirs: list[Path]) -> str | None:

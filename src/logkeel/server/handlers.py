@@ -72,6 +72,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.protocol import api_name, request_schema, response_schema
+from logkeel.server.request_time import Timed, with_throttle
 from logkeel.server.session import Session
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "Gate",
     "Handler",
     "HandlerRegistry",
+    "Meter",
     "RequestContext",
     "Rule",
 ]
@@ -105,6 +107,10 @@ class RequestContext:
     # Called by a Produce handler once its appends are handed to the IO threads in order: the
     # connection may then start the next pipelined Produce (see network/connection.py).
     release: Callable[[], None] = field(default=lambda: None)
+    size: int = 0  # bytes of the request frame (what a produce quota charges)
+    # Stops the connection reading for this many ms: a throttled request with no response
+    # (acks=0 Produce); one with a response says its throttle_time_ms instead.
+    mute: Callable[[float], None] = field(default=lambda _ms: None)
 
     @property
     def api_name(self) -> str:
@@ -163,6 +169,32 @@ class Rule:
 Gate = Callable[[RequestContext, Any, Rule], ErrorCode | None]
 
 
+# Whether a request is charged to a request_percentage quota: None, or a function that charges
+# the seconds its handler ran and returns the throttle time in ms (``server/quotas.py``).
+Meter = Callable[[RequestContext, Any], Callable[[float], int] | None]
+
+
+def _metered(handle: Handler, meter: Meter) -> Handler:
+    async def run(ctx: RequestContext, request: Any) -> Any | None:
+        charge = meter(ctx, request)
+        if charge is None:
+            return await handle(ctx, request)
+        timed = Timed(handle(ctx, request))
+        try:
+            response = await timed
+        except BaseException:
+            charge(timed.spent_s)
+            raise
+        throttle_ms = charge(timed.spent_s)
+        return (
+            with_throttle(response, throttle_ms)
+            if throttle_ms and response is not None
+            else response
+        )
+
+    return run
+
+
 def _gated(handle: Handler, error_response: ErrorResponder, rule: Rule, gate: Gate) -> Handler:
     async def run(ctx: RequestContext, request: Any) -> Any | None:
         code = gate(ctx, request, rule)
@@ -189,11 +221,13 @@ class ApiHandler:
 class HandlerRegistry:
     """API key -> handler, the version range it implements and its authorization rule.
     ``gate`` (a broker always gives one; tests of the network layer may not) runs before every
-    handler, with the API's rule; a refusal is answered with the API's error response."""
+    handler, with the API's rule; a refusal is answered with the API's error response.
+    ``meter`` charges the handler's time to a request_percentage quota."""
 
-    def __init__(self, gate: Gate | None = None) -> None:
+    def __init__(self, gate: Gate | None = None, meter: Meter | None = None) -> None:
         self._handlers: dict[int, ApiHandler] = {}
         self._gate = gate
+        self._meter = meter
 
     def register(
         self,
@@ -230,6 +264,8 @@ class HandlerRegistry:
             raise ValueError(
                 f"kio has no schema for {api_name(api_key)} (key {api_key}) versions {missing}"
             )
+        if self._meter is not None:
+            handle = _metered(handle, self._meter)
         if self._gate is not None:
             handle = _gated(handle, error_response, rule, self._gate)
         entry = ApiHandler(api_key, min_version, max_version, handle, error_response, rule)

@@ -37,6 +37,7 @@ from logkeel.server.api.responses import build, nested_types, node_endpoints, re
 from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
+from logkeel.server.quotas import ClientQuotas
 from logkeel.server.replica.fetches import Fetches
 from logkeel.server.replica.results import (
     FetchPartitionRequest,
@@ -98,6 +99,7 @@ class FetchResponseFrame:
         # Told when sending starts (False) and ends (True): a follower's fetch is timed so a
         # leader too slow for its followers can tell (beyond KIP-501).
         self.on_send: Callable[[bool], None] | None = None
+        self.throttle_time = response.throttle_time  # read by the connection (KIP-219 mute)
 
     def frame_parts(self, correlation_id: int) -> list[bytes | RegionRecords]:
         if self.on_send is not None:
@@ -135,7 +137,9 @@ class FetchApi:
         metadata: MetadataStore,
         fetches: Fetches,
         authorizer: RequestAuthorizer,
+        quotas: ClientQuotas | None = None,
     ) -> None:
+        self._quotas = quotas
         self._authorizer = authorizer
         self._config = config
         self._metadata = metadata
@@ -216,6 +220,18 @@ class FetchApi:
             max_bytes=self._max_bytes(int(getattr(request, "max_bytes", _INT32_MAX)), follower),
             isolation_level=int(getattr(request, "isolation_level", 0)),
         )
+        if not follower and self._quotas is not None:
+            throttle_ms = self._throttle(ctx, results)
+            if throttle_ms:
+                # Kafka answers a throttled fetch empty (the bytes read are not charged) and
+                # the client fetches them again once the connection reads again.
+                close_records(results)
+                return FetchResponseFrame(
+                    response(
+                        ctx, throttle_ms, error_code=ErrorCode.none, session_id=0, responses=()
+                    ),
+                    [],
+                )
         try:
             by_request = {id(r): res for r, res in zip(wanted, results, strict=True)}
             frame = self._response(ctx, mod, layout, by_request, results)
@@ -229,6 +245,14 @@ class FetchApi:
                 served, replica_id, token, sent
             )
         return frame
+
+    def _throttle(self, ctx: RequestContext, results: list[FetchPartitionResult]) -> int:
+        assert self._quotas is not None
+        size = sum(_records_size(r.records) for r in results if r.records is not None)
+        throttle_ms = self._quotas.fetched(ctx, size)
+        if throttle_ms:
+            self._quotas.unfetched(ctx, size)
+        return throttle_ms
 
     def _response(
         self,
@@ -277,6 +301,11 @@ class FetchApi:
         )
 
 
+def _records_size(records: Any) -> int:
+    size = getattr(records, "size", None)
+    return int(size) if size is not None else len(records)
+
+
 def _partition_data(mod: ModuleType, index: int, r: FetchPartitionResult) -> Any:
     values: dict[str, Any] = {
         "partition_index": index,
@@ -316,8 +345,9 @@ def register(
     metadata: MetadataStore,
     fetches: Fetches,
     authorizer: RequestAuthorizer,
+    quotas: ClientQuotas | None = None,
 ) -> FetchApi:
-    api = FetchApi(config, metadata, fetches, authorizer)
+    api = FetchApi(config, metadata, fetches, authorizer, quotas)
     registry.register(
         ApiKey.FETCH, MIN_VERSION, MAX_VERSION, api.handle,
         rule=per_entry(

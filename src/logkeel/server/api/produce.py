@@ -31,6 +31,7 @@ from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.errors import CloseConnection, error_name
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
+from logkeel.server.quotas import ClientQuotas
 from logkeel.server.replica.appends import Appends
 from logkeel.server.replica.results import PartitionAppendResult
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
@@ -69,7 +70,9 @@ class ProduceApi:
         ensure_topic: Callable[[str], Awaitable[TopicState | None]],
         authorizer: RequestAuthorizer,
         verify_txn: TxnVerifier | None = None,
+        quotas: ClientQuotas | None = None,
     ) -> None:
+        self._quotas = quotas
         self._authorizer = authorizer
         self._metadata = metadata
         self._appends = appends
@@ -154,6 +157,9 @@ class ProduceApi:
             ] + [f"{tp}: {error_name(r.error)}" for tp, r in results.items() if r.error]
             if failed:
                 raise CloseConnection("acks=0 produce failed for " + ", ".join(failed[:10]))
+            if self._quotas is not None:
+                # No response to tell the client: Kafka mutes the channel all the same.
+                ctx.mute(self._quotas.produced(ctx, ctx.size))
             return None
 
         mod = nested_types(ApiKey.PRODUCE, version)
@@ -184,6 +190,7 @@ class ProduceApi:
                 )
         return response(
             ctx,
+            throttle_ms=self._quotas.produced(ctx, ctx.size) if self._quotas else 0,
             responses=tuple(topics),
             node_endpoints=node_endpoints(mod, self._metadata.brokers(), leaders),
         )
@@ -298,9 +305,10 @@ def register(
     ensure_topic: Callable[[str], Awaitable[TopicState | None]],
     authorizer: RequestAuthorizer,
     verify_txn: TxnVerifier | None = None,
+    quotas: ClientQuotas | None = None,
 ) -> ProduceApi:
     """``ensure_topic`` returns a topic, auto-created if the broker allows, or None."""
-    api = ProduceApi(metadata, appends, ensure_topic, authorizer, verify_txn)
+    api = ProduceApi(metadata, appends, ensure_topic, authorizer, verify_txn, quotas)
     registry.register(
         ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION, api.handle,
         rule=per_entry(

@@ -2,8 +2,8 @@
 
 kio has one class per API version, each with only the fields that version defines. ``build``
 drops the values a version does not have, so one code path serves every version; ``response``
-builds the top-level response of the request being answered, with no throttle (logkeel has no
-quotas). Errors:
+builds the top-level response of the request being answered, with the throttle time a client
+quota set (``server/quotas.py``; none by default). Errors:
 
 - one entry of a request (a topic, a resource, a partition) failed: raise ``EntryError`` where
   the entry is handled and put its code and message in that entry;
@@ -73,11 +73,15 @@ def nested(ctx: RequestContext, name: str) -> type[Any]:
     return getattr(nested_types(ctx.api_key, ctx.api_version), name)  # type: ignore[no-any-return]
 
 
-def response(ctx: RequestContext, **values: Any) -> Any:
-    """The response to the request of ``ctx`` (its API and version), with no throttle."""
+def response(ctx: RequestContext, throttle_ms: int = 0, **values: Any) -> Any:
+    """The response to the request of ``ctx`` (its API and version); ``throttle_ms``: the
+    client is over a quota and the connection stops reading for that long once it is sent."""
     cls = response_schema(ctx.api_key, ctx.api_version)
     assert cls is not None, "the registry only admits versions kio has"
-    return build(cls, throttle_time=NO_THROTTLE, **values)
+    throttle = (
+        i32Timedelta.parse(timedelta(milliseconds=throttle_ms)) if throttle_ms else NO_THROTTLE
+    )
+    return build(cls, throttle_time=throttle, **values)
 
 
 def duration_ms(value: Any) -> int:

@@ -58,6 +58,7 @@ __all__ = ["Connection", "ConnectionOwner", "Observer", "RequestRecord"]
 log = logging.getLogger(__name__)
 
 _REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_MUTE_SLACK_S = 0.01
 
 # Reading from a connection pauses when this many frames (or bytes) wait behind the request in
 # flight, and resumes below half of it. Clients pipeline at most a handful of requests
@@ -131,6 +132,8 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._lost = False
         self._in_flight = 0  # requests being served (more than one only for pipelined Produce)
+        # A client over its quota: nothing is read or served before this time.monotonic().
+        self._muted_until = 0.0
         self._last_active = time.monotonic()
         self.task: asyncio.Task[None] | None = None
         self.admitted = False  # by the connection limits: served from now on
@@ -355,6 +358,11 @@ class Connection(asyncio.BufferedProtocol):
         while True:
             if self._lost:
                 return None  # nobody to answer; Kafka drops the queued requests too
+            muted_for = self._muted_until - time.monotonic()
+            if muted_for > 0:
+                # Woken early by a frame, EOF or the loss: checked again above.
+                await self._wait(muted_for)
+                continue
             if self._frames:
                 frame, arrived = self._frames.popleft()
                 self._queued_bytes -= len(frame)
@@ -362,11 +370,18 @@ class Connection(asyncio.BufferedProtocol):
                 return frame, arrived
             if self._closing or self._eof:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
+            await self._wait(None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Until ``_wake`` (a frame, EOF, loss) or ``timeout`` seconds."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            if timeout is None:
                 await self._waiter
-            finally:
-                self._waiter = None
+            else:
+                await asyncio.wait((self._waiter,), timeout=timeout)
+        finally:
+            self._waiter = None
 
     async def _serve(
         self,
@@ -444,6 +459,8 @@ class Connection(asyncio.BufferedProtocol):
             received_at=arrived,
             session=self.session,
             release=functools.partial(_settle, released),
+            size=len(frame),
+            mute=self._mute,
         )
         outcome = "ok"
         detail = ""
@@ -522,6 +539,7 @@ class Connection(asyncio.BufferedProtocol):
         self._transport.write(data)
         self._last_active = time.monotonic()
         await self._drain()
+        self._mute_if_throttled(response)
         self._record(ctx, frame, len(data), outcome, detail)
         return not self.session.close_after_response
 
@@ -595,6 +613,7 @@ class Connection(asyncio.BufferedProtocol):
             if close is not None:
                 close()
         self._last_active = time.monotonic()
+        self._mute_if_throttled(response)
         self._record(ctx, frame, sent, outcome, detail)
         return True
 
@@ -700,9 +719,11 @@ class Connection(asyncio.BufferedProtocol):
             return
         memory = self._owner.memory
         wants_memory = self._decoder.blocked or (memory.exhausted and self._held > 0)
+        muted = time.monotonic() < self._muted_until
         if self._reading_paused:
             if (
                 not wants_memory
+                and not muted
                 and len(self._frames) <= _MAX_QUEUED_FRAMES // 2
                 and self._queued_bytes <= _MAX_QUEUED_BYTES // 2
             ):
@@ -710,6 +731,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._resume_reading()
         elif (
             wants_memory
+            or muted
             or len(self._frames) >= _MAX_QUEUED_FRAMES
             or self._queued_bytes >= _MAX_QUEUED_BYTES
         ):
@@ -725,6 +747,28 @@ class Connection(asyncio.BufferedProtocol):
         if wants_memory and not self._waiting_memory:
             self._waiting_memory = True
             memory.wait(self._memory_freed)
+
+    def _mute_if_throttled(self, response: Any) -> None:
+        """KIP-219: a response that tells the client it is throttled has been sent; the
+        connection now reads and serves nothing for that long (Kafka mutes the channel)."""
+        throttle = getattr(response, "throttle_time", None)
+        if throttle is not None:
+            self._mute(throttle.total_seconds() * 1000)
+
+    def _mute(self, throttle_ms: float) -> None:
+        seconds = throttle_ms / 1000
+        if seconds <= 0:
+            return
+        self._muted_until = max(self._muted_until, time.monotonic() + seconds)
+        self._update_reading()
+        asyncio.get_running_loop().call_later(seconds, self._unmute)
+
+    def _unmute(self) -> None:
+        # The loop runs a timer up to its clock resolution early: within that, the mute is over
+        # (reading would otherwise stay paused with no timer left to resume it).
+        if self._muted_until - time.monotonic() <= _MUTE_SLACK_S:
+            self._muted_until = 0.0
+            self._update_reading()
 
     def _memory_freed(self) -> None:
         self._waiting_memory = False
