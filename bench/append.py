@@ -100,8 +100,12 @@ def bench_raw(workdir: Path, batch: bytes, count: int) -> tuple[float, float, fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small volumes: finishes in well under 30 s")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small volumes: finishes in well under 30 s"
+    )
     parser.add_argument("--mib", type=int, default=None, help="MiB written per size and run")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
@@ -137,14 +141,19 @@ def main() -> None:
                     # (which hits the longer log loop more often) does not move.
                     result[kind][name]["cpu_ratio_to_raw"] = round(
                         statistics.median(
-                            raw[2] / log[2] for log, raw in zip(runs["log"], runs["raw"], strict=True)
+                            raw[2] / log[2]
+                            for log, raw in zip(runs["log"], runs["raw"], strict=True)
                         ),
                         3,
                     )
                 cpu = result[kind][name].get("cpu_ratio_to_raw")
-                print(f"{kind:6} {name:>6}: log {log_mb_s:8.1f} MB/s  raw {raw_mb_s:8.1f} MB/s  "
-                      f"ratio {ratio:.3f}" + (f"  cpu ratio {cpu:.3f}" if cpu else "")
-                      + f"  ({count} batches of {len(batch)} B)", flush=True)
+                print(
+                    f"{kind:6} {name:>6}: log {log_mb_s:8.1f} MB/s  raw {raw_mb_s:8.1f} MB/s  "
+                    f"ratio {ratio:.3f}"
+                    + (f"  cpu ratio {cpu:.3f}" if cpu else "")
+                    + f"  ({count} batches of {len(batch)} B)",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result))

@@ -46,7 +46,7 @@ from logkeel.cluster.zk_server import ZooKeeperServer, four_letter_word
 from logkeel.testing.broker_process import LogkeelBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replication import cpu_seconds, start_cluster, wait_for  # noqa: E402
+from replication import cpu_seconds, start_cluster, wait_for
 
 TOPIC = "scale"
 IDLE_S = 10.0

@@ -53,7 +53,7 @@ from logkeel.testing.broker_process import LogkeelBroker
 from logkeel.testing.faulty_fs import FaultyFs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replication import SESSION_TIMEOUT_MS, start_cluster, wait_for  # noqa: E402
+from replication import SESSION_TIMEOUT_MS, start_cluster, wait_for
 
 WIPED_WATCH_S = 10.0
 SLOW_READ_S = 2.0

@@ -73,7 +73,9 @@ def timed_fetch(m: LogManager, offset: int) -> float:
 
 def run(log_dir: Path, base: int, end: int, run_no: int, runs: int) -> dict[str, float]:
     m = LogManager(
-        [log_dir], default_config=LogConfig(), startup_validation="lazy",
+        [log_dir],
+        default_config=LogConfig(),
+        startup_validation="lazy",
         validation_rate_bytes_per_sec=0,
     )
     m.startup(start_background=False)
@@ -94,7 +96,9 @@ def run(log_dir: Path, base: int, end: int, run_no: int, runs: int) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="128 MiB only, 3 runs")
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
@@ -113,9 +117,12 @@ def main() -> None:
         med["difference_ms"] = round(med["unvalidated_ms"] - med["validated_ms"], 2)
         med["runs"] = runs
         result[name] = med
-        print(f"{name}: first fetch {med['unvalidated_ms']} ms unvalidated, "
-              f"{med['validated_ms']} ms validated; whole-segment validation "
-              f"{med['whole_validation_ms']} ms", flush=True)
+        print(
+            f"{name}: first fetch {med['unvalidated_ms']} ms unvalidated, "
+            f"{med['validated_ms']} ms validated; whole-segment validation "
+            f"{med['whole_validation_ms']} ms",
+            flush=True,
+        )
     print(json.dumps(result))
 
 

@@ -49,7 +49,9 @@ def internal_listener(protocol: str, certs: Certificates) -> dict[str, str]:
     }
 
 
-def start_cluster(work: Path, connect: str, protocol: str, certs: Certificates) -> list[LogkeelBroker]:
+def start_cluster(
+    work: Path, connect: str, protocol: str, certs: Certificates
+) -> list[LogkeelBroker]:
     brokers = []
     for i in (1, 2, 3):
         port = free_port()

@@ -25,8 +25,8 @@ from typing import Any
 import confluent_kafka
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from logkeel.testing.broker_process import LogkeelBroker  # noqa: E402
-from throughput import MESSAGE_BYTES, PRODUCER_SETTINGS  # noqa: E402
+from logkeel.testing.broker_process import LogkeelBroker
+from throughput import MESSAGE_BYTES, PRODUCER_SETTINGS
 
 
 class TreeBroker(LogkeelBroker):

@@ -27,16 +27,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loggen import (  # noqa: E402
+from loggen import (
     PartitionShape,
     drop_page_cache,
     write_checkpoints,
     write_log_dir,
 )
-from logkeel.storage.engine.log_config import LogConfig  # noqa: E402
-from logkeel.storage.engine.producer_snapshot import snapshot_path, write_snapshot  # noqa: E402
-from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, STARTUP_MANIFEST  # noqa: E402
-from logkeel.storage.log_manager import LogManager  # noqa: E402
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.producer_snapshot import snapshot_path, write_snapshot
+from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, STARTUP_MANIFEST
+from logkeel.storage.log_manager import LogManager
 
 MIB = 1024 * 1024
 

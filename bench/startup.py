@@ -38,11 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loggen import PartitionShape, write_checkpoints, write_log_dir  # noqa: E402
-from logkeel.storage.engine.log_config import LogConfig  # noqa: E402
-from logkeel.storage.engine.producer_snapshot import snapshot_path, write_snapshot  # noqa: E402
-from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE  # noqa: E402
-from logkeel.storage.log_manager import LogManager  # noqa: E402
+from loggen import PartitionShape, write_checkpoints, write_log_dir
+from logkeel.storage.engine.log_config import LogConfig
+from logkeel.storage.engine.producer_snapshot import snapshot_path, write_snapshot
+from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE
+from logkeel.storage.log_manager import LogManager
 
 SEGMENTS_PER_PARTITION = 50
 

@@ -55,9 +55,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import sustained  # noqa: E402
-from brokers import TansuBroker, locate_tansu  # noqa: E402
-from logkeel.testing.broker_process import (  # noqa: E402
+import sustained
+from brokers import TansuBroker, locate_tansu
+from logkeel.testing.broker_process import (
     BrokerUnavailable,
     ChildBroker,
     LogkeelBroker,
@@ -415,7 +415,9 @@ def main() -> None:
                 "client": f"confluent-kafka (librdkafka {libversion()[0]})",
                 "message_bytes": MESSAGE_BYTES,
                 "messages_per_round": count,
-                "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
+                "producer": {
+                    k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")
+                },
                 "cpus": os.cpu_count(),
             },
             create_topic=create_topic,

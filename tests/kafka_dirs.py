@@ -52,7 +52,12 @@ def write_meta(root: Path, checkpoints: dict[str, int]) -> None:
 
 
 def write_partition(
-    part: Path, values: list[bytes], *, topic_id: str | None, per_batch: int = 50, per_segment: int = 1000
+    part: Path,
+    values: list[bytes],
+    *,
+    topic_id: str | None,
+    per_batch: int = 50,
+    per_segment: int = 1000,
 ) -> int:
     """A Kafka partition dir holding ``values`` from offset 0: batches of ``per_batch``,
     segments of ``per_segment`` records, indexes trimmed empty as after a clean shutdown
@@ -62,7 +67,8 @@ def write_partition(
     for seg_start in range(0, max(len(values), 1), per_segment):
         chunk = values[seg_start : seg_start + per_segment]
         data = b"".join(
-            kafka_batch(seg_start + i, chunk[i : i + per_batch]) for i in range(0, len(chunk), per_batch)
+            kafka_batch(seg_start + i, chunk[i : i + per_batch])
+            for i in range(0, len(chunk), per_batch)
         )
         (part / f"{seg_start:020d}.log").write_bytes(data)
         (part / f"{seg_start:020d}.index").write_bytes(b"")
@@ -81,7 +87,10 @@ def make_kafka_dir(root: Path) -> Path:
     write_meta(root, {"payments-0": 6})
     (root / "bootstrap.checkpoint").write_bytes(b"\x00\x01")
     write_partition(
-        root / "payments-0", [b"a", b"b", b"c", b"d", b"e", b"f"], topic_id="3Zbq1mK4RZ2u5nZ2wVZ5Jg", per_batch=3
+        root / "payments-0",
+        [b"a", b"b", b"c", b"d", b"e", b"f"],
+        topic_id="3Zbq1mK4RZ2u5nZ2wVZ5Jg",
+        per_batch=3,
     )
     meta = root / "__cluster_metadata-0"
     meta.mkdir()

@@ -31,5 +31,5 @@ def escape(text: str) -> str:
 
 
 class SafeFormatter(logging.Formatter):
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+    def formatMessage(self, record: logging.LogRecord) -> str:
         return escape(super().formatMessage(record))

@@ -837,7 +837,9 @@ def test_a_1gib_segment_dumps_in_bounded_memory(tmp_path: Path) -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", wrapper, LOGKEEL, "log", "dump", "--json", str(log)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     returncode, maxrss = map(int, done.stdout.split())
     assert returncode == 0

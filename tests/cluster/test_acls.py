@@ -176,11 +176,23 @@ def test_filters() -> None:
         ([acl("t", Op.READ)], False),
         # Every ALLOW covered by a DENY: a literal denied literally, a prefix by a shorter one.
         ([acl("t", Op.WRITE), acl("t", Op.WRITE, Perm.DENY)], False),
-        ([acl("dave-", Op.WRITE, pat=Pat.PREFIXED), acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED)], False),
+        (
+            [
+                acl("dave-", Op.WRITE, pat=Pat.PREFIXED),
+                acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED),
+            ],
+            False,
+        ),
         ([acl("dave-x", Op.WRITE), acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED)], False),
         ([acl("t", Op.WRITE), acl("*", Op.ALL, Perm.DENY)], False),
         # Some ALLOW left uncovered: a denied prefix longer than the allowed one, another name.
-        ([acl("d", Op.WRITE, pat=Pat.PREFIXED), acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED)], True),
+        (
+            [
+                acl("d", Op.WRITE, pat=Pat.PREFIXED),
+                acl("dave", Op.WRITE, Perm.DENY, pat=Pat.PREFIXED),
+            ],
+            True,
+        ),
         ([acl("t", Op.WRITE), acl("u", Op.WRITE), acl("t", Op.WRITE, Perm.DENY)], True),
         # Another principal's DENY does not count.
         ([acl("t", Op.WRITE), acl("t", Op.WRITE, Perm.DENY, principal=BOB)], True),

@@ -25,9 +25,7 @@ def reference(buf: bytes, max_batch_size: int | None) -> list | BadBatch:
 
 
 @given(
-    flips=st.lists(
-        st.tuples(st.integers(0, len(PAYLOAD) - 1), st.integers(0, 255)), max_size=3
-    ),
+    flips=st.lists(st.tuples(st.integers(0, len(PAYLOAD) - 1), st.integers(0, 255)), max_size=3),
     cut=st.integers(0, len(PAYLOAD)),
     max_batch_size=st.one_of(st.none(), st.integers(0, 400)),
 )

@@ -103,7 +103,11 @@ class SharedMetadata(MetadataStore):
         return state
 
     def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False,
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         raise MetadataError("INVALID_REQUEST", "not supported by the test metadata")

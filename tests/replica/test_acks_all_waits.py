@@ -31,7 +31,9 @@ def test_a_joining_follower_holds_the_high_watermark_until_it_has_the_records(
     manager = LogManager([tmp_path / "logs"])
     manager.startup(start_background=False)
     proposals: list[PartitionRegistration] = []
-    p = Partition(TP, "topic-id", 1, isr_change_requested=lambda proposal: proposals.append(proposal.state))
+    p = Partition(
+        TP, "topic-id", 1, isr_change_requested=lambda proposal: proposals.append(proposal.state)
+    )
     try:
         p.log = manager.get_or_create_log(TP)
         p.apply_state(PartitionState("t", 0, [1, 2, 3], 1, 1, [1, 3], 1))

@@ -52,7 +52,7 @@ class ModelZk:
     writes: int = 0
     proposed_shutting_down: int = 0
 
-    def submit_to(self, manager: IsrManager, isr_before: Callable[[], list[int]]):  # noqa: ANN201
+    def submit_to(self, manager: IsrManager, isr_before: Callable[[], list[int]]):
         """``manager.submit``, checking first that no shutting-down broker is proposed."""
 
         def submit(proposal: IsrProposal) -> None:

@@ -124,7 +124,9 @@ def test_admin_creates_describes_and_deletes_acls(acl_broker: AclBroker) -> None
 
 def test_a_user_without_alter_on_the_cluster_cannot_create_acls(acl_broker: AclBroker) -> None:
     admin = AdminClient(acl_broker.conf("alice"))
-    futures = admin.create_acls([topic_acl("x", "User:alice", AclOperation.ALL)], request_timeout=20)
+    futures = admin.create_acls(
+        [topic_acl("x", "User:alice", AclOperation.ALL)], request_timeout=20
+    )
     with pytest.raises(confluent_kafka.KafkaException) as failure:
         for future in futures.values():
             future.result(timeout=30)
@@ -147,19 +149,27 @@ def create_topics(acl_broker: AclBroker, *names: str) -> None:
         future.result(timeout=30)
 
 
-def produce(conf: dict[str, Any], topic: str, count: int = 5) -> list[confluent_kafka.KafkaError | None]:
+def produce(
+    conf: dict[str, Any], topic: str, count: int = 5
+) -> list[confluent_kafka.KafkaError | None]:
     """The delivery outcome of each record: None when it was written."""
     outcomes: list[confluent_kafka.KafkaError | None] = []
     producer = confluent_kafka.Producer({**conf, "message.timeout.ms": 10000})
     for i in range(count):
-        producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _msg: outcomes.append(err))
+        producer.produce(
+            topic, value=b"v%d" % i, on_delivery=lambda err, _msg: outcomes.append(err)
+        )
     producer.flush(20)
     return outcomes
 
 
-def consume(conf: dict[str, Any], topic: str, group: str, count: int) -> tuple[list[bytes], set[int]]:
+def consume(
+    conf: dict[str, Any], topic: str, group: str, count: int
+) -> tuple[list[bytes], set[int]]:
     """Values read and the error codes the consumer surfaced, within a bounded wait."""
-    consumer = confluent_kafka.Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer = confluent_kafka.Consumer(
+        {**conf, "group.id": group, "auto.offset.reset": "earliest"}
+    )
     consumer.subscribe([topic])
     got: list[bytes] = []
     errors: set[int] = set()
@@ -350,7 +360,10 @@ def test_group_apis_need_describe_and_delete_on_the_group(acl_broker: AclBroker)
     denied = confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED
     bob, alice = AdminClient(acl_broker.conf("bob")), AdminClient(acl_broker.conf("alice"))
     assert error_of(bob.describe_consumer_groups([group])[group]) == denied
-    assert error_of(bob.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]) == denied
+    assert (
+        error_of(bob.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group])
+        == denied
+    )
     assert error_of(bob.delete_consumer_groups([group])[group]) == denied
     listed = {g.group_id for g in bob.list_consumer_groups().result(timeout=30).valid}
     assert group not in listed and other in listed
@@ -394,7 +407,9 @@ def test_transactions_are_described_only_to_who_may_describe_the_id(acl_broker: 
     assert txn_id in alice_listed
 
 
-def test_a_transaction_cannot_take_in_a_topic_the_producer_may_not_write(acl_broker: AclBroker) -> None:
+def test_a_transaction_cannot_take_in_a_topic_the_producer_may_not_write(
+    acl_broker: AclBroker,
+) -> None:
     topic, txn_id = f"txw-{uuid.uuid4().hex[:6]}", f"tid-bob-{uuid.uuid4().hex[:6]}"
     create_topics(acl_broker, topic)
     create_acls(acl_broker.admin(), [

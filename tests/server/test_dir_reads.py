@@ -120,7 +120,7 @@ def test_a_slow_dir_neither_holds_the_healthy_one_nor_queues_reads() -> None:
 
     asyncio.run(scenario())
     # The late read counted as the leader serving the follower slowly (beyond KIP-501).
-    tracking = fetches._parts[slow_tp].followers  # noqa: SLF001
+    tracking = fetches._parts[slow_tp].followers
     now = int(time.time() * 1000)
     slow_for_long, why = tracking.too_slow_for_all([FOLLOWER], now + CONFIG.replica_lag_time_max_ms)
     assert slow_for_long, why

@@ -68,10 +68,10 @@ class IdentityProvider:
         idp = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 self._answer(200, idp.jwks()) if self.path == "/jwks" else self._answer(404, {})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 form = parse_qs(self.rfile.read(length).decode())
                 basic = base64.b64decode(self.headers.get("Authorization", "Basic ")[6:]).decode()

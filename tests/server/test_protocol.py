@@ -384,9 +384,7 @@ async def _noop(ctx: RequestContext, request: Any) -> None:
 
 
 def _register(registry: HandlerRegistry, api_key: int, low: int, high: int) -> None:
-    registry.register(
-        api_key, low, high, _noop, rule=TEST_RULE, error_response=no_error_response
-    )
+    registry.register(api_key, low, high, _noop, rule=TEST_RULE, error_response=no_error_response)
 
 
 def test_registry_refuses_versions_kio_lacks_and_duplicates() -> None:
@@ -409,7 +407,12 @@ def test_an_api_cannot_be_registered_without_an_authorization_rule() -> None:
     registry = HandlerRegistry()
     with pytest.raises(TypeError, match="needs an authorization Rule"):
         registry.register(
-            ApiKey.METADATA, 0, 12, _noop, rule=None, error_response=no_error_response  # type: ignore[arg-type]
+            ApiKey.METADATA,
+            0,
+            12,
+            _noop,
+            rule=None,
+            error_response=no_error_response,  # type: ignore[arg-type]
         )
     with pytest.raises(TypeError, match="error response"):
         registry.register(ApiKey.METADATA, 0, 12, _noop, rule=TEST_RULE, error_response=None)  # type: ignore[arg-type]
@@ -443,7 +446,9 @@ def test_the_gate_runs_before_every_handler_with_its_rule() -> None:
         entry = registry.lookup(key)
         assert entry is not None
         outcome = asyncio.run(entry.handle(_ctx(key, 4), object()))
-        assert outcome == ("served" if key == ApiKey.METADATA else "refused cluster_authorization_failed")
+        assert outcome == (
+            "served" if key == ApiKey.METADATA else "refused cluster_authorization_failed"
+        )
     assert seen == [(ApiKey.METADATA, TEST_RULE), (ApiKey.FETCH, fetch_rule)]
     assert handled == [ApiKey.METADATA]  # the refused request never reached its handler
 

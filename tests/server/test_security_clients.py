@@ -30,7 +30,9 @@ USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("bob", BOB_PASSWO
          "SCRAM-SHA-512": ("bob", BOB_PASSWORD)}  # fmt: skip
 
 
-def _kafka_python_settings(secure: SecureBroker, listener: str, mechanism: str | None) -> dict[str, Any]:
+def _kafka_python_settings(
+    secure: SecureBroker, listener: str, mechanism: str | None
+) -> dict[str, Any]:
     settings: dict[str, Any] = {"bootstrap_servers": secure.bootstrap(listener),
                                 "security_protocol": "SSL" if listener == "MTLS" else listener}  # fmt: skip
     if "SSL" in settings["security_protocol"]:

@@ -241,7 +241,10 @@ def test_exposed_plaintext_listeners_are_named_only_without_an_authorizer() -> N
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
                                               "INNER:PLAINTEXT"}  # fmt: skip
     assert exposed_listeners(BrokerConfig(wide)) == ["PLAINTEXT://:9092"]
-    guarded = {**wide, "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    guarded = {
+        **wide,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    }
     assert exposed_listeners(BrokerConfig(guarded)) == []
 
 
@@ -320,7 +323,9 @@ TWO_LISTENERS = {
           "security.inter.broker.protocol": "SSL"}, "SSL"),
     ],
 )  # fmt: skip
-def test_inter_broker_listener_is_chosen_as_kafka_does(settings: dict[str, str], listener: str) -> None:
+def test_inter_broker_listener_is_chosen_as_kafka_does(
+    settings: dict[str, str], listener: str
+) -> None:
     assert BrokerConfig(settings).inter_broker_listener == listener
 
 
@@ -346,7 +351,9 @@ def test_inter_broker_login_comes_from_the_listeners_jaas_config() -> None:
         inter_broker(BrokerConfig(base))
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
             'username="broker" password="s3cret" user_broker="s3cret";')  # fmt: skip
-    got = inter_broker(BrokerConfig({**base, "listener.name.internal.plain.sasl.jaas.config": jaas}))
+    got = inter_broker(
+        BrokerConfig({**base, "listener.name.internal.plain.sasl.jaas.config": jaas})
+    )
     assert got.listener == "INTERNAL" and got.security.protocol == "SASL_PLAINTEXT"
     assert got.security.sasl == SaslLogin("PLAIN", "broker", "s3cret")
     assert "s3cret" not in repr(got)
@@ -496,8 +503,12 @@ def test_authorized_operations_are_kafkas_bit_field_of_the_principals_acls() -> 
                    AclOperation.WRITE, AclPermissionType.ALLOW),
     )  # fmt: skip
     # ALTER_CONFIGS implies DESCRIBE_CONFIGS, WRITE implies DESCRIBE.
-    assert authorizer.authorized_operations(_as("bob"), ResourceType.CLUSTER) == (1 << 10) | (1 << 11)
-    assert authorizer.authorized_operations(_as("bob"), ResourceType.TOPIC, "t") == (1 << 4) | (1 << 8)
+    assert authorizer.authorized_operations(_as("bob"), ResourceType.CLUSTER) == (1 << 10) | (
+        1 << 11
+    )
+    assert authorizer.authorized_operations(_as("bob"), ResourceType.TOPIC, "t") == (1 << 4) | (
+        1 << 8
+    )
     assert authorizer.authorized_operations(_as("carol"), ResourceType.TOPIC, "t") == 0
     assert authorizer.authorized_operations(_as("admin"), ResourceType.GROUP, "g") == (
         (1 << 3) | (1 << 6) | (1 << 8)

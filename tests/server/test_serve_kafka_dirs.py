@@ -21,7 +21,9 @@ def values(topic: str, partition: int, n: int) -> list[bytes]:
     return [f"{topic}-{partition}-{i}".encode() for i in range(n)]
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[int, list[bytes]]:
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, expected: int
+) -> dict[int, list[bytes]]:
     """Every record of ``topic`` from offset 0, by partition (bounded wait)."""
     consumer = confluent_kafka.Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
@@ -81,7 +83,9 @@ def test_serve_adopts_a_kafka_written_dir_and_never_a_deletion_leftover(tmp_path
         )
     # Deletion leftovers as Kafka leaves them: a replica renamed for deletion and a segment
     # file renamed for deletion inside a live partition.
-    write_partition(logs / "gone-0.abcdef0123456789abcdef0123456789-delete", values("gone", 0, 5), topic_id=None)
+    write_partition(
+        logs / "gone-0.abcdef0123456789abcdef0123456789-delete", values("gone", 0, 5), topic_id=None
+    )
     (logs / "orders-1" / f"{99999:020d}.log.deleted").write_bytes(b"\x00" * 100)
     write_meta(logs, ends)
     kept_sparse = shutil.copytree(logs / "sparse-0", tmp_path / "sparse-0-copy")
@@ -98,7 +102,10 @@ def test_serve_adopts_a_kafka_written_dir_and_never_a_deletion_leftover(tmp_path
         got = consume_all(broker.bootstrap, "sparse", 3, 340)
         assert got == {0: written[("sparse", 0)], 1: [], 2: written[("sparse", 2)]}
         out = broker.output()
-        assert f"adopted topic 'orders' from its logs: 3 partition(s) [0, 1, 2], topic id {ORDERS_ID} (from partition.metadata)" in out
+        assert (
+            f"adopted topic 'orders' from its logs: 3 partition(s) [0, 1, 2], topic id {ORDERS_ID} (from partition.metadata)"
+            in out
+        )
         assert "adopted topic 'sparse' from its logs: 3 partition(s) [0, 2]" in out
         assert "partitions [1] have no log here and start empty" in out
         assert "'gone'" not in out

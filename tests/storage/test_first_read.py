@@ -215,7 +215,9 @@ def served_first(m) -> list[int]:
     return out
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(hits=damage)
 def test_first_reads_of_damaged_segments_serve_only_valid_batches(written, tmp_path_factory, hits):
     """Random damage to inactive segments' files: first reads never serve a batch failing its
@@ -224,9 +226,8 @@ def test_first_reads_of_damaged_segments_serve_only_valid_batches(written, tmp_p
     files = [
         p
         for p in sorted((written / TP.dir_name).iterdir())
-        if p.suffix in (".log", ".index", ".timeindex") and not p.name.startswith(
-            segment_files(written, ".log")[-1].name[:20]
-        )
+        if p.suffix in (".log", ".index", ".timeindex")
+        and not p.name.startswith(segment_files(written, ".log")[-1].name[:20])
     ]
     paths = {}
     for mode in ("lazy", "eager"):

@@ -248,7 +248,10 @@ def test_idempotent_duplicate_returns_original_offsets(tmp_path):
     first = plog.append_as_leader(batch(2, base_sequence=0, **opts), 0)
     plog.append_as_leader(batch(1, base_sequence=2, **opts), 0)
     dup = plog.append_as_leader(batch(2, base_sequence=0, **opts), 0)
-    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (first.first_offset, first.last_offset)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (
+        first.first_offset,
+        first.last_offset,
+    )
     assert plog.log_end_offset == 3
     with pytest.raises(OutOfOrderSequenceError):
         plog.append_as_leader(batch(1, base_sequence=9, **opts), 0)
@@ -261,7 +264,9 @@ def test_idempotent_duplicate_returns_original_offsets(tmp_path):
     m2.shutdown()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 300)), min_size=1, max_size=40),
     segment_bytes=st.integers(200, 3000),

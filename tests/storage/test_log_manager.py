@@ -36,7 +36,9 @@ def test_meta_properties_identify_each_dir(tmp_path):
     m.startup(start_background=False)
     m.shutdown()
     metas = [MetaProperties.parse((d / META_PROPERTIES).read_text()) for d in dirs]
-    assert {(p.cluster_id, p.node_id, p.version) for p in metas} == {("abcdefghijklmnopqrstuv", 7, 1)}
+    assert {(p.cluster_id, p.node_id, p.version) for p in metas} == {
+        ("abcdefghijklmnopqrstuv", 7, 1)
+    }
     assert metas[0].directory_id != metas[1].directory_id
     # a later start without a cluster id adopts the one on disk
     m2 = LogManager(dirs, node_id=7)
@@ -182,7 +184,9 @@ def test_a_failed_dir_is_not_written_to(tmp_path):
     bad = m.get_or_create_log(TopicPartition("t", 0))
     m.get_or_create_log(TopicPartition("t", 1))
     for i in range(5):
-        bad.append_as_leader(batch(3, ts=1000 + i, producer_id=9, producer_epoch=0, base_sequence=3 * i), 0)
+        bad.append_as_leader(
+            batch(3, ts=1000 + i, producer_id=9, producer_epoch=0, base_sequence=3 * i), 0
+        )
     bad.read(0, 1 << 20)  # loads the (preallocated) indexes of the active segment
     before = _files_of(bad.log_dir)
     assert any(size > 8 * 1024 for size, _ in before.values())  # preallocated: would be trimmed

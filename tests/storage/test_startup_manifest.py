@@ -46,7 +46,10 @@ def test_clean_start_reads_nothing_and_loads_what_a_rebuild_does(tmp_path):
     # Appends after such a start index exactly as in the reference.
     write_plain(m, 30)
     m.shutdown()
-    m, reference = su.load(tmp_path / "d"), su.rebuild_from_scratch(su.copy(tmp_path / "d", tmp_path / "r2"))
+    m, reference = (
+        su.load(tmp_path / "d"),
+        su.rebuild_from_scratch(su.copy(tmp_path / "d", tmp_path / "r2")),
+    )
     su.settle(m)
     assert su.fingerprint(m.get_log(PLAIN)) == su.fingerprint(reference.get_log(PLAIN))
     m.shutdown()

@@ -17,12 +17,16 @@ def test_a_replay_without_producers_keeps_the_snapshot_and_survives_a_second_cra
     plog = m.get_log(su.TP)
     bases = [s.base_offset for s in plog.segments]
     for i in range(5):  # plain batches only: nothing for the producer state
-        plog.append_as_leader(build_batch([(su.BASE_TS + 10_000 + i, b"p", b"after-%d" % i, ())]), 0)
+        plog.append_as_leader(
+            build_batch([(su.BASE_TS + 10_000 + i, b"p", b"after-%d" % i, ())]), 0
+        )
     plog.high_watermark = plog.log_end_offset
     # No roll: the snapshot at the recovery point stays (a roll's would replace it).
     assert [s.base_offset for s in plog.segments] == bases
     su.crash(m)
-    expected = su.fingerprint(su.rebuild_from_scratch(su.copy(path, tmp_path / "ref")).get_log(su.TP))
+    expected = su.fingerprint(
+        su.rebuild_from_scratch(su.copy(path, tmp_path / "ref")).get_log(su.TP)
+    )
 
     m = su.load(path)
     assert not m.startup_report.clean

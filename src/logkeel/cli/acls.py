@@ -97,15 +97,22 @@ def add(topic: str | None, group: str | None, transactional_id: str | None, clus
     Creation = nested(Request, "AclCreation")
     creations = tuple(
         Creation(
-            resource_type=i8(kind), resource_name=name,
+            resource_type=i8(kind),
+            resource_name=name,
             resource_pattern_type=i8(PatternType.PREFIXED if prefixed else PatternType.LITERAL),
-            principal=principal, host=host or "*", operation=i8(AclOperation[op.upper()]),
+            principal=principal,
+            host=host or "*",
+            operation=i8(AclOperation[op.upper()]),
             permission_type=i8(AclPermissionType.DENY if deny else AclPermissionType.ALLOW),
         )  # fmt: skip
         for op in operations
     )
     answer = call("acls", bootstrap_server, Request(creations=creations))
-    problems = [r.error_message or r.error_code.name for r in answer.results if r.error_code != ErrorCode.none]
+    problems = [
+        r.error_message or r.error_code.name
+        for r in answer.results
+        if r.error_code != ErrorCode.none
+    ]
     if problems:
         fail("acls", "; ".join(dict.fromkeys(problems)))
     click.echo(f"added {len(creations)} ACL(s)")

@@ -50,7 +50,11 @@ class Adoption:
 
     def describe(self) -> str:
         source = "from partition.metadata" if self.id_from_disk else "new, none on disk"
-        gaps = f"; partitions {list(self.missing)} have no log here and start empty" if self.missing else ""
+        gaps = (
+            f"; partitions {list(self.missing)} have no log here and start empty"
+            if self.missing
+            else ""
+        )
         return (
             f"adopted topic {self.topic!r} from its logs: {self.partitions} partition(s) "
             f"{list(self.present)}, topic id {self.topic_id} ({source}){gaps}"
@@ -114,7 +118,9 @@ def plan_adoption(
         elif ids and next(iter(ids)) in known_ids:
             refuse(f"its topic id belongs to topic {known_ids[next(iter(ids))]!r}")
         elif (other := colliding_topic(topic, known)) is not None:
-            refuse(f"collides with topic {other!r} ('.' and '_' are interchangeable in metric names)")
+            refuse(
+                f"collides with topic {other!r} ('.' and '_' are interchangeable in metric names)"
+            )
         elif topic in coordinators and missing:
             refuse(
                 f"partitions {list(missing)} are missing, so the partition count the "

@@ -220,7 +220,7 @@ class Controller:
                 log.warning("controller epoch moved on; broker %d resigns", self.broker_id)
                 self.epoch = None
                 self._leave_office()
-            except Exception:  # noqa: BLE001 - a failed pass is retried, never fatal
+            except Exception:
                 log.exception("controller pass failed; retrying")
                 self._events.put("retry")
                 threading.Event().wait(0.5)
@@ -612,12 +612,12 @@ class Controller:
         )  # fmt: skip
         try:
             self.client.record_election_loss(loss)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("%s: recording the election's loss in ZooKeeper failed", tp)
         if self.on_truncation is not None:
             try:
                 self.on_truncation(tp, d.truncated)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("%s: counting the election's loss failed", tp)
 
     def _unclean_allowed(self, ctx: ControllerContext, topic: str) -> bool:

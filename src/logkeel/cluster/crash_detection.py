@@ -121,7 +121,7 @@ class CrashDetector:
         while not self._stop.wait(PROBE_INTERVAL_S):
             try:
                 self._probe_all()
-            except Exception:  # noqa: BLE001 - ZooKeeper trouble: the sessions still decide
+            except Exception:
                 log.debug("probing the other brokers failed", exc_info=True)
                 self._stale.set()
 

@@ -138,7 +138,8 @@ def fetch_sent(
         return follower
     caught_up = follower.last_caught_up_ms
     if leader_slow or (
-        now_ms - started_ms >= config.replica_lag_time_max_ms * config.replica_read_time_insync_factor
+        now_ms - started_ms
+        >= config.replica_lag_time_max_ms * config.replica_read_time_insync_factor
     ):
         caught_up = max(caught_up, now_ms)
     return replace(

@@ -136,8 +136,14 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def create_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        *, internal: bool = False, validate_only: bool = False,
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        internal: bool = False,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         """``assignment`` (partition -> replicas, already checked against the live brokers) is
@@ -148,7 +154,11 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False,
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         """``assignment`` places the new partitions only, as in ``create_topic``."""
@@ -191,7 +201,9 @@ class MetadataStore(ABC):
         """user -> SCRAM mechanism -> its salted credential document (``cluster.scram``)."""
         return {}
 
-    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+    def set_scram_credentials(
+        self, user: str, credentials: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         """Replaces ``user``'s credentials (empty: the user has none left)."""
         raise MetadataError("UNSUPPORTED_VERSION", "this metadata store keeps no SCRAM credentials")
 
@@ -238,7 +250,8 @@ class MetadataStore(ABC):
                 results[tp] = ("UNKNOWN_TOPIC_OR_PARTITION", f"{tp} does not exist")
             elif request.replica is not None and request.replica not in state.replicas:
                 results[tp] = (
-                    "INVALID_REPLICA_ASSIGNMENT", f"{request.replica} is not a replica of {tp}"
+                    "INVALID_REPLICA_ASSIGNMENT",
+                    f"{request.replica} is not a replica of {tp}",
                 )
             else:
                 results[tp] = ("ELECTION_NOT_NEEDED", f"{state.leader} is the only replica")
@@ -249,7 +262,11 @@ class EmbeddedMetadataStore(MetadataStore):
     """Single-node metadata in `logkeel-metadata.json`, copied into every online log dir."""
 
     def __init__(
-        self, log_dirs: Iterable[str | Path], node_id: int, host: str, port: int,
+        self,
+        log_dirs: Iterable[str | Path],
+        node_id: int,
+        host: str,
+        port: int,
         cluster_id: str | None = None,
     ) -> None:
         self._dirs = [Path(d) for d in log_dirs]
@@ -335,7 +352,9 @@ class EmbeddedMetadataStore(MetadataStore):
             except KafkaStorageError as exc:
                 log.error("could not write metadata to %s: %s", d, exc)
         if not written:
-            raise MetadataError("KAFKA_STORAGE_ERROR", "metadata could not be written to any log dir")
+            raise MetadataError(
+                "KAFKA_STORAGE_ERROR", "metadata could not be written to any log dir"
+            )
         self._snapshot = MappingProxyType(topics)
 
     def _notify(self, name: str, state: TopicState | None) -> None:
@@ -371,7 +390,10 @@ class EmbeddedMetadataStore(MetadataStore):
             self._pending_deletions = [e for e in self._pending_deletions if e["name"] not in done]
             # A dir of such a topic can still turn up (a log dir that was offline while the
             # deletion ran): it is recognised and never adopted.
-            self._deleted = {**self._deleted, **{str(e["name"]): str(e["topic_id"]) for e in finished}}
+            self._deleted = {
+                **self._deleted,
+                **{str(e["name"]): str(e["topic_id"]) for e in finished},
+            }
             self._publish(dict(self._snapshot))
 
     def deleted_topics(self) -> Mapping[str, str]:
@@ -390,9 +412,14 @@ class EmbeddedMetadataStore(MetadataStore):
                 check_topic_absent(a.topic, [*current, *added])
                 check_partition_count(a.topic, a.partitions)
                 added[a.topic] = TopicState(
-                    a.topic, a.topic_id,
-                    {i: PartitionState(a.topic, i, [node], node, 0, [node]) for i in range(a.partitions)},
-                    configs(a), a.internal,
+                    a.topic,
+                    a.topic_id,
+                    {
+                        i: PartitionState(a.topic, i, [node], node, 0, [node])
+                        for i in range(a.partitions)
+                    },
+                    configs(a),
+                    a.internal,
                 )
             if not added:
                 return []
@@ -408,7 +435,9 @@ class EmbeddedMetadataStore(MetadataStore):
         return bytes.fromhex(self._scram_secret)
 
     # -- changes ----------------------------------------------------------------------------------
-    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+    def set_scram_credentials(
+        self, user: str, credentials: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         with self._write_lock:
             previous = self._scram
             changed = {k: v for k, v in previous.items() if k != user}
@@ -446,9 +475,16 @@ class EmbeddedMetadataStore(MetadataStore):
             except MetadataError:
                 self._acls = previous
                 raise
+
     def create_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        *, internal: bool = False, validate_only: bool = False,
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        internal: bool = False,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         # One node: a valid manual assignment can only name this node, as the default does.
@@ -458,7 +494,8 @@ class EmbeddedMetadataStore(MetadataStore):
         check_partition_count(name, num_partitions)
         if replication_factor < 1:
             raise MetadataError(
-                "INVALID_REPLICATION_FACTOR", f"replication factor must be at least 1, got {replication_factor}"
+                "INVALID_REPLICATION_FACTOR",
+                f"replication factor must be at least 1, got {replication_factor}",
             )
         if replication_factor > len(self.brokers()):
             raise MetadataError(
@@ -470,9 +507,14 @@ class EmbeddedMetadataStore(MetadataStore):
             current = self._snapshot
             check_topic_absent(name, current)
             state = TopicState(
-                name, random_uuid(),
-                {i: PartitionState(name, i, [node], node, 0, [node]) for i in range(num_partitions)},
-                dict(configs), internal,
+                name,
+                random_uuid(),
+                {
+                    i: PartitionState(name, i, [node], node, 0, [node])
+                    for i in range(num_partitions)
+                },
+                dict(configs),
+                internal,
             )
             if validate_only:
                 return state
@@ -497,7 +539,11 @@ class EmbeddedMetadataStore(MetadataStore):
         return state
 
     def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False,
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         node = self._self.node_id
@@ -531,7 +577,9 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._write_lock:
             state = self._snapshot.get(new.topic)
             if state is None:
-                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{new.topic}' does not exist")
+                raise MetadataError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic '{new.topic}' does not exist"
+                )
             state = replace(state, partitions={**state.partitions, new.partition: new})
             self._publish({**self._snapshot, new.topic: state})
         self._notify(new.topic, state)
@@ -570,4 +618,3 @@ def check_topic_absent(name: str, existing: Iterable[str]) -> None:
             "INVALID_TOPIC_EXCEPTION",
             f"topic '{name}' collides with existing topic '{collision}' ('.' and '_' are interchangeable in metric names)",
         )
-

@@ -72,6 +72,8 @@ OFFLINE_REASONS = "/logkeel/offline_reasons"
 
 def offline_reason_path(tp: TopicPartition) -> str:
     return f"{OFFLINE_REASONS}/{tp.topic}-{tp.partition}"
+
+
 # Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
 # same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -455,7 +457,9 @@ def encode_partition_state(s: LeaderIsr) -> bytes:
             "version": 1,
             "leader_epoch": s.leader_epoch,
             "isr": list(s.isr),
-            **({"leader_broker_epoch": s.leader_broker_epoch} if s.leader_broker_epoch >= 0 else {}),
+            **(
+                {"leader_broker_epoch": s.leader_broker_epoch} if s.leader_broker_epoch >= 0 else {}
+            ),
         }
     )
 
@@ -475,14 +479,22 @@ def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
 def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegistration:
     """The controller's value for a partition: its assignment and its state znode."""
     return PartitionRegistration(
-        tuple(replicas), state.leader, state.leader_epoch, state.isr, state.zk_version,
+        tuple(replicas),
+        state.leader,
+        state.leader_epoch,
+        state.isr,
+        state.zk_version,
         leader_broker_epoch=state.leader_broker_epoch,
     )
 
 
 def leader_isr_of(reg: PartitionRegistration, controller_epoch: int) -> LeaderIsr:
     return LeaderIsr(
-        reg.leader, reg.leader_epoch, reg.isr, controller_epoch, reg.partition_epoch,
+        reg.leader,
+        reg.leader_epoch,
+        reg.isr,
+        controller_epoch,
+        reg.partition_epoch,
         reg.leader_broker_epoch,
     )
 

@@ -69,7 +69,11 @@ class ZkMetadataStore(MetadataStore):
     (once the listener is bound) announces the broker; ``close`` ends the session."""
 
     def __init__(
-        self, client: ZkMetadataClient, node_id: int, *, rack: str | None = None,
+        self,
+        client: ZkMetadataClient,
+        node_id: int,
+        *,
+        rack: str | None = None,
         cluster_id: str | None = None,
     ) -> None:
         self.client = client
@@ -144,16 +148,25 @@ class ZkMetadataStore(MetadataStore):
         return self
 
     def register(
-        self, host: str, port: int, log_dir_ids: Iterable[str], *, listener: str = "PLAINTEXT",
-        timeout_s: float | None = None, endpoints: Sequence[EndPoint] = (),
+        self,
+        host: str,
+        port: int,
+        log_dir_ids: Iterable[str],
+        *,
+        listener: str = "PLAINTEXT",
+        timeout_s: float | None = None,
+        endpoints: Sequence[EndPoint] = (),
     ) -> int:
         """Creates this broker's ephemeral registration (every one of ``endpoints``, else
         ``listener`` at host:port); returns the broker epoch. A previous run's registration (a
         SIGKILLed broker restarted at once) lives on until its session expires, so an id in
         use is retried for up to a session timeout."""
         self._registration = BrokerRegistration(
-            self.node_id, tuple(endpoints) or (EndPoint(listener, host, port),), rack=self.rack,
-            timestamp_ms=int(time.time() * 1000), log_dir_ids=tuple(log_dir_ids),
+            self.node_id,
+            tuple(endpoints) or (EndPoint(listener, host, port),),
+            rack=self.rack,
+            timestamp_ms=int(time.time() * 1000),
+            log_dir_ids=tuple(log_dir_ids),
         )
         return self._register(timeout_s)
 
@@ -233,7 +246,10 @@ class ZkMetadataStore(MetadataStore):
             if end is not None:
                 out.append(
                     BrokerInfo(
-                        reg.broker_id, end.host, end.port, reg.rack,
+                        reg.broker_id,
+                        end.host,
+                        end.port,
+                        reg.rack,
                         tuple((e.listener, e.host, e.port) for e in reg.endpoints),
                     )
                 )
@@ -286,7 +302,9 @@ class ZkMetadataStore(MetadataStore):
     def scram_secret(self) -> bytes:
         return self._scram_secret
 
-    def set_scram_credentials(self, user: str, credentials: Mapping[str, Mapping[str, Any]]) -> None:
+    def set_scram_credentials(
+        self, user: str, credentials: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         """Written to ZooKeeper; served here once this broker's watch has seen it."""
         self.client.set_scram_credentials(user, credentials)
         wanted = {mech: dict(doc) for mech, doc in credentials.items()}
@@ -401,7 +419,7 @@ class ZkMetadataStore(MetadataStore):
                 reread = {name for kind, name in batch if kind == "topic"}
                 for name in sorted(reread | {name for kind, name in batch if kind == "state"}):
                     self._refresh_topic(name, reread=name in reread, full=name in reread)
-            except Exception:  # noqa: BLE001 - a failed refresh is retried, never fatal
+            except Exception:
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
                 for task in batch:
@@ -468,11 +486,18 @@ class ZkMetadataStore(MetadataStore):
                 # held: not taken up until the controller elects again (on this run's report).
                 leader = -1
             partitions[p] = PartitionState(
-                name, p, list(replicas), leader, state.leader_epoch, list(state.isr),
+                name,
+                p,
+                list(replicas),
+                leader,
+                state.leader_epoch,
+                list(state.isr),
                 state.zk_version,
                 [
-                    r for r in replicas
-                    if r not in self._live or TopicPartition(name, p) in self._cannot_serve.get(r, ())
+                    r
+                    for r in replicas
+                    if r not in self._live
+                    or TopicPartition(name, p) in self._cannot_serve.get(r, ())
                 ],
             )
         if not partitions:
@@ -514,8 +539,14 @@ class ZkMetadataStore(MetadataStore):
         return {b: reg.rack for b, reg in self.client.brokers().items()}
 
     def create_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-        *, internal: bool = False, validate_only: bool = False,
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        internal: bool = False,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         _check_new_name(name, self.client.topics())
@@ -524,9 +555,11 @@ class ZkMetadataStore(MetadataStore):
         placed = self._place(brokers, num_partitions, replication_factor, assignment, 0)
         topic_id = random_uuid()
         planned = TopicState(
-            name, topic_id,
+            name,
+            topic_id,
             {p: PartitionState(name, p, list(rs), -1) for p, rs in placed.items()},
-            dict(configs), internal or name in INTERNAL_TOPICS,
+            dict(configs),
+            internal or name in INTERNAL_TOPICS,
         )
         if validate_only:
             return planned
@@ -552,20 +585,30 @@ class ZkMetadataStore(MetadataStore):
 
     @staticmethod
     def _place(
-        brokers: Mapping[int, str | None], partitions: int, replication_factor: int,
-        manual: Mapping[int, Sequence[int]] | None, first: int,
+        brokers: Mapping[int, str | None],
+        partitions: int,
+        replication_factor: int,
+        manual: Mapping[int, Sequence[int]] | None,
+        first: int,
     ) -> dict[int, tuple[int, ...]]:
         if manual is not None:
             validate_assignment(manual, list(brokers), first_partition=first)
             return {p: tuple(rs) for p, rs in manual.items()}
         return assign_replicas(
-            brokers, partitions, replication_factor, first_partition=first,
+            brokers,
+            partitions,
+            replication_factor,
+            first_partition=first,
             start_index=random.randrange(max(len(brokers), 1)),
             shift=random.randrange(max(len(brokers), 1)),
         )
 
     def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False,
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
         assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicState:
         # Conditional on the assignment's version: two CreatePartitions racing on two brokers
@@ -574,9 +617,7 @@ class ZkMetadataStore(MetadataStore):
             found = self.client.versioned_topic_assignment(name)
             state = self._snapshot.get(name)
             if found is None or state is None:
-                raise MetadataError(
-                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist"
-                )
+                raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist")
             current, version = found
             have = len(current.partitions)
             check_partition_increase(name, have, total)
@@ -599,7 +640,9 @@ class ZkMetadataStore(MetadataStore):
         try:
             self.client.set_topic_config(name, configs)
         except NoNodeError:
-            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist") from None
+            raise MetadataError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"topic '{name}' does not exist"
+            ) from None
 
         def applied() -> bool:
             current = self._snapshot.get(name)
@@ -616,9 +659,13 @@ class ZkMetadataStore(MetadataStore):
         controller_epoch = current.controller_epoch if current is not None else 0
         try:
             self.client.leader_update_partition_state(
-                state.topic, state.partition,
+                state.topic,
+                state.partition,
                 LeaderIsr(
-                    state.leader, state.leader_epoch, tuple(state.isr), controller_epoch,
+                    state.leader,
+                    state.leader_epoch,
+                    tuple(state.isr),
+                    controller_epoch,
                     # Only the leader writes its ISR, and it is this run of this broker.
                     leader_broker_epoch=self.broker_epoch,
                 ),

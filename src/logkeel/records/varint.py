@@ -103,9 +103,7 @@ def _decode(
     return z, pos
 
 
-def decode_unsigned_varint(
-    buf: bytes | bytearray | memoryview, pos: int = 0
-) -> tuple[int, int]:
+def decode_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Reads a base-128 int of at most 5 bytes, no zigzag (the wire's compact lengths and
     tagged-field headers); returns (value, position after it)."""
     b = buf[pos] if pos < len(buf) else 0x100

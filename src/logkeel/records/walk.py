@@ -212,7 +212,9 @@ def walk_batches(
         pos = found.end
 
 
-def split_batches(buf: Buffer, *, max_batch_size: int | None = None) -> list[BatchPosition] | BadBatch:
+def split_batches(
+    buf: Buffer, *, max_batch_size: int | None = None
+) -> list[BatchPosition] | BadBatch:
     """Every batch of an in-memory payload (a produce request's records), CRCs checked, or
     the first bad one. The STOP walk without a generator: it runs once per produced batch."""
     batches = []

@@ -88,7 +88,9 @@ class RequestAuthorizer:
     def may_write_idempotently(self, ctx: RequestContext) -> bool:
         """An idempotent producer's InitProducerId: IDEMPOTENT_WRITE on the cluster, or (Kafka
         3.0+, KIP-679) WRITE on some topic."""
-        if not self.enabled or self.allowed(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER):
+        if not self.enabled or self.allowed(
+            ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER
+        ):
             return True
         return self._current().authorize_any(
             ctx.session.principal, ctx.peer[0], AclOperation.WRITE, ResourceType.TOPIC
@@ -124,7 +126,8 @@ def exposed_listeners(config: BrokerConfig) -> list[str]:
     return [
         listener.connection_string
         for listener in config.listeners
-        if config.security_protocol(listener.name) == "PLAINTEXT" and not _is_loopback(listener.host)
+        if config.security_protocol(listener.name) == "PLAINTEXT"
+        and not _is_loopback(listener.host)
     ]
 
 

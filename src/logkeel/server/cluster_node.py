@@ -145,7 +145,7 @@ class ClusterNode:
             self.store.client.set_replica_logs(
                 self.config.node_id, self._report_generation, self._replica_logs()
             )
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+        except Exception:
             log.exception("could not report this broker's replica logs")
 
     async def _report_regularly(self) -> None:
@@ -214,7 +214,7 @@ class ClusterNode:
             error, why = self.store.client.run_election(request, 10.0).get(
                 tp, ("REQUEST_TIMED_OUT", "no answer")
             )
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+        except Exception:
             log.exception("%s: asking to resign the leadership failed", tp)
             return
         if error is None:
@@ -227,7 +227,7 @@ class ClusterNode:
         or in a thread)."""
         try:
             self.store.report_offline_replicas(partitions, dir_ids)
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble must not take the broker down
+        except Exception:
             log.exception("could not report offline replicas to the controller")
 
     async def leave(self) -> None:

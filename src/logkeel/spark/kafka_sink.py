@@ -321,12 +321,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
         return write_batches(iterator, self.settings)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every record was acknowledged before its task finished; with
         ``transactionalIdPrefix`` the micro-batch's transactions are committed now."""
         end_transactions(self.settings, messages, True)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Records already acknowledged cannot be taken back (at-least-once, as Spark's sink);
         with ``transactionalIdPrefix`` the micro-batch's transactions are aborted."""
         end_transactions(self.settings, messages, False)

@@ -139,7 +139,7 @@ class DirLoader:
                 # Not the disk (e.g. a permission or a vanished file): this partition only.
                 log.error("%s: cannot load partition %s: %s", d.path, tp, exc)
                 return path, None, None, str(exc)
-            except Exception as exc:  # noqa: BLE001 - one partition never stops the broker
+            except Exception as exc:
                 log.exception("%s: cannot load partition %s", d.path, tp)
                 return path, None, None, f"{type(exc).__name__}: {exc}"
             finally:

@@ -32,9 +32,13 @@ class Scheduler:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
 
-    def schedule(self, fn: Callable[[], None], delay_s: float = 0.0, period_s: float | None = None) -> None:
+    def schedule(
+        self, fn: Callable[[], None], delay_s: float = 0.0, period_s: float | None = None
+    ) -> None:
         with self._cv:
-            heapq.heappush(self._queue, (time.monotonic() + delay_s, next(self._counter), fn, period_s))
+            heapq.heappush(
+                self._queue, (time.monotonic() + delay_s, next(self._counter), fn, period_s)
+            )
             self._cv.notify()
 
     def shutdown(self, run_pending_once: bool = False) -> None:
@@ -55,7 +59,9 @@ class Scheduler:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._stopping and (not self._queue or self._queue[0][0] > time.monotonic()):
+                while not self._stopping and (
+                    not self._queue or self._queue[0][0] > time.monotonic()
+                ):
                     timeout = self._queue[0][0] - time.monotonic() if self._queue else None
                     self._cv.wait(timeout)
                 if self._stopping:

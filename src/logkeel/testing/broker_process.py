@@ -123,7 +123,9 @@ class ChildBroker(ABC):
             self.proc = None
             raise BrokerUnavailable(f"{self.name} exited with {code} at start-up:\n{self.output()}")
         self.kill()
-        raise BrokerUnavailable(f"{self.name} did not listen within {timeout:.0f}s:\n{self.output()}")
+        raise BrokerUnavailable(
+            f"{self.name} did not listen within {timeout:.0f}s:\n{self.output()}"
+        )
 
     def output(self, limit: int = 20_000) -> str:
         """The end of what the broker wrote (all its runs in this work dir)."""

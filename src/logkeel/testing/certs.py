@@ -147,7 +147,10 @@ def expired_client_certificate(certs: Certificates) -> tuple[Path, Path]:
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = _key()
     cert = _cert(_name("late", "apps"), key, ca.subject, ca_key, expired=True)
-    cert_path, key_path = certs.ca.with_name("expired-cert.pem"), certs.ca.with_name("expired-key.pem")
+    cert_path, key_path = (
+        certs.ca.with_name("expired-cert.pem"),
+        certs.ca.with_name("expired-key.pem"),
+    )
     cert_path.write_bytes(_pem_cert(cert))
     key_path.write_bytes(_pem_key(key))
     return cert_path, key_path

@@ -117,10 +117,16 @@ class AclsApi:
                 grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
         resources = tuple(
             Resource(
-                resource_type=i8(rtype), resource_name=name, pattern_type=i8(ptype),
+                resource_type=i8(rtype),
+                resource_name=name,
+                pattern_type=i8(ptype),
                 acls=tuple(
-                    Description(principal=b.principal, host=b.host, operation=i8(b.operation),
-                                permission_type=i8(b.permission))
+                    Description(
+                        principal=b.principal,
+                        host=b.host,
+                        operation=i8(b.operation),
+                        permission_type=i8(b.permission),
+                    )
                     for b in bindings
                 ),
             )  # fmt: skip
@@ -129,7 +135,10 @@ class AclsApi:
         return response(ctx, error_code=ErrorCode.none, error_message=None, resources=resources)
 
     async def delete(self, ctx: RequestContext, request: Any) -> Any:
-        Result, Matching = nested(ctx, "DeleteAclsFilterResult"), nested(ctx, "DeleteAclsMatchingAcl")
+        Result, Matching = (
+            nested(ctx, "DeleteAclsFilterResult"),
+            nested(ctx, "DeleteAclsMatchingAcl"),
+        )
         refusal = self._refusal()
         if refusal is not None:
             return response(ctx, filter_results=tuple(
@@ -152,7 +161,10 @@ class AclsApi:
                 await asyncio.to_thread(self._metadata.alter_acls, (), doomed)
             except MetadataError as exc:
                 code = ErrorCode[exc.error_name.lower()]
-                outcomes = [(code, str(exc), []) if c is ErrorCode.none else (c, m, []) for c, m, _ in outcomes]
+                outcomes = [
+                    (code, str(exc), []) if c is ErrorCode.none else (c, m, [])
+                    for c, m, _ in outcomes
+                ]
         return response(ctx, filter_results=tuple(
             Result(error_code=code, error_message=message, matching_acls=tuple(
                 Matching(
@@ -182,7 +194,9 @@ class AclsApi:
         ))  # fmt: skip
 
 
-def register(registry: HandlerRegistry, metadata: MetadataStore, authorizer: RequestAuthorizer) -> None:
+def register(
+    registry: HandlerRegistry, metadata: MetadataStore, authorizer: RequestAuthorizer
+) -> None:
     api = AclsApi(metadata, authorizer)
     register_family(registry, {
         ApiKey.DESCRIBE_ACLS: Endpoint(1, 3, api.describe, api.describe_error, gated(DESCRIBE_CLUSTER)),

@@ -52,14 +52,14 @@ class ElectionsApi:
             self._metadata.elect_leaders, ElectionRequest(kind, partitions), timeout_s
         )
         if partitions is None:
-            results = {
-                tp: r for tp, r in results.items() if r[0] != "ELECTION_NOT_NEEDED"
-            }
+            results = {tp: r for tp, r in results.items() if r[0] != "ELECTION_NOT_NEEDED"}
         return self._answer(ctx, results, ErrorCode.none)
 
     def _answer(
-        self, ctx: RequestContext,
-        results: Mapping[TopicPartition, tuple[str | None, str | None]], code: ErrorCode,
+        self,
+        ctx: RequestContext,
+        results: Mapping[TopicPartition, tuple[str | None, str | None]],
+        code: ErrorCode,
     ) -> Any:
         partition_result = nested(ctx, "PartitionResult")
         by_topic: dict[str, list[Any]] = {}

@@ -150,7 +150,7 @@ class InitProducerIdApi:
         except KafkaStorageError as exc:
             log.error("cannot allocate a producer id: %s", exc)
             return self._response(ctx, ErrorCode.kafka_storage_error, -1, -1)
-        except Exception:  # noqa: BLE001 - ZooKeeper unreachable: the client retries
+        except Exception:
             log.exception("cannot reserve producer ids in the cluster")
             return self._response(ctx, ErrorCode.coordinator_not_available, -1, -1)
         return self._response(ctx, ErrorCode.none, pid, 0)

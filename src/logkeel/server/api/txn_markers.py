@@ -61,7 +61,11 @@ class WriteTxnMarkersApi:
                 self._marker_result(
                     ctx,
                     int(m.producer_id),
-                    {TopicPartition(t.name, int(p)): code for t in m.topics for p in t.partition_indexes},
+                    {
+                        TopicPartition(t.name, int(p)): code
+                        for t in m.topics
+                        for p in t.partition_indexes
+                    },
                 )
                 for m in request.markers
             ),

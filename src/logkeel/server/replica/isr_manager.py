@@ -153,7 +153,7 @@ class IsrManager:
         for tp, owner in due:
             try:
                 owner.rederive_isr(now)
-            except Exception:  # noqa: BLE001 - one partition's bug must not stop the manager
+            except Exception:
                 log.exception("%s: deriving the ISR again failed", tp)
         return len(batch)
 
@@ -242,5 +242,5 @@ def _tell(p: IsrProposal, outcome: IsrOutcome) -> None:
         return
     try:
         p.owner.isr_write_done(p, outcome)
-    except Exception:  # noqa: BLE001 - one partition's bug must not stop the manager
+    except Exception:
         log.exception("%s: handling the ISR write's outcome failed", p.tp)

@@ -124,7 +124,7 @@ class OffsetQueries:
 
         try:
             lm.scheduler.schedule(checkpoint)
-        except Exception:  # noqa: BLE001 - a stopped scheduler: the clean shutdown writes it
+        except Exception:
             log.warning("could not schedule the log-start-offset checkpoint", exc_info=True)
             return
         try:

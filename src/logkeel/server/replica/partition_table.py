@@ -51,7 +51,7 @@ class PartitionTable:
         then: falling back to defaults would weaken them, min.insync.replicas=1 for one)."""
         try:
             return TopicSettings.from_topic_config(self._ctx.topic_config(topic))
-        except Exception as exc:  # noqa: BLE001 - a config problem must not stop the broker
+        except Exception as exc:
             log.exception(
                 "reading the configs of topic %s failed; its partitions go offline", topic
             )

@@ -325,15 +325,15 @@ def _segment_at(plog: PartitionLog, base: int, suffix: str) -> LogSegment:
     config = plog.config
     segment = PartitionLog.new_segment(plog.dir, base, config, plog.log_dir, create=False)
     directory = plog.dir
-    # noqa below: LogSegment makes its files from fixed names; the cleaner writes beside them.
-    segment._log = FileRecords(directory / file_name(base, LOG_SUFFIX + suffix), plog.log_dir)  # noqa: SLF001
-    segment._offset_index = OffsetIndex(  # noqa: SLF001
+
+    segment._log = FileRecords(directory / file_name(base, LOG_SUFFIX + suffix), plog.log_dir)
+    segment._offset_index = OffsetIndex(
         directory / file_name(base, INDEX_SUFFIX + suffix),
         base,
         config.segment_index_bytes,
         log_dir=plog.log_dir,
     )
-    segment._time_index = TimeIndex(  # noqa: SLF001
+    segment._time_index = TimeIndex(
         directory / file_name(base, TIME_INDEX_SUFFIX + suffix),
         base,
         config.segment_index_bytes,

@@ -168,7 +168,9 @@ class FileRecords:
         end = self.size if end_position is None else min(end_position, self.size)
         return BatchWindow(pread=self._pread, size=end, chunk=chunk)
 
-    def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
+    def batches(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[BatchPosition]:
         """Headers of the complete, structurally valid batches from ``start_position`` on.
 
         Reads in 64 KiB chunks so that scanning many small batches costs few syscalls.
@@ -177,7 +179,9 @@ class FileRecords:
         """
         return complete_batches(self.window(end_position, chunk=_SCAN_CHUNK), start_position)
 
-    def scan_valid(self, start_position: int = 0, check: BatchCheck | None = None) -> Iterator[BatchPosition]:
+    def scan_valid(
+        self, start_position: int = 0, check: BatchCheck | None = None
+    ) -> Iterator[BatchPosition]:
         """Batches from ``start_position`` whose structure and CRC are valid and that ``check``
         accepts, in order. Ends at the first other one: everything after it is suspect.
         Reads each byte once, in large chunks, so a full scan runs at disk speed.

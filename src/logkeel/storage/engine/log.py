@@ -166,8 +166,14 @@ class PartitionLog:
                 )
                 if duplicate is not None:
                     return AppendInfo(
-                        duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, -1,
-                        self.log_start_offset, 0, 0, duplicate=True,
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        duplicate.max_timestamp,
+                        -1,
+                        self.log_start_offset,
+                        0,
+                        0,
+                        duplicate=True,
                     )
             append_time = _now_ms() if self.config.log_append_time else -1
             next_offset = self.log_end_offset
@@ -185,7 +191,9 @@ class PartitionLog:
                     # Only baseOffset and partitionLeaderEpoch change, outside the CRC: write
                     # a new 16-byte prefix and the rest of the batch straight from the request.
                     buffers.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
-                    buffers.append(view[pos + _PREFIX_SIZE : pos + header.batch_length + LOG_OVERHEAD])
+                    buffers.append(
+                        view[pos + _PREFIX_SIZE : pos + header.batch_length + LOG_OVERHEAD]
+                    )
                 # The header as written: its new base offset and epoch, the rest as received.
                 header = header_from_fields((next_offset, header[1], leader_epoch) + header[3:])
                 assigned.append((pos, header))
@@ -250,14 +258,21 @@ class PartitionLog:
                 state.update_map_end_offset(header.base_offset + header.last_offset_delta + 1)
                 continue
             completed = state.update(
-                header, header.base_offset, header.last_offset,
+                header,
+                header.base_offset,
+                header.last_offset,
                 batch=view[pos : pos + header.size] if header.is_control else None,
             )
             if completed is not None:
                 lso = self.producer_state.last_stable_offset(completed)
                 if completed.is_aborted:
                     segment.append_aborted_txn(
-                        AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+                        AbortedTxn(
+                            completed.producer_id,
+                            completed.first_offset,
+                            completed.last_offset,
+                            lso,
+                        )
                     )
                 self.producer_state.complete_txn(completed)
         self.log_end_offset = last + 1
@@ -265,7 +280,8 @@ class PartitionLog:
         if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return _new_append_info(
-            AppendInfo, (first, last, max_ts, append_time, self.log_start_offset, records, size, False)
+            AppendInfo,
+            (first, last, max_ts, append_time, self.log_start_offset, records, size, False),
         )
 
     def roll(self, base_offset: int | None = None) -> LogSegment:
@@ -274,7 +290,11 @@ class PartitionLog:
         A follower may roll above the log end: replicated batches can skip offsets.
         """
         with self.lock:
-            base = self.log_end_offset if base_offset is None else max(base_offset, self.log_end_offset)
+            base = (
+                self.log_end_offset
+                if base_offset is None
+                else max(base_offset, self.log_end_offset)
+            )
             old = self.active_segment
             if old.size == 0 and old.base_offset == base:
                 return old
@@ -323,7 +343,9 @@ class PartitionLog:
                 break  # see below: the next fetch sees the cut
             try:
                 info = segment.read(
-                    fetch_offset, max_bytes, max_offset=limit if limit < segment_end else None,
+                    fetch_offset,
+                    max_bytes,
+                    max_offset=limit if limit < segment_end else None,
                     min_one_message=min_one_message,
                 )
             except KafkaStorageError:
@@ -356,7 +378,11 @@ class PartitionLog:
 
     def last_stable_offset(self) -> int:
         first_unstable = self.producer_state.first_unstable_offset()
-        lso = self.high_watermark if first_unstable is None else min(first_unstable, self.high_watermark)
+        lso = (
+            self.high_watermark
+            if first_unstable is None
+            else min(first_unstable, self.high_watermark)
+        )
         return lso
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
@@ -408,7 +434,9 @@ class PartitionLog:
             if offset < self.log_start_offset:
                 offset = self.log_start_offset
             removed = 0
-            doomed = [s for s in self._segments if s.base_offset >= offset and s is not self._segments[0]]
+            doomed = [
+                s for s in self._segments if s.base_offset >= offset and s is not self._segments[0]
+            ]
             for segment in doomed:
                 removed += segment.size
             self._remove_segments(doomed, rename=True)
@@ -445,7 +473,9 @@ class PartitionLog:
         state.truncate_and_reload(self.log_start_offset, self.log_end_offset)
         if state.map_end_offset < self.log_end_offset:
             ProducerReplay(state, index_from=None).replay_headers(
-                self._segments, max(state.map_end_offset, self.log_start_offset), self.log_end_offset
+                self._segments,
+                max(state.map_end_offset, self.log_start_offset),
+                self.log_end_offset,
             )
         state.update_map_end_offset(self.log_end_offset)
 
@@ -481,7 +511,9 @@ class PartitionLog:
             deleted += self._delete_segments_below_start()
             if self.config.retention_ms >= 0:
                 deleted += self._delete_while(
-                    lambda s: now_ms - s.largest_timestamp_for_retention() > self.config.retention_ms
+                    lambda s: (
+                        now_ms - s.largest_timestamp_for_retention() > self.config.retention_ms
+                    )
                 )
             if self.config.retention_bytes >= 0:
                 excess = self.size_in_bytes - self.config.retention_bytes
@@ -504,7 +536,11 @@ class PartitionLog:
         doomed: list[LogSegment] = []
         for segment in self._segments:
             is_active = segment is self.active_segment
-            upper = self.log_end_offset if is_active else self._segments[self._segments.index(segment) + 1].base_offset
+            upper = (
+                self.log_end_offset
+                if is_active
+                else self._segments[self._segments.index(segment) + 1].base_offset
+            )
             if upper > self.high_watermark or not predicate(segment):
                 break
             if is_active:
@@ -520,8 +556,12 @@ class PartitionLog:
                 self.leader_epochs.truncate_from_start(new_start)
                 self.producer_state.on_log_start_offset_incremented(new_start)
                 self.producer_state.delete_snapshots_below(new_start)
-            log.info("%s: deleted %d segment(s) by retention; log start now %d",
-                     self.tp, len(doomed), self.log_start_offset)
+            log.info(
+                "%s: deleted %d segment(s) by retention; log start now %d",
+                self.tp,
+                len(doomed),
+                self.log_start_offset,
+            )
         return len(doomed)
 
     def _remove_segments(self, doomed: list[LogSegment], *, rename: bool) -> None:
@@ -580,7 +620,10 @@ class PartitionLog:
             self._last_flush_ms = _now_ms()
 
     def maybe_flush(self, now_ms: int) -> bool:
-        if now_ms - self._last_flush_ms >= self.config.flush_ms and self.recovery_point < self.log_end_offset:
+        if (
+            now_ms - self._last_flush_ms >= self.config.flush_ms
+            and self.recovery_point < self.log_end_offset
+        ):
             self.flush()
             return True
         return False
@@ -664,4 +707,6 @@ def _now_ms() -> int:
 
 
 def leader_epoch_cache(directory: Path, log_dir: Path) -> LeaderEpochFileCache:
-    return LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE, log_dir))
+    return LeaderEpochFileCache(
+        LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE, log_dir)
+    )

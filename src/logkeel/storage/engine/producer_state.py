@@ -70,6 +70,7 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
 
+
 class InvalidTxnStateError(StorageError):
     """A non-transactional batch from a producer with an open transaction (INVALID_TXN_STATE)."""
 

@@ -345,7 +345,10 @@ class LogSegment:
         max_ts = self._max_timestamp or self._max_ts()
         batch_max = header.max_timestamp
         if batch_max > max_ts[0]:
-            max_ts = self._max_timestamp = (batch_max, header.base_offset + header.last_offset_delta)
+            max_ts = self._max_timestamp = (
+                batch_max,
+                header.base_offset + header.last_offset_delta,
+            )
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             (self._offset_index or self.offset_index).append(
                 header.base_offset + header.last_offset_delta, position
@@ -468,10 +471,14 @@ class LogSegment:
         if info is None or info.region.size == 0:
             return info  # nothing served
         if not 0 <= hint.position <= first.position:
-            raise InvalidBatchError(f"{self}: index entry {hint} does not lead to offset {start_offset}")
+            raise InvalidBatchError(
+                f"{self}: index entry {hint} does not lead to offset {start_offset}"
+            )
         if info.region.size > max(max_size, first.header.size):
             # An index entry past the range stretched it (lookup_by_position trusts it).
-            raise InvalidBatchError(f"{self}: a read of {max_size} bytes grew to {info.region.size}")
+            raise InvalidBatchError(
+                f"{self}: a read of {max_size} bytes grew to {info.region.size}"
+            )
         end = first.position + info.region.size
         # (base offset, 0) is what the index answers when no entry is at or below the offset.
         indexed = hint.position > 0

@@ -76,7 +76,6 @@ from logkeel.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 
-
 # -- loading ----------------------------------------------------------------------------------
 
 
@@ -99,14 +98,14 @@ def load_partition(
     names: list[str] | None = None,
 ) -> tuple[PartitionLog, LoadReport]:
     """Loads one partition dir (see the module doc). ``cached`` is its entry in the start-up
-    manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
-    the directory listing and the leader-epoch checkpoint read, and when the active segment's
-files and the producer snapshot are unchanged too (``vouch``, against the manifest's time
-``manifest_mtime_ns``), nothing of the partition is opened or read. ``trusted``: the dir was just
-    created by this process, so nothing in it needs validating. ``syncs``: after an unclean
-    shutdown, what recovery wrote is made durable by the callable appended there (the caller
-    runs it before checkpointing, see ``durability``) instead of here. ``names``: the dir's file
-names when the caller has just listed it (an unclean start lists each dir to plan)."""
+        manifest written at the last clean shutdown: when the dir is unchanged since, it replaces
+        the directory listing and the leader-epoch checkpoint read, and when the active segment's
+    files and the producer snapshot are unchanged too (``vouch``, against the manifest's time
+    ``manifest_mtime_ns``), nothing of the partition is opened or read. ``trusted``: the dir was just
+        created by this process, so nothing in it needs validating. ``syncs``: after an unclean
+        shutdown, what recovery wrote is made durable by the callable appended there (the caller
+        runs it before checkpointing, see ``durability``) instead of here. ``names``: the dir's file
+    names when the caller has just listed it (an unclean start lists each dir to plan)."""
     if validation not in VALIDATION_MODES:
         raise ValueError(
             f"log.startup.validation must be one of {VALIDATION_MODES}, not {validation!r}"
@@ -145,12 +144,7 @@ names when the caller has just listed it (an unclean start lists each dir to pla
     # Nothing reads a segment before serving when the manifest vouches for the log end and an
     # empty producer state: then segment objects are made on first use (``LazySegments``),
     # each with its validator, rather than all of them here.
-    lazy = (
-        facts is not None
-        and facts.empty_producer_state
-        and validation != EAGER
-        and not trusted
-    )
+    lazy = facts is not None and facts.empty_producer_state and validation != EAGER and not trusted
     ctx: PartitionValidation | None = None
     make = _segment_maker(directory, config, log_dir, listing, lambda: ctx if lazy else None)
     # A LazySegments offers every list operation the loader and PartitionLog use.
