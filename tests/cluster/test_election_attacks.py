@@ -24,6 +24,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import NewTopic
 
 from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_server import ZooKeeperServer
@@ -60,8 +61,10 @@ class Run:
         self.partitions = partitions
         self.history = History()
         self.seq = 0
+        cluster.ensure_all_running()  # every broker registered: an assignment may name any
         if replicas is None:
-            cluster.create_topic(topic, partitions, 3)
+            admin = cluster.admin()  # kept alive: a collected client cancels its futures
+            admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(60)
         else:
             wire = Wire(cluster.brokers[1].port)
             try:
@@ -291,9 +294,10 @@ def leader_of(run: Run, partition: int = 0) -> int:
 
 def wait_decided_alone(run: Run) -> dict[str, Any]:
     """With one broker back: until the controller either elected or recorded why it waits."""
+    live = {i for i, b in run.cluster.brokers.items() if b.alive()}
     return wait_until(
         lambda: (
-            (p := run.partition_status()) and (p["leader"] >= 0 or p.get("offline_reason")) and p
+            (p := run.partition_status()) and (p["leader"] in live or p.get("offline_reason")) and p
         ),
         "the controller to elect or record an offline reason",
         FAILOVER_BOUND_S + REPORT_BOUND_S,
@@ -450,6 +454,16 @@ class SetUpFailed(RuntimeError):
     """The fault could not be arranged (not what an xfail expects: the test fails)."""
 
 
+@contextmanager
+def arranging() -> Iterator[None]:
+    """In an xfail test, a failed wait or check before the final one is a set-up that did
+    not happen, not the hole: it must fail the test, not count as the expected failure."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise SetUpFailed(str(exc)) from exc
+
+
 def _restart_wiped_unseen(run: Run, damaged: int, controller: int) -> bool:
     """``damaged`` SIGKILLed, its partition dir deleted and restarted at once, ``controller``
     frozen (SIGSTOP, well inside its own session timeout) from just before the old session
@@ -518,20 +532,22 @@ def test_controlled_shutdown_elects_a_wiped_follower_the_controller_kept_in_the_
     same happens without the freeze when D was the controller and its expiry races the
     failover). Then L shuts down cleanly (SIGTERM)."""
     with cluster_of(zookeeper, tmp_path, "cs_wiped") as cluster:
-        controller = cluster.metadata().controller_id
-        leader, damaged = (b for b in cluster.brokers if b != controller)
-        run = Run(cluster, "cs", replicas=[leader, damaged, controller])
-        assert run.produce(400) == 400
-        run.wait_reports_cover_acks()
-        with wiped_but_in_isr(run, damaged, controller, leader):
-            cluster.brokers[leader].stop()
-            new = wait_until(
-                lambda: (x := leader_of(run)) not in (-1, leader) and x or None,
-                "another leader",
-                FAILOVER_BOUND_S + REPORT_BOUND_S,
-            )
-        assert run.restore_and_check() == [], f"{damaged} (wiped) became leader: {new}"
-        assert run.tracebacks() == []
+        with arranging():
+            controller = cluster.metadata().controller_id
+            leader, damaged = (b for b in cluster.brokers if b != controller)
+            run = Run(cluster, "cs", replicas=[leader, damaged, controller])
+            assert run.produce(400) == 400
+            run.wait_reports_cover_acks()
+            with wiped_but_in_isr(run, damaged, controller, leader):
+                cluster.brokers[leader].stop()
+                new = wait_until(
+                    lambda: (x := leader_of(run)) not in (-1, leader) and x or None,
+                    "another leader",
+                    FAILOVER_BOUND_S + REPORT_BOUND_S,
+                )
+            anomalies = run.restore_and_check()
+            assert run.tracebacks() == []
+        assert anomalies == [], f"{damaged} (wiped) became leader: {new}"
 
 
 @pytest.mark.xfail(
@@ -548,15 +564,50 @@ def test_preferred_election_towards_a_wiped_preferred_replica_kept_in_the_isr(
     off D; D is wiped and restarted inside the ISR (as in the controlled-shutdown attack);
     then `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
     with cluster_of(zookeeper, tmp_path, "pref_wiped") as cluster:
-        controller = cluster.metadata().controller_id
-        damaged, leader = (b for b in cluster.brokers if b != controller)
-        run = Run(cluster, "pw", replicas=[damaged, leader, controller])
-        moved = elect(cluster, "--topic", "pw", "--partition", "0", "--replica", str(leader))
-        assert moved.returncode == 0, moved.stdout + moved.stderr
-        wait_until(lambda: leader_of(run) == leader, "the designated leader")
-        assert run.produce(400) == 400
-        run.wait_reports_cover_acks()
-        with wiped_but_in_isr(run, damaged, controller, leader):
-            preferred = elect(cluster, "--preferred", "--topic", "pw", "--partition", "0")
-        assert run.restore_and_check() == [], preferred.stdout
-        assert run.tracebacks() == []
+        with arranging():
+            controller = cluster.metadata().controller_id
+            damaged, leader = (b for b in cluster.brokers if b != controller)
+            run = Run(cluster, "pw", replicas=[damaged, leader, controller])
+            moved = elect(cluster, "--topic", "pw", "--partition", "0", "--replica", str(leader))
+            assert moved.returncode == 0, moved.stdout + moved.stderr
+            wait_until(lambda: leader_of(run) == leader, "the designated leader")
+            assert run.produce(400) == 400
+            run.wait_reports_cover_acks()
+            with wiped_but_in_isr(run, damaged, controller, leader):
+                preferred = elect(cluster, "--preferred", "--topic", "pw", "--partition", "0")
+            anomalies = run.restore_and_check()
+            assert run.tracebacks() == []
+        assert anomalies == [], preferred.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known limit (README, 'What it cannot see'): records acked after the last replica-log "
+    "report (every 5 s) and then cut from a replica's file are not seen as lost; the cut "
+    "replica, back first after a power loss, leads and the others truncate to it, unreported",
+)
+def test_cut_below_the_acks_since_the_last_report_after_power_loss(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """300 records acked and reported; 300 more acked and all three brokers SIGKILLed at once
+    before a report carries them; the leader's segment is cut between the highest reported
+    high watermark and the acked 600; it comes back alone, then the others."""
+    with cluster_of(zookeeper, tmp_path, "since_report") as cluster:
+        with arranging():
+            run = Run(cluster, "sr")
+            assert run.produce(300) == 300
+            run.wait_reports_cover_acks()
+            leader = leader_of(run)
+            assert run.produce(300) == 300
+            kill_all(cluster)
+            reported = max(m.get(0, -1) for m in run.reported_high_watermarks().values())
+            if reported > 560:
+                raise SetUpFailed(f"a report already carried the acked records up to {reported}")
+            # Above every reported high watermark, below what was acked (600).
+            truncate_to_records(segment(cluster, leader, "sr"), (reported + 600) // 2)
+            cluster.brokers[leader].start()
+            wait_decided_alone(run)
+            anomalies = run.restore_and_check()
+            assert run.tracebacks() == []
+        assert anomalies == []
