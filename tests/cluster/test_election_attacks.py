@@ -27,7 +27,10 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from logkeel.cli.cluster import cluster_status
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.history import History
 from tests.cluster.test_cluster_brokers import (
     FAILOVER_BOUND_S,
@@ -124,26 +127,13 @@ class Run:
 
     def reported_high_watermarks(self) -> dict[int, dict[int, int]]:
         """broker -> partition -> the high watermark of its last replica-log report."""
-        from kazoo.client import KazooClient
-
-        from logkeel.cluster.zk_data import decode_replica_logs, replica_logs_path
-
-        zk = KazooClient(hosts=self.cluster.connect, timeout=10.0)
-        zk.start(timeout=10.0)
-        try:
-            out: dict[int, dict[int, int]] = {}
-            for b in self.cluster.brokers:
-                data, _ = zk.get(replica_logs_path(b))
-                _, logs = decode_replica_logs(data)
-                out[b] = {
-                    tp.partition: r.high_watermark
-                    for tp, r in logs.items()
-                    if tp.topic == self.topic
-                }
-            return out
-        finally:
-            zk.stop()
-            zk.close()
+        out: dict[int, dict[int, int]] = {}
+        for b in self.cluster.brokers:
+            logs = replica_logs_of(self.cluster, b)
+            out[b] = {
+                tp.partition: r.high_watermark for tp, r in logs.items() if tp.topic == self.topic
+            }
+        return out
 
     def wait_reports_cover_acks(self) -> None:
         """Until every broker's periodic report carries the high watermark of all acked
@@ -433,21 +423,21 @@ def registration_zxid(cluster: Cluster, broker: int) -> int | None:
         zk.close()
 
 
+def replica_logs_of(cluster: Cluster, broker: int) -> dict[TopicPartition, ReplicaLogReport]:
+    """The broker's last replica-log report, all its parts (empty: none), read as the
+    controller reads it."""
+    client = ZkMetadataClient(cluster.connect, session_timeout_ms=10_000)
+    client.start()
+    try:
+        found = client.replica_logs_of(broker)
+        return {} if found is None else found[1]
+    finally:
+        client.close()
+
+
 def reported_epoch(cluster: Cluster, broker: int) -> int | None:
     """The broker epoch of the broker's last replica-log report (None: none)."""
-    from kazoo.client import KazooClient
-
-    from logkeel.cluster.zk_data import decode_replica_logs, replica_logs_path
-
-    zk = KazooClient(hosts=cluster.connect, timeout=10.0)
-    zk.start(timeout=10.0)
-    try:
-        data, _ = zk.get(replica_logs_path(broker))
-        _, logs = decode_replica_logs(data)
-        return max((r.broker_epoch for r in logs.values()), default=None)
-    finally:
-        zk.stop()
-        zk.close()
+    return max((r.broker_epoch for r in replica_logs_of(cluster, broker).values()), default=None)
 
 
 class SetUpFailed(RuntimeError):

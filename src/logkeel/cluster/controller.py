@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from kazoo.exceptions import NoNodeError, RolledBackError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.controller_context import ControllerContext
@@ -393,9 +393,30 @@ class Controller:
                 self.client.create_partition_states(ctl, topic, chunk)
             except NoNodeError:
                 return  # deleted meanwhile
+            except NodeExistsError:
+                # A state this controller wrote, whose watch's first delivery (still "absent")
+                # came after the write and dropped it from the context: take up what ZooKeeper
+                # holds, and create only what is really missing.
+                self._take_up_existing_states(ctl, ctx, topic, chunk)
+                continue
             for p, state in chunk.items():
                 ctx.state_written(TopicPartition(topic, p), replace(state, zk_version=0))
         log.info("%s: first leaders of %d partitions elected", topic, len(states))
+
+    def _take_up_existing_states(
+        self, ctl: ControllerEpoch, ctx: ControllerContext, topic: str, chunk: dict[int, LeaderIsr]
+    ) -> None:
+        for p, state in chunk.items():
+            existing = self.client.partition_state(topic, p)
+            if existing is None:
+                try:
+                    self.client.create_partition_states(ctl, topic, {p: state})
+                except NodeExistsError:
+                    existing = self.client.partition_state(topic, p)
+                else:
+                    existing = replace(state, zk_version=0)
+            if existing is not None:
+                ctx.state_written(TopicPartition(topic, p), existing)
 
     def _write_states(
         self,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -53,6 +54,10 @@ class ControllerContext:
         # Each partition's last recorded election loss: (its sequential znode's name, leader
         # epoch, from offset). The znodes are written once; the newest name wins.
         self.losses: dict[TopicPartition, tuple[str, int, int]] = {}
+        # Brokers whose report znode was delivered but whose parts are still being read: the
+        # first pass must not judge a returning replica before its earlier report is known.
+        self._reports_reading: set[int] = set()
+        self._reports_read = threading.Condition(self.lock)
         self._watches = WatchedZnodes(zk, self._fail)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -66,7 +71,14 @@ class ControllerContext:
         w.children(zd.TOPICS, self._on_topics)
         w.children(zd.REPLICA_LOGS, self._on_report_brokers)
         w.children(zd.ELECTION_LOSSES, self._on_losses)
-        return w.wait_loaded(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        if not w.wait_loaded(timeout_s):
+            return False
+        # A report's parts are read after its znode's watch delivered (see _on_report).
+        with self._reports_read:
+            return self._reports_read.wait_for(
+                lambda: not self._reports_reading, max(0.0, deadline - time.monotonic())
+            )
 
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
@@ -235,9 +247,13 @@ class ControllerContext:
     def _on_report(self, broker: int, data: bytes | None, _stat: Any = None) -> None:
         """The report znode changes last when a broker reports: read its parts, then tell."""
         if data is None:
-            with self.lock:
+            with self._reports_read:
                 self.reports.pop(broker, None)
+                self._reports_reading.discard(broker)
+                self._reports_read.notify_all()
             return
+        with self.lock:
+            self._reports_reading.add(broker)
         generation, legacy = zd.decode_replica_logs(data)
         path = zd.replica_logs_path(broker)
 
@@ -274,8 +290,10 @@ class ControllerContext:
     def _report_read(
         self, broker: int, generation: int, logs: dict[TopicPartition, ReplicaLogReport]
     ) -> None:
-        with self.lock:
+        with self._reports_read:
             self.reports[broker] = (generation, logs)
+            self._reports_reading.discard(broker)
+            self._reports_read.notify_all()
             # What a report can change: elections of offline partitions, and of those led by a
             # restarted broker (they wait for its report of this run).
             touched = {
