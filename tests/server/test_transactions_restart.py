@@ -36,6 +36,7 @@ from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.faulty_fs import FaultyFs
 from tests.brokerproc import BrokerProcess
+from tests.server.admin_clients import wait_until
 from tests.server.test_fetch_api import list_offsets
 from tests.server.test_produce_api import (
     RawClient,
@@ -96,6 +97,13 @@ def test_prepared_transaction_is_completed_at_start(tmp_path: Path, status: TxnS
         with RawClient(broker.port) as c:
             for topic in ("a", "b"):
                 # The marker is at offset 2: the transaction is complete on both partitions.
+                # The coordinator writes the markers once its partition is loaded, as Kafka's
+                # does: not before the broker answers fetches.
+                wait_until(
+                    lambda t=topic: fetch(c, t, 1).last_stable_offset == 3,
+                    timeout=30,
+                    what=f"the marker of {topic}-0",
+                )
                 p = fetch(c, topic, 1)
                 assert (p.high_watermark, p.last_stable_offset) == (3, 3), topic
                 aborted = [t.first_offset for t in p.aborted_transactions or ()]
