@@ -36,7 +36,6 @@ from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.faulty_fs import FaultyFs
 from tests.brokerproc import BrokerProcess
-from tests.server.admin_clients import wait_until
 from tests.server.test_fetch_api import list_offsets
 from tests.server.test_produce_api import (
     RawClient,
@@ -46,6 +45,7 @@ from tests.server.test_produce_api import (
     schema_module,
 )
 from tests.server.test_transactions_wire import OVERRIDES, add_partitions, fetch, txn_produce
+from tests.waiting import wait_until
 
 TXN = "prepared-txn"
 
