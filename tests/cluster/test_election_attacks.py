@@ -294,15 +294,6 @@ def wait_decided_alone(run: Run) -> dict[str, Any]:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent since the incremental controller: all brokers died at once, so the "
-    "partition still names a dead leader; the first broker back writes its report of this run "
-    "before the new controller's first pass, which takes it as an older report (the partition "
-    "is not marked offline), so a log below the acknowledged mark is not refused. Open in issue "
-    "20's note: judge reports as current when the recorded leader is not live, without "
-    "refusing lagging followers after an ordinary leader crash",
-)
 def test_truncated_log_of_an_isr_member_back_first_does_not_lead(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
@@ -380,15 +371,6 @@ def test_old_snapshot_of_the_leader_restored_after_power_loss(
         assert run.tracebacks() == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent since the incremental controller: all brokers died at once, so the "
-    "partition still names a dead leader; the first broker back writes its report of this run "
-    "before the new controller's first pass, which takes it as an older report (the partition "
-    "is not marked offline), so a log below the acknowledged mark is not refused. Open in issue "
-    "20's note: judge reports as current when the recorded leader is not live, without "
-    "refusing lagging followers after an ordinary leader crash",
-)
 def test_two_of_three_wiped_come_back_first(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     """All three die; two lose their partition dir (one of them the leader) and return first;
     the partition must wait for the third, which holds everything."""
@@ -473,20 +455,18 @@ def arranging() -> Iterator[None]:
 
 
 def _restart_wiped_unseen(run: Run, damaged: int, controller: int) -> bool:
-    """``damaged`` SIGKILLed, its partition dir deleted and restarted at once, ``controller``
-    frozen (SIGSTOP, well inside its own session timeout) from just before the old session
-    expires until ``damaged`` has registered again; True when the controller never saw it
-    gone (it is still in the ISR)."""
+    """``controller`` frozen (SIGSTOP) while ``damaged`` is SIGKILLed, its partition dir
+    deleted and restarted at once, until ``damaged`` has registered again (the leader's crash
+    detector deletes the dead registration within a second); True when the controller never
+    saw it gone: it took it out of the ISR only as a restart it did not see (a broker's log
+    says why: the frozen controller's, or its successor's if its session ended)."""
     cluster = run.cluster
     old_zxid = registration_zxid(cluster, damaged)
-    cluster.brokers[damaged].kill()
-    killed_at = time.monotonic()
-    shutil.rmtree(partition_dir(cluster, damaged, run.topic))
-    cluster.brokers[damaged].start()
-    # Its old session lasts SESSION_TIMEOUT_MS after the kill: freeze just before it ends.
-    wait_until(lambda: time.monotonic() - killed_at > 4.0, "the old session's last second", 10)
     cluster.brokers[controller].freeze()
     try:
+        cluster.brokers[damaged].kill()
+        shutil.rmtree(partition_dir(cluster, damaged, run.topic))
+        cluster.brokers[damaged].start()
         wait_until(
             lambda: registration_zxid(cluster, damaged) not in (None, old_zxid),
             "the damaged broker to register again",
@@ -501,14 +481,21 @@ def _restart_wiped_unseen(run: Run, damaged: int, controller: int) -> bool:
         REPORT_BOUND_S,
     )
     leader = leader_of(run)
-    return damaged in cluster.partitions(run.topic, leader)[0].isr_nodes
+    wait_until(
+        lambda: damaged not in cluster.partitions(run.topic, leader)[0].isr_nodes,
+        "the damaged broker to leave the ISR",
+        FAILOVER_BOUND_S,
+    )
+    bounced = f"[{damaged}] left the ISR: restarted since the ISR was written"
+    return any(bounced in b.log_path.read_text(errors="replace") for b in cluster.brokers.values())
 
 
 @contextmanager
 def wiped_but_in_isr(run: Run, damaged: int, controller: int, leader: int) -> Iterator[None]:
-    """``damaged`` back with a wiped partition dir while the controller keeps it in the ISR,
-    its fetches to ``leader`` dropped so that it cannot catch up. The controller does not
-    always miss the absence: then ``damaged`` catches up and it is tried again."""
+    """``damaged`` back with a wiped partition dir after a restart the controller did not see
+    as an absence (it once kept such a broker in the ISR), its fetches to ``leader`` dropped
+    so that it cannot catch up. The controller does not always miss the absence: then
+    ``damaged`` catches up and it is tried again."""
     for _ in range(3):
         with fetches_dropped(run.cluster, damaged, leader):
             if _restart_wiped_unseen(run, damaged, controller):
@@ -522,25 +509,16 @@ def wiped_but_in_isr(run: Run, damaged: int, controller: int, leader: int) -> It
     raise SetUpFailed(f"the controller saw broker {damaged}'s absence three times")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    # The fault needs a frozen controller at the right moment; when it cannot be arranged
-    # the test documents the hole as not reproduced rather than failing the suite.
-    raises=(AssertionError, SetUpFailed),
-    reason="hole: a follower back with a wiped partition dir whose restart the controller did "
-    "not see as an absence stays in the ISR; its report (empty log) is not 'current' while the "
-    "partition has a leader, so _trusted() lets a controlled shutdown of the leader elect it, "
-    "and every replica truncates to offset 0 -- all acked records lost, no loss reported",
-)
-def test_controlled_shutdown_elects_a_wiped_follower_the_controller_kept_in_the_isr(
+def test_controlled_shutdown_never_elects_a_wiped_follower_restarted_unseen(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
     """Assignment [L, D, C] with C the controller. D is SIGKILLed, its partition dir deleted,
     restarted at once; its fetches to L are dropped (it cannot catch up). The controller is
     frozen (SIGSTOP, well inside its own session timeout) from just before D's old session
-    expires until D has registered again, so it never sees D gone and D stays in the ISR (the
-    same happens without the freeze when D was the controller and its expiry races the
-    failover). Then L shuts down cleanly (SIGTERM)."""
+    expires until D has registered again, so it never sees D gone (the same happens without
+    the freeze when D was the controller and its expiry races the failover). Then L shuts down
+    cleanly (SIGTERM). D once stayed in the ISR and led with an empty log; now its registration,
+    newer than the ISR's last write, takes it out, and C leads."""
     with cluster_of(zookeeper, tmp_path, "cs_wiped") as cluster:
         with arranging():
             controller = cluster.metadata().controller_id
@@ -560,21 +538,12 @@ def test_controlled_shutdown_elects_a_wiped_follower_the_controller_kept_in_the_
         assert anomalies == [], f"{damaged} (wiped) became leader: {new}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    # The fault needs a frozen controller at the right moment; when it cannot be arranged
-    # the test documents the hole as not reproduced rather than failing the suite.
-    raises=(AssertionError, SetUpFailed),
-    reason="hole: `logkeel elect --preferred` elects a preferred replica back with a wiped "
-    "partition dir that the controller kept in the ISR ('preferred election: D leads again'); "
-    "the followers truncate to its empty log -- all acked records lost, no loss reported",
-)
-def test_preferred_election_towards_a_wiped_preferred_replica_kept_in_the_isr(
+def test_preferred_election_never_elects_a_wiped_preferred_replica_restarted_unseen(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
     """Assignment [D, L, C], C the controller; `logkeel elect --replica L` moves leadership
-    off D; D is wiped and restarted inside the ISR (as in the controlled-shutdown attack);
-    then `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
+    off D; D is wiped and restarted unseen (as in the controlled-shutdown attack); then
+    `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
     with cluster_of(zookeeper, tmp_path, "pref_wiped") as cluster:
         with arranging():
             controller = cluster.metadata().controller_id

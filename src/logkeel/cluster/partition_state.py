@@ -32,6 +32,10 @@ class PartitionRegistration:
     adding_replicas: tuple[int, ...] = ()
     # The leader's broker epoch when it was elected (-1: unknown); the controller stamps it.
     leader_broker_epoch: int = -1
+    # The zxid of the state's last write (-1: unknown). Broker epochs are registration zxids,
+    # so an ISR member whose epoch is higher restarted since the ISR vouching for it was
+    # written, unseen (`ReplicaView.restarted_since_isr`).
+    isr_written_zxid: int = -1
 
     @property
     def offline(self) -> bool:
@@ -102,6 +106,11 @@ class ReplicaView:
     # This replica is the recorded leader, but its broker restarted since it was elected: the
     # leadership is stale (its log may have lost what it held) and must be decided anew.
     restarted: bool = False
+    # An ISR member whose broker registered again after the ISR was written, without the
+    # controller ever seeing it gone (a restart inside its session, or while the controller
+    # was paused or changing): nothing vouches for its log any more (it may be back wiped),
+    # so it leaves the ISR and rejoins once it catches up (Kafka's "bounced broker").
+    restarted_since_isr: bool = False
 
     @property
     def can_lead(self) -> bool:
@@ -111,6 +120,7 @@ class ReplicaView:
             and self.log_dir_online
             and not self.shutting_down
             and not self.awaiting_report
+            and not self.restarted_since_isr
         )
 
 

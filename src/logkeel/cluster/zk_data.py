@@ -447,6 +447,10 @@ class LeaderIsr:
     # back from a restart with another epoch does not take the leadership up again: its disk
     # may have lost what it held (the incident), so the controller elects anew.
     leader_broker_epoch: int = -1
+    # The zxid of the znode's last write (its mzxid; -1: not known): a broker registered after
+    # it (a higher registration zxid, its broker epoch) restarted since this ISR was written.
+    # Not stored in the znode.
+    written_zxid: int = -1
 
 
 def encode_partition_state(s: LeaderIsr) -> bytes:
@@ -464,7 +468,7 @@ def encode_partition_state(s: LeaderIsr) -> bytes:
     )
 
 
-def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
+def decode_partition_state(data: bytes, zk_version: int, written_zxid: int = -1) -> LeaderIsr:
     obj = _load(data)
     return LeaderIsr(
         leader=int(obj["leader"]),
@@ -473,6 +477,7 @@ def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
         controller_epoch=int(obj["controller_epoch"]),
         zk_version=zk_version,
         leader_broker_epoch=int(obj.get("leader_broker_epoch", -1)),
+        written_zxid=written_zxid,
     )
 
 
@@ -485,6 +490,7 @@ def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegis
         state.isr,
         state.zk_version,
         leader_broker_epoch=state.leader_broker_epoch,
+        isr_written_zxid=state.written_zxid,
     )
 
 

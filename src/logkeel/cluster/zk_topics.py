@@ -105,7 +105,7 @@ class TopicZnodes(ZkSession):
             data, stat = self.zk.get(zd.partition_state_path(topic, partition))
         except NoNodeError:
             return None
-        return zd.decode_partition_state(data, stat.version)
+        return zd.decode_partition_state(data, stat.version, stat.mzxid)
 
     def create_partition_states(
         self, ctl: ControllerEpoch, topic: str, states: Mapping[int, LeaderIsr]
