@@ -279,3 +279,27 @@ def test_after_the_whole_cluster_went_down_a_returning_follower_is_judged_on_its
         epochs={2: 20, 3: 30},
     )  # fmt: skip
     assert decide(TP, state, crash, unclean=False, preferred=False, topic_id="id").state.leader == 2
+
+
+def test_a_replica_back_from_a_crash_of_its_machine_waits_for_the_others() -> None:
+    """All died at once; broker 2 comes back first after a power loss (its logs may lack what
+    was not flushed, whatever their length): it does not lead while replicas that may hold
+    more can return; once all have reported, the longest leads (here one that was killed
+    without losing its page cache)."""
+    state = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+
+    def report(broker_epoch: int, end: int, *, lost: bool = False) -> ReplicaLogReport:
+        return ReplicaLogReport(
+            topic_id="id", partition_epoch=7, last_epoch=5, log_end_offset=end,
+            high_watermark=300, broker_epoch=broker_epoch, unflushed_lost=lost,
+        )  # fmt: skip
+
+    alone = LiveBrokers(
+        frozenset({2}), frozenset(), logs={2: {TP: report(150, 320, lost=True)}}, epochs={2: 150}
+    )
+    first = decide(TP, state, alone, unclean=False, preferred=False, topic_id="id")
+    assert first.state.leader == NO_LEADER
+    assert "went down uncleanly" in first.reason
+    logs = {2: {TP: report(150, 320, lost=True)}, 1: {TP: report(160, 400)}}
+    both = LiveBrokers(frozenset({1, 2}), frozenset(), logs=logs, epochs={2: 150, 1: 160})
+    assert decide(TP, state, both, unclean=False, preferred=False, topic_id="id").state.leader == 1

@@ -160,6 +160,7 @@ class LiveBrokers:
             report.log_end_offset,
             high_watermark=report.high_watermark,
             current=partition_epoch is not None,
+            unflushed_lost=report.unflushed_lost,
         )
 
     def acked(self, tp: TopicPartition, topic_id: str | None) -> int:

@@ -77,6 +77,9 @@ class ReplicaLog:
     # partition, or fresh reports an operator's election asked for): the log is exactly this.
     # An older report of a follower may understate a log that fetched since.
     current: bool = True
+    # Its machine went down uncleanly since it last held what was acknowledged: records
+    # acknowledged after its last flush may be missing, whatever its length says.
+    unflushed_lost: bool = False
 
     @property
     def empty(self) -> bool:
@@ -166,7 +169,8 @@ def lost_data(
     nothing says so: a new directory id; an empty log (missing, wiped, a new disk) while
     another replica holds data or the partition is known to have had data; or -- judged on a
     current report only -- a log ending below the acknowledged mark (a truncated file, an old
-    snapshot restored). Such a replica never leads while one that may hold the data can
+    snapshot restored) or one back from a crash of its machine, which may lack records
+    acknowledged after its last flush whatever its length. Such a replica never leads while one that may hold the data can
     return (the incident: every follower truncated to an empty leader). ``acked`` is the
     acknowledged mark over every report known, the views' own included; without
     ``below_mark`` a log ending below it does not count (an unclean election, whose candidates
@@ -188,6 +192,11 @@ def lost_data(
         return (
             f"replica {replica}'s log ends at {log.log_end_offset}, below the acknowledged "
             f"offset {acked}"
+        )
+    if below_mark and log.current and log.unflushed_lost:
+        return (
+            f"replica {replica}'s machine went down uncleanly: records acknowledged after its "
+            "last flush may be missing"
         )
     return None
 

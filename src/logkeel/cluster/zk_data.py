@@ -164,6 +164,9 @@ class ReplicaLogReport:
     partition_epoch: int  # the zkVersion of the partition state the broker saw
     broker_epoch: int = -1  # the reporting broker's registration: a restart makes it stale
     high_watermark: int = -1  # the replica's high watermark (-1: not told, an older broker)
+    # Back after the machine went down uncleanly, not caught up since: records acknowledged
+    # after its last flush may be missing (`PartitionLog.unflushed_lost`).
+    unflushed_lost: bool = False
 
 
 def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLogReport]) -> bytes:
@@ -181,6 +184,7 @@ def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLo
                     "partition_epoch": r.partition_epoch,
                     "broker_epoch": r.broker_epoch,
                     "high_watermark": r.high_watermark,
+                    **({"unflushed_lost": True} if r.unflushed_lost else {}),
                 }
                 for tp, r in sorted(logs.items())
             ],
@@ -198,6 +202,7 @@ def decode_replica_logs(data: bytes) -> tuple[int, dict[TopicPartition, ReplicaL
             int(p["partition_epoch"]),
             int(p.get("broker_epoch", -1)),
             int(p.get("high_watermark", -1)),
+            bool(p.get("unflushed_lost", False)),
         )
         for p in obj["partitions"]
     }
