@@ -184,8 +184,11 @@ class LogDir:
             return
         recorded = self.path / BOOT_ID_FILE
         try:
-            previous = recorded.read_text().strip()
+            previous: str | None = recorded.read_bytes().decode("ascii").strip()
         except FileNotFoundError:
+            previous = None
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("%s: %s is unreadable (%s); rewriting it", self.path, BOOT_ID_FILE, exc)
             previous = None
         self.page_cache_lost = previous not in (None, boot) and not self.was_clean
         if self.page_cache_lost:
