@@ -275,6 +275,9 @@ def run(n: int, base: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", default="2000", help="comma-separated partition counts")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each run's directory (broker logs) and print it"
+    )
     args = parser.parse_args()
     out = []
     for n in (int(x) for x in args.partitions.split(",")):
@@ -283,7 +286,10 @@ def main() -> None:
             out.append(run(n, base))
             print(json.dumps(out[-1]), flush=True)
         finally:
-            shutil.rmtree(base, ignore_errors=True)
+            if args.keep:
+                print(f"kept {base}", file=sys.stderr)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
     print(json.dumps({"runs": out}))
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from logkeel.cluster.controller_context import isr_joins
 from logkeel.cluster.controller_decisions import (
     LiveBrokers,
     decide,
@@ -11,10 +14,14 @@ from logkeel.cluster.controller_decisions import (
 )
 from logkeel.cluster.crash_detection import REFUSED, UNKNOWN, UP, PeerVerdicts
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
-from logkeel.cluster.zk_data import ReplicaLogReport
+from logkeel.cluster.zk_data import LeaderIsr, ReplicaLogReport, registration_of
 from logkeel.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
+
+
+def since(zxid: int, *members: int) -> tuple[tuple[int, int], ...]:
+    return tuple((r, zxid) for r in members)
 
 
 def cluster(live: set[int], shutting_down: set[int] = frozenset()) -> LiveBrokers:  # type: ignore[assignment]
@@ -232,7 +239,7 @@ def test_a_follower_registered_after_the_isr_was_written_leaves_it_and_never_lea
     state's last write restarted since that ISR vouched for it, even if the controller never
     saw it gone (a restart inside its session, a paused controller). It leaves the ISR, and a
     controlled shutdown or a preferred election does not hand it the leadership."""
-    state = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+    state = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, isr_since=since(100, 1, 2, 3))
     bounced = LiveBrokers(frozenset({1, 2, 3}), frozenset(), epochs={1: 10, 2: 150, 3: 20})
     after = decide(TP, state, bounced, unclean=False, preferred=False).state
     assert (after.leader, after.isr) == (1, (1, 3))
@@ -240,11 +247,11 @@ def test_a_follower_registered_after_the_isr_was_written_leaves_it_and_never_lea
     closing = LiveBrokers(frozenset({1, 2, 3}), frozenset({1}), epochs={1: 10, 2: 150, 3: 20})
     moved = decide(TP, state, closing, unclean=False, preferred=False).state
     assert (moved.leader, moved.isr) == (3, (3,))
-    preferred = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+    preferred = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_since=since(100, 1, 2, 3))
     kept = decide(TP, preferred, bounced, unclean=False, preferred=True).state
     assert kept.leader == 1 and 2 not in kept.isr
     # Registered before the write (it rejoined after catching up): in sync, may lead.
-    rejoined = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 8, isr_written_zxid=200)
+    rejoined = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 8, isr_since=since(200, 1, 2, 3))
     assert decide(TP, rejoined, bounced, unclean=False, preferred=True).state.leader == 2
     # The write's zxid not known (a state just created): nothing is judged by it.
     unknown = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7)
@@ -257,7 +264,7 @@ def test_after_the_whole_cluster_went_down_a_returning_follower_is_judged_on_its
     not lead before it reports, nor on a report that shows the cut; with its whole log it
     does. A follower that never restarted, after an ordinary leader crash, still takes over
     on its older report at once."""
-    state = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+    state = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, isr_since=since(100, 1, 2, 3))
 
     def report(broker_epoch: int, end: int, hw: int = -1) -> ReplicaLogReport:
         return ReplicaLogReport(
@@ -286,7 +293,7 @@ def test_a_replica_back_from_a_crash_of_its_machine_waits_for_the_others() -> No
     was not flushed, whatever their length): it does not lead while replicas that may hold
     more can return; once all have reported, the longest leads (here one that was killed
     without losing its page cache)."""
-    state = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+    state = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_since=since(100, 1, 2, 3))
 
     def report(broker_epoch: int, end: int, *, lost: bool = False) -> ReplicaLogReport:
         return ReplicaLogReport(
@@ -303,3 +310,20 @@ def test_a_replica_back_from_a_crash_of_its_machine_waits_for_the_others() -> No
     logs = {2: {TP: report(150, 320, lost=True)}, 1: {TP: report(160, 400)}}
     both = LiveBrokers(frozenset({1, 2}), frozenset(), logs=logs, epochs={2: 150, 1: 160})
     assert decide(TP, state, both, unclean=False, preferred=False, topic_id="id").state.leader == 1
+
+
+def test_a_leaders_later_write_keeping_a_restarted_follower_does_not_vouch_for_it() -> None:
+    """Broker 2 joined the ISR at zxid 100 and restarted unseen (epoch 150); the leader then
+    wrote its ISR again at zxid 300 (another member left), keeping 2. What counts is when 2
+    joined, not the last write: it still leaves the ISR and cannot lead."""
+    v5 = LeaderIsr(1, 5, (1, 2, 3), 1, zk_version=5, written_zxid=100)
+    v5 = replace(v5, isr_since=isr_joins(None, v5))
+    v6 = LeaderIsr(1, 5, (1, 2), 1, zk_version=6, written_zxid=300)
+    v6 = replace(v6, isr_since=isr_joins(v5, v6))
+    assert v6.isr_since == ((1, 100), (2, 100))
+    v7 = LeaderIsr(1, 5, (1, 2, 3), 1, zk_version=7, written_zxid=400)
+    assert isr_joins(v6, v7) == ((1, 100), (2, 100), (3, 400))  # 3 rejoined at 400
+    reg = registration_of((1, 2, 3), v6)
+    bounced = LiveBrokers(frozenset({1, 2, 3}), frozenset(), epochs={1: 10, 2: 150, 3: 20})
+    after = decide(TP, reg, bounced, unclean=False, preferred=False).state
+    assert (after.leader, after.isr) == (1, (1,))

@@ -45,6 +45,9 @@ from tests.server.test_admin_wire import Wire
 OVERRIDES = {"min.insync.replicas": "2", "default.replication.factor": "3"}
 # The periodic replica-log report runs every 5 s: the bound for one to carry a new high mark.
 REPORT_BOUND_S = 15.0
+# The controller frozen while another broker restarts (seconds on a loaded machine) must keep
+# its session: the restarted broker's old registration goes at once anyway (crash detection).
+FREEZABLE = {"zookeeper.session.timeout.ms": "30000"}
 
 
 @contextmanager
@@ -521,7 +524,7 @@ def test_controlled_shutdown_never_elects_a_wiped_follower_restarted_unseen(
     the freeze when D was the controller and its expiry races the failover). Then L shuts down
     cleanly (SIGTERM). D once stayed in the ISR and led with an empty log; now its registration,
     newer than the ISR's last write, takes it out, and C leads."""
-    with cluster_of(zookeeper, tmp_path, "cs_wiped") as cluster:
+    with cluster_of(zookeeper, tmp_path, "cs_wiped", **FREEZABLE) as cluster:
         with arranging():
             controller = cluster.metadata().controller_id
             leader, damaged = (b for b in cluster.brokers if b != controller)
@@ -546,7 +549,7 @@ def test_preferred_election_never_elects_a_wiped_preferred_replica_restarted_uns
     """Assignment [D, L, C], C the controller; `logkeel elect --replica L` moves leadership
     off D; D is wiped and restarted unseen (as in the controlled-shutdown attack); then
     `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
-    with cluster_of(zookeeper, tmp_path, "pref_wiped") as cluster:
+    with cluster_of(zookeeper, tmp_path, "pref_wiped", **FREEZABLE) as cluster:
         with arranging():
             controller = cluster.metadata().controller_id
             damaged, leader = (b for b in cluster.brokers if b != controller)

@@ -32,7 +32,7 @@ from logkeel.cluster.zk_data import BrokerRegistration, LeaderIsr, ReplicaLogRep
 from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["ControllerContext"]
+__all__ = ["ControllerContext", "isr_joins"]
 
 log = logging.getLogger(__name__)
 
@@ -222,9 +222,11 @@ class ControllerContext:
             if cached.zk_version == state.zk_version and cached.written_zxid < state.written_zxid:
                 # A state this controller created (its write's zxid not known): the watch
                 # brings it; nothing else changed.
-                self.states[tp] = replace(cached, written_zxid=state.written_zxid)
+                self.states[tp] = replace(
+                    cached, written_zxid=state.written_zxid, isr_since=isr_joins(None, state)
+                )
             return False
-        self.states[tp] = state
+        self.states[tp] = replace(state, isr_since=isr_joins(cached, state))
         return True
 
     # -- election losses --------------------------------------------------------------------------
@@ -309,3 +311,22 @@ class ControllerContext:
                 if (s := self.states.get(tp)) is None or s.leader in (-1, broker)
             }
         self._on_change("partitions", touched)
+
+
+def isr_joins(before: LeaderIsr | None, after: LeaderIsr) -> tuple[tuple[int, int], ...]:
+    """When each member of ``after``'s ISR joined: a member already in ``before``'s ISR keeps
+    its zxid (a later write kept it, it did not vouch for it again), a new one joined at
+    ``after``'s write. Versions the watch skipped may hide a leave and a rejoin: the member
+    then counts from its first join, and a restart since takes it out once more (harmless)."""
+    if after.written_zxid < 0:
+        return ()
+    known = dict(before.isr_since) if before is not None else {}
+    return tuple(
+        (
+            r,
+            known[r]
+            if before is not None and r in before.isr and r in known
+            else after.written_zxid,
+        )
+        for r in after.isr
+    )

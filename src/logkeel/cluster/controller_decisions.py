@@ -93,8 +93,8 @@ class LiveBrokers:
                 not judged
                 and r != reg.leader
                 and r in reg.isr
-                and reg.isr_written_zxid >= 0
-                and self.epochs.get(r, -1) > reg.isr_written_zxid
+                and reg.joined_isr_zxid(r) >= 0
+                and self.epochs.get(r, -1) > reg.joined_isr_zxid(r)
             )
             if rejoined and reg.leader not in self.live and self.logs is not None:
                 # Nobody vouches for it and its earlier log may be gone: it is judged on its

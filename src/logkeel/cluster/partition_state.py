@@ -32,10 +32,15 @@ class PartitionRegistration:
     adding_replicas: tuple[int, ...] = ()
     # The leader's broker epoch when it was elected (-1: unknown); the controller stamps it.
     leader_broker_epoch: int = -1
-    # The zxid of the state's last write (-1: unknown). Broker epochs are registration zxids,
-    # so an ISR member whose epoch is higher restarted since the ISR vouching for it was
-    # written, unseen (`ReplicaView.restarted_since_isr`).
-    isr_written_zxid: int = -1
+    # (ISR member, zxid of the state write that put it in the ISR, as far as the controller
+    # saw); a member not listed is not known. Broker epochs are registration zxids, so a
+    # member whose epoch is higher restarted since it joined, unseen
+    # (`ReplicaView.restarted_since_isr`): a later write that kept it vouches for nothing.
+    isr_since: tuple[tuple[int, int], ...] = ()
+
+    def joined_isr_zxid(self, replica: int) -> int:
+        """The zxid at which ``replica`` joined the ISR (-1: not known)."""
+        return next((z for r, z in self.isr_since if r == replica), -1)
 
     @property
     def offline(self) -> bool:

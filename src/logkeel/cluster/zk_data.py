@@ -452,10 +452,11 @@ class LeaderIsr:
     # back from a restart with another epoch does not take the leadership up again: its disk
     # may have lost what it held (the incident), so the controller elects anew.
     leader_broker_epoch: int = -1
-    # The zxid of the znode's last write (its mzxid; -1: not known): a broker registered after
-    # it (a higher registration zxid, its broker epoch) restarted since this ISR was written.
-    # Not stored in the znode.
+    # The zxid of the znode's last write (its mzxid; -1: not known), and per ISR member the
+    # zxid of the write that put it in the ISR, as the controller saw the versions go by
+    # (`PartitionRegistration.isr_since`). Neither is stored in the znode.
     written_zxid: int = -1
+    isr_since: tuple[tuple[int, int], ...] = ()
 
 
 def encode_partition_state(s: LeaderIsr) -> bytes:
@@ -495,7 +496,7 @@ def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegis
         state.isr,
         state.zk_version,
         leader_broker_epoch=state.leader_broker_epoch,
-        isr_written_zxid=state.written_zxid,
+        isr_since=state.isr_since,
     )
 
 
