@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -123,6 +123,9 @@ class GroupHeartbeat:
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     owned: Assignment | None = None
+    # Which topics the member's principal may DESCRIBE (None: every topic): a regex only
+    # resolves to those, as in Kafka.
+    topic_filter: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,12 +200,17 @@ class ConsumerMember:
     left_temporarily: bool = False
     # Set for a member that speaks the classic protocol (online migration).
     classic: ClassicMemberMetadata | None = None
+    # The DESCRIBE check of its last heartbeat's principal, for its regex (not written to the
+    # log: a member read back resolves its regex unfiltered until it heartbeats again).
+    topic_filter: Callable[[str], bool] | None = None
 
     def subscribes_to(self, topic: str) -> bool:
         if topic in self.subscribed_topic_names:
             return True
-        return self.subscribed_topic_regex is not None and (
-            re.fullmatch(self.subscribed_topic_regex, topic) is not None
+        return (
+            self.subscribed_topic_regex is not None
+            and re.fullmatch(self.subscribed_topic_regex, topic) is not None
+            and (self.topic_filter is None or self.topic_filter(topic))
         )
 
     def held(self) -> set[tuple[str, int]]:
@@ -455,6 +463,8 @@ class ConsumerGroup:
     def _update_member(self, member: ConsumerMember, req: GroupHeartbeat) -> bool:
         """Applies the changed fields; True if the assignment depends on a change."""
         changed = member.member_epoch == 0 and member.member_id not in self.target
+        if req.topic_filter is not None:
+            member.topic_filter = req.topic_filter
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.rack_id is not None and req.rack_id != member.rack_id:
