@@ -235,6 +235,9 @@ class ConsumerGroup:
     def __init__(self, group_id: str, settings: ConsumerGroupSettings) -> None:
         self.group_id = group_id
         self.settings = settings
+        # The group's own timings: the broker's, or its group configs' (set by the coordinator).
+        self.session_timeout_ms = settings.session_timeout_ms
+        self.heartbeat_interval_ms = settings.heartbeat_interval_ms
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.members: dict[str, ConsumerMember] = {}
@@ -320,7 +323,7 @@ class ConsumerGroup:
         except GroupFailure as exc:
             return HeartbeatResult(exc.code, exc.message, req.member_id or None, req.member_epoch)
         changed = self._update_member(member, req)
-        member.session_deadline_ms = now_ms + self.settings.session_timeout_ms
+        member.session_deadline_ms = now_ms + self.session_timeout_ms
         if changed or self._metadata_changed(topics):
             self._bump(topics)
         self._maybe_assign(topics)
@@ -551,7 +554,7 @@ class ConsumerGroup:
             None,
             member.member_id,
             member.member_epoch,
-            self.settings.heartbeat_interval_ms,
+            self.heartbeat_interval_ms,
             assignment,
         )
 
@@ -733,7 +736,7 @@ class ConsumerGroup:
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # Kept, assignment and all, for its session: the instance is expected back.
             member.left_temporarily = True
-            member.session_deadline_ms = now_ms + self.settings.session_timeout_ms
+            member.session_deadline_ms = now_ms + self.session_timeout_ms
             member.rebalance_deadline_ms = None
             # The closed instance owns nothing: what it had to revoke is released; what it
             # still waits for it gets when it is back (the state keeps it reconciling).

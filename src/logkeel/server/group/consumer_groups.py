@@ -43,6 +43,7 @@ from logkeel.server.group.consumer_group import (
     HeartbeatResult,
 )
 from logkeel.server.group.consumer_records import snapshot
+from logkeel.server.group.group_configs import group_timings
 from logkeel.server.group.log import CoordinatorRecord
 from logkeel.server.group.migration import (
     MigrationRefused,
@@ -91,8 +92,10 @@ class ConsumerGroups:
         topic_ids: Callable[[], Mapping[str, uuid.UUID]],
         write: Callable[[str, Sequence[CoordinatorRecord]], Awaitable[ErrorCode]],
         spawn: Callable[[Coroutine[Any, Any, Any]], Any],
+        group_configs: Callable[[], Mapping[str, Mapping[str, str]]] = dict,
     ) -> None:
         self.groups = groups
+        self._group_configs = group_configs
         self._classic = classic_groups
         self.settings = settings
         self._timer = timer
@@ -135,6 +138,7 @@ class ConsumerGroups:
                     f"Group {group_id} does not exist: member {req.member_id} must join first.",
                 )
             group = ConsumerGroup(group_id, self.settings)
+        self._apply_configs(group)
         result = group.heartbeat(
             req,
             self._topics(),
@@ -154,6 +158,14 @@ class ConsumerGroups:
             return HeartbeatResult(code, f"Writing the group's state failed: {code.name}")
         return result
 
+    def _apply_configs(self, group: ConsumerGroup) -> None:
+        """The group's own session timeout and heartbeat interval (its group configs), read
+        at each heartbeat so an altered config applies from the members' next heartbeat."""
+        overrides = self._group_configs().get(group.group_id, {})
+        group.session_timeout_ms, group.heartbeat_interval_ms = group_timings(
+            self.settings, overrides
+        )
+
     # -- online migration ----------------------------------------------------------------------
 
     def _upgrade(self, classic: ClassicGroup) -> None:
@@ -163,6 +175,7 @@ class ConsumerGroups:
         if hooks is None:
             raise MigrationRefused(f"Group {classic.group_id} is not a consumer group.")
         group = from_classic(classic, self.settings, self._timer.now_ms())
+        self._apply_configs(group)
         hooks.detach(classic)
         self.groups[group.group_id] = group
         log.info(
@@ -321,6 +334,7 @@ class ConsumerGroups:
     def loaded(self, group: ConsumerGroup) -> None:
         """A group replayed from the log: it is served from now on, its timers run."""
         self.groups[group.group_id] = group
+        self._apply_configs(group)
         # The records do not say which partition counts the target was computed from (Kafka
         # 4.1's MetadataHash is not written): the metadata at load is taken as that baseline,
         # so a topic that grew while no coordinator served the group is noticed at its next

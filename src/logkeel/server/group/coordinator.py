@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -87,6 +87,7 @@ class GroupCoordinator:
         timer: Timer | None = None,
         topics: Callable[[], dict[str, int]] | None = None,
         topic_ids: Callable[[], dict[str, uuid.UUID]] | None = None,
+        group_configs: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
     ) -> None:
         self._broker = broker
         if settings is None:
@@ -119,6 +120,7 @@ class GroupCoordinator:
             topic_ids if topic_ids is not None else self._topic_uuids,
             self._write,
             self._tasks.spawn,
+            group_configs or (broker.metadata.group_configs if broker is not None else dict),
         )
         ctx = GroupContext(
             groups=self._groups,
