@@ -1,6 +1,8 @@
 """A KIP-848 consumer group on three real brokers: librdkafka ``group.protocol=consumer``
-consumers keep their member ids and partitions when the group's coordinator (the leader of its
-``__consumer_offsets`` partition) is SIGKILLed: the new leader replays the group's records."""
+consumers keep their member ids, partitions and committed offsets when the group's coordinator
+(the leader of its ``__consumer_offsets`` partition) is SIGKILLed: the new leader replays the
+group's records. The group's own configs (GROUP resource) are in ZooKeeper, so every broker,
+the new coordinator included, serves them."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import kafka.admin as kp
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from logkeel.cluster.zk_server import ZooKeeperServer
@@ -88,9 +91,42 @@ def _coordinator(cluster: Cluster, via: int | None = None) -> int:
     return int(cluster.partitions(OFFSETS_TOPIC, via)[p].leader_id)
 
 
+def _group_config(cluster: Cluster, via: int, configs: dict[str, str] | None = None) -> str:
+    """Sets (with ``configs``) or reads the group's consumer.heartbeat.interval.ms through
+    broker ``via`` (kafka-python's admin client: confluent-kafka has no GROUP resource)."""
+    client = kp.KafkaAdminClient(bootstrap_servers=cluster.brokers[via].bootstrap)
+    try:
+        if configs is not None:
+            resource = kp.ConfigResource(kp.ConfigResourceType.GROUP, GROUP, configs=configs)
+            assert client.alter_configs([resource], incremental=True)["group"][GROUP] == "OK"
+        resource = kp.ConfigResource(kp.ConfigResourceType.GROUP, GROUP)
+        described = client.describe_configs([resource], config_filter="all")["group"][GROUP]
+        return str(described["consumer.heartbeat.interval.ms"]["value"])
+    finally:
+        client.close()
+
+
+def _committed(c: Consumer) -> dict[int, int]:
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    return {tp.partition: tp.offset for tp in c.committed(tps, timeout=30)}
+
+
+def _commit_positions(consumers: list[Consumer]) -> dict[int, int]:
+    """Each member commits the positions of what it owns; returns them all."""
+    out = {}
+    for c in consumers:
+        positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+        for tp in c.commit(offsets=positions, asynchronous=False) or []:
+            assert tp.error is None, tp.error
+            out[tp.partition] = tp.offset
+    return out
+
+
 def test_the_group_survives_a_coordinator_kill(cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, PARTITIONS, 3)
     values = _produce(cluster, "before", 200)
+    first = next(iter(cluster.brokers))
+    assert _group_config(cluster, first, {"consumer.heartbeat.interval.ms": "700"}) == "700"
     a, b = _consumer(cluster), _consumer(cluster)
     got: set[bytes] = set()
     try:
@@ -102,6 +138,9 @@ def test_the_group_survives_a_coordinator_kill(cluster: Cluster) -> None:
         )
         members = _members(cluster)
         assert sorted(map(len, members.values())) == [2, 2]
+        committed = _commit_positions([a, b])
+        assert sorted(committed) == list(range(PARTITIONS))
+        assert sum(committed.values()) == len(values)
         victim = _coordinator(cluster)
         cluster.brokers[victim].kill()
         survivor = next(i for i in cluster.brokers if i != victim)
@@ -112,9 +151,15 @@ def test_the_group_survives_a_coordinator_kill(cluster: Cluster) -> None:
         )
         after = _produce(cluster, "after", 200)
         _poll_until([a, b], lambda: got >= after, got, "the records after the failover")
-        # The new coordinator read the group back: the same members, the same partitions.
+        # The new coordinator read the group back: the same members, the same partitions,
+        # the offsets committed before the kill; the group's config is served by it too.
         assert _members(cluster) == members
         assert f"group {GROUP}: loaded at epoch" in cluster.brokers[new].output(10_000_000)
+        assert _committed(a) == committed
+        assert _group_config(cluster, new) == "700"
+        again = _commit_positions([a, b])
+        assert sum(again.values()) == len(values) + len(after)
+        assert _committed(b) == again
     finally:
         a.close()
         b.close()
