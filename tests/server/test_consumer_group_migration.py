@@ -10,6 +10,8 @@ import struct
 import uuid
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.group.classic_protocol import (
@@ -242,3 +244,133 @@ def test_classic_members_are_written_and_read_back() -> None:
         assert after.classic is not None and before.classic is not None
         assert after.classic.protocols == before.classic.protocols
         assert after.assigned == before.assigned and after.member_epoch == 3
+
+
+# -- no partition owned twice with classic members, in any interleaving ---------------------------
+
+
+@dataclasses.dataclass
+class ClassicClient:
+    """A classic consumer in a consumer group: eager (revokes everything before it rejoins) or
+    cooperative (rejoins owning what it has; gives up what its new assignment lacks before it
+    joins again). It takes a synced assignment at once."""
+
+    member_id: str
+    cooperative: bool
+    generation: int = -1  # -1: not in the group
+    owned: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
+    synced: dict[str, frozenset[int]] | None = None
+    restarts: int = 0
+
+
+MIXED_ACTIONS = st.lists(
+    st.tuples(
+        # Joins, syncs and heartbeats weigh more: they are where ownership changes.
+        st.sampled_from(
+            ["join"] * 3 + ["sync"] * 3 + ["beat"] * 3 + ["revoke"] * 2 + ["leave", "tick", "grow"]
+        ),  # fmt: skip
+        st.integers(0, 3),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(MIXED_ACTIONS)
+# A classic member syncing while a consumer-protocol member still holds part of its target.
+@example([("join", 0), ("join", 2), ("sync", 2), ("beat", 0), ("join", 2), ("sync", 2)])
+@example([("join", 0), ("join", 3), ("sync", 3), ("revoke", 3), ("beat", 0), ("join", 3)])
+def test_no_partition_owned_twice_with_classic_members(actions: list[tuple[str, int]]) -> None:
+    """Members 0 and 1 speak the consumer protocol (they apply every assignment at once), 2 is
+    an eager classic member, 3 a cooperative one."""
+    g = ConsumerGroup("g", ConsumerGroupSettings())
+    topics = {"t": 4}
+    now = 0
+    consumers: dict[int, tuple[str, int, dict[str, frozenset[int]]]] = {}
+    classic = {2: ClassicClient("e", False), 3: ClassicClient("k", True)}
+
+    def owned_by_all() -> list[tuple[str, dict[str, frozenset[int]]]]:
+        out = [(m, owned) for m, _, owned in consumers.values()]
+        return out + [(c.member_id, c.owned) for c in classic.values()]
+
+    def check() -> None:
+        seen: dict[tuple[str, int], str] = {}
+        for member_id, owned in owned_by_all():
+            for tp in {(t, p) for t, ps in owned.items() for p in ps}:
+                assert tp not in seen, f"{tp} owned by {seen[tp]} and {member_id}"
+                seen[tp] = member_id
+
+    def consumer_beat(i: int, epoch: int | None) -> None:
+        member_id, known, owned = consumers.get(i, (f"n{i}.{now}", 0, {}))
+        req = GroupHeartbeat(
+            member_id,
+            known if epoch is None else epoch,
+            rebalance_timeout_ms=20_000,
+            subscribed_topic_names=("t",),
+            owned=owned,
+        )
+        r = g.heartbeat(req, topics, now)
+        if r.error != ErrorCode.none or epoch == -1:
+            consumers.pop(i, None)
+            return
+        consumers[i] = (member_id, r.member_epoch, owned if r.assignment is None else r.assignment)
+
+    for action, i in actions:
+        c = classic.get(i)
+        if action == "tick":
+            now += 11_000
+            gone = set(g.expire(now, topics))
+            for j, (member_id, _, _) in list(consumers.items()):
+                if member_id in gone:
+                    del consumers[j]
+            for cc in classic.values():
+                if cc.member_id in gone:
+                    cc.generation, cc.owned, cc.synced = -1, {}, None
+        elif action == "grow":
+            topics["t"] += 1
+            g.metadata_changed(topics)
+        elif c is None:
+            if action == "join" and i not in consumers:
+                consumer_beat(i, 0)
+            elif action == "beat" and i in consumers:
+                consumer_beat(i, None)
+            elif action == "leave" and i in consumers:
+                consumer_beat(i, -1)
+        elif action == "join" and c.synced is None:
+            if not c.cooperative:
+                c.owned = {}  # eager: everything is revoked before JoinGroup
+            if c.generation < 0:
+                c.restarts += 1
+                c.member_id = f"{c.member_id.split('.')[0]}.{c.restarts}"
+            meta = subscription(["t"], {t: sorted(ps) for t, ps in c.owned.items()})
+            r = g.join_classic(
+                ClassicJoin(
+                    c.member_id, None, "c", "/h", 20_000, 10_000, "consumer",
+                    (("range", meta),), ("t",), dict(c.owned),
+                ),
+                topics,
+                now,
+            )  # fmt: skip
+            assert r.error == ErrorCode.none, r
+            c.generation = r.generation
+            c.synced = {}
+        elif action == "sync" and c.synced is not None and c.generation >= 0:
+            code, assignment = g.sync_classic(c.member_id, None, c.generation, None, None, now)
+            if code != ErrorCode.none:
+                c.generation, c.owned, c.synced = -1, {}, None
+            else:
+                c.owned = {t: c.owned.get(t, frozenset()) | assignment.get(t, frozenset())
+                           for t in set(c.owned) | set(assignment)}  # fmt: skip
+                c.synced = assignment
+        elif action == "revoke" and c.synced is not None:
+            c.owned = {t: ps for t, ps in c.synced.items() if ps}  # what it lost is given up
+            c.synced = None
+        elif action == "beat" and c.generation >= 0:
+            code = g.heartbeat_classic(c.member_id, None, c.generation, now)
+            if code in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation):
+                c.generation, c.owned, c.synced = -1, {}, None
+        elif action == "leave" and c.generation >= 0:
+            c.owned, c.synced = {}, None
+            g.leave_classic(c.member_id, None, topics)
+            c.generation = -1
+        check()
