@@ -374,3 +374,37 @@ def test_no_partition_owned_twice_with_classic_members(actions: list[tuple[str, 
             g.leave_classic(c.member_id, None, topics)
             c.generation = -1
         check()
+
+
+def test_static_members_roll_between_protocols() -> None:
+    """A static classic member stopped without leaving is taken over by its instance restarted
+    with the consumer protocol (partitions, epoch and all), and the other way round."""
+    g = from_classic(classic_group({"c1": [0, 1], "c2": [2, 3]}), ConsumerGroupSettings(), 0)
+    g.members["c1"].instance_id = "i1"
+    g.static_members["i1"] = "c1"
+    r = g.heartbeat(
+        GroupHeartbeat(
+            "n1", 0, instance_id="i1", rebalance_timeout_ms=30_000,
+            subscribed_topic_names=("t",), owned={},
+        ),
+        TOPICS,
+        0,
+    )  # fmt: skip
+    assert r.error == ErrorCode.none and r.assignment == {"t": frozenset({0, 1})}
+    assert "c1" not in g.members and g.members["n1"].classic is None
+    assert g.heartbeat_classic("c1", "i1", 3, 0) == ErrorCode.fenced_instance_id
+    held_once(g)
+    # Back to the classic protocol under another member id: it takes n1's place over.
+    meta = subscription(["t"])
+    back = g.join_classic(
+        ClassicJoin(
+            "c1b", "i1", "client", "/h", 30_000, 10_000, "consumer", (("range", meta),),
+            ("t",), {},
+        ),
+        TOPICS,
+        0,
+    )  # fmt: skip
+    assert back.error == ErrorCode.none and "n1" not in g.members
+    assert g.members["c1b"].classic is not None and not g.has_consumer_members()
+    held_once(g)
+    assert to_classic(g, max_size=100) is not None

@@ -7,6 +7,7 @@ conversions."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from logkeel.server.protocol import ApiKey
 from tests.brokerproc import BrokerProcess
 from tests.server.groups_clients import (
     ConfluentMember,
@@ -27,6 +29,7 @@ from tests.server.groups_clients import (
     produce,
 )
 from tests.server.test_consumer_group_clients import Consumer
+from tests.server.test_security import _call
 
 PARTITIONS = 4
 OVERRIDES = {
@@ -101,6 +104,20 @@ def group_type(bootstrap: str) -> Any:
     return {g.group_id: g.type for g in listed}.get("g")
 
 
+def member_types(bootstrap: str) -> list[int]:
+    """ConsumerGroupDescribe v1's MemberType of each member (0 classic, 1 consumer)."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        r = _call(
+            s,
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            1,
+            group_ids=("g",),
+            include_authorized_operations=False,
+        )
+    return sorted(int(m.member_type) for m in r.groups[0].members)
+
+
 @pytest.mark.parametrize(
     ("first", "second"),
     [("classic", "kafka-python"), ("cooperative", "cooperative")],
@@ -131,6 +148,7 @@ def test_rolling_upgrade_and_downgrade_between_protocols(
         roll.start("a", "consumer")
         step("mixed-upgrade")
         assert group_type(broker.bootstrap) == confluent_kafka.ConsumerGroupType.CONSUMER
+        assert member_types(broker.bootstrap) == [0, 1]  # one classic, one consumer member
         roll.stop("b")
         roll.start("b", "consumer")
         step("consumer")

@@ -42,7 +42,8 @@ VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 # Without an authorizer Kafka reports every operation a group supports: READ, DELETE, DESCRIBE.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-_MEMBER_TYPE_CONSUMER = 1
+# ConsumerGroupDescribe v1's MemberType: a member speaking the classic or the consumer protocol.
+_MEMBER_TYPE_CLASSIC, _MEMBER_TYPE_CONSUMER = 0, 1
 
 
 class ConsumerGroupApi:
@@ -195,7 +196,9 @@ class ConsumerGroupApi:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=self._assignment(ctx, m.assigned),
                 target_assignment=self._assignment(ctx, group.target.get(m.member_id, {})),
-                member_type=i8(_MEMBER_TYPE_CONSUMER),
+                member_type=i8(
+                    _MEMBER_TYPE_CLASSIC if m.classic is not None else _MEMBER_TYPE_CONSUMER
+                ),
             )
             for m in group.members.values()
         )
