@@ -12,7 +12,7 @@ from typing import Any
 
 import kafka.admin as kp
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from logkeel.cluster.zk_server import ZooKeeperServer
@@ -45,27 +45,24 @@ def cluster(
         yield c
 
 
-def _consumer(cluster: Cluster) -> Consumer:
+def _consumer(cluster: Cluster, group: str = GROUP, topic: str = TOPIC, **extra: Any) -> Consumer:
+    """A librdkafka consumer, ``group.protocol=consumer`` unless ``extra`` says otherwise."""
     c = Consumer(
         {
             "bootstrap.servers": ",".join(b.bootstrap for b in cluster.live()),
-            "group.id": GROUP,
+            "group.id": group,
             "group.protocol": "consumer",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **extra,
         }
     )
-    c.subscribe([TOPIC])
+    c.subscribe([topic])
     return c
 
 
 def _produce(cluster: Cluster, tag: str, count: int) -> set[bytes]:
-    p = Producer({"bootstrap.servers": cluster.live()[0].bootstrap, "acks": "all", "linger.ms": 5})
-    values = {f"{tag}-{i}".encode() for i in range(count)}
-    for i, v in enumerate(sorted(values)):
-        p.produce(TOPIC, value=v, partition=i % PARTITIONS)
-    assert p.flush(30) == 0
-    return values
+    return _produce_to(cluster, TOPIC, tag, count)
 
 
 def _poll_until(consumers: list[Consumer], done: Any, got: set[bytes], what: str) -> None:
@@ -164,3 +161,74 @@ def test_the_group_survives_a_coordinator_kill(cluster: Cluster) -> None:
         a.close()
         b.close()
         cluster.ensure_all_running()
+
+
+MIXED_GROUP = "half-migrated"
+MIXED_TOPIC = "kip848-mixed"
+
+
+def test_a_half_migrated_group_survives_a_coordinator_kill(cluster: Cluster) -> None:
+    """A classic librdkafka member and a ``group.protocol=consumer`` one in one group (the
+    classic group upgraded online): the new coordinator reads the classic member back as one
+    (its protocols are in the member record), and both go on consuming without ever sharing a
+    partition."""
+    cluster.ensure_all_running()
+    cluster.create_topic(MIXED_TOPIC, PARTITIONS, 3)
+    classic = _consumer(
+        cluster,
+        MIXED_GROUP,
+        MIXED_TOPIC,
+        **{"group.protocol": "classic", "session.timeout.ms": 20_000, "heartbeat.interval.ms": 500},
+    )
+    got: set[bytes] = set()
+    consumers = [classic]
+
+    def disjoint_and(done: Any) -> Any:
+        def check() -> bool:
+            owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+            assert sum(map(len, owned)) == len(set().union(*owned)), owned
+            return bool(done())
+
+        return check
+
+    try:
+        values = _produce_to(cluster, MIXED_TOPIC, "classic", 100)
+        _poll_until(consumers, disjoint_and(lambda: got >= values), got, "the classic member")
+        consumers.append(_consumer(cluster, MIXED_GROUP, MIXED_TOPIC))  # the group is upgraded
+        values = _produce_to(cluster, MIXED_TOPIC, "mixed", 100)
+        _poll_until(
+            consumers,
+            disjoint_and(
+                lambda: got >= values and all(len(c.assignment()) == 2 for c in consumers)
+            ),
+            got,
+            "the classic and the consumer-protocol member sharing the topic",
+        )
+        before = _member_ids(cluster.admin())
+        assert len(before) == 2
+        p = partition_for(MIXED_GROUP, OFFSETS_PARTITIONS)
+        victim = int(cluster.partitions(OFFSETS_TOPIC)[p].leader_id)
+        cluster.brokers[victim].kill()
+        after = _produce_to(cluster, MIXED_TOPIC, "after", 100)
+        _poll_until(consumers, disjoint_and(lambda: got >= after), got, "both after the failover")
+        survivor = next(b for i, b in cluster.brokers.items() if i != victim and b.alive())
+        # The same two members, the classic one included (not rejoined under a new id).
+        assert _member_ids(AdminClient({"bootstrap.servers": survivor.bootstrap})) == before
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def _member_ids(admin: AdminClient) -> set[str]:
+    desc = admin.describe_consumer_groups([MIXED_GROUP])[MIXED_GROUP].result(30)
+    assert desc.type == ConsumerGroupType.CONSUMER
+    return {m.member_id for m in desc.members}
+
+
+def _produce_to(cluster: Cluster, topic: str, tag: str, count: int) -> set[bytes]:
+    p = Producer({"bootstrap.servers": cluster.live()[0].bootstrap, "acks": "all", "linger.ms": 5})
+    values = {f"{tag}-{i}".encode() for i in range(count)}
+    for i, v in enumerate(sorted(values)):
+        p.produce(topic, value=v, partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+    return values
