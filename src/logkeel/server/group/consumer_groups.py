@@ -239,7 +239,11 @@ class ConsumerGroups:
             member_id = f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
             if instance_id is None and api_version >= 4:
                 return ClassicJoinResult(ErrorCode.member_id_required, member_id)
-        subscription = parse_subscription(protocols[0][1]) if protocols else None
+        # The subscription of the protocol it will be answered with: its first one the other
+        # classic members support too.
+        shared = group.classic_protocol_names(excluding=member_id)
+        chosen = next((m for n, m in protocols if shared is None or n in shared), None)
+        subscription = parse_subscription(chosen) if chosen is not None else None
         if subscription is None:
             return ClassicJoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         owned: Assignment = subscription.owned
