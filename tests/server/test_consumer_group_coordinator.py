@@ -269,6 +269,9 @@ def test_online_upgrade_and_downgrade(tmp_path: Path) -> None:
             ("g", "classic", "PreparingRebalance")
         ]
         assert env.coord.consumer.describe("g").error == ErrorCode.group_id_not_found
+        # A stray heartbeat of the member that left does not convert the group again.
+        assert (await env.beat("n1", -1)).error == ErrorCode.group_id_not_found
+        assert [g.group_type for g in env.coord.list_groups()[1]] == ["classic"]
         classic = env.coord.groups["g"]
         epoch = classic.generation_id
         assert env.coord.heartbeat("g", epoch, leader, None) == ErrorCode.rebalance_in_progress

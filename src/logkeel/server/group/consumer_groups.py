@@ -125,6 +125,12 @@ class ConsumerGroups:
         classic = self._classic.get(group_id)
         extra: list[CoordinatorRecord] = []
         if classic is not None and classic.members:
+            if req.member_epoch != 0:
+                # Only a joining member upgrades (a stray heartbeat, say a leave retried after
+                # a downgrade, must not convert the group back and forth).
+                return HeartbeatResult(
+                    ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+                )
             try:
                 self._upgrade(classic)
             except MigrationRefused as exc:
