@@ -129,9 +129,11 @@ def _member_metadata(m: ConsumerMember) -> bytes:
     if m.classic is None:
         w.no_tags()
     else:
-        # Tagged field 0, ClassicMemberMetadata: the protocols of a classic member.
+        # Tagged field 0, ClassicMemberMetadata: a classic member's session timeout and
+        # protocols (Kafka 4's layout).
         body = _Flexible()
         del body.buf[:]  # a nested struct has no version prefix
+        body.int32(m.classic.session_timeout_ms)
         body.length(len(m.classic.protocols))
         for name, metadata in m.classic.protocols:
             body.string(name)
@@ -293,7 +295,9 @@ def _apply_member(
         member.subscribed_topic_regex = r.nullable_string()
         member.rebalance_timeout_ms = r.int32()
         member.server_assignor = r.nullable_string()
-        member.classic = _classic_metadata(r, group.settings.session_timeout_ms)
+        member.classic = _classic_metadata(r)
+        if member.classic is not None:
+            member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
         if member.instance_id is not None:
             group.static_members[member.instance_id] = member.member_id
     else:
@@ -309,14 +313,14 @@ def _apply_member(
             member.rebalance_deadline_ms = now_ms + member.rebalance_timeout_ms
 
 
-def _classic_metadata(r: RecordReader, session_timeout_ms: int) -> ClassicMemberMetadata | None:
-    """The tagged ClassicMemberMetadata of a member record, if any. The record has no session
-    timeout (Kafka keeps it in memory): a classic member read back gets the group's."""
+def _classic_metadata(r: RecordReader) -> ClassicMemberMetadata | None:
+    """The tagged ClassicMemberMetadata of a member record, if any."""
     out = None
     for _ in range(r.uvarint()):
         tag, size = r.uvarint(), r.uvarint()
         end = r.pos + size
         if tag == 0:
+            session_timeout_ms = r.int32()
             protocols = []
             for _ in range(r.array_length()):
                 name = r.string()
