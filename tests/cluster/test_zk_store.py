@@ -193,3 +193,16 @@ def test_acls_written_through_one_broker_apply_on_the_other(nodes) -> None:
              "both brokers see both ACLs")  # fmt: skip
     b.store.alter_acls([], [read])
     wait_for(lambda: a.store.acl_bindings() == (deny,), "the removal reaches the other broker")
+
+
+def test_group_configs_written_through_one_broker_apply_on_the_other(nodes) -> None:
+    a, b = nodes(1), nodes(2)
+    a.store.alter_group_configs({"g1": {"consumer.session.timeout.ms": "50000"}})
+    b.store.alter_group_configs({"g2": {"consumer.heartbeat.interval.ms": "6000"}})
+    both = {
+        "g1": {"consumer.session.timeout.ms": "50000"},
+        "g2": {"consumer.heartbeat.interval.ms": "6000"},
+    }
+    wait_for(lambda: a.store.group_configs() == both == b.store.group_configs(), "both groups")
+    b.store.alter_group_configs({"g1": {}})
+    wait_for(lambda: "g1" not in a.store.group_configs(), "the removal reaches the other broker")

@@ -422,6 +422,15 @@ VARIANTS: list[tuple[ApiKey, int, dict[str, Any], ErrorCode]] = [
         describe_configs.DescribeConfigsResource(resource_type=4, resource_name="",
                                                  configuration_keys=None),)},
      ErrorCode.cluster_authorization_failed),
+    # KIP-848 group configs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the group.
+    (ApiKey.DESCRIBE_CONFIGS, 4, {**PROBES[ApiKey.DESCRIBE_CONFIGS][1], "resources": (
+        describe_configs.DescribeConfigsResource(resource_type=32, resource_name=GROUP,
+                                                 configuration_keys=None),)},
+     ErrorCode.group_authorization_failed),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": (incremental_alter.AlterConfigsResource(
+        resource_type=32, resource_name=GROUP, configs=(incremental_alter.AlterableConfig(
+            name="consumer.session.timeout.ms", config_operation=0, value="50000"),)),),
+        "validate_only": False}, ErrorCode.group_authorization_failed),
 ]  # fmt: skip
 
 

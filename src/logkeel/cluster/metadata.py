@@ -29,6 +29,7 @@ from typing import Any
 from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.adoption import Adoption, colliding_topic
 from logkeel.cluster.client_quotas import changed_quotas
+from logkeel.cluster.group_configs import changed_group_configs
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
@@ -230,6 +231,14 @@ class MetadataStore(ABC):
         """Adds ``add`` and removes ``remove`` in one write; adding a present binding is a no-op."""
         raise MetadataError("SECURITY_DISABLED", "this metadata store keeps no ACLs")
 
+    def group_configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Group id -> config override name -> value (``cluster.group_configs``)."""
+        return {}
+
+    def alter_group_configs(self, changes: Mapping[str, Mapping[str, str]]) -> None:
+        """Replaces the overrides of each group in ``changes`` (empty: none left), in one write."""
+        raise MetadataError("UNSUPPORTED_VERSION", "this metadata store keeps no group configs")
+
     def reserve_producer_ids(self, size: int) -> tuple[int, int] | None:
         """The next cluster-wide block of producer ids, [start, end); None when this node
         alone gives out ids (the block is then recorded in its log dirs)."""
@@ -288,6 +297,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._scram_secret = secrets.token_hex(32)
         self._acls: tuple[AclBinding, ...] = ()
         self._quotas: Mapping[str, Mapping[str, float]] = MappingProxyType({})
+        self._group_configs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
         self.cluster_id = cluster_id or ""
         self._load()
         if not self.cluster_id:
@@ -318,6 +328,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._scram_secret = best.get("scram_secret", self._scram_secret)
         self._acls = tuple(AclBinding.from_json(a) for a in best.get("acls", []))
         self._quotas = MappingProxyType(best.get("client_quotas", {}))
+        self._group_configs = MappingProxyType(best.get("group_configs", {}))
         topics = {}
         for t in best.get("topics", []):
             parts = {p["partition"]: PartitionState(**p) for p in t.pop("partitions")}
@@ -341,6 +352,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "scram_secret": self._scram_secret,
             "acls": [a.to_json() for a in self._acls],
             "client_quotas": dict(self._quotas),
+            "group_configs": dict(self._group_configs),
         }
         data = json.dumps(doc, indent=1).encode()
         written = 0
@@ -464,6 +476,19 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._publish(dict(self._snapshot))
             except MetadataError:
                 self._quotas = previous
+                raise
+
+    def group_configs(self) -> Mapping[str, Mapping[str, str]]:
+        return self._group_configs
+
+    def alter_group_configs(self, changes: Mapping[str, Mapping[str, str]]) -> None:
+        with self._write_lock:
+            previous = self._group_configs
+            self._group_configs = MappingProxyType(changed_group_configs(previous, changes))
+            try:
+                self._publish(dict(self._snapshot))
+            except MetadataError:
+                self._group_configs = previous
                 raise
 
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:

@@ -110,6 +110,7 @@ class ZkMetadataStore(MetadataStore):
         self._acls: tuple[AclBinding, ...] = ()
         self._scram: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
         self._quotas: Mapping[str, Mapping[str, float]] = MappingProxyType({})
+        self._group_configs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -140,6 +141,7 @@ class ZkMetadataStore(MetadataStore):
         self.client.acls(watch=self._on_acls)
         self.client.scram_credentials(watch=self._on_scram)
         self.client.client_quotas(watch=self._on_quotas)
+        self.client.group_configs(watch=self._on_group_configs)
         self._scram_secret = self.client.scram_secret()
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
@@ -322,6 +324,23 @@ class ZkMetadataStore(MetadataStore):
         self.client.alter_client_quotas(changes)
         self.wait_for(
             lambda: all(dict(self._quotas.get(k, {})) == dict(v) for k, v in changes.items()),
+            10.0,
+        )
+
+    def _on_group_configs(self, groups: dict[str, dict[str, str]]) -> None:
+        self._group_configs = MappingProxyType(groups)
+        self._signal()
+
+    def group_configs(self) -> Mapping[str, Mapping[str, str]]:
+        return self._group_configs
+
+    def alter_group_configs(self, changes: Mapping[str, Mapping[str, str]]) -> None:
+        """Written to ZooKeeper; served here once this broker's watch has seen it."""
+        self.client.alter_group_configs(changes)
+        self.wait_for(
+            lambda: all(
+                dict(self._group_configs.get(k, {})) == dict(v) for k, v in changes.items()
+            ),
             10.0,
         )
 

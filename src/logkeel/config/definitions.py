@@ -436,6 +436,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Largest allowed group.consumer.heartbeat.interval.ms.", Range(1)),
     _K("group.consumer.max.size", INT, INT32_MAX,
        "Most members of one consumer-protocol group.", Range(1)),
+    _K("group.consumer.migration.policy", STRING, "bidirectional",
+       "Which online conversions between a classic and a consumer group are allowed: "
+       "disabled, upgrade, downgrade, bidirectional.",
+       OneOf(("disabled", "upgrade", "downgrade", "bidirectional"))),
     _K("group.consumer.assignors", LIST, ["uniform", "range"],
        "Server-side assignors of consumer-protocol groups, the first being the default: "
        "uniform, range (or Kafka's class names of them).",

@@ -12,8 +12,9 @@ dynamic, as in Kafka: the BROKER_LOGGER resource describes every logger with its
 IncrementalAlterConfigs SETs (FATAL, ERROR, WARN, INFO, DEBUG, TRACE) or DELETEs them.
 
 With an authorizer, each resource needs DESCRIBE_CONFIGS (describe) or ALTER_CONFIGS (alter) on
-its topic (TOPIC_AUTHORIZATION_FAILED), or on the cluster for broker and logger resources
-(CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
+its topic (TOPIC_AUTHORIZATION_FAILED) or group (GROUP_AUTHORIZATION_FAILED), or on the cluster
+for broker and logger resources (CLUSTER_AUTHORIZATION_FAILED), as in Kafka. Group configs
+(KIP-848's GROUP resource) are ``group_configs``'.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from logkeel.server.api.config_synonyms import (
     broker_synonym_names,
     topic_synonyms,
 )
+from logkeel.server.api.group_configs import RESOURCE_GROUP, GroupConfigs
 from logkeel.server.api.responses import (
     Endpoint,
     EntryError,
@@ -96,6 +98,7 @@ class ConfigsApi:
 
     def __init__(self, broker: ConfigAdmin) -> None:
         self._broker = broker
+        self._groups = GroupConfigs(broker)
 
     # DescribeConfigs ---------------------------------------------------------------------------
 
@@ -106,6 +109,8 @@ class ConfigsApi:
         if resource.resource_type == RESOURCE_TOPIC:
             if not authorizer.allowed(ctx, operation, ResourceType.TOPIC, resource.resource_name):
                 raise EntryError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+        elif resource.resource_type == RESOURCE_GROUP:
+            self._groups.require(ctx, operation, resource.resource_name)
         elif not authorizer.allowed(ctx, operation, ResourceType.CLUSTER):
             raise EntryError(ErrorCode.cluster_authorization_failed, "Authorization failed.")
 
@@ -156,6 +161,10 @@ class ConfigsApi:
         keys = resource.configuration_keys or None  # null or empty: all, as in Kafka
         if resource.resource_type == RESOURCE_TOPIC:
             return self._describe_topic(
+                types, resource.resource_name, keys, include_synonyms, include_docs
+            )
+        if resource.resource_type == RESOURCE_GROUP:
+            return self._groups.describe(
                 types, resource.resource_name, keys, include_synonyms, include_docs
             )
         if resource.resource_type == RESOURCE_BROKER:
@@ -353,6 +362,9 @@ class ConfigsApi:
             if not validate_only:
                 apply_logger_changes(changes)
             return
+        if resource.resource_type == RESOURCE_GROUP:
+            await self._groups.alter(resource, validate_only, incremental)
+            return
         if resource.resource_type == RESOURCE_BROKER:
             if resource.resource_name:
                 self._check_broker_name(resource.resource_name)
@@ -397,13 +409,15 @@ class ConfigsApi:
 
 
 _ALTER_RULE = (
-    "ALTER_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED), on the cluster for a broker or "
-    "broker logger (CLUSTER_AUTHORIZATION_FAILED)"
+    "ALTER_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED) or group "
+    "(GROUP_AUTHORIZATION_FAILED), on the cluster for a broker or broker logger "
+    "(CLUSTER_AUTHORIZATION_FAILED)"
 )
 _RULES = {
     ApiKey.DESCRIBE_CONFIGS: (
-        "DESCRIBE_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED), on the cluster for a "
-        "broker or broker logger (CLUSTER_AUTHORIZATION_FAILED)"
+        "DESCRIBE_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED) or group "
+        "(GROUP_AUTHORIZATION_FAILED), on the cluster for a broker or broker logger "
+        "(CLUSTER_AUTHORIZATION_FAILED)"
     ),
     ApiKey.ALTER_CONFIGS: _ALTER_RULE,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _ALTER_RULE,

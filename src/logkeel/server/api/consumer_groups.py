@@ -9,7 +9,7 @@ READ on the group to heartbeat, DESCRIBE on the group to describe it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +42,8 @@ VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 # Without an authorizer Kafka reports every operation a group supports: READ, DELETE, DESCRIBE.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-_MEMBER_TYPE_CONSUMER = 1
+# ConsumerGroupDescribe v1's MemberType: a member speaking the classic or the consumer protocol.
+_MEMBER_TYPE_CLASSIC, _MEMBER_TYPE_CONSUMER = 0, 1
 
 
 class ConsumerGroupApi:
@@ -89,6 +90,13 @@ class ConsumerGroupApi:
             out.append((topic_uuid(state.topic_id), name, parts))
         return out
 
+    def _describable(self, ctx: RequestContext) -> Callable[[str], bool] | None:
+        """The member's DESCRIBE check on topics, which its regex resolves through (Kafka)."""
+        authorizer = self._authorizer
+        if authorizer is None or not authorizer.enabled:
+            return None
+        return lambda name: authorizer.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
     # -- ConsumerGroupHeartbeat -------------------------------------------------------------------
 
     async def heartbeat(self, ctx: RequestContext, request: Any) -> Any:
@@ -112,6 +120,7 @@ class ConsumerGroupApi:
             getattr(request, "subscribed_topic_regex", None),
             request.server_assignor,
             self._names(request.topic_partitions),
+            self._describable(ctx),
         )
         result = await self.coordinator.consumer.heartbeat(
             request.group_id, req, ctx.client_id or "", f"/{ctx.peer[0]}"
@@ -187,7 +196,9 @@ class ConsumerGroupApi:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=self._assignment(ctx, m.assigned),
                 target_assignment=self._assignment(ctx, group.target.get(m.member_id, {})),
-                member_type=i8(_MEMBER_TYPE_CONSUMER),
+                member_type=i8(
+                    _MEMBER_TYPE_CLASSIC if m.classic is not None else _MEMBER_TYPE_CONSUMER
+                ),
             )
             for m in group.members.values()
         )
@@ -241,8 +252,7 @@ def register(
                 *VERSIONS[ApiKey.CONSUMER_GROUP_HEARTBEAT],
                 api.heartbeat,
                 api.heartbeat_error,
-                # Kafka also filters a regex subscription's topics by DESCRIBE: not built, so a
-                # regex sees every topic name (README: KIP-848, what is not built).
+                # A regex subscription resolves only to the topics the member may DESCRIBE.
                 gated(READ_GROUP),
             ),
             ApiKey.CONSUMER_GROUP_DESCRIBE: Endpoint(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -46,6 +46,9 @@ __all__ = [
     "STATIC_LEAVE_EPOCH",
     "ConsumerGroup",
     "ConsumerGroupSettings",
+    "ClassicJoin",
+    "ClassicJoinResult",
+    "ClassicMemberMetadata",
     "ConsumerGroupState",
     "ConsumerMember",
     "GroupHeartbeat",
@@ -54,6 +57,7 @@ __all__ = [
 ]
 
 JOIN_EPOCH = 0
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
@@ -70,8 +74,13 @@ class ConsumerGroupSettings:
     # checks them against the two values above; kept here for what they bound.
     session_timeout_bounds_ms: tuple[int, int] = (45_000, 60_000)
     heartbeat_interval_bounds_ms: tuple[int, int] = (5_000, 15_000)
+    # group.consumer.migration.policy: which conversions between a classic and a consumer
+    # group are allowed (disabled, upgrade, downgrade, bidirectional; Kafka 4's default).
+    migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
+        if self.migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(f"group.consumer.migration.policy {self.migration_policy!r}")
         for value, (low, high), what in (
             (self.session_timeout_ms, self.session_timeout_bounds_ms, "session timeout"),
             (self.heartbeat_interval_ms, self.heartbeat_interval_bounds_ms, "heartbeat interval"),
@@ -114,6 +123,9 @@ class GroupHeartbeat:
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     owned: Assignment | None = None
+    # Which topics the member's principal may DESCRIBE (None: every topic): a regex only
+    # resolves to those, as in Kafka.
+    topic_filter: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,43 @@ class HeartbeatResult:
     member_epoch: int = -1
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member using the classic protocol (JoinGroup/SyncGroup/Heartbeat) in a consumer
+    group has that the others do not: its own session timeout and its protocols."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    def protocol_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.protocols)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoin:
+    """A classic JoinGroup to a consumer group, its subscription already parsed."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    topics: tuple[str, ...]
+    owned: Assignment
+    rack_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoinResult:
+    error: ErrorCode
+    member_id: str
+    generation: int = -1
+    protocol_name: str | None = None
 
 
 @dataclass(slots=True)
@@ -149,12 +198,19 @@ class ConsumerMember:
     last_sent: Assignment | None = None
     # A static member that left with epoch -2: kept for its session, to be taken over.
     left_temporarily: bool = False
+    # Set for a member that speaks the classic protocol (online migration).
+    classic: ClassicMemberMetadata | None = None
+    # The DESCRIBE check of its last heartbeat's principal, for its regex (not written to the
+    # log: a member read back resolves its regex unfiltered until it heartbeats again).
+    topic_filter: Callable[[str], bool] | None = None
 
     def subscribes_to(self, topic: str) -> bool:
         if topic in self.subscribed_topic_names:
             return True
-        return self.subscribed_topic_regex is not None and (
-            re.fullmatch(self.subscribed_topic_regex, topic) is not None
+        return (
+            self.subscribed_topic_regex is not None
+            and re.fullmatch(self.subscribed_topic_regex, topic) is not None
+            and (self.topic_filter is None or self.topic_filter(topic))
         )
 
     def held(self) -> set[tuple[str, int]]:
@@ -179,6 +235,9 @@ class ConsumerGroup:
     def __init__(self, group_id: str, settings: ConsumerGroupSettings) -> None:
         self.group_id = group_id
         self.settings = settings
+        # The group's own timings: the broker's, or its group configs' (set by the coordinator).
+        self.session_timeout_ms = settings.session_timeout_ms
+        self.heartbeat_interval_ms = settings.heartbeat_interval_ms
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.members: dict[str, ConsumerMember] = {}
@@ -264,7 +323,7 @@ class ConsumerGroup:
         except GroupFailure as exc:
             return HeartbeatResult(exc.code, exc.message, req.member_id or None, req.member_epoch)
         changed = self._update_member(member, req)
-        member.session_deadline_ms = now_ms + self.settings.session_timeout_ms
+        member.session_deadline_ms = now_ms + self.session_timeout_ms
         if changed or self._metadata_changed(topics):
             self._bump(topics)
         self._maybe_assign(topics)
@@ -312,6 +371,11 @@ class ConsumerGroup:
 
     def _member_for(self, req: GroupHeartbeat, client_id: str, client_host: str) -> ConsumerMember:
         member = self.members.get(req.member_id)
+        if member is not None and member.classic is not None:
+            raise GroupFailure(
+                ErrorCode.unknown_member_id,
+                f"Member {req.member_id} uses the classic protocol in group {self.group_id}.",
+            )
         if req.member_epoch != JOIN_EPOCH:
             if member is None:
                 raise GroupFailure(
@@ -323,8 +387,11 @@ class ConsumerGroup:
         if req.instance_id is not None:
             old_id = self.static_members.get(req.instance_id)
             old = self.members.get(old_id) if old_id is not None else None
-            if old is not None and old.left_temporarily:
-                return self._replace_static(old, req)
+            # A static classic member that stopped (it sends no LeaveGroup) is taken over by
+            # its instance restarted with the consumer protocol: the rolling upgrade.
+            if old is not None and (old.left_temporarily or old.classic is not None):
+                old.classic = None
+                return self._replace_static(old, req.member_id, req.instance_id)
             if old is not None and old_id != req.member_id:
                 raise GroupFailure(
                     ErrorCode.unreleased_instance_id,
@@ -381,23 +448,26 @@ class ConsumerGroup:
                     f"one known by the group coordinator ({member.member_epoch}).",
                 )
 
-    def _replace_static(self, old: ConsumerMember, req: GroupHeartbeat) -> ConsumerMember:
+    def _replace_static(
+        self, old: ConsumerMember, member_id: str, instance_id: str
+    ) -> ConsumerMember:
         """A static member back under a new member id keeps its epoch and assignment."""
         del self.members[old.member_id]
         target = self.target.pop(old.member_id, None)
         if target is not None:
-            self.target[req.member_id] = target
-        old.member_id = req.member_id
+            self.target[member_id] = target
+        old.member_id = member_id
         old.left_temporarily = False
         old.last_sent = None
-        self.members[req.member_id] = old
-        assert req.instance_id is not None
-        self.static_members[req.instance_id] = req.member_id
+        self.members[member_id] = old
+        self.static_members[instance_id] = member_id
         return old
 
     def _update_member(self, member: ConsumerMember, req: GroupHeartbeat) -> bool:
         """Applies the changed fields; True if the assignment depends on a change."""
         changed = member.member_epoch == 0 and member.member_id not in self.target
+        if req.topic_filter is not None:
+            member.topic_filter = req.topic_filter
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.rack_id is not None and req.rack_id != member.rack_id:
@@ -484,9 +554,164 @@ class ConsumerGroup:
             None,
             member.member_id,
             member.member_epoch,
-            self.settings.heartbeat_interval_ms,
+            self.heartbeat_interval_ms,
             assignment,
         )
+
+    # -- classic members (online migration) ---------------------------------------------------
+
+    def classic_protocol_names(self, excluding: str | None = None) -> set[str] | None:
+        """The protocols every classic member supports (None: there are no classic members)."""
+        names: set[str] | None = None
+        for m in self.members.values():
+            if m.classic is None or m.member_id == excluding:
+                continue
+            mine = set(m.classic.protocol_names())
+            names = mine if names is None else names & mine
+        return names
+
+    def has_consumer_members(self) -> bool:
+        return any(m.classic is None for m in self.members.values())
+
+    def join_classic(
+        self, req: ClassicJoin, topics: Mapping[str, int], now_ms: int
+    ) -> ClassicJoinResult:
+        """A classic member's JoinGroup: it joins (or rejoins) like a consumer-protocol member
+        whose heartbeat carries its subscription and what it still owns, and is answered with
+        its member epoch as the generation. An eager member owns nothing as it joins, so what
+        it had to revoke is released at once."""
+        fail = ClassicJoinResult(ErrorCode.inconsistent_group_protocol, req.member_id)
+        shared = self.classic_protocol_names(excluding=req.member_id)
+        names = [n for n, _ in req.protocols]
+        if req.protocol_type != "consumer" or not names:
+            return fail
+        usable = [n for n in names if shared is None or n in shared]
+        if not usable:
+            return fail
+        member = self.members.get(req.member_id)
+        if member is not None and member.classic is None:
+            return ClassicJoinResult(ErrorCode.unknown_member_id, req.member_id)
+        if req.instance_id is not None:
+            old_id = self.static_members.get(req.instance_id)
+            if old_id is not None and old_id != req.member_id:
+                # The instance restarted (with either protocol before): it takes the place over.
+                member = self._replace_static(self.members[old_id], req.member_id, req.instance_id)
+            elif member is not None and member.instance_id != req.instance_id:
+                return ClassicJoinResult(ErrorCode.fenced_instance_id, req.member_id)
+        if member is None:
+            if len(self.members) >= self.settings.max_size:
+                return ClassicJoinResult(ErrorCode.group_max_size_reached, req.member_id)
+            member = ConsumerMember(
+                req.member_id,
+                req.instance_id,
+                req.rack_id,
+                req.client_id,
+                req.client_host,
+                req.rebalance_timeout_ms,
+            )
+            self.members[req.member_id] = member
+            if req.instance_id is not None:
+                self.static_members[req.instance_id] = req.member_id
+        member.classic = ClassicMemberMetadata(req.session_timeout_ms, req.protocols)
+        member.session_deadline_ms = now_ms + req.session_timeout_ms
+        heartbeat = GroupHeartbeat(
+            req.member_id,
+            member.member_epoch,
+            req.instance_id,
+            req.rack_id,
+            req.rebalance_timeout_ms,
+            req.topics,
+            None,
+            None,
+            req.owned,
+        )
+        if self._update_member(member, heartbeat) or self._metadata_changed(topics):
+            self._bump(topics)
+        self._maybe_assign(topics)
+        if member.state != MemberState.UNREVOKED_PARTITIONS:
+            member.rebalance_deadline_ms = None  # it rejoined as asked
+        self._reconcile(member, req.owned, now_ms)
+        if member.state == MemberState.UNREVOKED_PARTITIONS and not (
+            _pairs(req.owned) & _pairs(member.pending_revocation)
+        ):
+            self._reconcile(member, req.owned, now_ms)
+        return ClassicJoinResult(ErrorCode.none, member.member_id, member.member_epoch, usable[0])
+
+    def _classic_member(self, member_id: str, instance_id: str | None) -> ConsumerMember:
+        member = self.members.get(member_id)
+        if instance_id is not None:
+            known = self.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                raise GroupFailure(ErrorCode.fenced_instance_id)
+        if member is None or member.classic is None:
+            raise GroupFailure(ErrorCode.unknown_member_id)
+        return member
+
+    def sync_classic(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        now_ms: int,
+    ) -> tuple[ErrorCode, Assignment]:
+        """A classic member's SyncGroup: its current assignment at its member epoch."""
+        try:
+            member = self._classic_member(member_id, instance_id)
+        except GroupFailure as exc:
+            return exc.code, {}
+        assert member.classic is not None
+        if generation != member.member_epoch:
+            return ErrorCode.illegal_generation, {}
+        if (protocol_type is not None and protocol_type != "consumer") or (
+            protocol_name is not None and protocol_name not in member.classic.protocol_names()
+        ):
+            return ErrorCode.inconsistent_group_protocol, {}
+        member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        member.last_sent = dict(member.assigned)
+        return ErrorCode.none, dict(member.assigned)
+
+    def heartbeat_classic(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
+        """A classic member's Heartbeat: REBALANCE_IN_PROGRESS when it must rejoin (to revoke,
+        to take partitions freed for it, or to move to the group's epoch), within its
+        rebalance timeout."""
+        try:
+            member = self._classic_member(member_id, instance_id)
+        except GroupFailure as exc:
+            return exc.code
+        assert member.classic is not None
+        if generation != member.member_epoch:
+            return ErrorCode.illegal_generation
+        member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        if not self._classic_must_rejoin(member):
+            return ErrorCode.none
+        if member.rebalance_deadline_ms is None:
+            member.rebalance_deadline_ms = now_ms + member.rebalance_timeout_ms
+        return ErrorCode.rebalance_in_progress
+
+    def _classic_must_rejoin(self, member: ConsumerMember) -> bool:
+        if member.member_epoch != self.assignment_epoch:
+            return True
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            return True
+        if member.state == MemberState.UNRELEASED_PARTITIONS:
+            wanted = _pairs(self.target.get(member.member_id, {})) - _pairs(member.assigned)
+            held = {tp for m in self.members.values() if m is not member for tp in m.held()}
+            return bool(wanted - held)
+        return False
+
+    def leave_classic(
+        self, member_id: str, instance_id: str | None, topics: Mapping[str, int]
+    ) -> ErrorCode:
+        try:
+            member = self._classic_member(member_id, instance_id)
+        except GroupFailure as exc:
+            return exc.code
+        self.remove(member.member_id, topics)
+        return ErrorCode.none
 
     # -- leaving and expiry --------------------------------------------------------------------
 
@@ -511,7 +736,7 @@ class ConsumerGroup:
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # Kept, assignment and all, for its session: the instance is expected back.
             member.left_temporarily = True
-            member.session_deadline_ms = now_ms + self.settings.session_timeout_ms
+            member.session_deadline_ms = now_ms + self.session_timeout_ms
             member.rebalance_deadline_ms = None
             # The closed instance owns nothing: what it had to revoke is released; what it
             # still waits for it gets when it is back (the state keeps it reconciling).
@@ -568,6 +793,11 @@ class ConsumerGroup:
         if transactional and member_epoch < 0 and not member_id:
             return  # an old TxnOffsetCommit: the transaction coordinator fences zombies
         member = self._member_of(member_id)
+        if member.classic is not None:
+            # A classic member commits with its generation, which is its member epoch.
+            if member_epoch != member.member_epoch:
+                raise GroupFailure(ErrorCode.illegal_generation)
+            return
         if api_version < 9 and not transactional:
             raise GroupFailure(
                 ErrorCode.unsupported_version,

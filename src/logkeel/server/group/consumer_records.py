@@ -26,6 +26,7 @@ from logkeel.records.varint import encode_unsigned_varint
 from logkeel.server.group.assignors import Assignment
 from logkeel.server.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
+    ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupSettings,
     ConsumerMember,
@@ -125,7 +126,23 @@ def _member_metadata(m: ConsumerMember) -> bytes:
     w.string(m.subscribed_topic_regex)
     w.int32(m.rebalance_timeout_ms)
     w.string(m.server_assignor)
-    w.no_tags()
+    if m.classic is None:
+        w.no_tags()
+    else:
+        # Tagged field 0, ClassicMemberMetadata: a classic member's session timeout and
+        # protocols (Kafka 4's layout).
+        body = _Flexible()
+        del body.buf[:]  # a nested struct has no version prefix
+        body.int32(m.classic.session_timeout_ms)
+        body.length(len(m.classic.protocols))
+        for name, metadata in m.classic.protocols:
+            body.string(name)
+            body.length(len(metadata))
+            body.buf += metadata
+            body.no_tags()
+        body.no_tags()
+        w.buf += encode_unsigned_varint(1) + encode_unsigned_varint(0)
+        w.buf += encode_unsigned_varint(len(body.buf)) + body.buf
     return bytes(w.buf)
 
 
@@ -278,6 +295,9 @@ def _apply_member(
         member.subscribed_topic_regex = r.nullable_string()
         member.rebalance_timeout_ms = r.int32()
         member.server_assignor = r.nullable_string()
+        member.classic = _classic_metadata(r)
+        if member.classic is not None:
+            member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
         if member.instance_id is not None:
             group.static_members[member.instance_id] = member.member_id
     else:
@@ -291,3 +311,21 @@ def _apply_member(
         member.pending_revocation = _read_partitions(r, names)
         if member.state == MemberState.UNREVOKED_PARTITIONS:
             member.rebalance_deadline_ms = now_ms + member.rebalance_timeout_ms
+
+
+def _classic_metadata(r: RecordReader) -> ClassicMemberMetadata | None:
+    """The tagged ClassicMemberMetadata of a member record, if any."""
+    out = None
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        end = r.pos + size
+        if tag == 0:
+            session_timeout_ms = r.int32()
+            protocols = []
+            for _ in range(r.array_length()):
+                name = r.string()
+                protocols.append((name, r.bytes_()))
+                r.tagged_fields()
+            out = ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+        r.pos = end
+    return out

@@ -26,14 +26,15 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import TopicState, topic_uuid
 from logkeel.server.coordinator_partitions import CoordinatorPartitions
+from logkeel.server.group.classic_protocol import assignment_bytes
 from logkeel.server.group.consumer_group import ConsumerGroup
-from logkeel.server.group.consumer_groups import ConsumerGroups
+from logkeel.server.group.consumer_groups import ClassicHooks, ConsumerGroups
 from logkeel.server.group.consumer_records import replay_consumer_groups
 from logkeel.server.group.context import GroupContext
 from logkeel.server.group.log import (
@@ -86,6 +87,7 @@ class GroupCoordinator:
         timer: Timer | None = None,
         topics: Callable[[], dict[str, int]] | None = None,
         topic_ids: Callable[[], dict[str, uuid.UUID]] | None = None,
+        group_configs: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
     ) -> None:
         self._broker = broker
         if settings is None:
@@ -118,6 +120,7 @@ class GroupCoordinator:
             topic_ids if topic_ids is not None else self._topic_uuids,
             self._write,
             self._tasks.spawn,
+            group_configs or (broker.metadata.group_configs if broker is not None else dict),
         )
         ctx = GroupContext(
             groups=self._groups,
@@ -131,12 +134,16 @@ class GroupCoordinator:
             consumer=self.consumer,
         )
         self.membership = GroupMembership(ctx)
+        self.consumer.bind_classic(
+            ClassicHooks(
+                self.membership.detach_members,
+                self.membership.adopt_members,
+                settings.max_group_size,
+            )
+        )
         self.offsets = GroupOffsets(ctx, self.membership)
         self.txn_offsets = GroupTxnOffsets(ctx, self.offsets, self.partition_for)
         # The requests, served by the part that owns them.
-        self.sync_group = self.membership.sync_group
-        self.heartbeat = self.membership.heartbeat
-        self.leave_group = self.membership.leave_group
         self.commit_offsets = self.offsets.commit_offsets
         self.fetch_offsets = self.offsets.fetch_offsets
         self.delete_offsets = self.offsets.delete_offsets
@@ -178,11 +185,35 @@ class GroupCoordinator:
         api_version: int = 9,
         reason: str | None = None,
     ) -> JoinResult:
-        """A classic JoinGroup; refused for a consumer-protocol group that has members, as
-        Kafka does when group.consumer.migration.policy does not allow the conversion (it is
-        not built here)."""
-        if self.consumer.has_members(group_id) and self._check_group(group_id) == ErrorCode.none:
-            return JoinResult(ErrorCode.group_id_not_found, member_id)
+        """A classic JoinGroup: to a consumer group with members, its member joins as a classic
+        member of it (online migration)."""
+        if self.consumer.serves_classic(group_id):
+            if (
+                not self.settings.min_session_timeout_ms
+                <= session_timeout_ms
+                <= (self.settings.max_session_timeout_ms)
+            ):
+                return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+            joined = await self.consumer.join_classic(
+                group_id,
+                member_id,
+                group_instance_id,
+                protocol_type,
+                protocols,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                client_id,
+                client_host,
+                api_version,
+            )
+            # No leader: every classic member is a follower that just syncs.
+            return JoinResult(
+                joined.error,
+                joined.member_id,
+                joined.generation,
+                "consumer" if joined.error == ErrorCode.none else None,
+                joined.protocol_name,
+            )
         return await self.membership.join_group(
             group_id,
             member_id,
@@ -196,6 +227,50 @@ class GroupCoordinator:
             api_version=api_version,
             reason=reason,
         )
+
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Iterable[tuple[str, bytes]],
+    ) -> SyncResult:
+        if self.consumer.serves_classic(group_id):
+            code, assignment = self.consumer.sync_classic(
+                group_id, member_id, group_instance_id, generation_id, protocol_type, protocol_name
+            )
+            if code != ErrorCode.none:
+                return SyncResult(code)
+            return SyncResult(code, "consumer", protocol_name, assignment_bytes(assignment))
+        return await self.membership.sync_group(
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+        )
+
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        if self.consumer.serves_classic(group_id):
+            return self.consumer.heartbeat_classic(
+                group_id, member_id, group_instance_id, generation_id
+            )
+        return self.membership.heartbeat(group_id, generation_id, member_id, group_instance_id)
+
+    def leave_group(
+        self, group_id: str, members: Sequence[tuple[str, str | None, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        if self.consumer.serves_classic(group_id):
+            codes = self.consumer.leave_classic(group_id, [(m, i) for m, i, _ in members])
+            return ErrorCode.none, [(m, i, c) for (m, i, _), c in zip(members, codes, strict=True)]
+        return self.membership.leave_group(group_id, members)
 
     async def start(self) -> None:
         """Starts loading every existing ``__consumer_offsets`` partition (in the background)."""

@@ -513,6 +513,22 @@ class GroupMembership(RebalanceMachine):
                 self._maybe_complete_join_phase(group)
         return ErrorCode.none, results
 
+    def detach_members(self, group: ClassicGroup) -> None:
+        """The group became a consumer group: its members' timers stop here (the consumer
+        group times them now) and they leave the classic group."""
+        for member_id in list(group.members):
+            self.cancel_heartbeat(group.group_id, member_id)
+        self._timer.cancel(self._join_key(group.group_id))
+        self._timer.cancel(self._sync_key(group.group_id))
+        group.clear_members(self._timer.now_ms())
+
+    def adopt_members(self, group: ClassicGroup, reason: str) -> None:
+        """A consumer group became this classic group, members and all: their sessions run
+        here from now on, and a rebalance makes them rejoin through the classic protocol."""
+        for member in group.members.values():
+            self.reschedule_heartbeat(group, member)
+        self.prepare_rebalance(group, reason)
+
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:
     return requested is not None and current is not None and requested != current

@@ -257,6 +257,9 @@ class RecordReader:
             raise RecordFormatError(str(exc)) from None
         return value
 
+    def uvarint(self) -> int:
+        return self._uvarint()
+
     def int8(self) -> int:
         return int(_I8.unpack(self._take(1))[0])
 

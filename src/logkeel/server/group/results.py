@@ -54,6 +54,7 @@ class CoordinatorSettings:
                 session_timeout_ms=config.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
                 max_size=config.group_consumer_max_size,
+                migration_policy=config.group_consumer_migration_policy,
                 assignors=tuple(config.group_consumer_assignors),
                 session_timeout_bounds_ms=(
                     config.group_consumer_min_session_timeout_ms,

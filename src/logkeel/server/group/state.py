@@ -311,6 +311,29 @@ class ClassicGroup:
         self.static_members[instance_id] = new_id
         return new
 
+    def clear_members(self, now_ms: int) -> list[Member]:
+        """Removes every member at once, keeping the offsets: the group became a consumer
+        group (online migration). Whoever waits in JoinGroup or SyncGroup is answered
+        REBALANCE_IN_PROGRESS, so it comes back to the consumer group."""
+        gone = list(self.members.values())
+        for member in gone:
+            self.complete_join(
+                member, JoinResult(ErrorCode.rebalance_in_progress, member.member_id)
+            )
+            self.complete_sync(member, SyncResult(ErrorCode.rebalance_in_progress))
+        self.members = {}
+        self.static_members = {}
+        self.pending_join_members.clear()
+        self.pending_sync_members.clear()
+        self.num_awaiting_join = 0
+        self._protocol_votes.clear()
+        self.leader_id = None
+        self.protocol_name = None
+        self.previous_state = self.state
+        self.state = GroupState.EMPTY
+        self.state_timestamp = now_ms
+        return gone
+
     def validate_member(self, member_id: str, instance_id: str | None) -> None:
         """Raises GroupError: UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID for a stale static id."""
         if instance_id is not None:
