@@ -178,7 +178,7 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("cannot set up connection %s; closing it", self.connection_id)
             self._lost = True
             self._owner.connection_done(self)
-            transport.abort()
+            self._transport.abort()
             return
         log.debug("accepted connection %s", self.connection_id)
 
