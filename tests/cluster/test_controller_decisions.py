@@ -225,3 +225,81 @@ def test_a_broker_is_declared_gone_only_after_refusals_in_a_row_once_it_was_reac
     # Registered again (a new broker epoch): judged afresh.
     assert not v.observe(1, 11, REFUSED)
     assert not v.observe(1, 11, REFUSED)
+
+
+def test_a_follower_registered_after_the_isr_was_written_leaves_it_and_never_leads() -> None:
+    """Broker epochs are registration zxids: a follower whose epoch is above the zxid of the
+    state's last write restarted since that ISR vouched for it, even if the controller never
+    saw it gone (a restart inside its session, a paused controller). It leaves the ISR, and a
+    controlled shutdown or a preferred election does not hand it the leadership."""
+    state = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+    bounced = LiveBrokers(frozenset({1, 2, 3}), frozenset(), epochs={1: 10, 2: 150, 3: 20})
+    after = decide(TP, state, bounced, unclean=False, preferred=False).state
+    assert (after.leader, after.isr) == (1, (1, 3))
+    # Leader 1 shuts down cleanly before that write: 3 takes over, never the bounced 2.
+    closing = LiveBrokers(frozenset({1, 2, 3}), frozenset({1}), epochs={1: 10, 2: 150, 3: 20})
+    moved = decide(TP, state, closing, unclean=False, preferred=False).state
+    assert (moved.leader, moved.isr) == (3, (3,))
+    preferred = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+    kept = decide(TP, preferred, bounced, unclean=False, preferred=True).state
+    assert kept.leader == 1 and 2 not in kept.isr
+    # Registered before the write (it rejoined after catching up): in sync, may lead.
+    rejoined = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 8, isr_written_zxid=200)
+    assert decide(TP, rejoined, bounced, unclean=False, preferred=True).state.leader == 2
+    # The write's zxid not known (a state just created): nothing is judged by it.
+    unknown = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7)
+    assert decide(TP, unknown, bounced, unclean=False, preferred=False).state is unknown
+
+
+def test_after_the_whole_cluster_went_down_a_returning_follower_is_judged_on_its_report() -> None:
+    """Every broker died at once, so the state still names leader 1. Follower 2 is back first
+    (registered after the ISR was written) with a log cut below what was acknowledged: it does
+    not lead before it reports, nor on a report that shows the cut; with its whole log it
+    does. A follower that never restarted, after an ordinary leader crash, still takes over
+    on its older report at once."""
+    state = PartitionRegistration((1, 2, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+
+    def report(broker_epoch: int, end: int, hw: int = -1) -> ReplicaLogReport:
+        return ReplicaLogReport(
+            topic_id="id", partition_epoch=7, last_epoch=5, log_end_offset=end,
+            high_watermark=hw, broker_epoch=broker_epoch,
+        )  # fmt: skip
+
+    def back(logs: dict[int, dict[TopicPartition, ReplicaLogReport]]) -> PartitionRegistration:
+        live = LiveBrokers(frozenset({2}), frozenset(), logs=logs, epochs={2: 150})
+        return decide(TP, state, live, unclean=False, preferred=False, topic_id="id").state
+
+    earlier = {1: {TP: report(10, 400, hw=400)}}
+    assert back(earlier).leader == NO_LEADER  # no report of this run yet
+    assert back({**earlier, 2: {TP: report(150, 120)}}).leader == NO_LEADER
+    whole = back({**earlier, 2: {TP: report(150, 400)}})
+    assert (whole.leader, whole.isr) == (2, (2,))
+    crash = LiveBrokers(
+        frozenset({2, 3}), frozenset(), logs={**earlier, 2: {TP: report(20, 120)}},
+        epochs={2: 20, 3: 30},
+    )  # fmt: skip
+    assert decide(TP, state, crash, unclean=False, preferred=False, topic_id="id").state.leader == 2
+
+
+def test_a_replica_back_from_a_crash_of_its_machine_waits_for_the_others() -> None:
+    """All died at once; broker 2 comes back first after a power loss (its logs may lack what
+    was not flushed, whatever their length): it does not lead while replicas that may hold
+    more can return; once all have reported, the longest leads (here one that was killed
+    without losing its page cache)."""
+    state = PartitionRegistration((2, 1, 3), 1, 5, (1, 2, 3), 7, isr_written_zxid=100)
+
+    def report(broker_epoch: int, end: int, *, lost: bool = False) -> ReplicaLogReport:
+        return ReplicaLogReport(
+            topic_id="id", partition_epoch=7, last_epoch=5, log_end_offset=end,
+            high_watermark=300, broker_epoch=broker_epoch, unflushed_lost=lost,
+        )  # fmt: skip
+
+    alone = LiveBrokers(
+        frozenset({2}), frozenset(), logs={2: {TP: report(150, 320, lost=True)}}, epochs={2: 150}
+    )
+    first = decide(TP, state, alone, unclean=False, preferred=False, topic_id="id")
+    assert first.state.leader == NO_LEADER
+    assert "went down uncleanly" in first.reason
+    logs = {2: {TP: report(150, 320, lost=True)}, 1: {TP: report(160, 400)}}
+    both = LiveBrokers(frozenset({1, 2}), frozenset(), logs=logs, epochs={2: 150, 1: 160})
+    assert decide(TP, state, both, unclean=False, preferred=False, topic_id="id").state.leader == 1

@@ -8,8 +8,9 @@ scenario every broker runs again, a consumer reads the partition from the beginn
 checker compares, excusing only losses ``logkeel cluster status`` reports (election_losses).
 Broker logs must hold no traceback.
 
-A scenario the broker survives is a regression test; one where acknowledged records vanish
-without a report is ``xfail(strict=True)`` with the steps in its reason."""
+Every scenario is a regression test now; those that once found a hole say what it was. A
+scenario whose fault cannot be arranged (the timing of a frozen controller) fails as a set-up
+failure, never passes silently."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.storage.log_dir import BOOT_ID_FILE
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.history import History
 from tests.cluster.test_cluster_brokers import (
@@ -310,15 +312,6 @@ def wait_decided_alone(run: Run) -> dict[str, Any]:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent since the incremental controller: all brokers died at once, so the "
-    "partition still names a dead leader; the first broker back writes its report of this run "
-    "before the new controller's first pass, which takes it as an older report (the partition "
-    "is not marked offline), so a log below the acknowledged mark is not refused. Open in issue "
-    "20's note: judge reports as current when the recorded leader is not live, without "
-    "refusing lagging followers after an ordinary leader crash",
-)
 def test_truncated_log_of_an_isr_member_back_first_does_not_lead(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
@@ -397,15 +390,6 @@ def test_old_snapshot_of_the_leader_restored_after_power_loss(
         assert run.tracebacks() == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent since the incremental controller: all brokers died at once, so the "
-    "partition still names a dead leader; the first broker back writes its report of this run "
-    "before the new controller's first pass, which takes it as an older report (the partition "
-    "is not marked offline), so a log below the acknowledged mark is not refused. Open in issue "
-    "20's note: judge reports as current when the recorded leader is not live, without "
-    "refusing lagging followers after an ordinary leader crash",
-)
 def test_two_of_three_wiped_come_back_first(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     """All three die; two lose their partition dir (one of them the leader) and return first;
     the partition must wait for the third, which holds everything."""
@@ -490,25 +474,18 @@ def arranging() -> Iterator[None]:
 
 
 def _restart_wiped_unseen(run: Run, damaged: int, controller: int) -> bool:
-    """``damaged`` SIGKILLed, its partition dir deleted and restarted at once, ``controller``
-    frozen (SIGSTOP, well inside its own session timeout) from just before the old session
-    expires until ``damaged`` has registered again; True when the controller never saw it
-    gone (it is still in the ISR)."""
+    """``controller`` frozen (SIGSTOP) while ``damaged`` is SIGKILLed, its partition dir
+    deleted and restarted at once, until ``damaged`` has registered again (the leader's crash
+    detector deletes the dead registration within a second); True when the controller never
+    saw it gone: it took it out of the ISR only as a restart it did not see (a broker's log
+    says why: the frozen controller's, or its successor's if its session ended)."""
     cluster = run.cluster
     old_zxid = registration_zxid(cluster, damaged)
-    cluster.brokers[damaged].kill()
-    killed_at = time.monotonic()
-    shutil.rmtree(partition_dir(cluster, damaged, run.topic))
-    cluster.brokers[damaged].start()
-    # Its old session lasts SESSION_TIMEOUT_MS after the kill: freeze just before it ends.
-    wait_until(
-        lambda: time.monotonic() - killed_at > 4.0,
-        10,
-        "the old session's last second",
-        retry_on=PROBE_ERRORS,
-    )
     cluster.brokers[controller].freeze()
     try:
+        cluster.brokers[damaged].kill()
+        shutil.rmtree(partition_dir(cluster, damaged, run.topic))
+        cluster.brokers[damaged].start()
         wait_until(
             lambda: registration_zxid(cluster, damaged) not in (None, old_zxid),
             10,
@@ -525,14 +502,22 @@ def _restart_wiped_unseen(run: Run, damaged: int, controller: int) -> bool:
         retry_on=PROBE_ERRORS,
     )
     leader = leader_of(run)
-    return damaged in cluster.partitions(run.topic, leader)[0].isr_nodes
+    wait_until(
+        lambda: damaged not in cluster.partitions(run.topic, leader)[0].isr_nodes,
+        FAILOVER_BOUND_S,
+        "the damaged broker to leave the ISR",
+        retry_on=PROBE_ERRORS,
+    )
+    bounced = f"[{damaged}] left the ISR: restarted since the ISR was written"
+    return any(bounced in b.log_path.read_text(errors="replace") for b in cluster.brokers.values())
 
 
 @contextmanager
 def wiped_but_in_isr(run: Run, damaged: int, controller: int, leader: int) -> Iterator[None]:
-    """``damaged`` back with a wiped partition dir while the controller keeps it in the ISR,
-    its fetches to ``leader`` dropped so that it cannot catch up. The controller does not
-    always miss the absence: then ``damaged`` catches up and it is tried again."""
+    """``damaged`` back with a wiped partition dir after a restart the controller did not see
+    as an absence (it once kept such a broker in the ISR), its fetches to ``leader`` dropped
+    so that it cannot catch up. The controller does not always miss the absence: then
+    ``damaged`` catches up and it is tried again."""
     for _ in range(3):
         with fetches_dropped(run.cluster, damaged, leader):
             if _restart_wiped_unseen(run, damaged, controller):
@@ -547,25 +532,16 @@ def wiped_but_in_isr(run: Run, damaged: int, controller: int, leader: int) -> It
     raise SetUpFailed(f"the controller saw broker {damaged}'s absence three times")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    # The fault needs a frozen controller at the right moment; when it cannot be arranged
-    # the test documents the hole as not reproduced rather than failing the suite.
-    raises=(AssertionError, SetUpFailed),
-    reason="hole: a follower back with a wiped partition dir whose restart the controller did "
-    "not see as an absence stays in the ISR; its report (empty log) is not 'current' while the "
-    "partition has a leader, so _trusted() lets a controlled shutdown of the leader elect it, "
-    "and every replica truncates to offset 0 -- all acked records lost, no loss reported",
-)
-def test_controlled_shutdown_elects_a_wiped_follower_the_controller_kept_in_the_isr(
+def test_controlled_shutdown_never_elects_a_wiped_follower_restarted_unseen(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
     """Assignment [L, D, C] with C the controller. D is SIGKILLed, its partition dir deleted,
     restarted at once; its fetches to L are dropped (it cannot catch up). The controller is
     frozen (SIGSTOP, well inside its own session timeout) from just before D's old session
-    expires until D has registered again, so it never sees D gone and D stays in the ISR (the
-    same happens without the freeze when D was the controller and its expiry races the
-    failover). Then L shuts down cleanly (SIGTERM)."""
+    expires until D has registered again, so it never sees D gone (the same happens without
+    the freeze when D was the controller and its expiry races the failover). Then L shuts down
+    cleanly (SIGTERM). D once stayed in the ISR and led with an empty log; now its registration,
+    newer than the ISR's last write, takes it out, and C leads."""
     with cluster_of(zookeeper, tmp_path, "cs_wiped") as cluster:
         with arranging():
             controller = cluster.metadata().controller_id
@@ -586,21 +562,12 @@ def test_controlled_shutdown_elects_a_wiped_follower_the_controller_kept_in_the_
         assert anomalies == [], f"{damaged} (wiped) became leader: {new}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    # The fault needs a frozen controller at the right moment; when it cannot be arranged
-    # the test documents the hole as not reproduced rather than failing the suite.
-    raises=(AssertionError, SetUpFailed),
-    reason="hole: `logkeel elect --preferred` elects a preferred replica back with a wiped "
-    "partition dir that the controller kept in the ISR ('preferred election: D leads again'); "
-    "the followers truncate to its empty log -- all acked records lost, no loss reported",
-)
-def test_preferred_election_towards_a_wiped_preferred_replica_kept_in_the_isr(
+def test_preferred_election_never_elects_a_wiped_preferred_replica_restarted_unseen(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
     """Assignment [D, L, C], C the controller; `logkeel elect --replica L` moves leadership
-    off D; D is wiped and restarted inside the ISR (as in the controlled-shutdown attack);
-    then `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
+    off D; D is wiped and restarted unseen (as in the controlled-shutdown attack); then
+    `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
     with cluster_of(zookeeper, tmp_path, "pref_wiped") as cluster:
         with arranging():
             controller = cluster.metadata().controller_id
@@ -623,19 +590,15 @@ def test_preferred_election_towards_a_wiped_preferred_replica_kept_in_the_isr(
         assert anomalies == [], preferred.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known limit (README, 'What it cannot see'): records acked after the last replica-log "
-    "report (every 5 s) and then cut from a replica's file are not seen as lost; the cut "
-    "replica, back first after a power loss, leads and the others truncate to it, unreported",
-)
 def test_cut_below_the_acks_since_the_last_report_after_power_loss(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
     """300 records acked and reported; 300 more acked and all three brokers SIGKILLed at once
-    before a report carries them; the leader's segment is cut between the highest reported
-    high watermark and the acked 600; it comes back alone, then the others."""
+    before a report carries them; the leader's machine loses power: its segment is cut
+    between the highest reported high watermark and the acked 600 (what was not flushed), and
+    it boots again (another boot id than the one its log dir recorded). It comes back alone,
+    then the others. No report shows the cut; the crash of its machine does: it may not lead
+    while the others may return. (Once a known limit: it led, and the others truncated.)"""
     with cluster_of(zookeeper, tmp_path, "since_report") as cluster:
         with arranging():
             run = Run(cluster, "sr")
@@ -649,8 +612,12 @@ def test_cut_below_the_acks_since_the_last_report_after_power_loss(
                 raise SetUpFailed(f"a report already carried the acked records up to {reported}")
             # Above every reported high watermark, below what was acked (600).
             truncate_to_records(segment(cluster, leader, "sr"), (reported + 600) // 2)
+            boot_id = cluster.brokers[leader].log_dirs[0] / BOOT_ID_FILE
+            boot_id.write_text("00000000-0000-0000-0000-000000000000\n")  # a boot since
             cluster.brokers[leader].start()
-            wait_decided_alone(run)
+            alone = wait_decided_alone(run)
+            assert alone["leader"] < 0, alone
+            assert "went down uncleanly" in alone["offline_reason"], alone
             anomalies = run.restore_and_check()
             assert run.tracebacks() == []
         assert anomalies == []

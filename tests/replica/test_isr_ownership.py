@@ -27,7 +27,7 @@ from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.records.builder import build_batch
 from logkeel.server.replica import partition_reads
-from logkeel.server.replica.isr_manager import IsrManager, IsrProposal, IsrRefused
+from logkeel.server.replica.isr_manager import IsrManager, IsrProposal, IsrRefused, IsrWrite
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.results import FetchPartitionRequest
 from logkeel.storage.log_manager import LogManager
@@ -40,6 +40,22 @@ FOLLOWERS = (2, 3)
 
 class ZooKeeperDown(Exception):
     pass
+
+
+def each(write: Callable[[IsrProposal], None]) -> IsrWrite:
+    """A batch writer from a one-proposal fake (the manager writes batches)."""
+
+    def write_batch(batch: list[IsrProposal]) -> list[BaseException | None]:
+        out: list[BaseException | None] = []
+        for proposal in batch:
+            try:
+                write(proposal)
+                out.append(None)
+            except Exception as exc:  # noqa: BLE001 - answered per proposal, as the broker does
+                out.append(exc)
+        return out
+
+    return write_batch
 
 
 @dataclass
@@ -97,7 +113,10 @@ class IsrModel(RuleBasedStateMachine):
         self.zk = ModelZk(PartitionRegistration((1, 2, 3), LEADER, 0, (1, 2, 3), 0))
         self.now_ms = int(time.time() * 1000)
         self.isr_manager = IsrManager(
-            self.zk.write, first_backoff_ms=10, max_backoff_ms=40, clock_ms=lambda: self.now_ms
+            each(self.zk.write),
+            first_backoff_ms=10,
+            max_backoff_ms=40,
+            clock_ms=lambda: self.now_ms,
         )
         self.p = Partition(
             TP, "id", LEADER, IsrConfig(replica_lag_time_max_ms=1000),
@@ -245,7 +264,7 @@ def test_failed_write_is_derived_again_after_the_backoff(tmp_path: Path) -> None
     logs.startup(start_background=False)
     now = [int(time.time() * 1000)]
     zk = ModelZk(PartitionRegistration((1, 2, 3), LEADER, 0, (1, 2, 3), 0), failing=True)
-    manager = IsrManager(zk.write, first_backoff_ms=100, clock_ms=lambda: now[0])
+    manager = IsrManager(each(zk.write), first_backoff_ms=100, clock_ms=lambda: now[0])
     p = Partition(TP, "id", LEADER, IsrConfig(replica_lag_time_max_ms=1000), manager.submit)
     try:
         p.log = logs.get_or_create_log(TP)
@@ -279,7 +298,7 @@ def test_stale_proposal_is_dropped_not_resent(tmp_path: Path) -> None:
     logs.startup(start_background=False)
     now = [int(time.time() * 1000)]
     zk = ModelZk(PartitionRegistration((1, 2, 3), LEADER, 0, (1, 2, 3), 0))
-    manager = IsrManager(zk.write, clock_ms=lambda: now[0])
+    manager = IsrManager(each(zk.write), clock_ms=lambda: now[0])
     p = Partition(TP, "id", LEADER, IsrConfig(replica_lag_time_max_ms=1000), manager.submit)
     try:
         p.log = logs.get_or_create_log(TP)
@@ -311,11 +330,57 @@ def test_submit_after_stop_is_answered_not_scheduled() -> None:
         def rederive_isr(self, now_ms: int) -> None:
             raise AssertionError("no retry after stop")
 
-    manager = IsrManager(lambda _p: None).start()
+    manager = IsrManager(each(lambda _p: None)).start()
     manager.stop()
     reg = PartitionRegistration((1, 2), 1, 0, (1,), 0)
     manager.submit(IsrProposal(TP, reg, "test", Owner()))
     assert [o.value for o in outcomes] == ["stopped"]
+
+
+def test_a_batch_is_written_at_once_and_each_proposal_told_its_own_outcome() -> None:
+    """Every queued proposal goes to one write (pipelined by the broker); a stale, a refused
+    and a failed one among them are each answered as if written alone, and a write that
+    raises for the whole batch fails every proposal of it (each retried later)."""
+    told: dict[str, str] = {}
+    rederived: list[TopicPartition] = []
+
+    class Owner:
+        def isr_write_done(self, proposal: IsrProposal, outcome: object) -> None:
+            told[proposal.tp.topic] = outcome.value  # type: ignore[attr-defined]
+
+        def rederive_isr(self, now_ms: int) -> None:
+            rederived.append(TP)
+
+    answers: dict[str, BaseException | None] = {
+        "ok": None,
+        "stale": IsrRefused("epoch moved", stale=True),
+        "refused": IsrRefused("shutting down", stale=False),
+        "failed": ConnectionError("ZooKeeper"),
+    }
+    batches: list[list[str]] = []
+
+    def write_batch(batch: list[IsrProposal]) -> list[BaseException | None]:
+        batches.append([p.tp.topic for p in batch])
+        return [answers[p.tp.topic] for p in batch]
+
+    now = [0]
+    manager = IsrManager(write_batch, first_backoff_ms=10, clock_ms=lambda: now[0])
+    reg = PartitionRegistration((1, 2), 1, 0, (1,), 0)
+    for topic in answers:
+        manager.submit(IsrProposal(TopicPartition(topic, 0), reg, "test", Owner()))
+    assert manager.run_once() == 4
+    assert batches == [list(answers)]
+    assert told == {"ok": "written", "stale": "stale", "refused": "refused", "failed": "failed"}
+    assert manager.retries_pending == 2  # the refused and the failed one, after their backoff
+
+    def broken(_batch: list[IsrProposal]) -> list[BaseException | None]:
+        raise ConnectionError("connection lost")
+
+    broken_manager = IsrManager(broken)
+    broken_manager.submit(IsrProposal(TopicPartition("a", 0), reg, "test", Owner()))
+    broken_manager.submit(IsrProposal(TopicPartition("b", 0), reg, "test", Owner()))
+    assert broken_manager.run_once() == 2
+    assert (told["a"], told["b"]) == ("failed", "failed")
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -337,7 +402,7 @@ def test_concurrent_fetches_metadata_and_writes_keep_the_high_watermark_safe(
             zk.failing = int(time.monotonic() * 4 + seed) % 2 == 0
             zk.write(proposal)
 
-    manager = IsrManager(write, first_backoff_ms=5, max_backoff_ms=20)
+    manager = IsrManager(each(write), first_backoff_ms=5, max_backoff_ms=20)
     p = Partition(TP, "id", LEADER, IsrConfig(replica_lag_time_max_ms=50), manager.submit)
     p.log = logs.get_or_create_log(TP)
     p.apply_state(state_of(zk.state))

@@ -12,7 +12,12 @@ from logkeel.records.batch import TimestampType
 from logkeel.records.record import decode_records
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.errors import KafkaStorageError
-from logkeel.storage.log_dir import CLEAN_SHUTDOWN_FILE, META_PROPERTIES, MetaProperties
+from logkeel.storage.log_dir import (
+    BOOT_ID_FILE,
+    CLEAN_SHUTDOWN_FILE,
+    META_PROPERTIES,
+    MetaProperties,
+)
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -82,6 +87,38 @@ def test_clean_shutdown_marker_written_and_consumed(tmp_path):
     assert m2.startup_report.clean
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a crash from here on is unclean
     m2.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("clean", "rebooted", "lost"),
+    [(True, False, False), (False, False, False), (True, True, False), (False, True, True)],
+)
+def test_logs_after_a_crash_of_the_machine_may_have_lost_unflushed_records(
+    tmp_path, clean, rebooted, lost
+):
+    """Only a start without a clean shutdown on another boot than the last (power loss,
+    kernel panic: the page cache is gone) marks the logs: a process crash keeps every record
+    written, a clean reboot flushed them."""
+    m = open_manager(tmp_path)
+    m.get_or_create_log(TP).append_as_leader(batch(), 0)
+    m.shutdown()
+    assert (tmp_path / BOOT_ID_FILE).read_text().strip()
+    if not clean:
+        (tmp_path / CLEAN_SHUTDOWN_FILE).unlink()
+    if rebooted:
+        (tmp_path / BOOT_ID_FILE).write_text("00000000-0000-0000-0000-000000000000\n")
+    m2 = open_manager(tmp_path)
+    try:
+        plog = m2.get_log(TP)
+        assert plog is not None and plog.unflushed_lost is lost
+        assert m2.dirs[0].page_cache_lost is lost
+    finally:
+        m2.shutdown()
+    m3 = open_manager(tmp_path)  # the boot id is recorded again: known from now on
+    try:
+        assert m3.get_log(TP).unflushed_lost is False  # type: ignore[union-attr]
+    finally:
+        m3.shutdown()
 
 
 def test_second_manager_cannot_take_a_locked_dir(tmp_path):

@@ -452,9 +452,7 @@ class Controller:
                         pending.append(rest)
                 else:
                     for w, stat in zip(batch, results[1:], strict=True):
-                        self._written(
-                            ctx, w, int(stat.version), logged=len(writes) <= _LOGGED_CHANGES
-                        )
+                        self._written(ctx, w, stat, logged=len(writes) <= _LOGGED_CHANGES)
         if moved:
             raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
 
@@ -469,9 +467,11 @@ class Controller:
             )
         return txn.commit_async()
 
-    def _written(self, ctx: ControllerContext, write: Any, version: int, *, logged: bool) -> None:
+    def _written(self, ctx: ControllerContext, write: Any, stat: Any, *, logged: bool) -> None:
         tp, _before, after, decision, reg = write
-        ctx.state_written(tp, replace(after, zk_version=version))
+        ctx.state_written(
+            tp, replace(after, zk_version=int(stat.version), written_zxid=int(stat.mzxid))
+        )
         # One line per partition costs seconds when a pass moves thousands: the pass's
         # summary line is logged instead, each partition at DEBUG.
         log.log(

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -206,7 +207,9 @@ class ControllerContext:
                 if data is None:
                     if self.states.pop(tp, None) is None:
                         return
-                elif not self._put_state(tp, zd.decode_partition_state(data, stat.version)):
+                elif not self._put_state(
+                    tp, zd.decode_partition_state(data, stat.version, stat.mzxid)
+                ):
                     return
             self._on_change("partitions", (tp,))
 
@@ -216,6 +219,10 @@ class ControllerContext:
         """Keeps the newer of the cached state and ``state``; True if ``state`` was newer."""
         cached = self.states.get(tp)
         if cached is not None and cached.zk_version >= state.zk_version:
+            if cached.zk_version == state.zk_version and cached.written_zxid < state.written_zxid:
+                # A state this controller created (its write's zxid not known): the watch
+                # brings it; nothing else changed.
+                self.states[tp] = replace(cached, written_zxid=state.written_zxid)
             return False
         self.states[tp] = state
         return True

@@ -72,7 +72,9 @@ class LiveBrokers:
         disk). An online partition's followers fetch all the time: their last report of this
         run is given as an older one (a suspicion of loss only keeps them from leading until
         the partition's current reports decide), and a broker back from a restart that has not
-        reported yet may not lead."""
+        reported yet may not lead. An ISR member that registered again after the ISR was
+        written (``restarted_since_isr``) is vouched for by nobody: it leaves the ISR while
+        the leader lives, and is judged on its report of this run when the leader is gone."""
         out = {}
         for r in reg.replicas:
             restarted = (
@@ -87,6 +89,22 @@ class LiveBrokers:
             else:
                 log_ = self._log(r, tp, topic_id, None)
                 awaiting = r in self.live and self._unreported_since_restart(r)
+            rejoined = (
+                not judged
+                and r != reg.leader
+                and r in reg.isr
+                and reg.isr_written_zxid >= 0
+                and self.epochs.get(r, -1) > reg.isr_written_zxid
+            )
+            if rejoined and reg.leader not in self.live and self.logs is not None:
+                # Nobody vouches for it and its earlier log may be gone: it is judged on its
+                # report of this run, as it is (the leader it could have fetched from since
+                # is gone too), and may not lead before making one. This is every replica
+                # after the whole cluster went down at once, the state naming a dead leader.
+                log_ = self._log(r, tp, topic_id, None)
+                log_ = None if log_ is None else replace(log_, current=True)
+                awaiting = log_ is None
+                rejoined = False
             out[r] = ReplicaView(
                 live=r in self.live,
                 log_dir_online=tp not in self.offline_replicas.get(r, ()),
@@ -94,6 +112,7 @@ class LiveBrokers:
                 log=log_,
                 awaiting_report=awaiting,
                 restarted=restarted,
+                restarted_since_isr=rejoined,
             )
         return out
 
@@ -141,6 +160,7 @@ class LiveBrokers:
             report.log_end_offset,
             high_watermark=report.high_watermark,
             current=partition_epoch is not None,
+            unflushed_lost=report.unflushed_lost,
         )
 
     def acked(self, tp: TopicPartition, topic_id: str | None) -> int:

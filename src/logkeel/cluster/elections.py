@@ -45,7 +45,7 @@ def _in_sync(views: Views, replica: int, partition_had_data: bool, acked: int) -
     only leadership waits for its report."""
     v = view_of(views, replica)
     return (
-        v.live and v.log_dir_online and not v.shutting_down
+        v.live and v.log_dir_online and not v.shutting_down and not v.restarted_since_isr
         and not lost_for_certain(views, replica, partition_had_data=partition_had_data,
                                  acked=acked)
     )  # fmt: skip
@@ -333,7 +333,16 @@ def on_replicas_offline(
     if isr == state.isr:
         return unchanged(state, "every in-sync replica is still eligible")
     gone = [r for r in state.isr if r not in isr]
-    return Decision(state.with_isr(isr), f"replicas {gone} left the ISR: offline", changed=True)
+    bounced = [r for r in gone if view_of(views, r).restarted_since_isr]
+    why = "; ".join(
+        f"replicas {rs} left the ISR: {what}"
+        for rs, what in (
+            ([r for r in gone if r not in bounced], "offline"),
+            (bounced, "restarted since the ISR was written"),
+        )
+        if rs
+    )
+    return Decision(state.with_isr(isr), why, changed=True)
 
 
 def preferred_election(

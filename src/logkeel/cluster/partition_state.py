@@ -32,6 +32,10 @@ class PartitionRegistration:
     adding_replicas: tuple[int, ...] = ()
     # The leader's broker epoch when it was elected (-1: unknown); the controller stamps it.
     leader_broker_epoch: int = -1
+    # The zxid of the state's last write (-1: unknown). Broker epochs are registration zxids,
+    # so an ISR member whose epoch is higher restarted since the ISR vouching for it was
+    # written, unseen (`ReplicaView.restarted_since_isr`).
+    isr_written_zxid: int = -1
 
     @property
     def offline(self) -> bool:
@@ -73,6 +77,9 @@ class ReplicaLog:
     # partition, or fresh reports an operator's election asked for): the log is exactly this.
     # An older report of a follower may understate a log that fetched since.
     current: bool = True
+    # Its machine went down uncleanly since it last held what was acknowledged: records
+    # acknowledged after its last flush may be missing, whatever its length says.
+    unflushed_lost: bool = False
 
     @property
     def empty(self) -> bool:
@@ -102,6 +109,11 @@ class ReplicaView:
     # This replica is the recorded leader, but its broker restarted since it was elected: the
     # leadership is stale (its log may have lost what it held) and must be decided anew.
     restarted: bool = False
+    # An ISR member whose broker registered again after the ISR was written, without the
+    # controller ever seeing it gone (a restart inside its session, or while the controller
+    # was paused or changing): nothing vouches for its log any more (it may be back wiped),
+    # so it leaves the ISR and rejoins once it catches up (Kafka's "bounced broker").
+    restarted_since_isr: bool = False
 
     @property
     def can_lead(self) -> bool:
@@ -111,6 +123,7 @@ class ReplicaView:
             and self.log_dir_online
             and not self.shutting_down
             and not self.awaiting_report
+            and not self.restarted_since_isr
         )
 
 
@@ -156,7 +169,8 @@ def lost_data(
     nothing says so: a new directory id; an empty log (missing, wiped, a new disk) while
     another replica holds data or the partition is known to have had data; or -- judged on a
     current report only -- a log ending below the acknowledged mark (a truncated file, an old
-    snapshot restored). Such a replica never leads while one that may hold the data can
+    snapshot restored) or one back from a crash of its machine, which may lack records
+    acknowledged after its last flush whatever its length. Such a replica never leads while one that may hold the data can
     return (the incident: every follower truncated to an empty leader). ``acked`` is the
     acknowledged mark over every report known, the views' own included; without
     ``below_mark`` a log ending below it does not count (an unclean election, whose candidates
@@ -178,6 +192,11 @@ def lost_data(
         return (
             f"replica {replica}'s log ends at {log.log_end_offset}, below the acknowledged "
             f"offset {acked}"
+        )
+    if below_mark and log.current and log.unflushed_lost:
+        return (
+            f"replica {replica}'s machine went down uncleanly: records acknowledged after its "
+            "last flush may be missing"
         )
     return None
 

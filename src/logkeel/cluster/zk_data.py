@@ -164,6 +164,9 @@ class ReplicaLogReport:
     partition_epoch: int  # the zkVersion of the partition state the broker saw
     broker_epoch: int = -1  # the reporting broker's registration: a restart makes it stale
     high_watermark: int = -1  # the replica's high watermark (-1: not told, an older broker)
+    # Back after the machine went down uncleanly, not caught up since: records acknowledged
+    # after its last flush may be missing (`PartitionLog.unflushed_lost`).
+    unflushed_lost: bool = False
 
 
 def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLogReport]) -> bytes:
@@ -181,6 +184,7 @@ def encode_replica_logs(generation: int, logs: Mapping[TopicPartition, ReplicaLo
                     "partition_epoch": r.partition_epoch,
                     "broker_epoch": r.broker_epoch,
                     "high_watermark": r.high_watermark,
+                    **({"unflushed_lost": True} if r.unflushed_lost else {}),
                 }
                 for tp, r in sorted(logs.items())
             ],
@@ -198,6 +202,7 @@ def decode_replica_logs(data: bytes) -> tuple[int, dict[TopicPartition, ReplicaL
             int(p["partition_epoch"]),
             int(p.get("broker_epoch", -1)),
             int(p.get("high_watermark", -1)),
+            bool(p.get("unflushed_lost", False)),
         )
         for p in obj["partitions"]
     }
@@ -447,6 +452,10 @@ class LeaderIsr:
     # back from a restart with another epoch does not take the leadership up again: its disk
     # may have lost what it held (the incident), so the controller elects anew.
     leader_broker_epoch: int = -1
+    # The zxid of the znode's last write (its mzxid; -1: not known): a broker registered after
+    # it (a higher registration zxid, its broker epoch) restarted since this ISR was written.
+    # Not stored in the znode.
+    written_zxid: int = -1
 
 
 def encode_partition_state(s: LeaderIsr) -> bytes:
@@ -464,7 +473,7 @@ def encode_partition_state(s: LeaderIsr) -> bytes:
     )
 
 
-def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
+def decode_partition_state(data: bytes, zk_version: int, written_zxid: int = -1) -> LeaderIsr:
     obj = _load(data)
     return LeaderIsr(
         leader=int(obj["leader"]),
@@ -473,6 +482,7 @@ def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsr:
         controller_epoch=int(obj["controller_epoch"]),
         zk_version=zk_version,
         leader_broker_epoch=int(obj.get("leader_broker_epoch", -1)),
+        written_zxid=written_zxid,
     )
 
 
@@ -485,6 +495,7 @@ def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegis
         state.isr,
         state.zk_version,
         leader_broker_epoch=state.leader_broker_epoch,
+        isr_written_zxid=state.written_zxid,
     )
 
 

@@ -652,28 +652,37 @@ class ZkMetadataStore(MetadataStore):
         return self._snapshot.get(name) or replace(before, configs=dict(configs))
 
     def update_partition(self, state: PartitionState) -> None:
-        """A leader's ISR change (AlterPartition semantics): ``state.partition_epoch`` is the
-        proposal's new epoch, so it applies only over ``partition_epoch - 1``; a stale proposal
-        is refused with INVALID_UPDATE_VERSION. The controller is told by a notification."""
-        current = self._leader_isr.get((state.topic, state.partition))
-        controller_epoch = current.controller_epoch if current is not None else 0
-        try:
-            self.client.leader_update_partition_state(
-                state.topic,
-                state.partition,
-                LeaderIsr(
-                    state.leader,
-                    state.leader_epoch,
-                    tuple(state.isr),
-                    controller_epoch,
-                    # Only the leader writes its ISR, and it is this run of this broker.
-                    leader_broker_epoch=self.broker_epoch,
-                ),
-                state.partition_epoch - 1,
-            )
-        except (StalePartitionState, NoNodeError) as exc:
-            raise MetadataError("INVALID_UPDATE_VERSION", str(exc)) from None
-        self.client.notify_isr_change([state.tp])
+        """One leader's ISR change (`update_partitions`); raises what it answers."""
+        [answer] = self.update_partitions([state])
+        if answer is not None:
+            raise answer
+
+    def update_partitions(self, states: list[PartitionState]) -> list[Exception | None]:
+        """A leader's ISR changes (AlterPartition semantics), pipelined: each
+        ``state.partition_epoch`` is the proposal's new epoch, so it applies only over
+        ``partition_epoch - 1``; a stale proposal is answered INVALID_UPDATE_VERSION (a
+        MetadataError), a failed write its error, a written one None. The controller is told
+        by one notification for all that were written."""
+        writes = []
+        for state in states:
+            current = self._leader_isr.get((state.topic, state.partition))
+            controller_epoch = current.controller_epoch if current is not None else 0
+            # Only the leader writes its ISR, and it is this run of this broker.
+            after = LeaderIsr(
+                state.leader, state.leader_epoch, tuple(state.isr), controller_epoch,
+                leader_broker_epoch=self.broker_epoch,
+            )  # fmt: skip
+            writes.append((state.tp, after, state.partition_epoch - 1))
+        out: list[Exception | None] = []
+        for answer in self.client.leader_update_partition_states(writes):
+            if isinstance(answer, (StalePartitionState, NoNodeError)):
+                out.append(MetadataError("INVALID_UPDATE_VERSION", str(answer)))
+            else:
+                out.append(answer if isinstance(answer, Exception) else None)
+        written = [s.tp for s, answer in zip(states, out, strict=True) if answer is None]
+        if written:
+            self.client.notify_isr_change(written)
+        return out
 
     # -- controlled shutdown --------------------------------------------------------------------
 

@@ -105,7 +105,7 @@ class TopicZnodes(ZkSession):
             data, stat = self.zk.get(zd.partition_state_path(topic, partition))
         except NoNodeError:
             return None
-        return zd.decode_partition_state(data, stat.version)
+        return zd.decode_partition_state(data, stat.version, stat.mzxid)
 
     def create_partition_states(
         self, ctl: ControllerEpoch, topic: str, states: Mapping[int, LeaderIsr]
@@ -145,17 +145,36 @@ class TopicZnodes(ZkSession):
     ) -> int:
         """A leader's own ISR change (Kafka's ZooKeeper-mode AlterPartition): conditional on the
         partition epoch only; the caller then sends an ISR-change notification."""
-        try:
-            stat = self.zk.set(
-                zd.partition_state_path(topic, partition),
+        [answer] = self.leader_update_partition_states(
+            [(TopicPartition(topic, partition), state, expected_version)]
+        )
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def leader_update_partition_states(
+        self, writes: list[tuple[TopicPartition, LeaderIsr, int]]
+    ) -> list[int | Exception]:
+        """`leader_update_partition_state` for many partitions, every write sent before the
+        first answer is awaited: each its new version, or StalePartitionState / NoNodeError /
+        the connection's error."""
+        pending = [
+            self.zk.set_async(
+                zd.partition_state_path(tp.topic, tp.partition),
                 zd.encode_partition_state(state),
-                version=expected_version,
+                version=expected,
             )
-        except BadVersionError as e:
-            raise StalePartitionState(
-                f"{topic}-{partition}: partition epoch {expected_version} is stale"
-            ) from e
-        return int(stat.version)
+            for tp, state, expected in writes
+        ]
+        out: list[int | Exception] = []
+        for (tp, _state, expected), answer in zip(writes, pending, strict=True):
+            try:
+                out.append(int(answer.get().version))
+            except BadVersionError:
+                out.append(StalePartitionState(f"{tp}: partition epoch {expected} is stale"))
+            except Exception as exc:  # noqa: BLE001 - answered per partition
+                out.append(exc)
+        return out
 
     def notify_isr_change(self, partitions: Iterable[TopicPartition]) -> str:
         return self._notify(

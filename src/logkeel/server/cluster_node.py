@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from logkeel.cluster import isr as isr_rules
 from logkeel.cluster.controller import Controller
-from logkeel.cluster.metadata import MetadataError, PartitionState
+from logkeel.cluster.metadata import MetadataError, PartitionState, TopicState
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
@@ -85,7 +85,7 @@ class ClusterNode:
         self._joined = False
         self._left = False
         # This broker's leaders' ISR changes, written in batches on a thread of their own.
-        self.isr_manager = IsrManager(self._write_isr)
+        self.isr_manager = IsrManager(self._write_isrs)
         # KIP-841: the brokers in a controlled shutdown, as the ZooKeeper watch last saw them.
         self._shutting_down: frozenset[int] = frozenset()
         # One thread for this broker's other writes to ZooKeeper that must not wait on the
@@ -166,13 +166,35 @@ class ClusterNode:
         """The registered brokers (one gone is never proposed for an ISR)."""
         return frozenset(b.node_id for b in self.store.brokers())
 
-    def _write_isr(self, proposal: IsrProposal) -> None:
-        """The ISR manager's write of one leader's proposal: checked by the AlterPartition rules
-        against the state and brokers this broker knows (`isr.validate_isr_write`), then
-        written conditional on the partition epoch it was made against (AlterPartition
-        semantics: the state it asks for is the next one). Raises IsrRefused when dropped."""
+    def _write_isrs(self, proposals: list[IsrProposal]) -> list[BaseException | None]:
+        """The ISR manager's write of a batch of leaders' proposals: each checked by the
+        AlterPartition rules against the state and brokers this broker knows
+        (`isr.validate_isr_write`), then all written at once, each conditional on the
+        partition epoch it was made against (AlterPartition semantics: the state it asks for
+        is the next one). Each answered None (written) or IsrRefused (dropped) or the error."""
+        out: list[BaseException | None] = [None] * len(proposals)
+        live = self.live_brokers()
+        topics = self.store.topics()
+        to_write: list[tuple[int, PartitionState]] = []
+        for i, proposal in enumerate(proposals):
+            try:
+                to_write.append((i, self._checked_isr(proposal, topics, live)))
+            except IsrRefused as exc:
+                out[i] = exc
+        answers = self.store.update_partitions([state for _i, state in to_write])
+        for (i, _state), answer in zip(to_write, answers, strict=True):
+            if isinstance(answer, MetadataError) and answer.error_name == "INVALID_UPDATE_VERSION":
+                out[i] = IsrRefused(str(answer), stale=True)
+            else:
+                out[i] = answer
+        return out
+
+    def _checked_isr(
+        self, proposal: IsrProposal, topics: Mapping[str, TopicState], live: frozenset[int]
+    ) -> PartitionState:
+        """The state to write for ``proposal``; IsrRefused when the rules drop it."""
         tp = proposal.tp
-        topic = self.store.topics().get(tp.topic)
+        topic = topics.get(tp.topic)
         current = topic.partitions.get(tp.partition) if topic is not None else None
         if current is None:
             raise IsrRefused(f"{tp} is not in the metadata", stale=True)
@@ -181,7 +203,6 @@ class ClusterNode:
             leader_epoch=current.leader_epoch, isr=tuple(current.isr),
             partition_epoch=current.partition_epoch,
         )  # fmt: skip
-        live = self.live_brokers()
         decision = isr_rules.validate_isr_write(
             registration, proposal.state, self.config.node_id,
             live=live, shutting_down=self._shutting_down,
@@ -190,16 +211,10 @@ class ClusterNode:
             stale = decision.error in ("INVALID_UPDATE_VERSION", "FENCED_LEADER_EPOCH")
             raise IsrRefused(decision.reason, stale=stale)
         p = proposal.state
-        state = PartitionState(
+        return PartitionState(
             tp.topic, tp.partition, list(p.replicas), p.leader, p.leader_epoch, list(p.isr),
             p.partition_epoch + 1,
         )  # fmt: skip
-        try:
-            self.store.update_partition(state)
-        except MetadataError as exc:
-            if exc.error_name == "INVALID_UPDATE_VERSION":
-                raise IsrRefused(str(exc), stale=True) from None
-            raise
 
     def resign_leadership(self, tp: TopicPartition, reason: str) -> None:
         """This broker, leading ``tp``, is too slow for its followers (beyond KIP-501): the

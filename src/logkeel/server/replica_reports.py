@@ -58,5 +58,6 @@ class ReplicaReports:
                     state.partition_epoch,
                     broker_epoch,
                     plog.high_watermark,
+                    unflushed_lost=plog.unflushed_lost,
                 )
         return out

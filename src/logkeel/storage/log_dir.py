@@ -41,6 +41,12 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 # Written and removed when an offline dir is probed (logkeel's own).
 PROBE_FILE = ".logkeel-probe"
+# logkeel: the boot id of the machine's last run with this dir open. A process crash keeps the
+# page cache, so its log files hold every record written; a crash of the machine (power loss,
+# kernel panic) loses what was not flushed. A new boot id without a clean shutdown tells them
+# apart (`LogDir.page_cache_lost`).
+BOOT_ID_FILE = "logkeel-boot-id"
+BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
 
 
 def uuid_text(value: uuid.UUID) -> str:
@@ -114,6 +120,9 @@ class LogDir:
         self.path = Path(path).absolute()
         self.meta: MetaProperties | None = None
         self.offline_reason: str | None = None
+        # The machine went down since this dir was last open, without a clean shutdown: records
+        # not yet flushed then may be missing from its logs (set by ``open``).
+        self.page_cache_lost = False
         self._lock_fd: int | None = None
         self.recovery_points = OffsetCheckpointFile(
             self.path / RECOVERY_POINT_CHECKPOINT_FILE, self.path
@@ -164,6 +173,28 @@ class LogDir:
                 )
                 atomic_write(meta_path, meta.render())
             self.meta = meta
+            self._note_boot()
+
+    def _note_boot(self) -> None:
+        """Sets ``page_cache_lost`` from the boot id recorded at the last open, and records
+        this boot's. Without a boot id (not Linux) nothing is known: never set."""
+        try:
+            boot = BOOT_ID_SOURCE.read_text().strip()
+        except OSError:
+            return
+        recorded = self.path / BOOT_ID_FILE
+        try:
+            previous = recorded.read_text().strip()
+        except FileNotFoundError:
+            previous = None
+        self.page_cache_lost = previous not in (None, boot) and not self.was_clean
+        if self.page_cache_lost:
+            log.warning(
+                "%s: the machine restarted (boot id %s, was %s) without a clean shutdown: "
+                "records not flushed before it may be missing", self.path, boot, previous,
+            )  # fmt: skip
+        if previous != boot:
+            atomic_write(recorded, boot.encode())
 
     def probe(self) -> None:
         """Writes, syncs, reads back and removes a small file: raises ``KafkaStorageError``

@@ -206,6 +206,15 @@ class LogManager:
 
     def _load_dir(self, d: LogDir, report: StartupReport, force_recovery: bool = False) -> None:
         checkpointed = self._loader.load(d, report, force_recovery)
+        if d.page_cache_lost:
+            with self._lock:
+                loaded = [plog for tp, plog in self.logs.items() if self._dir_of.get(tp) is d]
+            for plog in loaded:
+                plog.unflushed_lost = True
+            log.warning(
+                "%s: %d partition logs may have lost unflushed records (the machine went down)",
+                d.path, len(loaded),
+            )  # fmt: skip
         d.clear_clean_marker()
         # The loaded state becomes the checkpointed state, so a crash right after start-up
         # recovers from here rather than from before the previous run.

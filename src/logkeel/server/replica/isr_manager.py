@@ -3,7 +3,8 @@
 Every partition this broker leads hands its proposals here; one thread of the manager's own
 writes them, so no proposal ever meets a stopped executor. The thread takes every queued
 proposal at once (a batch; a newer proposal for the same partition supersedes an older one that
-was not written yet) and tells each proposal's owner how it ended:
+was not written yet), writes the batch in one go (pipelined: a broker back in hundreds of ISRs
+waits for one round trip, not one per partition) and tells each proposal's owner how it ended:
 
 - ``WRITTEN``: the partition keeps it pending until the metadata brings the new state;
 - ``STALE``: the state moved on (another partition epoch): dropped, never resent; the owner
@@ -72,10 +73,12 @@ class IsrRefused(Exception):
         self.stale = stale
 
 
-# Writes one proposal; raises IsrRefused when it must be dropped, anything else when it failed.
-IsrWrite = Callable[[IsrProposal], None]
+# Writes a batch of proposals; for each, in order, None when written, IsrRefused when it must
+# be dropped, any other exception when it failed.
+IsrWrite = Callable[[list[IsrProposal]], list[BaseException | None]]
 
 _FIRST_BACKOFF_MS = 100
+_LOGGED_WRITES = 20
 _MAX_BACKOFF_MS = 5_000
 
 
@@ -148,8 +151,17 @@ class IsrManager:
             batch = list(self._queued.values())
             self._queued.clear()
             due = self._pop_due()
-        for p in batch:
-            self._write_one(p)
+        if batch:
+            try:
+                outcomes = self._write(batch)
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble must not stop the manager
+                outcomes = [exc] * len(batch)
+            logged = len(batch) <= _LOGGED_WRITES
+            for p, outcome in zip(batch, outcomes, strict=True):
+                self._settle(p, outcome, logged=logged)
+            if not logged:
+                written = sum(1 for o in outcomes if o is None)
+                log.info("ISR changes: %d of %d written", written, len(batch))
         now = self._clock_ms()
         for tp, owner in due:
             try:
@@ -162,10 +174,8 @@ class IsrManager:
         while not self._stopped:
             self.run_once(None)
 
-    def _write_one(self, p: IsrProposal) -> None:
-        try:
-            self._write(p)
-        except IsrRefused as exc:
+    def _settle(self, p: IsrProposal, exc: BaseException | None, *, logged: bool) -> None:
+        if isinstance(exc, IsrRefused):
             if exc.stale:
                 # Dropped: the partition decides again from the state the metadata brings.
                 log.info("%s: ISR change %s dropped: %s", p.tp, list(p.state.isr), exc)
@@ -182,7 +192,7 @@ class IsrManager:
             _tell(p, IsrOutcome.REFUSED)
             self._retry_later(p, backoff)
             return
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble must not stop the manager
+        if exc is not None:
             backoff = self._next_backoff(p.tp)
             log.warning(
                 "%s: writing the ISR change %s failed (%s); deriving it again in %d ms",
@@ -192,7 +202,12 @@ class IsrManager:
             self._retry_later(p, backoff)
             return
         self._backoff_ms.pop(p.tp, None)
-        log.info("%s: ISR -> %s (%s)", p.tp, list(p.state.isr), p.reason)
+        # A line per partition costs seconds when a broker rejoins thousands of ISRs: a large
+        # batch logs its count instead, each partition at DEBUG.
+        log.log(
+            logging.INFO if logged else logging.DEBUG,
+            "%s: ISR -> %s (%s)", p.tp, list(p.state.isr), p.reason,
+        )  # fmt: skip
         _tell(p, IsrOutcome.WRITTEN)
 
     def _next_backoff(self, tp: TopicPartition) -> int:

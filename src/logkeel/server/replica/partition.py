@@ -197,6 +197,7 @@ class Partition:
         assert plog is not None
         with plog.lock:
             if self.is_leader:
+                plog.unflushed_lost = False  # elected knowing it: its log is the partition's now
                 latest = plog.leader_epochs.latest_epoch
                 if self.leader_epoch >= 0 and (latest is None or latest < self.leader_epoch):
                     plog.leader_epochs.assign(self.leader_epoch, plog.log_end_offset)
@@ -261,6 +262,8 @@ class Partition:
                 return None
             info = plog.append_as_follower(records) if records else None
             self._follower_high_watermark_locked(leader_high_watermark)
+            if plog.unflushed_lost and leader_high_watermark <= plog.log_end_offset:
+                plog.unflushed_lost = False  # it holds all its leader acknowledged
             new_start = min(leader_log_start_offset, plog.high_watermark)
             if new_start > plog.log_start_offset:
                 plog.maybe_increment_log_start_offset(new_start)

@@ -86,6 +86,10 @@ class PartitionLog:
         self.log_end_offset = log_end_offset
         self.recovery_point = recovery_point
         self.high_watermark = min(log_end_offset, max(log_start_offset, 0))
+        # Loaded after the machine went down uncleanly (`LogDir.page_cache_lost`): records
+        # acknowledged but not flushed then may be missing, beyond anything its length shows.
+        # Cleared once it holds what its leader had acknowledged, or leads.
+        self.unflushed_lost = False
         self.producer_state = producer_state
         self.leader_epochs = leader_epochs
         self._schedule_delete = schedule_delete
