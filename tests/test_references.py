@@ -11,7 +11,9 @@ root ones and docs/):
 - in Markdown, every module named in backticks (``storage/engine/log.py``, ``isr.py``) is a file
   of the repository, matched by its trailing path, as the docs name modules relative to their
   package;
-- no file names the folders of the material the project was seeded from.
+- no file names the folders of the material the project was seeded from;
+- ARCHITECTURE.md's map of the packages: every file named in a package's entry is in that
+  package (``session.py`` under ``network/`` must be ``server/network/session.py``).
 """
 
 from __future__ import annotations
@@ -119,4 +121,57 @@ def test_the_check_catches_a_missing_file(line: str, bad: bool) -> None:
 
 def test_every_reference_points_into_the_repository() -> None:
     problems = [p for path in SCANNED for p in _problems(path)]
+    assert not problems, "\n".join(problems)
+
+
+# -- ARCHITECTURE.md's map: each file where its entry places it ------------------------------
+
+PACKAGE_ROOT = ROOT / "src" / "logkeel"
+TOP_ENTRY = re.compile(r"^([a-z_]+)/\s")  # "server/    asyncio broker..."
+SUB_ENTRY = re.compile(r"^  (?:([a-z_]+)/|\(root\))\s")  # "  network/    framing..." or "  (root)"
+TOP_FILE = re.compile(r"^([a-z_]+\.py)\s")  # "ports.py    the one picker..."
+FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w]+/)*[\w]+\.(?:py|c))\b")
+
+
+def _map_problems(text: str) -> list[str]:
+    """Files named in the package map (the first fenced block) that are not in the package
+    their entry is about (or below it); one named with its package (``server/broker.py``) is
+    looked up from src/logkeel/."""
+    block = text.split("```", 2)[1]
+    problems = []
+    package: Path | None = None
+    for line in block.splitlines():
+        if top := TOP_ENTRY.match(line):
+            package = PACKAGE_ROOT / top.group(1)
+        elif file := TOP_FILE.match(line):
+            package = PACKAGE_ROOT
+            if not (PACKAGE_ROOT / file.group(1)).exists():
+                problems.append(f"{file.group(1)} is not in src/logkeel/")
+            continue
+        elif (sub := SUB_ENTRY.match(line)) and package is not None:
+            top_package = package if package.parent == PACKAGE_ROOT else package.parent
+            package = top_package / sub.group(1) if sub.group(1) else top_package
+        if package is None:
+            continue
+        for match in FILE_NAME.finditer(line):
+            name = match.group(1)
+            if "/" in name and (PACKAGE_ROOT / name).exists():
+                continue  # another package's file, named from src/logkeel/
+            if not any(
+                p.relative_to(package).as_posix().endswith(name)
+                for p in package.rglob(Path(name).name)
+            ):
+                problems.append(f"{name} is not in {package.relative_to(ROOT).as_posix()}/")
+    return problems
+
+
+def test_the_map_check_catches_a_misplaced_file() -> None:
+    misplaced = "```\nserver/     the broker\n  network/    one Connection (session.py)\n```"
+    assert _map_problems(misplaced) == ["session.py is not in src/logkeel/server/network/"]
+    placed = "```\nserver/     the broker\n  (root)      session.py: a session\n```"
+    assert _map_problems(placed) == []
+
+
+def test_architecture_places_each_file_in_its_package() -> None:
+    problems = _map_problems((ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8"))
     assert not problems, "\n".join(problems)

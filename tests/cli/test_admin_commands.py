@@ -24,7 +24,7 @@ from logkeel.ports import free_port
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.testing.certs import make_certificates
 from tests.brokerproc import BrokerProcess
-from tests.server.admin_clients import wait_until
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

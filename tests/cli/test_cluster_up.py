@@ -25,7 +25,7 @@ from logkeel.cli.cluster_control import ask
 from logkeel.cli.main import cli
 from logkeel.ports import free_port
 from logkeel.testing.broker_process import serve_command
-from tests.server.admin_clients import wait_until
+from tests.waiting import wait_until
 
 SESSION_TIMEOUT_MS = 6000
 

@@ -9,7 +9,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,25 +27,15 @@ from logkeel.testing.broker_process import serve_command
 from tests.brokerproc import BrokerProcess
 from tests.server.test_admin_wire import Wire
 from tests.server.test_clients_matrix import Msg, consume, produce
+from tests.waiting import wait_until
 
 SESSION_TIMEOUT_MS = 6000
 # A dead broker's session expires after the timeout; the controller then needs a moment.
 FAILOVER_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 6.0
 T = TypeVar("T")
 NO_PARTITION = SimpleNamespace(leader_id=-1)
-
-
-def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 15.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except (OSError, AssertionError):
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
+# What a probe may raise while a broker starts or elects: asked again (wait_until's retry_on).
+PROBE_ERRORS = (OSError, AssertionError)
 
 
 class Cluster:
@@ -102,7 +92,10 @@ class Cluster:
                 started.result()
         for i in self.brokers:
             wait_until(
-                lambda i=i: len(self.metadata(i).brokers) == 3, f"broker {i} to see all three"
+                lambda i=i: len(self.metadata(i).brokers) == 3,
+                15.0,
+                f"broker {i} to see all three",
+                retry_on=PROBE_ERRORS,
             )
 
 
@@ -165,7 +158,9 @@ def test_every_broker_lists_all_three_and_topics_spread_leaders(running: Cluster
             parts = running.partitions("spread", i)
             return parts if len(parts) == 6 else None
 
-        parts = wait_until(complete, f"broker {i} to know all six partitions")
+        parts = wait_until(
+            complete, 15.0, f"broker {i} to know all six partitions", retry_on=PROBE_ERRORS
+        )
         for p in parts.values():
             assert sorted(p.replica_nodes) == [1, 2, 3]
             assert sorted(p.isr_nodes) == [1, 2, 3]
@@ -211,7 +206,7 @@ def test_sigkill_of_a_leader_elects_another_from_the_isr(running: Cluster) -> No
         p = running.partitions("killed", survivor)[0]
         return p if p.leader_id not in (-1, victim) else None
 
-    after = wait_until(new_leader, "a new leader", FAILOVER_BOUND_S)
+    after = wait_until(new_leader, FAILOVER_BOUND_S, "a new leader", retry_on=PROBE_ERRORS)
     elapsed = time.monotonic() - started
     assert after.leader_id in before.isr_nodes
     assert victim not in after.isr_nodes
@@ -245,7 +240,7 @@ def test_controller_failover(running: Cluster) -> None:
         controller = running.metadata(survivor).controller_id
         return controller if controller not in (-1, old) else None
 
-    new = wait_until(new_controller, "a new controller", FAILOVER_BOUND_S)
+    new = wait_until(new_controller, FAILOVER_BOUND_S, "a new controller", retry_on=PROBE_ERRORS)
     assert new != old
     # The new controller acts: it elects first leaders of a new topic over the live brokers.
     running.create_topic("after-failover", 2, 2)
@@ -320,7 +315,7 @@ def test_cluster_up_and_status_json(tmp_path: Path) -> None:
             doc = json.loads(out)
             return doc if len(doc["brokers"]) == 2 and doc["controller"] in (1, 2) else None
 
-        doc = wait_until(status, "both brokers in cluster status", 30)
+        doc = wait_until(status, 30, "both brokers in cluster status", retry_on=PROBE_ERRORS)
         assert [b["id"] for b in doc["brokers"]] == [1, 2]
         assert all(
             len(b["log_dirs_online"]) == 1 and not b["log_dirs_offline"] for b in doc["brokers"]
@@ -356,8 +351,7 @@ def test_kafka_python_and_kcat_follow_leaders_across_brokers(
         name = f"{producer}-{consumer}-{i}"
         running.create_topic(name, 1, 3)
         # A new topic shows in the cache once each of its partitions has its first leader.
-        leader = wait_until(lambda n=name: max(running.partitions(n).get(0, NO_PARTITION).leader_id, 0),
-                            f"a leader of {name}")  # fmt: skip
+        leader = wait_until(lambda n=name: max(running.partitions(n).get(0, NO_PARTITION).leader_id, 0), 15.0, f"a leader of {name}", retry_on=PROBE_ERRORS)  # fmt: skip
         by_leader.setdefault(leader, name)
     assert sorted(by_leader) == [1, 2, 3]
     topics = list(by_leader.values())

@@ -17,7 +17,13 @@ from confluent_kafka.admin import AdminClient
 
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.server.group.records import OFFSETS_TOPIC, partition_for
-from tests.cluster.test_cluster_brokers import FAILOVER_BOUND_S, Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import (
+    FAILOVER_BOUND_S,
+    PROBE_ERRORS,
+    Cluster,
+    three_brokers,
+)
+from tests.waiting import wait_until
 
 OFFSETS_PARTITIONS = 3
 TOPIC = "kip848"
@@ -143,8 +149,9 @@ def test_the_group_survives_a_coordinator_kill(cluster: Cluster) -> None:
         survivor = next(i for i in cluster.brokers if i != victim)
         new = wait_until(
             lambda: c if (c := _coordinator(cluster, survivor)) not in (-1, victim) else None,
-            "a new leader of the group's offsets partition",
             FAILOVER_BOUND_S,
+            "a new leader of the group's offsets partition",
+            retry_on=PROBE_ERRORS,
         )
         after = _produce(cluster, "after", 200)
         _poll_until([a, b], lambda: got >= after, got, "the records after the failover")

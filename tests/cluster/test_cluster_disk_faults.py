@@ -17,8 +17,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.faulty_fs import FaultyFs
-from tests.cluster.test_cluster_brokers import Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
 from tests.server.admin_clients import offline_log_dirs
+from tests.waiting import wait_until
 
 TOPIC = "disk"
 PARTITIONS = 4
@@ -37,12 +38,10 @@ def broker_1_leads_from_the_fuse_dir(cluster: Cluster, fs: FaultyFs) -> int:
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
         TOPIC
     ].result(20)
-    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
-               "every replica in sync", 30)  # fmt: skip
+    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()), 30, "every replica in sync", retry_on=PROBE_ERRORS)  # fmt: skip
     # The ISR says who should hold a replica, not that its dir exists yet.
     wait_until(lambda: len(list((fs.mountpoint / "logs").glob(f"{TOPIC}-*")))
-               + len(list((fs.mountpoint.parent / "b1-healthy").glob(f"{TOPIC}-*"))) == PARTITIONS,
-               "broker 1's partition dirs", 20)  # fmt: skip
+               + len(list((fs.mountpoint.parent / "b1-healthy").glob(f"{TOPIC}-*"))) == PARTITIONS, 20, "broker 1's partition dirs", retry_on=PROBE_ERRORS)  # fmt: skip
     failing = on_failing_disk(fs)
     assert failing, "no partition of broker 1 landed on the FUSE dir"
     p = failing[0]
@@ -52,7 +51,12 @@ def broker_1_leads_from_the_fuse_dir(cluster: Cluster, fs: FaultyFs) -> int:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert elected.returncode == 0 or "already leads" in elected.stdout, elected.stdout
-    wait_until(lambda: cluster.partitions(TOPIC)[p].leader_id == 1, "broker 1 leads", 10)
+    wait_until(
+        lambda: cluster.partitions(TOPIC)[p].leader_id == 1,
+        10,
+        "broker 1 leads",
+        retry_on=PROBE_ERRORS,
+    )
     return p
 
 
@@ -105,7 +109,7 @@ def test_a_failed_disk_moves_leadership_within_seconds_and_comes_back_healed(
             part = cluster.partitions(TOPIC, via=2)[p]
             return part.leader_id not in (1, -1) and 1 in part.offline_replicas
 
-        wait_until(moved, "leadership off the failed disk", 15)
+        wait_until(moved, 15, "leadership off the failed disk", retry_on=PROBE_ERRORS)
         moved_after = time.monotonic() - failed_at
         assert moved_after < 5.0, f"leadership moved {moved_after:.1f}s after the disk failed"
         assert sender.flush(40) == 0
@@ -117,10 +121,8 @@ def test_a_failed_disk_moves_leadership_within_seconds_and_comes_back_healed(
             assert send(cluster, q, [f"b{q}-{i}" for i in range(20)]) == []
 
         faulty_fs.heal()
-        wait_until(lambda: offline_log_dirs(cluster.brokers[1].bootstrap) == [],
-                   "the healed dir back online", 20)  # fmt: skip
-        wait_until(lambda: all(len(x.isr_nodes) == 3 for x in cluster.partitions(TOPIC).values()),
-                   "broker 1 back in every ISR", 30)  # fmt: skip
+        wait_until(lambda: offline_log_dirs(cluster.brokers[1].bootstrap) == [], 20, "the healed dir back online", retry_on=PROBE_ERRORS)  # fmt: skip
+        wait_until(lambda: all(len(x.isr_nodes) == 3 for x in cluster.partitions(TOPIC).values()), 30, "broker 1 back in every ISR", retry_on=PROBE_ERRORS)  # fmt: skip
         values = read(cluster, p)
         assert [v for v in values if v.startswith("a")] == [f"a{i}" for i in range(50)]
         assert values.count("trigger") == 1

@@ -21,11 +21,12 @@ from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.storage.topic_partition import TopicPartition as Tp
 from tests.cluster.test_cluster_brokers import (
+    PROBE_ERRORS,
     SESSION_TIMEOUT_MS,
     Cluster,
     three_brokers,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 TOPIC = "incident"
 
@@ -68,6 +69,15 @@ def consume_all(cluster: Cluster) -> list[int]:
     return out
 
 
+def registered(cluster: Cluster) -> set[int]:
+    """The ids under /brokers/ids."""
+    zk = ZkMetadataClient(cluster.connect).start()
+    try:
+        return set(zk.brokers())
+    finally:
+        zk.close()
+
+
 def reported_end(cluster: Cluster, broker: int) -> int:
     """The log end offset ``broker`` last reported for the partition (-1: none)."""
     zk = ZkMetadataClient(cluster.connect).start()
@@ -107,7 +117,7 @@ def replicas_in_isr_order(cluster: Cluster) -> tuple[int, int, int]:
         part = cluster.partitions(TOPIC).get(0)  # the broker asked may not know it yet
         return part if part is not None and len(part.isr_nodes) == 3 else None
 
-    part: object = wait_until(in_sync, "all three in sync", 30)
+    part: object = wait_until(in_sync, 30, "all three in sync", retry_on=PROBE_ERRORS)
     lead = int(part.leader_id)  # type: ignore[attr-defined]
     f1, f2 = (int(r) for r in part.replica_nodes if int(r) != lead)  # type: ignore[attr-defined]
     return lead, f1, f2
@@ -122,7 +132,12 @@ def test_a_wiped_last_isr_member_is_never_elected_and_an_operator_designates_the
     produce(fresh, 0, 200)
     # Reports are refreshed every few seconds; the evidence that the partition held data must
     # be in ZooKeeper before the brokers go.
-    wait_until(lambda: all(reported_end(fresh, b) == 200 for b in (lead, f1, f2)), "reports", 20)
+    wait_until(
+        lambda: all(reported_end(fresh, b) == 200 for b in (lead, f1, f2)),
+        20,
+        "reports",
+        retry_on=PROBE_ERRORS,
+    )
     fresh.brokers[f1].stop()  # controlled shutdown: leaves the ISR at once
     produce(fresh, 200, 100)
     fresh.brokers[f2].stop()
@@ -144,10 +159,15 @@ def test_a_wiped_last_isr_member_is_never_elected_and_an_operator_designates_the
     assert "lost acknowledged data" in " ".join(refused.stdout.replace("│", " ").split())
     chosen = elect(fresh, "--replica", str(f2))
     assert chosen.returncode == 0, chosen.stdout + chosen.stderr
-    wait_until(lambda: leader(fresh) == f2, "the designated leader", 15)
+    wait_until(lambda: leader(fresh) == f2, 15, "the designated leader", retry_on=PROBE_ERRORS)
     # The good copy is served; the wiped broker and the shorter follower catch up from it.
     assert consume_all(fresh) == list(range(300))
-    wait_until(lambda: len(fresh.partitions(TOPIC)[0].isr_nodes) == 3, "all back in sync", 40)
+    wait_until(
+        lambda: len(fresh.partitions(TOPIC)[0].isr_nodes) == 3,
+        40,
+        "all back in sync",
+        retry_on=PROBE_ERRORS,
+    )
 
 
 @pytest.mark.parametrize(
@@ -165,13 +185,17 @@ def test_an_unclean_election_waits_for_the_longer_log_that_starts_later(fresh: C
     fresh.brokers[f2].stop()
     produce(fresh, 200, 50)
     fresh.brokers[lead].kill()  # the leader's disk is gone for good
-    time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)  # its registration is gone too
+    wait_until(
+        lambda: lead not in registered(fresh),
+        SESSION_TIMEOUT_MS / 1000 + 15,
+        "the killed leader's registration gone (its session expired)",
+        interval=0.25,
+    )
 
     fresh.brokers[f1].start(60)  # 100 records, back first
     time.sleep(1.5)
     fresh.brokers[f2].start(60)  # 200 records, a little later
-    chosen = wait_until(lambda: leader(fresh) if leader(fresh) not in (-1, lead) else None,
-                        "an unclean leader", 30)  # fmt: skip
+    chosen = wait_until(lambda: leader(fresh) if leader(fresh) not in (-1, lead) else None, 30, "an unclean leader", retry_on=PROBE_ERRORS)  # fmt: skip
     assert chosen == f2
     assert consume_all(fresh) == list(range(200))
 
@@ -184,12 +208,19 @@ def test_preferred_election_through_kafkas_elect_leaders(fresh: Cluster) -> None
     preferred = int(fresh.partitions(TOPIC)[0].replica_nodes[0])
     assert lead == preferred
     fresh.brokers[lead].stop()
-    wait_until(lambda: leader(fresh) not in (-1, lead), "another leader", 20)
+    wait_until(lambda: leader(fresh) not in (-1, lead), 20, "another leader", retry_on=PROBE_ERRORS)
     fresh.brokers[lead].start(60)
-    wait_until(lambda: len(fresh.partitions(TOPIC)[0].isr_nodes) == 3, "back in sync", 30)
+    wait_until(
+        lambda: len(fresh.partitions(TOPIC)[0].isr_nodes) == 3,
+        30,
+        "back in sync",
+        retry_on=PROBE_ERRORS,
+    )
     result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, 0)]).result(30)
     assert all(err is None for err in result.values()), result
-    wait_until(lambda: leader(fresh) == preferred, "the preferred leader", 10)
+    wait_until(
+        lambda: leader(fresh) == preferred, 10, "the preferred leader", retry_on=PROBE_ERRORS
+    )
     again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, 0)]).result(30)
     [(tp, err)] = again.items()
     assert err is not None and "ELECTION_NOT_NEEDED" in err.name()

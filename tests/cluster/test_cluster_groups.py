@@ -22,11 +22,12 @@ from logkeel.server.group.records import OFFSETS_TOPIC, partition_for
 from tests.brokerproc import BrokerProcess
 from tests.cluster.test_cluster_brokers import (
     FAILOVER_BOUND_S,
+    PROBE_ERRORS,
     Cluster,
     three_brokers,
-    wait_until,
 )
 from tests.server.test_admin_wire import Wire
+from tests.waiting import wait_until
 
 OFFSETS_PARTITIONS = 6
 TOPIC = "grouped"
@@ -109,7 +110,9 @@ def test_find_coordinator_names_the_offsets_partition_leader_everywhere(
         # Each broker's metadata cache catches up with the new topic's leaders on its own.
         return nodes if nodes == {offsets_leader(groups_cluster, group)} else None
 
-    nodes = wait_until(answers, "every broker to name the partition's leader", 30)
+    nodes = wait_until(
+        answers, 30, "every broker to name the partition's leader", retry_on=PROBE_ERRORS
+    )
     # The topic was created with the configured replication factor.
     for p in groups_cluster.partitions(OFFSETS_TOPIC).values():
         assert sorted(p.replica_nodes) == [1, 2, 3]
@@ -151,8 +154,9 @@ def test_group_resumes_from_its_commits_after_the_coordinator_is_killed(
     survivor = next(i for i in groups_cluster.brokers if i != victim)
     wait_until(
         lambda: offsets_leader(groups_cluster, GROUP, survivor) not in (-1, victim),
-        "a new leader of the group's offsets partition",
         FAILOVER_BOUND_S,
+        "a new leader of the group's offsets partition",
+        retry_on=PROBE_ERRORS,
     )
 
     second = consumer(groups_cluster)

@@ -24,7 +24,13 @@ from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
 from logkeel.testing.network import Endpoint, NetworkCut
-from tests.cluster.test_cluster_brokers import FAILOVER_BOUND_S, Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import (
+    FAILOVER_BOUND_S,
+    PROBE_ERRORS,
+    Cluster,
+    three_brokers,
+)
+from tests.waiting import wait_until
 
 TOPIC = "history"
 PARTITIONS = 2
@@ -182,7 +188,12 @@ def lead_again(cluster: Cluster, replica: int) -> None:
             break
         time.sleep(2)
     assert done.returncode == 0, done.stdout + done.stderr
-    wait_until(lambda: cluster.partitions(TOPIC)[0].leader_id == replica, "the designated leader")
+    wait_until(
+        lambda: cluster.partitions(TOPIC)[0].leader_id == replica,
+        15.0,
+        "the designated leader",
+        retry_on=PROBE_ERRORS,
+    )
 
 
 def run_rounds(
@@ -202,8 +213,7 @@ def run_rounds(
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
         TOPIC
     ].result(20)
-    wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(TOPIC).values()),
-               "leaders")  # fmt: skip
+    wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(TOPIC).values()), 15.0, "leaders", retry_on=PROBE_ERRORS)  # fmt: skip
     bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
     history = History()
     writer, reader = Writer(bootstrap, history), Reader(bootstrap, history)
@@ -215,10 +225,12 @@ def run_rounds(
         # The rules go (on failure too) before the writer is asked to flush.
         with contextlib.ExitStack() as cleanup:
             cut: NetworkCut | None = None
-            wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+            wait_until(lambda: len(history.acked) > 200, 30, "first acks", retry_on=PROBE_ERRORS)
             for fault in faults:
                 done.append(fault)
-                victim = wait_until(lambda: agreed(cluster), "brokers agreeing")[0].leader_id
+                victim = wait_until(
+                    lambda: agreed(cluster), 15.0, "brokers agreeing", retry_on=PROBE_ERRORS
+                )[0].leader_id
                 started = time.monotonic()
                 exit_codes: list[int] = []
                 stopping = threading.Thread(
@@ -243,10 +255,9 @@ def run_rounds(
                 # their way when the fault struck must not end the round before it bites.
                 peer = next(i for i in cluster.brokers if i != victim)
                 wait_until(lambda v=victim, via=peer: cluster.partitions(TOPIC, via)[0].leader_id
-                           not in (v, -1), "another leader", FAILOVER_BOUND_S + 30)  # fmt: skip
+                           not in (v, -1), FAILOVER_BOUND_S + 30, "another leader", retry_on=PROBE_ERRORS)  # fmt: skip
                 acked_before = len(history.acked)
-                wait_until(lambda a=acked_before: len(history.acked) > a + 100,
-                           "acks after the fault", 60)  # fmt: skip
+                wait_until(lambda a=acked_before: len(history.acked) > a + 100, 60, "acks after the fault", retry_on=PROBE_ERRORS)  # fmt: skip
                 resumed.append(time.monotonic() - started)
                 if fault == "stop":
                     stopping.join(100)
@@ -267,7 +278,9 @@ def run_rounds(
                     return parts is not None and all(len(p.isr_nodes) == 3 for p in parts.values())
 
                 try:
-                    wait_until(all_in_sync, "the broker back in every ISR", 60)
+                    wait_until(
+                        all_in_sync, 60, "the broker back in every ISR", retry_on=PROBE_ERRORS
+                    )
                 except AssertionError as e:
                     raise AssertionError(f"{e} after {fault} of {victim}; as each broker sees "
                                          f"it: {views(cluster)}") from None  # fmt: skip
@@ -328,8 +341,7 @@ def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={
         "min.insync.replicas": "1", "unclean.leader.election.enable": "true",
     })])[TOPIC].result(20)  # fmt: skip
-    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()),
-               "all in sync")  # fmt: skip
+    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()), 15.0, "all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
     lead = cluster.partitions(TOPIC)[0].leader_id
     shorter, longer = (b for b in cluster.brokers if b != lead)
     bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
@@ -338,16 +350,29 @@ def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
     writer.start()
     reader.start()
     try:
-        wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+        wait_until(lambda: len(history.acked) > 200, 30, "first acks", retry_on=PROBE_ERRORS)
         for follower in (shorter, longer):  # each stop leaves the ISR at once; acks go on
             acked = len(history.acked)
             cluster.brokers[follower].stop()
-            wait_until(lambda a=acked: len(history.acked) > a + 200, "acks after a stop", 30)
+            wait_until(
+                lambda a=acked: len(history.acked) > a + 200,
+                30,
+                "acks after a stop",
+                retry_on=PROBE_ERRORS,
+            )
     finally:
         writer.stop.set()
         writer.join(150)
     assert history.failed_sends == 0 and len(history.acked) == writer.sent, writer.errors[:5]
-    time.sleep(1)  # the reader reads up to the end the leader alone acknowledged
+    ends: dict[int, int] = {}
+    for (partition, _), (_, offset) in history.acked.items():
+        if offset is not None:
+            ends[partition] = max(ends.get(partition, -1), offset)
+    wait_until(
+        lambda: all(history.reads.get(p, [(-1, "")])[-1][0] >= end for p, end in ends.items()),
+        30,
+        "the reader to read up to the end the leader alone acknowledged",
+    )
     reader.stop.set()
     reader.join(30)
 
@@ -356,8 +381,7 @@ def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
     # (test_cluster_elections), and a bounded wait is at the mercy of a loaded machine.
     cluster.brokers[longer].start(60)
     cluster.brokers[shorter].start(60)
-    wait_until(lambda: all(p.leader_id == longer for p in cluster.partitions(TOPIC).values()),
-               "the longer log elected uncleanly", 40)  # fmt: skip
+    wait_until(lambda: all(p.leader_id == longer for p in cluster.partitions(TOPIC).values()), 40, "the longer log elected uncleanly", retry_on=PROBE_ERRORS)  # fmt: skip
 
     final = final_logs(bootstrap)
     losses = cluster_status(cluster.brokers[longer].bootstrap)["election_losses"]
@@ -390,5 +414,4 @@ def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
             rf"{TOPIC}-(\d+): truncated to offset (\d+) ", out)}  # fmt: skip
         return all(p in cut and cut[p] <= cuts[p] for p in cuts)
 
-    wait_until(truncated_at_or_below_the_report, "the old leader truncating where the report said",
-               60)  # fmt: skip
+    wait_until(truncated_at_or_below_the_report, 60, "the old leader truncating where the report said", retry_on=PROBE_ERRORS)  # fmt: skip

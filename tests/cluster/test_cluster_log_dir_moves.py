@@ -12,8 +12,9 @@ from confluent_kafka.admin import NewTopic
 from logkeel.cli.main import cli
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
-from tests.cluster.test_cluster_brokers import three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, three_brokers
 from tests.cluster.test_cluster_history import PARTITIONS, TOPIC, Writer, final_logs
+from tests.waiting import wait_until
 
 
 def test_a_leader_and_a_follower_move_dirs_under_an_acks_all_producer(
@@ -27,8 +28,7 @@ def test_a_leader_and_a_follower_move_dirs_under_an_acks_all_producer(
             [NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]
         )
         created[TOPIC].result(20)
-        wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(TOPIC).values()),
-                   "leaders")  # fmt: skip
+        wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(TOPIC).values()), 15.0, "leaders", retry_on=PROBE_ERRORS)  # fmt: skip
         part = cluster.partitions(TOPIC)[0]
         leader = part.leader_id
         follower = next(r for r in part.replica_nodes if r != leader)
@@ -37,7 +37,7 @@ def test_a_leader_and_a_follower_move_dirs_under_an_acks_all_producer(
         writer.start()
         moved: dict[int, tuple[Path, Path]] = {}
         try:
-            wait_until(lambda: len(history.acked) > 2000, "data to copy", timeout=60)
+            wait_until(lambda: len(history.acked) > 2000, 60, "data to copy", retry_on=PROBE_ERRORS)
             for broker in (leader, follower):
                 a, b = dirs[broker]
                 source, target = (a, b) if (a / f"{TOPIC}-0").is_dir() else (b, a)
@@ -49,12 +49,15 @@ def test_a_leader_and_a_follower_move_dirs_under_an_acks_all_producer(
                 assert started.exit_code == 0, started.output
             for broker, (source, target) in moved.items():
                 wait_until(lambda s=source, t=target: (t / f"{TOPIC}-0").is_dir()
-                           and not (s / f"{TOPIC}-0").exists(), f"broker {broker}'s swap",
-                           timeout=90)  # fmt: skip
+                           and not (s / f"{TOPIC}-0").exists(), 90, f"broker {broker}'s swap", retry_on=PROBE_ERRORS)  # fmt: skip
             at_swap = len(history.acked)
-            wait_until(lambda: len(history.acked) > at_swap + 200, "writes after the swaps")
-            wait_until(lambda: len(cluster.partitions(TOPIC)[0].isr_nodes) == 3, "a full ISR",
-                       timeout=30)  # fmt: skip
+            wait_until(
+                lambda: len(history.acked) > at_swap + 200,
+                15.0,
+                "writes after the swaps",
+                retry_on=PROBE_ERRORS,
+            )
+            wait_until(lambda: len(cluster.partitions(TOPIC)[0].isr_nodes) == 3, 30, "a full ISR", retry_on=PROBE_ERRORS)  # fmt: skip
         finally:
             writer.stop.set()
             writer.join(150)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from logkeel.cli.broker_requests import Admin
 from logkeel.cluster.zk_server import ZooKeeperServer
-from tests.cluster.test_cluster_brokers import three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, three_brokers
 from tests.server.test_client_quotas import _quotas, first_throttle
+from tests.waiting import wait_until
 
 
 def test_a_quota_set_through_one_broker_is_applied_by_another(
@@ -27,7 +28,12 @@ def test_a_quota_set_through_one_broker_is_applied_by_another(
                 {"entity": {"client-id": "busy"}, "quotas": {"request_percentage": 0.5}}
             ])  # fmt: skip
 
-        wait_until(described, "broker 3 to describe the quota set through broker 1")
+        wait_until(
+            described,
+            15.0,
+            "broker 3 to describe the quota set through broker 1",
+            retry_on=PROBE_ERRORS,
+        )
         busy, idle = (
             Admin(three.bootstrap, client_id="busy"),
             Admin(three.bootstrap, client_id="idle"),

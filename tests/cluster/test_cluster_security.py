@@ -10,9 +10,8 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ from logkeel.server.protocol import ApiKey
 from logkeel.testing.certs import Certificates, make_certificates
 from tests.brokerproc import BrokerProcess
 from tests.server.test_security import _call, consume
+from tests.waiting import wait_until
 
 T = TypeVar("T")
 SCRAM_JAAS = (
@@ -33,19 +33,6 @@ SCRAM_JAAS = (
 )
 BROKER_PASSWORD = "broker-secret"
 ADMIN_PASSWORD = "admin-secret"
-
-
-def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except confluent_kafka.KafkaException:  # a broker busy electing: ask again
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.2)
 
 
 def add_user(zk_connect: str, name: str, password: str) -> None:
@@ -144,7 +131,12 @@ def secure_cluster(base: Path, zk_connect: str, passwords: dict[int, str] | None
         for broker in cluster.brokers.values():
             broker.start(timeout=45)
         admin = cluster.admin()
-        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "three brokers")
+        wait_until(
+            lambda: len(admin.list_topics(timeout=10).brokers) == 3,
+            30.0,
+            "three brokers",
+            retry_on=(confluent_kafka.KafkaException,),
+        )
         yield cluster
     finally:
         for broker in cluster.brokers.values():
@@ -164,7 +156,9 @@ def create_topic(cluster: SecureCluster, partitions: int) -> str:
             len(cluster.partitions(topic)) == partitions
             and all(p.leader >= 0 for p in cluster.partitions(topic).values())
         ),
+        30.0,
         f"{topic}'s leaders",
+        retry_on=(confluent_kafka.KafkaException,),
     )
     return topic
 
@@ -206,7 +200,9 @@ def test_brokers_replicate_over_tls_with_an_authorizer(
 
         wait_until(
             lambda: all(sorted(p.isrs) == [1, 2, 3] for p in cluster.partitions(topic).values()),
+            30.0,
             "every partition's ISR to be all three brokers",
+            retry_on=(confluent_kafka.KafkaException,),
         )
         # The followers' copies are the leader's, byte for byte: the data crossed SASL_SSL.
         for partition in range(3):
@@ -217,7 +213,9 @@ def test_brokers_replicate_over_tls_with_an_authorizer(
                     and s[0] > 0
                     and s
                 ),
+                30.0,
                 f"partition {partition}'s replicas to match",
+                retry_on=(confluent_kafka.KafkaException,),
             )
             assert sizes[0] > 0
         for i, broker in cluster.brokers.items():
@@ -262,7 +260,12 @@ def test_a_wrong_inter_broker_password_keeps_the_follower_out(
             followed = {n: p for n, p in parts.items() if p.leader != 3}
             return followed if all(3 not in p.isrs for p in followed.values()) else None
 
-        followed = wait_until(follower_3_out, "broker 3 to leave the ISRs it cannot fetch for")
+        followed = wait_until(
+            follower_3_out,
+            30.0,
+            "broker 3 to leave the ISRs it cannot fetch for",
+            retry_on=(confluent_kafka.KafkaException,),
+        )
         assert followed, "broker 3 leads every partition: nothing to check"
         for p in followed.values():
             assert sorted(p.isrs) == sorted(r for r in p.replicas if r != 3)

@@ -28,7 +28,8 @@ import confluent_kafka
 import pytest
 
 from logkeel.cluster.zk_server import ZooKeeperServer
-from tests.cluster.test_cluster_brokers import Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
+from tests.waiting import wait_until
 
 PARTITIONS = int(os.environ.get("LOGKEEL_SHUTDOWN_PARTITIONS", "300"))
 # Controlled shutdown waits at most the session timeout (6 s here) for leaderships to move;
@@ -59,7 +60,12 @@ def cluster(
 )
 def test_latest_offsets_right_after_an_acks_1_send(cluster: Cluster) -> None:
     cluster.create_topic("fresh", 1, 3)
-    wait_until(lambda: len(cluster.partitions("fresh")[0].isr_nodes) == 3, "a full ISR")
+    wait_until(
+        lambda: len(cluster.partitions("fresh")[0].isr_nodes) == 3,
+        15.0,
+        "a full ISR",
+        retry_on=PROBE_ERRORS,
+    )
     bootstrap = ",".join(b.bootstrap for b in cluster.live())
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "1"})
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "latest"})
@@ -73,18 +79,20 @@ def test_latest_offsets_right_after_an_acks_1_send(cluster: Cluster) -> None:
                              on_delivery=lambda err, msg: acked.append(msg))  # fmt: skip
             producer.flush(10)
             offset = acked[0].offset()
-            deadline = time.monotonic() + HW_BOUND_S
-            while True:
+
+            def latest(offset: int = offset, stamp: int = stamp) -> bool:
                 high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)[1]
                 [found] = consumer.offsets_for_times(
                     [confluent_kafka.TopicPartition("fresh", 0, stamp)], timeout=5
                 )
-                if high == offset + 1 and found.offset == offset:
-                    break
-                assert time.monotonic() < deadline, (
-                    f"send {i} at offset {offset}: latest {high}, offset for its time "
-                    f"{found.offset} {HW_BOUND_S}s after its acknowledgement"
-                )
+                return bool(high == offset + 1 and found.offset == offset)
+
+            wait_until(
+                latest,
+                HW_BOUND_S,
+                f"send {i} at offset {offset} to be the latest and the offset for its time",
+                interval=0,
+            )
     finally:
         consumer.close()
 
@@ -97,20 +105,23 @@ def test_a_restarted_broker_rejoins_every_isr(cluster: Cluster) -> None:
     cluster.create_topic("rejoin", 4, 3)
     wait_until(
         lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("rejoin").values()),
-        "full ISRs",
         60,
+        "full ISRs",
+        retry_on=PROBE_ERRORS,
     )
     cluster.brokers[3].kill()
     wait_until(
         lambda: all(3 not in p.isr_nodes for p in cluster.partitions("rejoin", 1).values()),
-        "broker 3 out of every ISR",
         60,
+        "broker 3 out of every ISR",
+        retry_on=PROBE_ERRORS,
     )
     cluster.brokers[3].start(90)
     wait_until(
         lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("rejoin", 1).values()),
-        "broker 3 back in every ISR",
         60,
+        "broker 3 back in every ISR",
+        retry_on=PROBE_ERRORS,
     )
 
 
@@ -131,7 +142,7 @@ def test_sigterm_to_every_broker_at_once(cluster: Cluster) -> None:
             for b in cluster.brokers.values()
         )
 
-    wait_until(full, "every ISR full", timeout=120)
+    wait_until(full, 120, "every ISR full", retry_on=PROBE_ERRORS)
     logs = {i: b.log_path for i, b in cluster.brokers.items()}
     before = {i: path.stat().st_size for i, path in logs.items()}
     started = time.monotonic()

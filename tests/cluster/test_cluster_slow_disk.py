@@ -21,7 +21,8 @@ from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.faulty_fs import FaultyFs
-from tests.cluster.test_cluster_brokers import three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, three_brokers
+from tests.waiting import wait_until
 
 TOPIC = "av"
 PARTITIONS = 6
@@ -41,7 +42,7 @@ def test_a_slow_disk_shrinks_no_isr_and_every_slow_leadership_moves(
             TOPIC
         ].result(30)
         wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values())
-                   and len(cluster.partitions(TOPIC)) == PARTITIONS, "all in sync", 30)  # fmt: skip
+                   and len(cluster.partitions(TOPIC)) == PARTITIONS, 30, "all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
 
         def placed() -> dict[str, list[int]] | None:
             found = {
@@ -50,7 +51,7 @@ def test_a_slow_disk_shrinks_no_isr_and_every_slow_leadership_moves(
             }
             return found if sum(map(len, found.values())) == PARTITIONS else None
 
-        where = wait_until(placed, "broker 1's partition dirs", 30)
+        where = wait_until(placed, 30, "broker 1's partition dirs", retry_on=PROBE_ERRORS)
         assert where["slow"] and where["healthy"], where
         zk = ZkMetadataClient(cluster.connect).start()
         try:
@@ -59,8 +60,7 @@ def test_a_slow_disk_shrinks_no_isr_and_every_slow_leadership_moves(
                 zk.run_election(request, 30)
         finally:
             zk.close()
-        wait_until(lambda: all(p.leader_id == 1 for p in cluster.partitions(TOPIC).values()),
-                   "broker 1 leads every partition", 30)  # fmt: skip
+        wait_until(lambda: all(p.leader_id == 1 for p in cluster.partitions(TOPIC).values()), 30, "broker 1 leads every partition", retry_on=PROBE_ERRORS)  # fmt: skip
 
         acked, failed = [0], [0]
         producer = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all",

@@ -18,10 +18,11 @@ from logkeel.server.group.records import partition_for
 from logkeel.server.txn.records import TRANSACTION_STATE_TOPIC
 from tests.cluster.test_cluster_brokers import (
     FAILOVER_BOUND_S,
+    PROBE_ERRORS,
     Cluster,
     three_brokers,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 STATE_PARTITIONS = 3
 TOPIC = "txns"
@@ -115,8 +116,9 @@ def test_commit_and_abort_across_brokers_and_coordinator_killed(txn_cluster: Clu
     survivor = next(i for i in txn_cluster.brokers if i != victim)
     wait_until(
         lambda: state_leader(txn_cluster, txn_id, survivor) not in (-1, victim),
-        "a new leader of the id's __transaction_state partition",
         FAILOVER_BOUND_S,
+        "a new leader of the id's __transaction_state partition",
+        retry_on=PROBE_ERRORS,
     )
     # The producer's next incarnation, on the new coordinator: the open transaction is aborted.
     q = producer(txn_cluster, txn_id)

@@ -19,7 +19,7 @@ from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.testing.history import History
-from tests.cluster.test_cluster_brokers import Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
 from tests.cluster.test_cluster_elections import (
     TOPIC,
     leader,
@@ -27,6 +27,7 @@ from tests.cluster.test_cluster_elections import (
     reported_end,
     stays_offline,
 )
+from tests.waiting import wait_until
 
 RECORDS = 300
 
@@ -82,8 +83,7 @@ def all_killed_one_wiped(
     lead, victim, other = replicas_in_isr_order(cluster)
     write_acked(cluster, history)
     # The evidence that the partition held data is the brokers' periodic reports.
-    wait_until(lambda: all(reported_end(cluster, b) == RECORDS for b in (lead, victim, other)),
-               "reports of the written log", 20)  # fmt: skip
+    wait_until(lambda: all(reported_end(cluster, b) == RECORDS for b in (lead, victim, other)), 20, "reports of the written log", retry_on=PROBE_ERRORS)  # fmt: skip
     for b in (lead, victim, other):
         cluster.brokers[b].kill()
     for d in cluster.brokers[victim].log_dirs:
@@ -100,7 +100,12 @@ def check_history(cluster: Cluster, history: History, wiped: int) -> None:
     losses = cluster_status(cluster.live()[0].bootstrap)["election_losses"]
     assert [x for x in losses if x["topic"] == TOPIC] == []
     # The wiped replica catches up from the leader and is in sync again.
-    wait_until(lambda: wiped in cluster.partitions(TOPIC)[0].isr_nodes, "wiped replica in sync", 40)
+    wait_until(
+        lambda: wiped in cluster.partitions(TOPIC)[0].isr_nodes,
+        40,
+        "wiped replica in sync",
+        retry_on=PROBE_ERRORS,
+    )
 
 
 @pytest.mark.parametrize("whole_dir", [False, True], ids=["partition-dir", "empty-log-dir"])
@@ -124,12 +129,16 @@ def test_a_wiped_isr_member_back_alone_waits_for_the_replicas_that_hold_the_data
         # reasons (an older report; not reported yet).
         return why if why and "empty log" in why and "waiting for" in why else None
 
-    wait_until(reason, "the offline partition's reason: an empty log, waiting for the others", 60)
+    wait_until(
+        reason,
+        60,
+        "the offline partition's reason: an empty log, waiting for the others",
+        retry_on=PROBE_ERRORS,
+    )
     assert stays_offline(fresh, 3)
     fresh.brokers[lead].start(60)
     fresh.brokers[other].start(60)
-    elected = wait_until(lambda: leader(fresh) if leader(fresh) not in (-1, wiped) else None,
-                         "a leader holding the data", 60)  # fmt: skip
+    elected = wait_until(lambda: leader(fresh) if leader(fresh) not in (-1, wiped) else None, 60, "a leader holding the data", retry_on=PROBE_ERRORS)  # fmt: skip
     assert elected in (lead, other)
     check_history(fresh, history, wiped)
 
@@ -140,7 +149,6 @@ def test_a_wiped_isr_member_back_first_of_three_is_not_elected(fresh: Cluster) -
     fresh.brokers[wiped].start(60)
     fresh.brokers[lead].start(60)
     fresh.brokers[other].start(60)
-    elected = wait_until(lambda: leader(fresh) if leader(fresh) != -1 else None,
-                         "a leader", 60)  # fmt: skip
+    elected = wait_until(lambda: leader(fresh) if leader(fresh) != -1 else None, 60, "a leader", retry_on=PROBE_ERRORS)  # fmt: skip
     assert elected != wiped
     check_history(fresh, history, wiped)

@@ -16,7 +16,8 @@ from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerMoved
 from logkeel.cluster.zk_data import ElectionLoss, LeaderIsr, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
-from tests.cluster.test_cluster_brokers import wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS
+from tests.waiting import wait_until
 
 TOPIC = "w"
 
@@ -88,7 +89,7 @@ def test_the_context_keeps_each_partitions_newest_election_loss(
             with ctx.lock:
                 return ctx.live_brokers().losses.get(tp) == (7, 90)
 
-        wait_until(newest, "the new loss", 10)
+        wait_until(newest, 10, "the new loss", retry_on=PROBE_ERRORS)
         assert tp in touched  # the partition is decided again with it
     finally:
         ctx.close()

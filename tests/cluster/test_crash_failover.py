@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
-from tests.cluster.test_cluster_brokers import Cluster, three_brokers, wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
 from tests.cluster.test_cluster_history import (
     TOPIC,
     Reader,
@@ -25,6 +25,7 @@ from tests.cluster.test_cluster_history import (
     final_logs,
     run_rounds,
 )
+from tests.waiting import wait_until
 
 SESSION_MS = 18_000
 # Well below the session: only the refused connections can explain a failover this fast.
@@ -58,8 +59,7 @@ def test_sigkilled_leaders_fail_over_before_their_session_expires(cluster: Clust
 )
 def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
     cluster.create_topic("ctl", 6, 3)
-    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()),
-               "all in sync")  # fmt: skip
+    wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()), 15.0, "all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
     client = zk(cluster)
     try:
         old = zd.decode_controller(client.get(zd.CONTROLLER)[0])
@@ -72,7 +72,12 @@ def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
             parts = cluster.partitions("ctl", peer)
             return all(p.leader_id not in (old, -1) for p in parts.values())
 
-        wait_until(led_elsewhere, "every partition led by a live broker", CRASH_BOUND_S)
+        wait_until(
+            led_elsewhere,
+            CRASH_BOUND_S,
+            "every partition led by a live broker",
+            retry_on=PROBE_ERRORS,
+        )
         took = time.monotonic() - started
         new = zd.decode_controller(client.get(zd.CONTROLLER)[0])
         assert new != old
@@ -82,8 +87,7 @@ def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
         print(f"controller {old} killed: every partition led elsewhere after {took:.2f}s")
         # Restarted at once: its old registration is gone already, nothing waits for a session.
         cluster.brokers[old].start(30)
-        wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()),
-                   "back in every ISR", 30)  # fmt: skip
+        wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()), 30, "back in every ISR", retry_on=PROBE_ERRORS)  # fmt: skip
     finally:
         client.stop()
 
@@ -109,7 +113,7 @@ def test_a_broker_wrongly_declared_gone_registers_again_and_loses_nothing(
         20
     )
     wait_until(lambda: agreed(cluster) and all(
-        len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()), "all in sync")  # fmt: skip
+        len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()), 15.0, "all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
     bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
     history = History()
     writer, reader = Writer(bootstrap, history), Reader(bootstrap, history)
@@ -117,21 +121,22 @@ def test_a_broker_wrongly_declared_gone_registers_again_and_loses_nothing(
     reader.start()
     client = zk(cluster)
     try:
-        wait_until(lambda: len(history.acked) > 200, "first acks", 30)
+        wait_until(lambda: len(history.acked) > 200, 30, "first acks", retry_on=PROBE_ERRORS)
         victim = cluster.partitions(TOPIC)[0].leader_id
         path = zd.broker_path(victim)
         before = client.exists(path).czxid
         client.delete(path)
-        wait_until(lambda: (s := client.exists(path)) is not None and s.czxid != before,
-                   "the broker registered again", 20)  # fmt: skip
+        wait_until(lambda: (s := client.exists(path)) is not None and s.czxid != before, 20, "the broker registered again", retry_on=PROBE_ERRORS)  # fmt: skip
         acked = len(history.acked)
-        wait_until(lambda: len(history.acked) > acked + 200, "acks go on", 30)
+        wait_until(
+            lambda: len(history.acked) > acked + 200, 30, "acks go on", retry_on=PROBE_ERRORS
+        )
 
         def all_in_sync() -> bool:
             parts = agreed(cluster)
             return parts is not None and all(len(p.isr_nodes) == 3 for p in parts.values())
 
-        wait_until(all_in_sync, "the broker back in every ISR", 60)
+        wait_until(all_in_sync, 60, "the broker back in every ISR", retry_on=PROBE_ERRORS)
         assert "registering again" in cluster.brokers[victim].output(400_000)
     finally:
         client.stop()

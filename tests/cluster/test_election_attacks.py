@@ -36,11 +36,12 @@ from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.history import History
 from tests.cluster.test_cluster_brokers import (
     FAILOVER_BOUND_S,
+    PROBE_ERRORS,
     Cluster,
     three_brokers,
-    wait_until,
 )
 from tests.server.test_admin_wire import Wire
+from tests.waiting import wait_until
 
 OVERRIDES = {"min.insync.replicas": "2", "default.replication.factor": "3"}
 # The periodic replica-log report runs every 5 s: the bound for one to carry a new high mark.
@@ -85,7 +86,9 @@ class Run:
                 all(len(p.isr_nodes) == 3 for p in cluster.partitions(topic).values())
                 and len(cluster.partitions(topic)) == partitions
             ),
+            15.0,
             f"{topic}'s partitions with a full ISR",
+            retry_on=PROBE_ERRORS,
         )
 
     def produce(self, n: int, timeout: float = 60.0) -> int:
@@ -152,7 +155,12 @@ class Run:
                 for p in range(self.partitions)
             )
 
-        wait_until(covered, "reports to carry the acknowledged offsets", REPORT_BOUND_S)
+        wait_until(
+            covered,
+            REPORT_BOUND_S,
+            "reports to carry the acknowledged offsets",
+            retry_on=PROBE_ERRORS,
+        )
 
     def status(self) -> dict[str, Any]:
         live = self.cluster.live()
@@ -196,7 +204,12 @@ class Run:
                     return None
 
             ends = {
-                p: wait_until(lambda p=p: (h := high(p)) is not None and (h,), f"p{p}'s end")[0]
+                p: wait_until(
+                    lambda p=p: (h := high(p)) is not None and (h,),
+                    15.0,
+                    f"p{p}'s end",
+                    retry_on=PROBE_ERRORS,
+                )[0]
                 for p in range(self.partitions)
             }
             consumer.assign(
@@ -222,8 +235,9 @@ class Run:
         self.cluster.ensure_all_running()
         wait_until(
             lambda: all(p.leader_id >= 0 for p in self.cluster.partitions(self.topic).values()),
-            f"every partition of {self.topic} to be led",
             FAILOVER_BOUND_S + REPORT_BOUND_S,
+            f"every partition of {self.topic} to be led",
+            retry_on=PROBE_ERRORS,
         )
         return self.history.check(self.final_log(), self.losses())
 
@@ -278,8 +292,9 @@ def wait_controller_saw_restart(run: Run, broker: int) -> dict[str, Any]:
     """Until the restarted broker has reported and the controller decided on the partition."""
     return wait_until(
         lambda: (p := run.partition_status()) and (p["offline"] or p["leader"] >= 0) and p,
-        "a decision on the partition",
         FAILOVER_BOUND_S + REPORT_BOUND_S,
+        "a decision on the partition",
+        retry_on=PROBE_ERRORS,
     )
 
 
@@ -294,8 +309,9 @@ def wait_decided_alone(run: Run) -> dict[str, Any]:
         lambda: (
             (p := run.partition_status()) and (p["leader"] in live or p.get("offline_reason")) and p
         ),
-        "the controller to elect or record an offline reason",
         FAILOVER_BOUND_S + REPORT_BOUND_S,
+        "the controller to elect or record an offline reason",
+        retry_on=PROBE_ERRORS,
     )
 
 
@@ -342,8 +358,9 @@ def test_leader_back_damaged_before_its_session_expires_then_preferred_election(
         cluster.brokers[leader].start()
         wait_until(
             lambda: leader_of(run) not in (-1, leader) or None,
-            "a follower to lead",
             FAILOVER_BOUND_S + REPORT_BOUND_S,
+            "a follower to lead",
+            retry_on=PROBE_ERRORS,
         )
         assert run.produce(100) == 100
         elect(cluster, "--preferred")
@@ -474,22 +491,25 @@ def _restart_wiped_unseen(run: Run, damaged: int, controller: int) -> bool:
         cluster.brokers[damaged].start()
         wait_until(
             lambda: registration_zxid(cluster, damaged) not in (None, old_zxid),
-            "the damaged broker to register again",
             10,
+            "the damaged broker to register again",
+            retry_on=PROBE_ERRORS,
         )
     finally:
         cluster.brokers[controller].thaw()
     new_zxid = registration_zxid(cluster, damaged)
     wait_until(
         lambda: reported_epoch(cluster, damaged) == new_zxid or None,
-        "the restarted broker's first report",
         REPORT_BOUND_S,
+        "the restarted broker's first report",
+        retry_on=PROBE_ERRORS,
     )
     leader = leader_of(run)
     wait_until(
         lambda: damaged not in cluster.partitions(run.topic, leader)[0].isr_nodes,
-        "the damaged broker to leave the ISR",
         FAILOVER_BOUND_S,
+        "the damaged broker to leave the ISR",
+        retry_on=PROBE_ERRORS,
     )
     bounced = f"[{damaged}] left the ISR: restarted since the ISR was written"
     return any(bounced in b.log_path.read_text(errors="replace") for b in cluster.brokers.values())
@@ -508,8 +528,9 @@ def wiped_but_in_isr(run: Run, damaged: int, controller: int, leader: int) -> It
                 return
         wait_until(
             lambda: damaged in run.cluster.partitions(run.topic, leader)[0].isr_nodes or None,
-            "the damaged broker to catch up and rejoin the ISR",
             FAILOVER_BOUND_S + REPORT_BOUND_S,
+            "the damaged broker to catch up and rejoin the ISR",
+            retry_on=PROBE_ERRORS,
         )
     raise SetUpFailed(f"the controller saw broker {damaged}'s absence three times")
 
@@ -535,8 +556,9 @@ def test_controlled_shutdown_never_elects_a_wiped_follower_restarted_unseen(
                 cluster.brokers[leader].stop()
                 new = wait_until(
                     lambda: (x := leader_of(run)) not in (-1, leader) and x or None,
-                    "another leader",
                     FAILOVER_BOUND_S + REPORT_BOUND_S,
+                    "another leader",
+                    retry_on=PROBE_ERRORS,
                 )
             anomalies = run.restore_and_check()
             assert run.tracebacks() == []
@@ -556,7 +578,12 @@ def test_preferred_election_never_elects_a_wiped_preferred_replica_restarted_uns
             run = Run(cluster, "pw", replicas=[damaged, leader, controller])
             moved = elect(cluster, "--topic", "pw", "--partition", "0", "--replica", str(leader))
             assert moved.returncode == 0, moved.stdout + moved.stderr
-            wait_until(lambda: leader_of(run) == leader, "the designated leader")
+            wait_until(
+                lambda: leader_of(run) == leader,
+                15.0,
+                "the designated leader",
+                retry_on=PROBE_ERRORS,
+            )
             assert run.produce(400) == 400
             run.wait_reports_cover_acks()
             with wiped_but_in_isr(run, damaged, controller, leader):

@@ -22,6 +22,7 @@ from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.ports import free_port
 from logkeel.storage.topic_partition import TopicPartition
+from tests.waiting import wait_until
 
 WAIT = 15.0  # upper bound for anything ZooKeeper does asynchronously in these tests
 
@@ -59,13 +60,6 @@ def expire_session(client: ZkMetadataClient) -> None:
     thief.close()
 
 
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_unreachable_zookeeper_is_a_clear_error() -> None:
     client = ZkMetadataClient(f"127.0.0.1:{free_port()}", connection_timeout_ms=1000)
     started = time.monotonic()
@@ -80,7 +74,7 @@ def test_broker_registration_is_ephemeral_and_watched(clients) -> None:
     assert a.brokers(watch=seen.append) == {}
     epoch = b.register_broker(registration(2))
     assert epoch > 0
-    wait_for(lambda: seen and seen[-1] == [2], "the watch to see broker 2")
+    wait_until(lambda: seen and seen[-1] == [2], WAIT, "the watch to see broker 2")
     found = a.brokers()[2]
     assert found.broker_epoch == epoch and found.rack == "r2" and found.log_dir_ids == ("dir2",)
     with pytest.raises(BrokerIdInUse):
@@ -92,7 +86,7 @@ def test_broker_registration_is_ephemeral_and_watched(clients) -> None:
     b.add_session_listener(lambda state: state == "LOST" and lost.set())
     expire_session(b)
     assert lost.wait(WAIT), "the expired session was not reported as LOST"
-    wait_for(lambda: seen[-1] == [], "the watch to see broker 2 vanish")
+    wait_until(lambda: seen[-1] == [], WAIT, "the watch to see broker 2 vanish")
     assert a.broker(2) is None
     # The broker id is free again for a new session, with a newer broker epoch.
     assert clients().register_broker(registration(2)) > epoch
@@ -113,7 +107,7 @@ def test_controller_election_fencing_and_failover(clients) -> None:
     controllers: list[int | None] = []
     b.controller(watch=controllers.append)
     expire_session(a)
-    wait_for(lambda: controllers and controllers[-1] is None, "/controller to vanish")
+    wait_until(lambda: controllers and controllers[-1] is None, WAIT, "/controller to vanish")
     ctl_b = b.try_become_controller(2)
     assert ctl_b is not None and ctl_b.epoch == 2 and b.controller() == 2
 
@@ -173,7 +167,7 @@ def test_topics_configs_and_deletion(clients) -> None:
     with pytest.raises(NodeExistsError):
         zk.create_topic(TopicAssignment("t", None, {0: (1,)}), {})
     zk.create_partition_states(ctl, "t", {p: LeaderIsr(1, 0, (1,), ctl.epoch) for p in (0, 1)})
-    wait_for(lambda: names and names[-1] == ["t"], "the topics watch")
+    wait_until(lambda: names and names[-1] == ["t"], WAIT, "the topics watch")
     assert zk.topic_config("t") == {"retention.ms": "1000"}
     zk.set_topic_config("t", {"retention.ms": "2000"})
     assert zk.topic_config("t") == {"retention.ms": "2000"}
@@ -184,7 +178,7 @@ def test_topics_configs_and_deletion(clients) -> None:
     assert zk.topics_to_delete() == ["t"]
     zk.delete_topic(ctl, "t")
     assert zk.topics() == [] and zk.topics_to_delete() == [] and zk.topic_config("t") == {}
-    wait_for(lambda: names[-1] == [], "the topics watch to see the deletion")
+    wait_until(lambda: names[-1] == [], WAIT, "the topics watch to see the deletion")
 
 
 def test_notifications_are_read_in_order_and_once(clients) -> None:

@@ -21,7 +21,8 @@ from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, TopicState
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_store import ZkMetadataStore
-from tests.cluster.test_zk_client import expire_session, wait_for
+from tests.cluster.test_zk_client import WAIT, expire_session
+from tests.waiting import wait_until
 
 
 class Node:
@@ -55,9 +56,11 @@ def nodes(zk_connect: str) -> Iterator[Callable[[int], Node]]:
 
 def test_caches_follow_the_controller_and_admin_writes_wait(nodes) -> None:
     a, b = nodes(1), nodes(2)
-    wait_for(lambda: len(a.store.brokers()) == 2 and len(b.store.brokers()) == 2, "both live")
+    wait_until(
+        lambda: len(a.store.brokers()) == 2 and len(b.store.brokers()) == 2, WAIT, "both live"
+    )
     assert a.store.cluster_id == b.store.cluster_id
-    wait_for(lambda: a.store.controller_id in (1, 2), "a controller")
+    wait_until(lambda: a.store.controller_id in (1, 2), WAIT, "a controller")
 
     with pytest.raises(MetadataError) as refused:
         a.store.create_topic("wide", 1, 3, {})
@@ -67,7 +70,7 @@ def test_caches_follow_the_controller_and_admin_writes_wait(nodes) -> None:
     assert [p.leader for p in created.partitions.values()] == [
         p.replicas[0] for p in created.partitions.values()
     ]
-    wait_for(lambda: b.store.topic("t") == a.store.topic("t"), "b to see the same topic")
+    wait_until(lambda: b.store.topic("t") == a.store.topic("t"), WAIT, "b to see the same topic")
     assert ("t", b.store.topic("t")) in b.events
 
     grown = b.store.create_partitions("t", 3)
@@ -82,8 +85,9 @@ def test_caches_follow_the_controller_and_admin_writes_wait(nodes) -> None:
         p0.topic, 0, p0.replicas, p0.leader, p0.leader_epoch, [p0.leader], p0.partition_epoch + 1
     )
     a.store.update_partition(shrunk)
-    wait_for(
+    wait_until(
         lambda: (s := b.store.partition(p0.tp)) is not None and s.isr == [p0.leader],
+        WAIT,
         "the shrunk ISR everywhere",
     )
     with pytest.raises(MetadataError) as stale:
@@ -92,13 +96,13 @@ def test_caches_follow_the_controller_and_admin_writes_wait(nodes) -> None:
     assert follower not in b.store.partition(p0.tp).isr  # type: ignore[union-attr]
 
     a.store.delete_topic("t")
-    wait_for(lambda: b.store.topic("t") is None, "the deletion everywhere")
+    wait_until(lambda: b.store.topic("t") is None, WAIT, "the deletion everywhere")
     assert ("t", None) in b.events
 
 
 def test_registration_returns_after_session_expiry(nodes) -> None:
     a, b = nodes(1), nodes(2)
-    wait_for(lambda: len(b.store.brokers()) == 2, "both live")
+    wait_until(lambda: len(b.store.brokers()) == 2, WAIT, "both live")
     before = b.store.registrations()[1].broker_epoch
     started = time.monotonic()
     expire_session(a.store.client)
@@ -107,19 +111,20 @@ def test_registration_returns_after_session_expiry(nodes) -> None:
         reg = b.store.registrations().get(1)
         return reg is not None and reg.broker_epoch != before
 
-    wait_for(registered_again, "a to register again, with a new broker epoch")
+    wait_until(registered_again, WAIT, "a to register again, with a new broker epoch")
     assert time.monotonic() - started < 15
-    wait_for(lambda: a.store.controller_id in (1, 2), "a controller again")
+    wait_until(lambda: a.store.controller_id in (1, 2), WAIT, "a controller again")
 
 
 def test_leadership_returns_to_the_preferred_replica(nodes) -> None:
     a, b = nodes(1, 0.2), nodes(2, 0.2)
-    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    wait_until(lambda: len(a.store.brokers()) == 2, WAIT, "both live")
     created = a.store.create_topic("r", 2, 2, {})
     preferred_by_b = next(p for p in created.partitions.values() if p.replicas[0] == 2)
     b.close()
-    wait_for(
+    wait_until(
         lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 1,
+        WAIT,
         "broker 1 to take over",
     )
     nodes(2, 0.2)
@@ -137,15 +142,16 @@ def test_leadership_returns_to_the_preferred_replica(nodes) -> None:
             current.partition_epoch + 1,
         )
     )
-    wait_for(
+    wait_until(
         lambda: (s := a.store.partition(preferred_by_b.tp)) is not None and s.leader == 2,
+        WAIT,
         "the auto leader rebalance to give it back",
     )
 
 
 def test_replicas_of_a_failed_log_dir_lose_leadership(nodes) -> None:
     a, b = nodes(1), nodes(2)
-    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    wait_until(lambda: len(a.store.brokers()) == 2, WAIT, "both live")
     created = a.store.create_topic("disk", 2, 2, {})
     led_by_a = [p.tp for p in created.partitions.values() if p.leader == 1]
     assert led_by_a
@@ -155,20 +161,22 @@ def test_replicas_of_a_failed_log_dir_lose_leadership(nodes) -> None:
         states = [b.store.partition(tp) for tp in led_by_a]
         return all(s is not None and s.leader == 2 and s.isr == [2] for s in states)
 
-    wait_for(moved, "the controller to move leadership off the failed dir")
-    wait_for(
+    wait_until(moved, WAIT, "the controller to move leadership off the failed dir")
+    wait_until(
         lambda: b.store.registrations()[1].offline_log_dir_ids == ("dir-1",),
+        WAIT,
         "the offline dir in broker 1's registration",
     )
-    wait_for(
-        lambda: all(1 in b.store.partition(tp).offline_replicas for tp in led_by_a),  # type: ignore[union-attr]
+    wait_until(
+        lambda: all(1 in b.store.partition(tp).offline_replicas for tp in led_by_a),
+        WAIT,
         "broker 1 listed as an offline replica",
     )
 
 
 def test_manual_assignments_are_kept_and_checked(nodes) -> None:
     a, _ = nodes(1), nodes(2)
-    wait_for(lambda: len(a.store.brokers()) == 2, "both live")
+    wait_until(lambda: len(a.store.brokers()) == 2, WAIT, "both live")
     created = a.store.create_topic("manual", 2, 2, {}, assignment={0: [2, 1], 1: [1, 2]})
     assert {p: (s.replicas, s.leader) for p, s in created.partitions.items()} == {
         0: ([2, 1], 2),
@@ -189,10 +197,11 @@ def test_acls_written_through_one_broker_apply_on_the_other(nodes) -> None:
                       AclOperation.WRITE, AclPermissionType.DENY)  # fmt: skip
     a.store.alter_acls([read], [])
     b.store.alter_acls([deny], [])  # applied on top of a's write, not over it
-    wait_for(lambda: set(a.store.acl_bindings()) == {read, deny} == set(b.store.acl_bindings()),
-             "both brokers see both ACLs")  # fmt: skip
+    wait_until(lambda: set(a.store.acl_bindings()) == {read, deny} == set(b.store.acl_bindings()), WAIT, "both brokers see both ACLs")  # fmt: skip
     b.store.alter_acls([], [read])
-    wait_for(lambda: a.store.acl_bindings() == (deny,), "the removal reaches the other broker")
+    wait_until(
+        lambda: a.store.acl_bindings() == (deny,), WAIT, "the removal reaches the other broker"
+    )
 
 
 def test_group_configs_written_through_one_broker_apply_on_the_other(nodes) -> None:
@@ -203,6 +212,10 @@ def test_group_configs_written_through_one_broker_apply_on_the_other(nodes) -> N
         "g1": {"consumer.session.timeout.ms": "50000"},
         "g2": {"consumer.heartbeat.interval.ms": "6000"},
     }
-    wait_for(lambda: a.store.group_configs() == both == b.store.group_configs(), "both groups")
+    wait_until(
+        lambda: a.store.group_configs() == both == b.store.group_configs(), WAIT, "both groups"
+    )
     b.store.alter_group_configs({"g1": {}})
-    wait_for(lambda: "g1" not in a.store.group_configs(), "the removal reaches the other broker")
+    wait_until(
+        lambda: "g1" not in a.store.group_configs(), WAIT, "the removal reaches the other broker"
+    )

@@ -16,8 +16,9 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.zk_server import ZooKeeperServer
 from tests.brokerproc import BrokerProcess
-from tests.cluster.test_cluster_brokers import wait_until
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS
 from tests.server.test_produce_api import RawClient, batch, fetch_records, produce_one
+from tests.waiting import wait_until
 
 SESSION_TIMEOUT_MS = 6000
 
@@ -44,7 +45,10 @@ def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> 
             # once the broker has won the controller election (the test's own ZooKeeper is a
             # fresh JVM, slow to answer on a loaded machine).
             wait_until(
-                lambda: controller_id(admin) == 1, "broker 1 to be the controller", timeout=30
+                lambda: controller_id(admin) == 1,
+                30,
+                "broker 1 to be the controller",
+                retry_on=PROBE_ERRORS,
             )
             admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)
             with RawClient(broker.port) as client:
@@ -53,7 +57,9 @@ def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> 
                         produce_one(client, 9, "t", 0, batch([b"a", b"b"])).error_code
                         == ErrorCode.none
                     ),
+                    15.0,
                     "the first write",
+                    retry_on=PROBE_ERRORS,
                 )
                 assert zk.process is not None
                 os.kill(zk.process.pid, signal.SIGSTOP)
@@ -72,8 +78,9 @@ def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> 
                     lambda: (
                         produce_one(client, 9, "t", 0, batch([b"d"])).error_code == ErrorCode.none
                     ),
+                    SESSION_TIMEOUT_MS / 1000 + 30,
                     "writes accepted again after ZooKeeper returned",
-                    timeout=SESSION_TIMEOUT_MS / 1000 + 30,
+                    retry_on=PROBE_ERRORS,
                 )
                 values = [r.value for r in fetch_records(client, "t", 0, 0)]
                 assert values[:3] == [b"a", b"b", b"c"] and b"lost?" not in values

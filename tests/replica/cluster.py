@@ -10,12 +10,10 @@ here: the tests decide the states themselves.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from logkeel.cluster.metadata import (
     BrokerInfo,
@@ -34,7 +32,7 @@ from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.broker_process import free_port
 from tests.server.test_metadata_offline import InProcessBroker
 
-__all__ = ["Cluster", "SharedMetadata", "log_batches", "wait_until"]
+__all__ = ["Cluster", "SharedMetadata", "log_batches"]
 
 
 class SharedMetadata(MetadataStore):
@@ -216,14 +214,3 @@ def log_batches(broker: Broker, tp: TopicPartition) -> list[tuple[int, int, int]
         (h.base_offset, h.partition_leader_epoch, h.base_offset + h.last_offset_delta)
         for _, h in iter_headers(data)
     ]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s: {what}")
-        time.sleep(0.02)

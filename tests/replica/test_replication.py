@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from logkeel.storage.topic_partition import TopicPartition
-from tests.replica.cluster import Cluster, log_batches, wait_until
+from tests.replica.cluster import Cluster, log_batches
+from tests.waiting import wait_until
 
 TOPIC = "replicated"
 TP = TopicPartition(TOPIC, 0)
@@ -34,7 +35,8 @@ def create_topic(cluster: Cluster, configs: dict[str, str] | None = None) -> Non
     for node in cluster.procs:
         wait_until(
             lambda node=node: cluster.broker(node).replica_manager.partition(TP) is not None,
-            what=f"broker {node} holds {TP}",
+            10.0,
+            f"broker {node} holds {TP}",
         )
 
 
@@ -106,7 +108,7 @@ def test_records_replicate_with_the_leaders_offsets_and_epochs(cluster: Cluster)
     assert log_batches(cluster.broker(1), TP) == leader_log
     assert all(epoch == 0 for _, epoch, _ in leader_log)
     assert high_watermark(cluster, 0) == 20
-    wait_until(lambda: high_watermark(cluster, 1) == 20, what="the follower learns the HW")
+    wait_until(lambda: high_watermark(cluster, 1) == 20, 10.0, "the follower learns the HW")
     assert consume_all(cluster, 20) == [(i, f"v{i}".encode()) for i in range(20)]
 
 
@@ -123,7 +125,7 @@ def test_acks_all_waits_for_the_follower(cluster: Cluster) -> None:
     )
     leader = cluster.broker(0).replica_manager.partition(TP)
     assert leader is not None and leader.log is not None
-    wait_until(lambda: (p.poll(0.05), leader.log.log_end_offset == 1)[1], what="appended")
+    wait_until(lambda: (p.poll(0.05), leader.log.log_end_offset == 1)[1], 10.0, "appended")
     for _ in range(10):  # a second: still unanswered, the high watermark has not moved
         p.poll(0.1)
     assert reports == []
@@ -153,7 +155,7 @@ def test_min_insync_replicas(cluster: Cluster) -> None:
     cluster.stop(1)
     reports: list[tuple[int, object]] = []
     p.produce(TOPIC, b"late", partition=0, on_delivery=lambda e, m: reports.append((0, e)))
-    wait_until(lambda: (p.poll(0.05), leader.log.log_end_offset == 2)[1], what="appended")
+    wait_until(lambda: (p.poll(0.05), leader.log.log_end_offset == 2)[1], 10.0, "appended")
     cluster.metadata.set_isr(TP, [0])
     wait_until(lambda: (p.poll(0.05), reports)[1], 10, "the produce is answered")
     [(_, err)] = reports
@@ -235,7 +237,8 @@ def test_three_brokers_with_two_fetchers_per_source(tmp_path: Path) -> None:
                 for n in range(3)
                 for tp in tps
             ),
-            what="every broker holds every partition",
+            10.0,
+            "every broker holds every partition",
         )
         p = producer(c)
         delivered: list[object] = []

@@ -4,7 +4,6 @@ and Consumer against a `logkeel serve` process, plus what its log dirs hold."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +109,6 @@ def partition_dirs(log_dir: Path, topic: str) -> list[str]:
     deletion dirs of long names hold a cut topic, so they are matched by its start."""
     head = topic[:150]
     return sorted(p.name for p in log_dir.iterdir() if p.is_dir() and p.name.startswith(head))
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.1)
 
 
 def read_all(

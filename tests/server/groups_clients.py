@@ -22,6 +22,8 @@ import kafka
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.waiting import wait_until
+
 Rec = tuple[int, int, bytes]
 
 SESSION_MS = 6000
@@ -117,9 +119,7 @@ class KafkaPythonMember:
         # need_rejoin() flips to False, and the SyncGroup result is never applied (no
         # assignment, heartbeats stay disabled). Knowing the partitions before joining avoids
         # that client-side race.
-        deadline = time.monotonic() + 10
-        while not self.c.partitions_for_topic(topic) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: self.c.partitions_for_topic(topic), 10, f"{topic}'s partitions known")
         self.c.subscribe([topic])
 
     def poll(self, timeout: float = 0.2) -> list[Rec]:

@@ -38,7 +38,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.offset_commit.v2 import request as oc
 from kio.schema.offset_for_leader_epoch.v4 import request as oe
+from kio.schema.produce.v9 import request as pr
 
+from logkeel.records.builder import build_batch
 from logkeel.server.protocol import ApiKey
 from logkeel.testing.broker_process import LogkeelBroker, free_port
 from tests.server.test_security import _call, _login
@@ -250,6 +252,26 @@ def test_write_on_one_prefix_only_neither_reads_nor_writes_elsewhere(acl_broker:
     assert got == [] and confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
     got, _ = consume(acl_broker.conf("admin"), inside, f"admin-{group}", 3)
     assert got == [b"v0", b"v1", b"v2"]
+
+
+def test_produce_to_an_absent_topic_without_create_is_unknown_topic(acl_broker: AclBroker) -> None:
+    """WRITE on a prefix but no CREATE: a Produce to an absent topic of that prefix answers that
+    partition UNKNOWN_TOPIC_OR_PARTITION (it once failed the whole request with
+    UNKNOWN_SERVER_ERROR) and creates nothing."""
+    prefix = f"absent-{uuid.uuid4().hex[:6]}-"
+    create_acls(acl_broker.admin(), [
+        topic_acl(prefix, "User:alice", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+    ])  # fmt: skip
+    records = build_batch([(0, None, b"v", ())])
+    with socket.create_connection(("127.0.0.1", acl_broker.port), timeout=10) as s:
+        assert _login(s, "alice", "alice-pw").error_code == ErrorCode.none
+        produced = _call(s, ApiKey.PRODUCE, 9, acks=1, timeout=timedelta(seconds=10),
+                         topic_data=(pr.TopicProduceData(name=prefix + "t", partition_data=(
+                             pr.PartitionProduceData(index=0, records=records),)),))  # fmt: skip
+    [topic] = produced.responses
+    assert topic.partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
+    listed = acl_broker.admin().list_topics(timeout=15).topics
+    assert prefix + "t" not in listed
 
 
 def test_offsets_and_record_deletion_need_describe_and_delete(acl_broker: AclBroker) -> None:

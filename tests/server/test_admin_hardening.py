@@ -29,8 +29,8 @@ from tests.server.admin_clients import (
     produce,
     read_partition,
     set_topic_config,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 LONG_A = "a" * 249
 LONG_B = "b." * 124 + "b"  # 249 characters with '.' in it

@@ -28,8 +28,8 @@ from tests.server.admin_clients import (
     produce,
     read_all,
     set_topic_config,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 LEGAL = string.ascii_letters + string.digits + "._-"
 BROKER_OWNED = ("__consumer_offsets", "__transaction_state")

@@ -35,6 +35,7 @@ from logkeel.cluster.client_quotas import (
 from logkeel.server.quota_rates import QuotaRates, RateWindow
 from logkeel.server.request_time import Timed, with_throttle
 from logkeel.testing.rate_clients import Producing
+from tests.waiting import wait_until
 
 from ..brokerproc import BrokerProcess
 
@@ -399,13 +400,13 @@ METADATA = MetadataRequest(
 def first_throttle(busy: Admin, idle: Admin, timeout: float = 60.0) -> timedelta:
     """Metadata requests from ``busy`` and ``idle`` in turn until ``busy`` is throttled (``idle``
     never may be); the throttle time."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def throttled() -> timedelta:
         throttle = busy.send(METADATA).throttle_time
         assert idle.send(METADATA).throttle_time == timedelta(0)
-        if throttle > timedelta(0):
-            return throttle
-    raise AssertionError("the busy client was never throttled")
+        return throttle
+
+    return wait_until(throttled, timeout, "the busy client throttled", interval=0)
 
 
 def test_a_client_over_its_request_percentage_is_throttled_and_muted(broker: BrokerProcess) -> None:

@@ -13,14 +13,8 @@ from confluent_kafka.admin import NewTopic
 from logkeel.cli.main import cli
 from logkeel.testing.faulty_fs import FaultyFs
 from tests.brokerproc import BrokerProcess
-from tests.server.admin_clients import (
-    admin,
-    offline_log_dirs,
-    outcome,
-    produce,
-    read_partition,
-    wait_until,
-)
+from tests.server.admin_clients import admin, offline_log_dirs, outcome, produce, read_partition
+from tests.waiting import wait_until
 
 
 def test_eio_from_one_disk_takes_only_its_dir_offline(tmp_path: Path, faulty_fs: FaultyFs) -> None:

@@ -7,7 +7,6 @@ import contextlib
 import random
 import socket
 import struct
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from kio.schema.index import api_key_map, schema_name_map
 
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, encode_request, is_known_api, request_schema
+from tests.waiting import wait_until
 
 from .conftest import (
     TEST_RULE,
@@ -101,11 +101,9 @@ def test_fuzzed_frames_do_not_break_the_broker(
     # Still serving: raw ApiVersions, then every connection is eventually gone.
     frame = api_versions_round_trip(broker.port, version=3)
     assert struct.unpack_from(">h", frame, 4)[0] == 0
-    deadline = time.monotonic() + 5
-    assert broker.server is not None
-    while broker.server.connection_count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert broker.server.connection_count == 0
+    server = broker.server
+    assert server is not None
+    wait_until(lambda: server.connection_count == 0, 5, "every connection gone")
     # Every request's memory was given back (served, refused, or dropped with its connection).
     assert broker.server.memory.used == 0
 

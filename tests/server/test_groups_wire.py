@@ -7,7 +7,6 @@ import importlib
 import itertools
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -20,6 +19,7 @@ from kio.static.primitive import i32, i32Timedelta, i64, i64Timedelta
 from logkeel.server.protocol import decode_response, encode_request, request_schema, response_schema
 from tests.brokerproc import BrokerProcess
 from tests.server.groups_clients import create_topic
+from tests.waiting import wait_until
 
 OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
@@ -401,11 +401,9 @@ def test_deleting_a_topic_deletes_its_committed_offsets(wire: Wire, broker: Brok
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.delete_topics(["doomed"])["doomed"].result(30)
     g = req(FETCH, 8, "OffsetFetchRequestGroup")
-    deadline = time.monotonic() + 10
-    while True:
+
+    def committed_topics() -> list[str]:
         r = wire.call(FETCH, 8, groups=(g(group_id="keeps", topics=None),))
-        names = [t.name for t in r.groups[0].topics]
-        if names == [TOPIC] or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert names == [TOPIC]
+        return [t.name for t in r.groups[0].topics]
+
+    wait_until(lambda: committed_topics() == [TOPIC], 10, "the deleted topic's offsets gone")

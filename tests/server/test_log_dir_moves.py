@@ -24,14 +24,8 @@ from logkeel.testing.faulty_fs import FaultyFs
 from logkeel.testing.history import History
 from tests.brokerproc import BrokerProcess
 from tests.cluster.test_cluster_history import PARTITIONS, TOPIC, Writer, final_logs
-from tests.server.admin_clients import (
-    admin,
-    offline_log_dirs,
-    outcome,
-    produce,
-    read_partition,
-    wait_until,
-)
+from tests.server.admin_clients import admin, offline_log_dirs, outcome, produce, read_partition
+from tests.waiting import wait_until
 
 RATE = {"replica.alter.log.dirs.io.max.bytes.per.second": "200000"}
 

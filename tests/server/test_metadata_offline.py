@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
-import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from logkeel.config import BrokerConfig
 from logkeel.server.broker import Broker
 from tests.server.test_admin_wire import Wire
+from tests.waiting import wait_until
 
 
 class InProcessBroker:
@@ -55,14 +55,6 @@ class InProcessBroker:
         self.loop.close()
 
 
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def two_dir_broker(tmp_path: Path) -> Iterator[tuple[InProcessBroker, Path, Path]]:
     a, b = tmp_path / "a", tmp_path / "b"
@@ -90,7 +82,9 @@ def test_partitions_of_a_removed_dir_go_offline(
     try:
         [created] = wire.create_topics([{"name": "jbod", "partitions": 2}])
         assert created.error_code == ErrorCode.none
-        wait_for(lambda: len(broker.log_manager.logs) == 2)
+        wait_until(
+            lambda: len(broker.log_manager.logs) == 2, 10.0, "len(broker.log_manager.logs) == 2"
+        )
         in_a = [
             tp.partition
             for tp in broker.log_manager.logs
@@ -104,7 +98,11 @@ def test_partitions_of_a_removed_dir_go_offline(
         assert len(in_a) == 1 and len(in_b) == 1  # one partition per dir
 
         shutil.rmtree(a)  # the disk is gone
-        wait_for(lambda: not broker.log_manager.dirs[0].online)
+        wait_until(
+            lambda: not broker.log_manager.dirs[0].online,
+            10.0,
+            "not broker.log_manager.dirs[0].online",
+        )
 
         [topic] = wire.metadata(["jbod"], version=12).topics
         parts = {p.partition_index: p for p in topic.partitions}
@@ -126,7 +124,11 @@ def test_partitions_of_a_removed_dir_go_offline(
         # The broker keeps serving admin requests on the surviving dir.
         [more] = wire.create_topics([{"name": "jbod-after", "partitions": 1}])
         assert more.error_code == ErrorCode.none
-        wait_for(lambda: any(tp.topic == "jbod-after" for tp in broker.log_manager.logs))
+        wait_until(
+            lambda: any(tp.topic == "jbod-after" for tp in broker.log_manager.logs),
+            10.0,
+            'any(tp.topic == "jbod-after" for tp in broker.log_manager.logs)',
+        )
         assert (
             broker.log_manager.dir_of(
                 next(tp for tp in broker.log_manager.logs if tp.topic == "jbod-after")

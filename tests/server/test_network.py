@@ -9,6 +9,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from kio.schema.list_groups.v0 import ListGroupsRequest, ListGroupsResponse
 from logkeel.server.errors import ApiError, CloseConnection
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey, encode_request
+from tests.waiting import wait_until
 
 from .conftest import (
     TEST_RULE,
@@ -149,10 +151,7 @@ def _closes_then_serves(
         with connect(bare_broker.port) as sock:
             sock.sendall(payload)
             assert_closed_by_server(sock)
-        deadline = time.monotonic() + 5
-        while expect_log not in caplog.text and time.monotonic() < deadline:
-            time.sleep(0.01)
-    assert expect_log in caplog.text, caplog.text
+        wait_until(lambda: expect_log in caplog.text, 5, f"{expect_log!r} logged")
     assert "127.0.0.1:" in caplog.text  # the peer is named
     api_versions_round_trip(bare_broker.port)
 
@@ -356,8 +355,7 @@ def test_slow_handlers_answer_in_order_and_do_not_block_other_connections(
         assert struct.unpack_from(">i", recv_frame(fast) or b"")[0] == 99
         assert order == []  # the requests behind the parked one wait, as in Kafka
         assert broker.loop is not None
-        while not gate:
-            time.sleep(0.01)
+        wait_until(lambda: gate, 10, "the first request parked at its gate")
         broker.loop.call_soon_threadsafe(gate[0].set)
         got = [struct.unpack_from(">i", recv_frame(slow) or b"")[0] for _ in range(5)]
     assert got == [0, 1, 2, 3, 4]
@@ -368,7 +366,10 @@ def test_slow_handlers_answer_in_order_and_do_not_block_other_connections(
 
 
 def test_graceful_stop_finishes_in_flight_requests(make_broker: MakeBroker) -> None:
+    handling = threading.Event()
+
     async def handle(ctx: RequestContext, request: Any) -> Any:
+        handling.set()
         await asyncio.sleep(0.3)
         return ListGroupsResponse(error_code=ErrorCode.none, groups=())
 
@@ -376,7 +377,7 @@ def test_graceful_stop_finishes_in_flight_requests(make_broker: MakeBroker) -> N
     port = broker.port
     with connect(port) as sock:
         sock.sendall(_list_groups_request(5))
-        time.sleep(0.05)  # let the request reach the handler
+        assert handling.wait(10), "the request never reached the handler"
         broker.stop(timeout=5)
         frame = recv_frame(sock)
         assert frame is not None and struct.unpack_from(">i", frame)[0] == 5
@@ -386,13 +387,16 @@ def test_graceful_stop_finishes_in_flight_requests(make_broker: MakeBroker) -> N
 
 
 def test_stop_gives_up_on_requests_past_the_timeout(make_broker: MakeBroker) -> None:
+    handling = threading.Event()
+
     async def handle(ctx: RequestContext, request: Any) -> Any:
+        handling.set()
         await asyncio.sleep(60)
 
     broker = make_broker(lambda r: _register_list_groups(r, handle))
     with connect(broker.port) as sock:
         sock.sendall(_list_groups_request(1))
-        time.sleep(0.05)
+        assert handling.wait(10), "the request never reached the handler"
         started = time.monotonic()
         broker.stop(timeout=0.3)
         assert time.monotonic() - started < 30  # the handler would take 60 s

@@ -16,8 +16,7 @@ import confluent_kafka
 import pytest
 
 from logkeel.testing.broker_process import LogkeelBroker, free_port
-
-from .admin_clients import wait_until
+from tests.waiting import wait_until
 
 MiB = 1024 * 1024
 PLAIN_JAAS = (

@@ -21,6 +21,7 @@ from tests.server.test_produce_api import (
     init_producer_id,
     produce_one,
 )
+from tests.waiting import wait_until
 
 
 def test_clean_restart_keeps_every_message_and_the_broker_state(tmp_path: Path) -> None:
@@ -108,17 +109,15 @@ def test_kill_9_during_acks_all_produce_loses_no_acknowledged_message(tmp_path: 
     writer = threading.Thread(target=produce_forever)
     writer.start()
     try:
-        deadline = time.monotonic() + 30
-        while len(acked) < 3000 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(acked) >= 3000, 30, "3000 acks")
         broker.kill()  # kill -9 mid-stream: nothing is flushed, no marker is written
         acked_before_kill = len(acked)
         assert acked_before_kill >= 3000
         time.sleep(0.5)
         broker.start()  # unclean start: recovery, then the producer carries on
-        deadline = time.monotonic() + 30
-        while len(acked) < acked_before_kill + 3000 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: len(acked) >= acked_before_kill + 3000, 30, "3000 more acks after the restart"
+        )
     finally:
         stop.set()
         writer.join()

@@ -35,6 +35,7 @@ from logkeel.server.protocol import ApiKey, decode_response, encode_request, req
 from logkeel.server.protocol import response_schema as response_schema_of
 from logkeel.testing.broker_process import LogkeelBroker, free_port
 from logkeel.testing.certs import Certificates, make_certificates, renew_server_certificate
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -156,10 +157,11 @@ def test_metadata_answers_the_endpoint_of_the_listener_used(secure: SecureBroker
 
 def test_mutual_tls_records_the_certificate_subject(secure: SecureBroker) -> None:
     AdminClient(client_config(secure, "MTLS")).list_topics(timeout=15)
-    deadline = time.monotonic() + 10
-    while "principal User:CN=client,OU=apps,O=logkeel" not in secure.broker.output():
-        assert time.monotonic() < deadline, secure.broker.output_tail(20)
-        time.sleep(0.1)
+    wait_until(
+        lambda: "principal User:CN=client,OU=apps,O=logkeel" in secure.broker.output(),
+        10,
+        "the certificate's subject in the broker's log",
+    )
 
 
 def _auth_failure(conf: dict[str, Any]) -> str:
@@ -445,9 +447,11 @@ def test_renewed_certificate_is_served_without_restart(secure: SecureBroker) -> 
     before = _served_serial(secure)
     renewed = renew_server_certificate(secure.certs)
     assert renewed != before
-    deadline = time.monotonic() + 30
-    while _served_serial(secure) != renewed:
-        assert time.monotonic() < deadline, secure.broker.output_tail(10)
-        time.sleep(0.5)
+    wait_until(
+        lambda: _served_serial(secure) == renewed,
+        30,
+        "the renewed certificate served",
+        interval=0.5,
+    )
     assert "reloaded its TLS key and trust stores" in secure.broker.output()
     assert produce_and_consume(client_config(secure, "SSL"), 2) == [b"m0", b"m1"]

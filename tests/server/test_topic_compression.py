@@ -19,6 +19,7 @@ from logkeel.records.batch import BatchHeader, CompressionType
 from logkeel.records.record import iter_batches
 from tests.brokerproc import BrokerProcess
 from tests.server.admin_clients import TIMEOUT, admin, read_partition, set_topic_config
+from tests.waiting import wait_until
 
 GZIP_HEADER_XFL = 8  # gzip's "extra flags" byte: 4 for zlib's fastest level, 2 for its best
 
@@ -123,9 +124,7 @@ def test_incremental_alter_configs_changes_the_codec_of_later_batches(
         produce_all(broker, topic, [b"after"], **{"compression.type": "gzip"})
         return stored(broker, topic)[-1][0].compression == CompressionType.LZ4
 
-    deadline = time.monotonic() + TIMEOUT
-    while not later_batches_are_lz4():
-        assert time.monotonic() < deadline, "the topic's new codec was never applied"
+    wait_until(later_batches_are_lz4, TIMEOUT, "the topic's new codec applied")
     codecs = [h.compression for h, _ in stored(broker, topic)]
     assert codecs[0] == CompressionType.GZIP  # written before: left as it was
     assert codecs[-1] == CompressionType.LZ4

@@ -141,12 +141,9 @@ def test_broker_killed_between_end_txn_and_its_markers(tmp_path: Path, faulty_fs
         committing = threading.Thread(target=producer.commit_transaction, args=(60,), daemon=True)
         committing.start()
         with RawClient(broker.port) as c:
-            deadline = time.monotonic() + 30
-            while (state := describe_state(c)) != "PrepareCommit" and time.monotonic() < deadline:
-                time.sleep(0.05)
             # The decision is durable, the markers are not all written (the one of late-0
             # cannot be): the transaction is half-done.
-            assert state == "PrepareCommit"
+            wait_until(lambda: describe_state(c) == "PrepareCommit", 30, "PrepareCommit")
     finally:
         # SIGKILL first: a process blocked in a FUSE write dies only once the filesystem
         # answers, which it does when unmounted (the hanging write dies with the FUSE
@@ -161,10 +158,7 @@ def test_broker_killed_between_end_txn_and_its_markers(tmp_path: Path, faulty_fs
     broker.start()
     try:
         with RawClient(broker.port) as c:
-            deadline = time.monotonic() + 30
-            while (state := describe_state(c)) != "CompleteCommit" and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert state == "CompleteCommit"
+            wait_until(lambda: describe_state(c) == "CompleteCommit", 30, "CompleteCommit")
             for topic in ("early", "late"):
                 p = fetch(c, topic, 1)
                 assert p.last_stable_offset == p.high_watermark >= 6, topic

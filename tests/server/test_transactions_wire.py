@@ -4,7 +4,6 @@ last stable offset and the aborted-transaction list."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tests.server.test_produce_api import (
     produce_request,
     schema_module,
 )
+from tests.waiting import wait_until
 
 OVERRIDES = {
     "num.partitions": "1",
@@ -258,14 +258,16 @@ def test_idle_transactional_id_expires(tmp_path: Path) -> None:
             first.producer_id,
             first.producer_epoch + 1,
         )
-        deadline = time.monotonic() + 15
-        while True:
-            time.sleep(0.5)
-            # Forgotten: EndTxn no longer knows the id (before: no transaction to end).
-            code = end_txn(c, "idle-txn", again.producer_id, again.producer_epoch, False)
-            if code == ErrorCode.invalid_producer_id_mapping or time.monotonic() > deadline:
-                break
-        assert code == ErrorCode.invalid_producer_id_mapping
+        # Forgotten: EndTxn no longer knows the id (before: no transaction to end).
+        wait_until(
+            lambda: (
+                end_txn(c, "idle-txn", again.producer_id, again.producer_epoch, False)
+                == ErrorCode.invalid_producer_id_mapping
+            ),
+            15,
+            "the idle transactional id forgotten",
+            interval=0.5,
+        )
         fresh = init_producer_id(c, 4, transactional_id="idle-txn")
         assert (fresh.producer_epoch, fresh.producer_id != first.producer_id) == (0, True)
 

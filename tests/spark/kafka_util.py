@@ -8,6 +8,8 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.waiting import wait_until
+
 BASE_TS = 1_700_000_000_000
 
 
@@ -22,19 +24,19 @@ def create_topic(
     futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
     for f in futures.values():
         f.result(30)
+
     # Wait until metadata shows every partition with a leader.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def led() -> bool:
         md = admin.list_topics(name, timeout=10).topics.get(name)
-        if (
+        return bool(
             md
             and md.error is None
             and len(md.partitions) == partitions
             and all(p.leader >= 0 for p in md.partitions.values())
-        ):
-            return name
-        time.sleep(0.1)
-    raise TimeoutError(f"topic {name} has no leaders")
+        )
+
+    wait_until(led, 30, f"every partition of {name} led", interval=0.1)
+    return name
 
 
 def message(i: int) -> dict:

@@ -3,13 +3,13 @@ and a query restarted from its checkpoint."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.spark.kafka_util import consume_all, create_topic, produce, unique
+from tests.waiting import wait_until
 
 
 def stream(spark, broker, **options):
@@ -76,15 +76,6 @@ def test_restart_from_checkpoint_neither_skips_nor_repeats(spark, broker, tmp_pa
     )
 
 
-def wait_for(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise TimeoutError
-
-
 def test_latest_by_default_and_new_partitions_from_earliest(spark, broker, tmp_path):
     topic = create_topic(broker.bootstrap, unique("latest"), 2)
     produce(broker.bootstrap, topic, 0, 50, 2)  # before the query: not read
@@ -98,14 +89,18 @@ def test_latest_by_default_and_new_partitions_from_earliest(spark, broker, tmp_p
         .start()
     )
     try:
-        wait_for(lambda: q.lastProgress is not None)  # the start offsets are fixed now
+        wait_until(
+            lambda: q.lastProgress is not None, 60.0, "q.lastProgress is not None"
+        )  # the start offsets are fixed now
         produce(broker.bootstrap, topic, 50, 40, 2)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for f in admin.create_partitions([NewPartitions(topic, 3)]).values():
             f.result(30)
         produce(broker.bootstrap, topic, 90, 30, 3)  # partition 2 is new
         q.processAllAvailable()
-        wait_for(lambda: spark.table(table).count() >= 70)
+        wait_until(
+            lambda: spark.table(table).count() >= 70, 60.0, "spark.table(table).count() >= 70"
+        )
         rows = spark.table(table).collect()
     finally:
         q.stop()

@@ -8,7 +8,6 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from pyspark.sql import functions as F
 
 from tests.spark.kafka_util import create_topic, unique
+from tests.waiting import wait_until
 
 TIMEOUT = 60.0
 # Python workers send results in 64 KiB writes: long values get the first rows past the gate
@@ -65,14 +65,6 @@ def values_read(
     finally:
         c.close()
     return out
-
-
-def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
 
 
 # -- source ---------------------------------------------------------------------------------
@@ -218,7 +210,9 @@ def test_transactional_sink_is_visible_only_after_the_task_commits(spark, broker
         """While the task waits at its gate row: its records are in the log, in its open
         transaction (read_uncommitted sees them, read_committed does not)."""
         try:
-            wait_until(lambda: bool(ours(run, "read_uncommitted")), f"records of the {run} task")
+            wait_until(
+                lambda: bool(ours(run, "read_uncommitted")), TIMEOUT, f"records of the {run} task"
+            )
             seen["uncommitted"] = len(ours(run, "read_uncommitted"))
             seen["committed"] = len(ours(run, "read_committed"))
         finally:

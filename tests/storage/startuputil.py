@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 from logkeel.records.builder import build_batch, build_control_batch
@@ -156,15 +155,6 @@ def fingerprint(
 def settle(m: LogManager) -> None:
     """Validates everything lazily pending and applies what validation cut."""
     m.validate_all()
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def segment_files(path: Path, suffix: str) -> list[Path]:

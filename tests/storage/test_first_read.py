@@ -15,6 +15,7 @@ from logkeel.records.record import iter_records
 from logkeel.storage.engine.segment import file_name
 from logkeel.storage.errors import OffsetOutOfRangeError
 from logkeel.storage.log_manager import LogManager
+from tests.waiting import wait_until
 
 from .logutil import all_records, batch
 from .startuputil import (
@@ -26,7 +27,6 @@ from .startuputil import (
     scribble,
     segment_files,
     settle,
-    wait_for,
     write_dir,
 )
 from .test_corruption_random import damage  # the same random overwrites
@@ -85,7 +85,7 @@ def test_corruption_beyond_the_read_is_served_around_then_found(written, referen
     )
     bad_base = batches[-1][2]
     m.validator.start()
-    assert wait_for(lambda: m.validator.repairs, timeout=30)
+    wait_until(lambda: m.validator.repairs, 30, "m.validator.repairs")
     [repair] = m.validator.repairs
     assert repair.offset == bad_base == plog.log_end_offset
     assert any("CRC" in p for p in m.validator.problems)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -312,10 +311,20 @@ def test_a_slow_fsync_of_the_snapshot_timer_does_not_block_appends(faulty_fs) ->
     plog = m.get_or_create_log(TP)
     plog.append_as_leader(batch(2, producer_id=7, producer_epoch=0, base_sequence=0), 0)
     faulty_fs.delay(4.0, ops={"fsync"}, path_glob="*.log")
+    # The segment tells when the snapshot thread reaches its fsync (past the lock it prepared under).
+    segment = plog.active_segment
+    flushing = threading.Event()
+    real_flush = segment.flush
+
+    def flush() -> None:
+        flushing.set()
+        real_flush()
+
+    segment.flush = flush
     snapshot = threading.Thread(target=plog.maybe_take_snapshot, args=(now_ms() + 10,))
     snapshot.start()
     try:
-        time.sleep(1.0)  # the snapshot thread is inside the delayed fsync by now
+        assert flushing.wait(10), "the snapshot thread never reached the segment's fsync"
         plog.append_as_leader(batch(2, producer_id=7, producer_epoch=0, base_sequence=2), 0)
         assert snapshot.is_alive(), "the append waited for the snapshot's fsync"
     finally:

@@ -9,6 +9,7 @@ from logkeel.storage.background_tasks import BackgroundIntervals
 from logkeel.storage.engine.segment import file_name
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
+from tests.waiting import wait_until
 
 from .logutil import all_records
 from .startuputil import (
@@ -22,7 +23,6 @@ from .startuputil import (
     rebuild_from_scratch,
     scribble,
     segment_files,
-    wait_for,
     write_dir,
 )
 
@@ -189,8 +189,10 @@ def test_background_flush_keeps_the_recovery_point_at_the_log_end(tmp_path):
     plog = m.get_or_create_log(TP)
     append_workload(plog, 10)
     end = plog.log_end_offset
-    assert wait_for(
-        lambda: f"t 0 {end}" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    wait_until(
+        lambda: f"t 0 {end}" in (tmp_path / "recovery-point-offset-checkpoint").read_text(),
+        10.0,
+        'f"t 0 {end}" in (tmp_path / "recovery-point-offset-checkpoint").read_text()',
     )
     assert plog.recovery_point == end
     crash_state = (tmp_path / "recovery-point-offset-checkpoint").read_text()

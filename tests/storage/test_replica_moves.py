@@ -21,9 +21,10 @@ from logkeel.storage.replica_moves import (
     future_dir_action,
 )
 from logkeel.storage.topic_partition import TopicPartition
+from tests.waiting import wait_until
 
 from .logutil import all_records
-from .startuputil import CFG, TP, append_workload, crash, wait_for
+from .startuputil import CFG, TP, append_workload, crash
 
 
 def _manager(dirs: list[Path], **kwargs: object) -> LogManager:
@@ -80,7 +81,7 @@ def test_a_replica_moves_with_its_producer_state_epochs_and_transactions(tmp_pat
     replaced: list[PartitionLog] = []
     m.add_log_replaced_listener(lambda tp, new: replaced.append(new))
     assert m.moves.start(TP, str(b))
-    assert wait_for(lambda: m.dir_of(TP) is m.dirs[1])
+    wait_until(lambda: m.dir_of(TP) is m.dirs[1], 10.0, "m.dir_of(TP) is m.dirs[1]")
     moved = m.get_log(TP)
     assert replaced == [moved] and moved.dir == b / "t-0"
     assert _state(moved) == before
@@ -121,20 +122,26 @@ def test_appends_during_the_move_all_land_in_the_new_dir(tmp_path: Path) -> None
     writer.start()
     try:
         assert m.moves.start(TP, str(b))
-        assert wait_for(lambda: any(s.offset_lag >= 0 for s in m.moves.status()), 5)
+        wait_until(
+            lambda: any(s.offset_lag >= 0 for s in m.moves.status()),
+            5,
+            "any(s.offset_lag >= 0 for s in m.moves.status())",
+        )
         [status] = m.moves.status()
         assert status.tp == TP and status.log_dir == str(b) and status.size >= 0
         during = len(written)
-        assert wait_for(lambda: m.dir_of(TP) is m.dirs[1], 30)
+        wait_until(lambda: m.dir_of(TP) is m.dirs[1], 30, "m.dir_of(TP) is m.dirs[1]")
         swapped = len(written)
         assert swapped > during  # appends went on while it copied
-        assert wait_for(lambda: len(written) > swapped + 3)  # and go on in the new log
+        wait_until(
+            lambda: len(written) > swapped + 3, 10.0, "len(written) > swapped + 3"
+        )  # and go on in the new log
     finally:
         done.set()
         writer.join()
     values = [v for _, v in _records(m.get_log(TP))]
     assert [v for v in values if v and v.startswith(b"live-")] == written
-    assert wait_for(lambda: m.moves.status() == [])
+    wait_until(lambda: m.moves.status() == [], 10.0, "m.moves.status() == []")
     m.shutdown()
 
 
@@ -160,7 +167,11 @@ def test_a_failing_target_aborts_the_move_and_keeps_the_replica(tmp_path: Path) 
     before = _records(plog)
     m.moves.rate_bytes_per_sec = 2_000
     assert m.moves.start(TP, str(b))
-    assert wait_for(lambda: bool(m.moves.status()) and m.moves.status()[0].size > 0)
+    wait_until(
+        lambda: bool(m.moves.status()) and m.moves.status()[0].size > 0,
+        10.0,
+        "bool(m.moves.status()) and m.moves.status()[0].size > 0",
+    )
     m.handle_dir_failure(KafkaStorageError(b, "the target disk failed"))
     assert m.moves.status() == []
     assert m.dir_of(TP) is m.dirs[0], m.dir_of(TP)
@@ -189,7 +200,7 @@ def test_start_up_resumes_a_move_a_crash_cut(tmp_path: Path) -> None:
     crash(m)
     m = _manager([a, b])
     m.moves.resume()
-    assert wait_for(lambda: m.dir_of(TP) is m.dirs[1], 30)
+    wait_until(lambda: m.dir_of(TP) is m.dirs[1], 30, "m.dir_of(TP) is m.dirs[1]")
     assert _records(m.get_log(TP)) == before
     assert not (a / "t-0").exists() and _leftovers(b) == []
     m.shutdown()
@@ -223,6 +234,6 @@ def test_a_stale_dir_of_the_same_name_in_the_target_is_set_aside(tmp_path: Path)
     (b / "t-0").mkdir()
     (b / "t-0" / "00000000000000000000.log").write_bytes(b"left by a deletion")
     assert m.moves.start(TP, str(b))
-    assert wait_for(lambda: m.dir_of(TP) is m.dirs[1])
+    wait_until(lambda: m.dir_of(TP) is m.dirs[1], 10.0, "m.dir_of(TP) is m.dirs[1]")
     assert _records(m.get_log(TP)) == before
     m.shutdown()

@@ -12,6 +12,7 @@ from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_dir import STARTUP_MANIFEST
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
+from tests.waiting import wait_until
 
 from .logutil import all_records
 from .startuputil import (
@@ -23,7 +24,6 @@ from .startuputil import (
     load,
     rebuild_from_scratch,
     settle,
-    wait_for,
     write_dir,
 )
 
@@ -86,7 +86,7 @@ def test_background_validator_validates_everything_and_can_be_off(written, tmp_p
     path = copy(written, tmp_path / "d")
     m = LogManager([path], default_config=CFG, validation_rate_bytes_per_sec=10 * 1024 * 1024)
     m.startup()
-    assert wait_for(lambda: m.validator.pending_segments == 0)
+    wait_until(lambda: m.validator.pending_segments == 0, 10.0, "m.validator.pending_segments == 0")
     # every segment, the active ones too (their data was trusted at start-up, not read)
     assert m.validator.segments_validated == m.startup_report.segments
     assert not m.validator.problems
@@ -108,7 +108,7 @@ def test_background_validator_honours_its_rate(written, tmp_path):
 
     started = time.monotonic()
     m.startup()
-    assert wait_for(lambda: m.validator.pending_segments == 0, timeout=20)
+    wait_until(lambda: m.validator.pending_segments == 0, 20, "m.validator.pending_segments == 0")
     elapsed = time.monotonic() - started
     assert elapsed >= 1.5, (elapsed, rate)
     m.shutdown()

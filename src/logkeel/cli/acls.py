@@ -10,6 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+
+# Version 3 of each ACL API (flexible, Kafka 2.4+).
+from kio.schema.create_acls.v3 import request as create_acls
+from kio.schema.delete_acls.v3 import request as delete_acls
+from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 from rich.console import Console
@@ -20,7 +25,6 @@ from logkeel.cli.broker_requests import (
     call,
     command_config_option,
     fail,
-    nested,
 )
 from logkeel.cluster.acls import (
     CLUSTER_NAME,
@@ -29,11 +33,9 @@ from logkeel.cluster.acls import (
     PatternType,
     ResourceType,
 )
-from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["acls_group"]
 
-_VERSION = 3
 _OPERATIONS = [op.name for op in AclOperation if op not in (AclOperation.UNKNOWN, AclOperation.ANY)]
 
 
@@ -91,12 +93,11 @@ def add(topic: str | None, group: str | None, transactional_id: str | None, clus
         deny: bool, bootstrap_server: str) -> None:  # fmt: skip
     """Add ACLs: PRINCIPAL may (or with --deny may not) do each OPERATION on the resource."""
     kind, name = _resource(topic, group, transactional_id, cluster, required=True)
+    assert name is not None  # required: a resource was named
     if principal is None or not operations:
         fail("acls", "add needs --principal and at least one --operation")
-    Request = request_schema(ApiKey.CREATE_ACLS, _VERSION)
-    Creation = nested(Request, "AclCreation")
     creations = tuple(
-        Creation(
+        create_acls.AclCreation(
             resource_type=i8(kind),
             resource_name=name,
             resource_pattern_type=i8(PatternType.PREFIXED if prefixed else PatternType.LITERAL),
@@ -107,7 +108,7 @@ def add(topic: str | None, group: str | None, transactional_id: str | None, clus
         )  # fmt: skip
         for op in operations
     )
-    answer = call("acls", bootstrap_server, Request(creations=creations))
+    answer = call("acls", bootstrap_server, create_acls.CreateAclsRequest(creations=creations))
     problems = [
         r.error_message or r.error_code.name
         for r in answer.results
@@ -125,8 +126,9 @@ def list_acls(topic: str | None, group: str | None, transactional_id: str | None
               operations: tuple[str, ...], deny: bool, bootstrap_server: str) -> None:  # fmt: skip
     """List ACLs (all, or those that apply to the named resource)."""
     kind, name = _resource(topic, group, transactional_id, cluster, required=False)
-    Request = request_schema(ApiKey.DESCRIBE_ACLS, _VERSION)
-    request = Request(**_filter(kind, name, prefixed, principal, host, None, deny, match=True))
+    request = describe_acls.DescribeAclsRequest(
+        **_filter(kind, name, prefixed, principal, host, None, deny, match=True)
+    )
     answer = call("acls", bootstrap_server, request)
     if answer.error_code != ErrorCode.none:
         fail("acls", answer.error_message or answer.error_code.name)
@@ -148,13 +150,13 @@ def remove(topic: str | None, group: str | None, transactional_id: str | None, c
            deny: bool, bootstrap_server: str) -> None:  # fmt: skip
     """Remove the ACLs of the named resource (narrowed by the other options)."""
     kind, name = _resource(topic, group, transactional_id, cluster, required=True)
-    Request = request_schema(ApiKey.DELETE_ACLS, _VERSION)
-    Filter = nested(Request, "DeleteAclsFilter")
     filters = tuple(
-        Filter(**_filter(kind, name, prefixed, principal, host, op, deny, match=False))
+        delete_acls.DeleteAclsFilter(
+            **_filter(kind, name, prefixed, principal, host, op, deny, match=False)
+        )
         for op in (operations or (None,))
     )
-    answer = call("acls", bootstrap_server, Request(filters=filters))
+    answer = call("acls", bootstrap_server, delete_acls.DeleteAclsRequest(filters=filters))
     removed = 0
     for result in answer.filter_results:
         if result.error_code != ErrorCode.none:

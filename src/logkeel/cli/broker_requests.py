@@ -56,7 +56,7 @@ def _read_command_config(ctx: click.Context, _param: click.Parameter, path: str 
         try:
             ctx.meta[_SECURITY] = client_security(load_properties(path), path)
         except ConfigError as exc:
-            fail(ctx.parent.info_name if ctx.parent else ctx.info_name, str(exc))
+            fail((ctx.parent or ctx).info_name or "logkeel", str(exc))
 
 
 command_config_option = click.option(

@@ -118,7 +118,7 @@ def _describe(
     Request = request_schema(ApiKey.DESCRIBE_CONFIGS, 4)
     assert Request is not None
     Resource = nested(Request, "DescribeConfigsResource")
-    docs = []
+    docs: list[dict[str, Any]] = []
     for name in names:
         request = Request(
             resources=(Resource(resource_type=i8(_RESOURCE[entity_type]), resource_name=name,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
@@ -85,7 +86,8 @@ def topics_command(
         ("at-min-isr", at_min_isr_partitions),
     ) if on)  # fmt: skip
     action = one_action({
-        "list": do_list, "describe": describe or (only and not (do_list or create or alter or delete)),
+        "list": do_list,
+        "describe": describe or bool(only and not (do_list or create or alter or delete)),
         "create": create, "alter": alter, "delete": delete,
     })  # fmt: skip
     if action is None:
@@ -212,7 +214,7 @@ def _describe(session: Admin, chosen: list[TopicInfo], only: frozenset[str], as_
     states (kafka-topics' --under-replicated-partitions and the like)."""
     live = set(session.brokers())
     overrides, min_isr = _topic_configs(session, [t.name for t in chosen])
-    doc = [
+    doc: list[dict[str, Any]] = [
         {
             "topic": t.name,
             "topic_id": None if t.topic_id is None else str(t.topic_id),

@@ -16,6 +16,8 @@ import sys
 from typing import Any
 
 import click
+from kio.schema.alter_user_scram_credentials.v0 import request as alter_scram
+from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
@@ -24,7 +26,6 @@ from logkeel.cli.broker_requests import (
     call,
     command_config_option,
     fail,
-    nested,
 )
 from logkeel.cluster.scram import (
     MAX_ITERATIONS,
@@ -37,7 +38,6 @@ from logkeel.cluster.scram import (
 )
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
-from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["users_group"]
 
@@ -76,13 +76,11 @@ def add(
     if zookeeper is not None:
         _add_in_zookeeper(zookeeper, name, password, iterations, mechanisms)
         return
-    Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
-    Upsertion = nested(Request, "ScramCredentialUpsertion")
     upsertions = []
     for mech in mechanisms or tuple(sorted(MECHANISMS)):
         salt = os.urandom(32)
         upsertions.append(
-            Upsertion(
+            alter_scram.ScramCredentialUpsertion(
                 name=name,
                 mechanism=i8(mechanism_type(mech)),
                 iterations=i32(iterations),
@@ -90,7 +88,10 @@ def add(
                 salted_password=salted_password(mech, password, salt, iterations),
             )
         )
-    _report_alter(_call(bootstrap_server, Request(deletions=(), upsertions=tuple(upsertions))))
+    request = alter_scram.AlterUserScramCredentialsRequest(
+        deletions=(), upsertions=tuple(upsertions)
+    )
+    _report_alter(_call(bootstrap_server, request))
 
 
 @users_group.command("delete")
@@ -105,10 +106,16 @@ def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> Non
         mechanisms = tuple(
             mechanism_name(int(info.mechanism)) or "" for info in described.credential_infos
         )
-    Request = request_schema(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
-    Deletion = nested(Request, "ScramCredentialDeletion")
-    deletions = tuple(Deletion(name=name, mechanism=i8(mechanism_type(m))) for m in mechanisms)
-    _report_alter(_call(bootstrap_server, Request(deletions=deletions, upsertions=())))
+    deletions = tuple(
+        alter_scram.ScramCredentialDeletion(name=name, mechanism=i8(mechanism_type(m)))
+        for m in mechanisms
+    )
+    _report_alter(
+        _call(
+            bootstrap_server,
+            alter_scram.AlterUserScramCredentialsRequest(deletions=deletions, upsertions=()),
+        )
+    )
 
 
 @users_group.command("list")
@@ -116,8 +123,7 @@ def delete(name: str, mechanisms: tuple[str, ...], bootstrap_server: str) -> Non
 @command_config_option
 def list_users(bootstrap_server: str) -> None:
     """List the SCRAM users and their mechanisms (never their credentials)."""
-    Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
-    answer = _call(bootstrap_server, Request(users=None))
+    answer = _call(bootstrap_server, describe_scram.DescribeUserScramCredentialsRequest(users=None))
     for result in answer.results:
         mechs = ", ".join(
             f"{mechanism_name(int(i.mechanism))} (iterations {i.iterations})"
@@ -149,9 +155,10 @@ def _add_in_zookeeper(
 
 
 def _describe(bootstrap_server: str, name: str) -> Any:
-    Request = request_schema(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
-    UserName = nested(Request, "UserName")
-    result = _call(bootstrap_server, Request(users=(UserName(name=name),))).results[0]
+    request = describe_scram.DescribeUserScramCredentialsRequest(
+        users=(describe_scram.UserName(name=name),)
+    )
+    result = _call(bootstrap_server, request).results[0]
     if result.error_code != ErrorCode.none:
         _fail(f"{name}: {result.error_message or result.error_code.name}")
     return result

@@ -65,7 +65,7 @@ Rules:
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +123,7 @@ class RequestContext:
         )
 
 
-Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, Any | None]]
 ErrorResponder = Callable[[RequestContext, Any, ErrorCode], Any]
 
 

@@ -145,7 +145,7 @@ def is_known_api(api_key: int) -> bool:
 def request_schema(api_key: int, api_version: int) -> type[Any] | None:
     """kio's request class for (key, version), or None if kio does not have it."""
     try:
-        return load_request_schema(api_key, api_version)  # type: ignore[arg-type]
+        return load_request_schema(api_key, api_version)
     except Exception:  # noqa: BLE001 - kio's own index errors, ImportError for a broken module
         return None
 
@@ -154,7 +154,7 @@ def request_schema(api_key: int, api_version: int) -> type[Any] | None:
 def response_schema(api_key: int, api_version: int) -> type[Any] | None:
     """kio's response class for (key, version), or None if kio does not have it."""
     try:
-        return load_response_schema(api_key, api_version)  # type: ignore[arg-type]
+        return load_response_schema(api_key, api_version)
     except Exception:  # noqa: BLE001 - as request_schema
         return None
 
@@ -176,7 +176,7 @@ class RequestHeader:
     size: int  # bytes the header takes, i.e. the offset of the body in the frame
 
 
-def peek_api(frame: bytes) -> tuple[int, int, int] | None:
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int] | None:
     """(api key, api version, correlation id) from a frame too broken to parse, for logging."""
     if len(frame) < _API_PREFIX.size:
         return None
@@ -195,7 +195,7 @@ def _request_header_version(api_key: int, api_version: int) -> int:
     return 1
 
 
-def parse_request_header(frame: bytes) -> RequestHeader:
+def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Parses the request header at the start of ``frame`` (no size prefix).
 
     Raises ``InvalidRequest``. For an API or version kio does not know, only the v1 part is
@@ -230,7 +230,7 @@ def parse_request_header(frame: bytes) -> RequestHeader:
 # Request and response bodies
 
 
-def decode_request(header: RequestHeader, frame: bytes) -> Any:
+def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
     """Decodes the body that follows ``header`` in ``frame`` into kio's request class.
 
     Raises ``InvalidRequest`` with the reason; trailing bytes after the body are ignored, as
@@ -244,7 +244,7 @@ def decode_request(header: RequestHeader, frame: bytes) -> Any:
     return _decode(schema, frame, header.size)
 
 
-def decode_response(response_type: type[Any], frame: bytes) -> tuple[int, Any]:
+def decode_response(response_type: type[Any], frame: bytes | memoryview) -> tuple[int, Any]:
     """Decodes a response frame (no size prefix) as ``response_type``: (correlation id, body).
 
     For the client side of the broker (follower fetchers) and for tests.
@@ -261,7 +261,7 @@ def decode_response(response_type: type[Any], frame: bytes) -> tuple[int, Any]:
     return correlation_id, _decode(response_type, frame, pos)
 
 
-def _decode(schema: type[Any], frame: bytes | memoryview, offset: int) -> Any:
+def _decode(schema: type, frame: bytes | memoryview, offset: int) -> Any:
     if type(frame) is not bytes and not (type(frame) is memoryview and frame.readonly):
         frame = bytes(frame)  # kio only reads read-only buffers
     edits: list[_Edit] = []
@@ -271,6 +271,7 @@ def _decode(schema: type[Any], frame: bytes | memoryview, offset: int) -> Any:
         raise InvalidRequest(str(exc)) from None
     if edits:
         frame, end = _apply_edits(frame, edits, end)
+    body: Any
     try:
         body, size = entity_reader(schema)(frame, offset)
     except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
@@ -325,7 +326,7 @@ class _Malformed(Exception):
 
 # (start, end, replacement): bytes [start, end) of the frame become ``replacement``.
 _Edit = tuple[int, int, bytes]
-_Guard = Callable[[bytes, int, list[_Edit]], int]
+_Guard = Callable[[bytes | memoryview, int, list[_Edit]], int]
 
 _FIXED_SIZES: Final[dict[str, int]] = {
     "int8": 1,
@@ -348,14 +349,14 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     try:
         return decode_unsigned_varint(buf, pos)
     except InvalidBatchError as exc:
         raise _Malformed(str(exc)) from None
 
 
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+def _skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     """Skips a tagged-field section; headers declare no tagged fields, so all are unknown."""
     count, pos = _read_uvarint(buf, pos)
     for _ in range(count):
@@ -365,7 +366,7 @@ def _skip_tagged_fields(buf: bytes, pos: int) -> int:
     return pos
 
 
-def _need(buf: bytes, pos: int, n: int, what: str) -> int:
+def _need(buf: bytes | memoryview, pos: int, n: int, what: str) -> int:
     end = pos + n
     if end > len(buf):
         raise _Malformed(f"{what} of {n} bytes runs past the end of the data")
@@ -389,7 +390,7 @@ def _primitive_guard(kafka_type: str, flexible: bool, nullable: bool, name: str)
     fixed = _FIXED_SIZES.get(kafka_type)
     if fixed is not None:
 
-        def read_fixed(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+        def read_fixed(buf: bytes | memoryview, pos: int, edits: list[_Edit]) -> int:
             return _need(buf, pos, fixed, kafka_type)
 
         return read_fixed
@@ -398,7 +399,7 @@ def _primitive_guard(kafka_type: str, flexible: bool, nullable: bool, name: str)
     longest = _MAX_STRING_BYTES if kafka_type == "string" else None
     if flexible:
 
-        def read_compact(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+        def read_compact(buf: bytes | memoryview, pos: int, edits: list[_Edit]) -> int:
             length, pos = _read_uvarint(buf, pos)
             if length == 0:
                 if not nullable:
@@ -411,7 +412,7 @@ def _primitive_guard(kafka_type: str, flexible: bool, nullable: bool, name: str)
         return read_compact
     prefix = _INT16 if kafka_type == "string" else _INT32
 
-    def read_legacy(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+    def read_legacy(buf: bytes | memoryview, pos: int, edits: list[_Edit]) -> int:
         start = _need(buf, pos, prefix.size, f"{kafka_type} length")
         (length,) = prefix.unpack_from(buf, pos)
         if length < -1:
@@ -428,7 +429,7 @@ def _primitive_guard(kafka_type: str, flexible: bool, nullable: bool, name: str)
 def _array_guard(
     element: _Guard, flexible: bool, nullable: bool, name: str, fixed_size: int | None = None
 ) -> _Guard:
-    def read_array(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+    def read_array(buf: bytes | memoryview, pos: int, edits: list[_Edit]) -> int:
         if flexible:
             n, pos = _read_uvarint(buf, pos)
             n -= 1  # 0 is null
@@ -491,7 +492,7 @@ def _entity_guard(entity_type: type[Any], nullable: bool) -> _Guard:
         else:
             tagged[int(tag)] = _field_guard(field, flexible)
 
-    def read_entity(buf: bytes, pos: int, edits: list[_Edit]) -> int:
+    def read_entity(buf: bytes | memoryview, pos: int, edits: list[_Edit]) -> int:
         if nullable:
             pos = _need(buf, pos, 1, "null marker")
             if buf[pos - 1] == 0xFF:  # -1: null
@@ -510,10 +511,10 @@ def _entity_guard(entity_type: type[Any], nullable: bool) -> _Guard:
             field_start = pos
             tag, pos = _read_uvarint(buf, pos)
             size, pos = _read_uvarint(buf, pos)
-            guard = tagged.get(tag)
-            if guard is not None:
+            known = tagged.get(tag)
+            if known is not None:
                 # kio reads a known tagged field by its schema and ignores the size; so must we.
-                pos = guard(buf, pos, edits)
+                pos = known(buf, pos, edits)
             else:
                 pos = _need(buf, pos, size, f"unknown tagged field {tag}")
                 edits.append((field_start, pos, b""))
@@ -525,7 +526,7 @@ def _entity_guard(entity_type: type[Any], nullable: bool) -> _Guard:
     return read_entity
 
 
-def _apply_edits(frame: bytes, edits: list[_Edit], end: int) -> tuple[bytes, int]:
+def _apply_edits(frame: bytes | memoryview, edits: list[_Edit], end: int) -> tuple[bytes, int]:
     """Rewrites ``frame`` with ``edits`` applied; also maps ``end`` into the new frame."""
     out = bytearray()
     pos = 0

@@ -24,6 +24,14 @@ from logkeel.cluster.acls import (
     ResourceType,
 )
 from logkeel.cluster.metadata import MetadataError, MetadataStore
+from logkeel.server.api.messages import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
 from logkeel.server.authorization import (
     ALTER_CLUSTER,
@@ -73,7 +81,7 @@ class AclsApi:
             return ErrorCode.security_disabled, _DISABLED
         return None
 
-    async def create(self, ctx: RequestContext, request: Any) -> Any:
+    async def create(self, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
         Result = nested(ctx, "AclCreationResult")
         refusal = self._refusal()
         results: list[tuple[ErrorCode, str | None]] = []
@@ -100,7 +108,9 @@ class AclsApi:
             ctx, results=tuple(Result(error_code=c, error_message=m) for c, m in results)
         )
 
-    async def describe(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe(
+        self, ctx: RequestContext, request: DescribeAclsRequest
+    ) -> DescribeAclsResponse:
         Resource, Description = nested(ctx, "DescribeAclsResource"), nested(ctx, "AclDescription")
         refusal = self._refusal()
         if refusal is not None:
@@ -134,7 +144,7 @@ class AclsApi:
         )
         return response(ctx, error_code=ErrorCode.none, error_message=None, resources=resources)
 
-    async def delete(self, ctx: RequestContext, request: Any) -> Any:
+    async def delete(self, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
         Result, Matching = (
             nested(ctx, "DeleteAclsFilterResult"),
             nested(ctx, "DeleteAclsMatchingAcl"),
@@ -178,16 +188,22 @@ class AclsApi:
             for code, message, matched in outcomes
         ))  # fmt: skip
 
-    def create_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def create_error(
+        self, ctx: RequestContext, request: CreateAclsRequest, code: ErrorCode
+    ) -> CreateAclsResponse:
         Result = nested(ctx, "AclCreationResult")
         return response(ctx, results=tuple(
             Result(error_code=code, error_message=None) for _ in request.creations
         ))  # fmt: skip
 
-    def describe_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_error(
+        self, ctx: RequestContext, request: DescribeAclsRequest, code: ErrorCode
+    ) -> DescribeAclsResponse:
         return response(ctx, error_code=code, error_message=None, resources=())
 
-    def delete_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def delete_error(
+        self, ctx: RequestContext, request: DeleteAclsRequest, code: ErrorCode
+    ) -> DeleteAclsResponse:
         Result = nested(ctx, "DeleteAclsFilterResult")
         return response(ctx, filter_results=tuple(
             Result(error_code=code, error_message=None, matching_acls=()) for _ in request.filters

@@ -27,6 +27,12 @@ from logkeel.cluster.client_quotas import (
     parse_entity_key,
 )
 from logkeel.cluster.metadata import MetadataError, MetadataStore
+from logkeel.server.api.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
 from logkeel.server.api.responses import nested, response
 from logkeel.server.authorization import check, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -46,7 +52,9 @@ class ClientQuotasApi:
     def __init__(self, metadata: MetadataStore) -> None:
         self._metadata = metadata
 
-    async def describe(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe(
+        self, ctx: RequestContext, request: DescribeClientQuotasRequest
+    ) -> DescribeClientQuotasResponse:
         Entry, Entity, Value = (
             nested(ctx, "EntryData"),
             nested(ctx, "EntityData"),
@@ -78,7 +86,9 @@ class ClientQuotasApi:
             )
         return response(ctx, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
-    async def alter(self, ctx: RequestContext, request: Any) -> Any:
+    async def alter(
+        self, ctx: RequestContext, request: AlterClientQuotasRequest
+    ) -> AlterClientQuotasResponse:
         Entry = nested(ctx, "EntryData")
         current = self._metadata.client_quotas()
         changes: dict[str, dict[str, float]] = {}
@@ -101,16 +111,20 @@ class ClientQuotasApi:
             except MetadataError as exc:
                 failure = str(exc)
         results = []
-        for entry, code, message, key in outcomes:
-            if failure is not None and key is not None:
+        for entry, code, message, altered in outcomes:
+            if failure is not None and altered is not None:
                 code, message = ErrorCode.unknown_server_error, failure
             results.append(Entry(error_code=code, error_message=message, entity=_echo(ctx, entry)))
         return response(ctx, entries=tuple(results))
 
-    def describe_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_error(
+        self, ctx: RequestContext, request: DescribeClientQuotasRequest, code: ErrorCode
+    ) -> DescribeClientQuotasResponse:
         return response(ctx, error_code=code, error_message=None, entries=None)
 
-    def alter_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def alter_error(
+        self, ctx: RequestContext, request: AlterClientQuotasRequest, code: ErrorCode
+    ) -> AlterClientQuotasResponse:
         Entry = nested(ctx, "EntryData")
         return response(
             ctx,

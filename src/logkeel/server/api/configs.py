@@ -51,6 +51,14 @@ from logkeel.server.api.config_synonyms import (
     topic_synonyms,
 )
 from logkeel.server.api.group_configs import RESOURCE_GROUP, GroupConfigs
+from logkeel.server.api.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from logkeel.server.api.responses import (
     Endpoint,
     EntryError,
@@ -62,7 +70,7 @@ from logkeel.server.api.responses import (
 from logkeel.server.api.topic_admin import TopicAdmin
 from logkeel.server.api.topic_refs import check_topic_name, entry_error_for
 from logkeel.server.authorization import per_entry
-from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.topic_configs import TopicConfigs
 
@@ -114,7 +122,9 @@ class ConfigsApi:
         elif not authorizer.allowed(ctx, operation, ResourceType.CLUSTER):
             raise EntryError(ErrorCode.cluster_authorization_failed, "Authorization failed.")
 
-    async def describe_configs(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe_configs(
+        self, ctx: RequestContext, request: DescribeConfigsRequest
+    ) -> DescribeConfigsResponse:
         types = nested_types(ApiKey.DESCRIBE_CONFIGS, ctx.api_version)
         synonyms = bool(getattr(request, "include_synonyms", False))
         docs = bool(getattr(request, "include_documentation", False))
@@ -135,7 +145,9 @@ class ConfigsApi:
             results=tuple(results),
         )
 
-    def describe_configs_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_configs_error(
+        self, ctx: RequestContext, request: DescribeConfigsRequest, code: ErrorCode
+    ) -> DescribeConfigsResponse:
         types = nested_types(ApiKey.DESCRIBE_CONFIGS, ctx.api_version)
         return response(
             ctx,
@@ -285,20 +297,35 @@ class ConfigsApi:
 
     # AlterConfigs and IncrementalAlterConfigs --------------------------------------------------
 
-    async def alter_configs(self, ctx: RequestContext, request: Any) -> Any:
+    async def alter_configs(
+        self, ctx: RequestContext, request: AlterConfigsRequest
+    ) -> AlterConfigsResponse:
         return await self._alter(ctx, request, incremental=False)
 
-    async def incremental_alter_configs(self, ctx: RequestContext, request: Any) -> Any:
+    async def incremental_alter_configs(
+        self, ctx: RequestContext, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
         return await self._alter(ctx, request, incremental=True)
 
-    def alter_configs_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def alter_configs_error(
+        self,
+        ctx: RequestContext,
+        request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+        code: ErrorCode,
+    ) -> AlterConfigsResponse | IncrementalAlterConfigsResponse:
         types = nested_types(ctx.api_key, ctx.api_version)
         return response(
             ctx,
             responses=tuple(self._altered(types, r, code, None) for r in request.resources),
         )
 
-    async def _alter(self, ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
+    async def _alter(
+        self,
+        ctx: RequestContext,
+        request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+        *,
+        incremental: bool,
+    ) -> Any:  # the response of the request's API
         types = nested_types(ctx.api_key, ctx.api_version)
         ids = Counter((r.resource_type, r.resource_name) for r in request.resources)
         results = []
@@ -426,7 +453,7 @@ _RULES = {
 
 def register(registry: HandlerRegistry, broker: ConfigAdmin) -> ConfigsApi:
     api = ConfigsApi(broker)
-    handlers = {
+    handlers: dict[ApiKey, tuple[Handler, ErrorResponder]] = {
         ApiKey.DESCRIBE_CONFIGS: (api.describe_configs, api.describe_configs_error),
         ApiKey.ALTER_CONFIGS: (api.alter_configs, api.alter_configs_error),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (api.incremental_alter_configs, api.alter_configs_error),

@@ -18,6 +18,12 @@ from kio.static.primitive import i8, i32, i32Timedelta
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore, topic_id_text, topic_uuid
+from logkeel.server.api.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from logkeel.server.api.responses import (
     OPERATIONS_NOT_REQUESTED,
     Endpoint,
@@ -99,7 +105,9 @@ class ConsumerGroupApi:
 
     # -- ConsumerGroupHeartbeat -------------------------------------------------------------------
 
-    async def heartbeat(self, ctx: RequestContext, request: Any) -> Any:
+    async def heartbeat(
+        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
+    ) -> ConsumerGroupHeartbeatResponse:
         if not self._may(ctx, AclOperation.READ, request.group_id):
             return self.heartbeat_error(ctx, request, ErrorCode.group_authorization_failed)
         member_id = request.member_id
@@ -149,14 +157,18 @@ class ConsumerGroupApi:
             assignment=assignment,
         )
 
-    def heartbeat_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def heartbeat_error(
+        self, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest, code: ErrorCode
+    ) -> ConsumerGroupHeartbeatResponse:
         return self._heartbeat_response(
             ctx, HeartbeatResult(code, None, request.member_id or None, int(request.member_epoch))
         )
 
     # -- ConsumerGroupDescribe --------------------------------------------------------------------
 
-    async def describe(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe(
+        self, ctx: RequestContext, request: ConsumerGroupDescribeRequest
+    ) -> ConsumerGroupDescribeResponse:
         operations = (
             _GROUP_OPERATIONS if request.include_authorized_operations else OPERATIONS_NOT_REQUESTED
         )
@@ -232,7 +244,9 @@ class ConsumerGroupApi:
             authorized_operations=i32(OPERATIONS_NOT_REQUESTED),
         )
 
-    def describe_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_error(
+        self, ctx: RequestContext, request: ConsumerGroupDescribeRequest, code: ErrorCode
+    ) -> ConsumerGroupDescribeResponse:
         return response(
             ctx, groups=tuple(self._group_error(ctx, g, code) for g in request.group_ids)
         )

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.server.api.messages import ElectLeadersRequest, ElectLeadersResponse
 from logkeel.server.api.responses import Endpoint, duration_ms, nested, register_family, response
 from logkeel.server.authorization import ALTER_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -33,7 +34,9 @@ class ElectionsApi:
     def __init__(self, metadata: MetadataStore) -> None:
         self._metadata = metadata
 
-    async def elect_leaders(self, ctx: RequestContext, request: Any) -> Any:
+    async def elect_leaders(
+        self, ctx: RequestContext, request: ElectLeadersRequest
+    ) -> ElectLeadersResponse:
         code = int(getattr(request, "election_type", 0))  # v0 has preferred elections only
         kind = ELECTION_TYPES.get(code)
         if kind is None:
@@ -81,7 +84,9 @@ class ElectionsApi:
             ),
         )
 
-    def error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error(
+        self, ctx: RequestContext, request: ElectLeadersRequest, code: ErrorCode
+    ) -> ElectLeadersResponse:
         """Every named partition answers ``code`` (v0 has no top-level error)."""
         named = {
             TopicPartition(str(t.topic), int(p)): (code.name.upper(), None)

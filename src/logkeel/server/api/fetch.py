@@ -25,14 +25,16 @@ import logging
 import struct
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import IO, Any, cast
 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
+from kio.static.primitive import i32
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore, topic_id_text
 from logkeel.config import BrokerConfig
+from logkeel.server.api.messages import FetchRequest, FetchResponse
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -42,6 +44,7 @@ from logkeel.server.replica.fetches import Fetches
 from logkeel.server.replica.results import (
     FetchPartitionRequest,
     FetchPartitionResult,
+    MemoryRecords,
     RegionRecords,
     close_records,
 )
@@ -91,7 +94,9 @@ class FetchResponseFrame:
     """A Fetch response whose records are file regions; the network layer sends it with
     ``frame_parts`` (bytes and regions in order) and then calls ``close``."""
 
-    def __init__(self, response: Any, records: list[RegionRecords]) -> None:
+    def __init__(
+        self, response: FetchResponse, records: list[RegionRecords | MemoryRecords]
+    ) -> None:
         self.__api_key__ = ApiKey.FETCH
         self.__version__ = response.__version__
         self.response = response
@@ -107,10 +112,11 @@ class FetchResponseFrame:
         response_type = type(self.response)
         header_type = response_type.__header_schema__
         head = io.BytesIO()
-        entity_writer(header_type)(head, header_type(correlation_id=correlation_id))
+        entity_writer(header_type)(head, header_type(correlation_id=i32(correlation_id)))
         writer = _PartsWriter()
         writer.write(head.getvalue())
-        entity_writer(response_type)(writer, self.response)
+        # kio only calls write() on it
+        entity_writer(response_type)(cast("IO[bytes]", writer), self.response)
         parts = writer.finish()
         size = sum(len(p) for p in parts)
         return [struct.pack(">i", size), *parts]
@@ -149,10 +155,12 @@ class FetchApi:
         name = "replica.fetch.response.max.bytes" if follower else "fetch.max.bytes"
         return max(0, min(requested, int(self._config.get(name))))
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: FetchRequest
+    ) -> FetchResponse | FetchResponseFrame:
         version = ctx.api_version
         mod = nested_types(ApiKey.FETCH, version)
-        if version >= _REPLICA_STATE_FROM:
+        if hasattr(request, "replica_state"):  # v15+
             replica_id = int(request.replica_state.replica_id)
         else:
             replica_id = int(request.replica_id)
@@ -177,7 +185,7 @@ class FetchApi:
             ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
         )
         for topic in request.topics:
-            if version >= _TOPIC_IDS_FROM:
+            if hasattr(topic, "topic_id"):  # v13+
                 key = topic.topic_id
                 state = metadata.topic_by_id(topic_id_text(key)) if key is not None else None
                 name = state.name if state is not None else None
@@ -291,7 +299,9 @@ class FetchApi:
         )
         return FetchResponseFrame(answer, [r.records for r in results if r.records is not None])
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: FetchRequest, code: ErrorCode
+    ) -> FetchResponse:
         """The whole request failed: Kafka answers the top-level error and no partitions."""
         return response(
             ctx,

@@ -32,6 +32,30 @@ from logkeel.cluster.acls import (
 )
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.api.commit_offsets import commit_offsets_of
+from logkeel.server.api.messages import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from logkeel.server.api.responses import (
     OPERATIONS_NOT_REQUESTED,
     Endpoint,
@@ -50,6 +74,7 @@ from logkeel.server.authorization import (
 )
 from logkeel.server.group.coordinator import GroupCoordinator
 from logkeel.server.group.records import OFFSETS_TOPIC
+from logkeel.server.group.results import FetchedOffset
 from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext, Rule
 from logkeel.server.protocol import ApiKey
 from logkeel.server.txn.coordinator import TransactionCoordinator
@@ -136,9 +161,11 @@ class GroupApi:
 
     # -- FindCoordinator ------------------------------------------------------------------------
 
-    async def find_coordinator(self, ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version < 4:
-            key_type = getattr(request, "key_type", _COORDINATOR_KEY_GROUP)
+    async def find_coordinator(
+        self, ctx: RequestContext, request: FindCoordinatorRequest
+    ) -> FindCoordinatorResponse:
+        key_type = getattr(request, "key_type", _COORDINATOR_KEY_GROUP)  # v1+
+        if not hasattr(request, "coordinator_keys"):  # v0-3: one key
             code, node_id, host, port = await self._coordinator_for(ctx, key_type, request.key)
             return response(
                 ctx,
@@ -151,7 +178,7 @@ class GroupApi:
         coordinators = []
         entry = nested(ctx, "Coordinator")
         for key in request.coordinator_keys:
-            code, node_id, host, port = await self._coordinator_for(ctx, request.key_type, key)
+            code, node_id, host, port = await self._coordinator_for(ctx, key_type, key)
             coordinators.append(
                 entry(
                     key=key,
@@ -207,8 +234,10 @@ class GroupApi:
             return (ErrorCode.invalid_request, *none)
         return (ErrorCode.invalid_request, *none)
 
-    def find_coordinator_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version < 4:
+    def find_coordinator_error(
+        self, ctx: RequestContext, request: FindCoordinatorRequest, code: ErrorCode
+    ) -> FindCoordinatorResponse:
+        if not hasattr(request, "coordinator_keys"):
             return response(
                 ctx,
                 error_code=code,
@@ -235,7 +264,7 @@ class GroupApi:
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
 
-    async def join_group(self, ctx: RequestContext, request: Any) -> Any:
+    async def join_group(self, ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
         rebalance = getattr(request, "rebalance_timeout", None)
         result = await self.coordinator.join_group(
             request.group_id,
@@ -269,7 +298,9 @@ class GroupApi:
             members=members,
         )
 
-    def join_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def join_group_error(
+        self, ctx: RequestContext, request: JoinGroupRequest, code: ErrorCode
+    ) -> JoinGroupResponse:
         return response(
             ctx,
             error_code=code,
@@ -281,7 +312,7 @@ class GroupApi:
             members=(),
         )
 
-    async def sync_group(self, ctx: RequestContext, request: Any) -> Any:
+    async def sync_group(self, ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
         result = await self.coordinator.sync_group(
             request.group_id,
             request.generation_id,
@@ -299,10 +330,12 @@ class GroupApi:
             assignment=result.assignment,
         )
 
-    def sync_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def sync_group_error(
+        self, ctx: RequestContext, request: SyncGroupRequest, code: ErrorCode
+    ) -> SyncGroupResponse:
         return response(ctx, error_code=code, assignment=b"")
 
-    async def heartbeat(self, ctx: RequestContext, request: Any) -> Any:
+    async def heartbeat(self, ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
         code = self.coordinator.heartbeat(
             request.group_id,
             request.generation_id,
@@ -311,11 +344,16 @@ class GroupApi:
         )
         return response(ctx, error_code=code)
 
-    def simple_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def simple_error(
+        self, ctx: RequestContext, request: HeartbeatRequest, code: ErrorCode
+    ) -> HeartbeatResponse:
         return response(ctx, error_code=code)
 
-    async def leave_group(self, ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version < 3:
+    async def leave_group(
+        self, ctx: RequestContext, request: LeaveGroupRequest
+    ) -> LeaveGroupResponse:
+        members: list[tuple[str, str | None, str | None]]
+        if not hasattr(request, "members"):  # v0-2: the sender alone
             members = [(request.member_id, None, None)]
         else:
             members = [
@@ -336,7 +374,9 @@ class GroupApi:
             ),
         )
 
-    def leave_group_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def leave_group_error(
+        self, ctx: RequestContext, request: LeaveGroupRequest, code: ErrorCode
+    ) -> LeaveGroupResponse:
         return response(ctx, error_code=code, members=())
 
     # -- OffsetCommit / OffsetFetch / OffsetDelete -----------------------------------------------
@@ -344,7 +384,9 @@ class GroupApi:
     def _partition_exists(self, topic: str, partition: int) -> bool:
         return self._broker.metadata.partition(TopicPartition(topic, partition)) is not None
 
-    async def offset_commit(self, ctx: RequestContext, request: Any) -> Any:
+    async def offset_commit(
+        self, ctx: RequestContext, request: OffsetCommitRequest
+    ) -> OffsetCommitResponse:
         offsets, errors = commit_offsets_of(
             request.topics, self._partition_exists,
             lambda topic: self._may(ctx, AclOperation.READ, ResourceType.TOPIC, topic),
@@ -368,8 +410,11 @@ class GroupApi:
         return self._commit_response(ctx, request, lambda tp: errors[tp])
 
     def _commit_response(
-        self, ctx: RequestContext, request: Any, error_of: Callable[[tuple[str, int]], ErrorCode]
-    ) -> Any:
+        self,
+        ctx: RequestContext,
+        request: OffsetCommitRequest,
+        error_of: Callable[[tuple[str, int]], ErrorCode],
+    ) -> OffsetCommitResponse:
         topic_type = nested(ctx, "OffsetCommitResponseTopic")
         partition_type = nested(ctx, "OffsetCommitResponsePartition")
         topics = tuple(
@@ -387,11 +432,15 @@ class GroupApi:
         )
         return response(ctx, topics=topics)
 
-    def offset_commit_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def offset_commit_error(
+        self, ctx: RequestContext, request: OffsetCommitRequest, code: ErrorCode
+    ) -> OffsetCommitResponse:
         return self._commit_response(ctx, request, lambda tp: code)
 
-    async def offset_fetch(self, ctx: RequestContext, request: Any) -> Any:
-        if ctx.api_version >= 8:
+    async def offset_fetch(
+        self, ctx: RequestContext, request: OffsetFetchRequest
+    ) -> OffsetFetchResponse:
+        if hasattr(request, "groups"):  # v8+: many groups
             group_type = nested(ctx, "OffsetFetchResponseGroup")
             groups = []
             for g in request.groups:
@@ -420,7 +469,7 @@ class GroupApi:
     def _fetch_group(
         self,
         ctx: RequestContext,
-        request: Any,
+        request: OffsetFetchRequest,
         group_id: str,
         topics: list[tuple[str, Any]] | None,
     ) -> tuple[ErrorCode, tuple[Any, ...]]:
@@ -430,6 +479,7 @@ class GroupApi:
         else:
             topic_type = nested(ctx, "OffsetFetchResponseTopic")
             partition_type = nested(ctx, "OffsetFetchResponsePartition")
+        fetched: list[FetchedOffset]
         if not self._may(ctx, _DESCRIBE, ResourceType.GROUP, group_id):
             code, fetched = ErrorCode.group_authorization_failed, []
         elif getattr(request, "require_stable", False):
@@ -478,8 +528,10 @@ class GroupApi:
             topic_type(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
         )
 
-    def offset_fetch_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_version >= 8:
+    def offset_fetch_error(
+        self, ctx: RequestContext, request: OffsetFetchRequest, code: ErrorCode
+    ) -> OffsetFetchResponse:
+        if hasattr(request, "groups"):
             group_type = nested(ctx, "OffsetFetchResponseGroup")
             return response(
                 ctx,
@@ -490,7 +542,9 @@ class GroupApi:
             )
         return response(ctx, topics=(), error_code=code)
 
-    async def offset_delete(self, ctx: RequestContext, request: Any) -> Any:
+    async def offset_delete(
+        self, ctx: RequestContext, request: OffsetDeleteRequest
+    ) -> OffsetDeleteResponse:
         readable = {
             t.name
             for t in request.topics
@@ -521,12 +575,16 @@ class GroupApi:
             out.append(topic_type(name=t.name, partitions=tuple(parts)))
         return response(ctx, error_code=ErrorCode.none, topics=tuple(out))
 
-    def offset_delete_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def offset_delete_error(
+        self, ctx: RequestContext, request: OffsetDeleteRequest, code: ErrorCode
+    ) -> OffsetDeleteResponse:
         return response(ctx, error_code=code, topics=())
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------
 
-    async def list_groups(self, ctx: RequestContext, request: Any) -> Any:
+    async def list_groups(
+        self, ctx: RequestContext, request: ListGroupsRequest
+    ) -> ListGroupsResponse:
         code, groups = self.coordinator.list_groups(
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
@@ -550,10 +608,14 @@ class GroupApi:
             ),
         )
 
-    def list_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def list_groups_error(
+        self, ctx: RequestContext, request: ListGroupsRequest, code: ErrorCode
+    ) -> ListGroupsResponse:
         return response(ctx, error_code=code, groups=())
 
-    async def describe_groups(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe_groups(
+        self, ctx: RequestContext, request: DescribeGroupsRequest
+    ) -> DescribeGroupsResponse:
         group_type = nested(ctx, "DescribedGroup")
         member_type = nested(ctx, "DescribedGroupMember")
         include_operations = getattr(request, "include_authorized_operations", False)
@@ -598,7 +660,9 @@ class GroupApi:
             return _GROUP_OPERATIONS
         return self._authorizer.authorized_operations(ctx, ResourceType.GROUP, group_id)
 
-    def describe_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_groups_error(
+        self, ctx: RequestContext, request: DescribeGroupsRequest, code: ErrorCode
+    ) -> DescribeGroupsResponse:
         return response(ctx, groups=tuple(self._group_error(ctx, g, code) for g in request.groups))
 
     @staticmethod
@@ -614,7 +678,9 @@ class GroupApi:
             authorized_operations=i32(OPERATIONS_NOT_REQUESTED),
         )
 
-    async def delete_groups(self, ctx: RequestContext, request: Any) -> Any:
+    async def delete_groups(
+        self, ctx: RequestContext, request: DeleteGroupsRequest
+    ) -> DeleteGroupsResponse:
         names = list(dict.fromkeys(request.groups_names))
         allowed = [g for g in names if self._may(ctx, AclOperation.DELETE, ResourceType.GROUP, g)]
         results = await self.coordinator.delete_groups(allowed) if allowed else {}
@@ -627,7 +693,9 @@ class GroupApi:
             ),
         )
 
-    def delete_groups_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def delete_groups_error(
+        self, ctx: RequestContext, request: DeleteGroupsRequest, code: ErrorCode
+    ) -> DeleteGroupsResponse:
         entry = nested(ctx, "DeletableGroupResult")
         return response(
             ctx,

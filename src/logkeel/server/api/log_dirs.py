@@ -15,6 +15,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.server.api.messages import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
 from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.authorization import ALTER_CLUSTER, DESCRIBE_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -44,7 +50,9 @@ class LogDirsApi:
     def __init__(self, log_manager: LogManager) -> None:
         self._log_manager = log_manager
 
-    async def describe_log_dirs(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe_log_dirs(
+        self, ctx: RequestContext, request: DescribeLogDirsRequest
+    ) -> DescribeLogDirsResponse:
         wanted: dict[str, set[int]] | None = None
         if request.topics is not None:
             wanted = {}
@@ -57,14 +65,18 @@ class LogDirsApi:
             results=results,
         )
 
-    def describe_log_dirs_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_log_dirs_error(
+        self, ctx: RequestContext, request: DescribeLogDirsRequest, code: ErrorCode
+    ) -> DescribeLogDirsResponse:
         return response(
             ctx,
             error_code=code,
             results=(),
         )
 
-    async def alter_replica_log_dirs(self, ctx: RequestContext, request: Any) -> Any:
+    async def alter_replica_log_dirs(
+        self, ctx: RequestContext, request: AlterReplicaLogDirsRequest
+    ) -> AlterReplicaLogDirsResponse:
         """A dir with no replicas named: bring it online if it is offline here (the answer
         has no per-dir error field: DescribeLogDirs tells the outcome, the log says why).
         Replicas named: each starts moving there, with Kafka's per-partition errors."""
@@ -99,8 +111,8 @@ class LogDirsApi:
         return ErrorCode.none
 
     def alter_replica_log_dirs_error(
-        self, ctx: RequestContext, request: Any, code: ErrorCode
-    ) -> Any:
+        self, ctx: RequestContext, request: AlterReplicaLogDirsRequest, code: ErrorCode
+    ) -> AlterReplicaLogDirsResponse:
         """Every partition named carries ``code`` (Kafka's answer to an unauthorized caller)."""
         return self._alter_response(ctx, request.dirs, lambda path, t, p: code)
 

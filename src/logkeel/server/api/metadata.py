@@ -39,6 +39,12 @@ from logkeel.cluster.metadata import (
     topic_uuid,
 )
 from logkeel.config import BrokerConfig
+from logkeel.server.api.messages import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from logkeel.server.api.responses import (
     OPERATIONS_NOT_REQUESTED,
     build,
@@ -156,12 +162,13 @@ class MetadataApi:
     def __init__(self, broker: ClusterView) -> None:
         self._broker = broker
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(self, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
         version = ctx.api_version
         types = nested_types(ApiKey.METADATA, version)
         broker = self._broker
         all_topics = request.topics is None or (version == 0 and not request.topics)
         topics: list[Any] = []
+        state: TopicState | None
         if all_topics:
             for state in sorted(broker.metadata.topics().values(), key=lambda t: t.name):
                 if self._describable(ctx, state.name):  # the others are hidden, as in Kafka
@@ -169,7 +176,7 @@ class MetadataApi:
         else:
             by_id: list[uuid.UUID] = []
             names: list[str] = []
-            for entry in request.topics:
+            for entry in request.topics or ():
                 topic_id = getattr(entry, "topic_id", None)
                 has_id = topic_id is not None and topic_id != ZERO_UUID
                 if version < 12 and (entry.name is None or has_id):
@@ -177,7 +184,7 @@ class MetadataApi:
                         ErrorCode.invalid_request,
                         f"topic ids are not supported in Metadata v{version} requests",
                     )
-                if has_id:
+                if has_id and topic_id is not None:
                     by_id.append(topic_id)
                 elif entry.name is None:
                     raise ApiError(ErrorCode.invalid_request, "a topic needs a name or an id")
@@ -209,7 +216,9 @@ class MetadataApi:
             error_code=ErrorCode.none,
         )
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: MetadataRequest, code: ErrorCode
+    ) -> MetadataResponse:
         """Every requested topic carries ``code`` (Kafka's MetadataRequest.getErrorResponse)."""
         types = nested_types(ApiKey.METADATA, ctx.api_version)
         # A null name (refused in v10-11 requests, where the response's name is not nullable)
@@ -238,7 +247,12 @@ class MetadataApi:
         return self._broker.authorizer.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
     async def _named_topic(
-        self, ctx: RequestContext, types: ModuleType, name: str, auto_create: bool, request: Any
+        self,
+        ctx: RequestContext,
+        types: ModuleType,
+        name: str,
+        auto_create: bool,
+        request: MetadataRequest,
     ) -> Any:
         broker = self._broker
         if not self._describable(ctx, name):
@@ -275,7 +289,7 @@ class MetadataApi:
         )
 
     def _topic(
-        self, ctx: RequestContext, types: ModuleType, state: TopicState, request: Any
+        self, ctx: RequestContext, types: ModuleType, state: TopicState, request: MetadataRequest
     ) -> Any:
         include_ops = getattr(request, "include_topic_authorized_operations", False)
         return build(
@@ -338,7 +352,9 @@ class DescribeClusterApi:
     def __init__(self, broker: ClusterView) -> None:
         self._broker = broker
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: DescribeClusterRequest
+    ) -> DescribeClusterResponse:
         endpoint_type = getattr(request, "endpoint_type", _ENDPOINT_BROKERS)
         if endpoint_type == _ENDPOINT_CONTROLLERS:
             # A broker describes brokers; controllers are asked directly (KIP-919).
@@ -358,12 +374,18 @@ class DescribeClusterApi:
             )
         return self._response(ctx, ErrorCode.none, None, request)
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: DescribeClusterRequest, code: ErrorCode
+    ) -> DescribeClusterResponse:
         return self._response(ctx, code, None, request)
 
     def _response(
-        self, ctx: RequestContext, code: ErrorCode, message: str | None, request: Any
-    ) -> Any:
+        self,
+        ctx: RequestContext,
+        code: ErrorCode,
+        message: str | None,
+        request: DescribeClusterRequest,
+    ) -> DescribeClusterResponse:
         broker = self._broker
         types = nested_types(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
         brokers: tuple[Any, ...] = ()

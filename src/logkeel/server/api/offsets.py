@@ -25,6 +25,14 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import INTERNAL_TOPICS
+from logkeel.server.api.messages import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 from logkeel.server.api.responses import build, nested_types, response
 from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -58,7 +66,7 @@ class ListOffsetsApi(_PartitionOffsetsApi):
     MAX_VERSION = 11
     RULE = "DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED)"
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(self, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
         mod = nested_types(ApiKey.LIST_OFFSETS, ctx.api_version)
         replica_id = int(request.replica_id)
         # Followers (replica id >= 0) read to the log end: no isolation level applies.
@@ -99,7 +107,9 @@ class ListOffsetsApi(_PartitionOffsetsApi):
             leader_epoch=r.leader_epoch,
         )
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: ListOffsetsRequest, code: ErrorCode
+    ) -> ListOffsetsResponse:
         mod = nested_types(ApiKey.LIST_OFFSETS, ctx.api_version)
         topics = tuple(
             mod.ListOffsetsTopicResponse(
@@ -122,7 +132,9 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
         ">= 0): CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED)"
     )
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: OffsetForLeaderEpochRequest
+    ) -> OffsetForLeaderEpochResponse:
         mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         replica_id = int(getattr(request, "replica_id", -1))
         if replica_id >= 0 and not self._authorizer.allowed(
@@ -164,7 +176,9 @@ class OffsetForLeaderEpochApi(_PartitionOffsetsApi):
             )
         return response(ctx, topics=tuple(topics))
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: OffsetForLeaderEpochRequest, code: ErrorCode
+    ) -> OffsetForLeaderEpochResponse:
         mod = nested_types(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         topics = tuple(
             mod.OffsetForLeaderTopicResult(
@@ -186,7 +200,9 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
     MAX_VERSION = 2
     RULE = "DELETE on each topic (TOPIC_AUTHORIZATION_FAILED)"
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: DeleteRecordsRequest
+    ) -> DeleteRecordsResponse:
         mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
         timeout_ms = round(request.timeout.total_seconds() * 1000)
         queries = self._offsets
@@ -213,7 +229,9 @@ class DeleteRecordsApi(_PartitionOffsetsApi):
             )
         return response(ctx, topics=tuple(topics))
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: DeleteRecordsRequest, code: ErrorCode
+    ) -> DeleteRecordsResponse:
         mod = nested_types(ApiKey.DELETE_RECORDS, ctx.api_version)
         topics = tuple(
             mod.DeleteRecordsTopicResult(

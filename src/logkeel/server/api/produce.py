@@ -25,6 +25,7 @@ from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore, TopicState, topic_id_text
 from logkeel.records.batch import MAGIC_V2, BatchHeader, InvalidBatchError
 from logkeel.records.walk import iter_headers
+from logkeel.server.api.messages import ProduceRequest, ProduceResponse
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.api.topic_refs import WRITE_PROTECTED_TOPICS
 from logkeel.server.authorization import RequestAuthorizer, per_entry
@@ -94,7 +95,9 @@ class ProduceApi:
         code = self._verify_txn(transactional_id, header.producer_id, header.producer_epoch, tp)
         return code, None if code == ErrorCode.none else f"{tp} is not in the transaction"
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: ProduceRequest
+    ) -> ProduceResponse | None:  # None: acks=0, nothing is sent back
         version = ctx.api_version
         acks = int(request.acks)
         timeout_ms = round(request.timeout.total_seconds() * 1000)
@@ -108,7 +111,7 @@ class ProduceApi:
             ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid
         )
         for topic in request.topic_data:
-            if version >= _TOPIC_IDS_FROM:
+            if hasattr(topic, "topic_id"):  # v13+
                 key = topic.topic_id
                 state = metadata.topic_by_id(topic_id_text(key)) if key is not None else None
                 name = state.name if state is not None else None
@@ -131,16 +134,17 @@ class ProduceApi:
                     slots.append((key, index, None, topic_error, None))
                     continue
                 tp = TopicPartition(name, index)
-                problem = _check_records(pdata.records)
-                if problem is not None:
+                records = pdata.records
+                problem = _check_records(records)
+                if problem is not None or records is None:
                     slots.append((key, index, tp, ErrorCode.invalid_record, problem))
                     continue
-                if _is_transactional(pdata.records):
-                    code, why = self._txn_error(request.transactional_id, pdata.records, tp)
+                if _is_transactional(records):
+                    code, why = self._txn_error(request.transactional_id, records, tp)
                     if code != ErrorCode.none:
                         slots.append((key, index, tp, code, why))
                         continue
-                entries[tp] = pdata.records
+                entries[tp] = records
                 slots.append((key, index, tp, None, None))
 
         results: dict[TopicPartition, PartitionAppendResult] = {}
@@ -165,12 +169,12 @@ class ProduceApi:
         mod = nested_types(ApiKey.PRODUCE, version)
         by_topic: dict[Any, list[Any]] = {key: [] for key in order}
         leaders: set[int] = set()
-        for key, index, tp, err, message in slots:
+        for key, index, slot_tp, err, message in slots:
             if err is not None:
                 result = PartitionAppendResult(err, error_message=message)
             else:
-                assert tp is not None
-                result = results[tp]
+                assert slot_tp is not None
+                result = results[slot_tp]
             by_topic[key].append(self._partition_response(mod, index, result))
             if result.error == ErrorCode.not_leader_or_follower and result.leader_id >= 0:
                 leaders.add(result.leader_id)
@@ -206,8 +210,8 @@ class ProduceApi:
         state = self._metadata.topic(name)
         if state is None and self._authorizer.may_create_topic(ctx, name):
             state = await self._ensure_topic(name)
-            if state is None:
-                return ErrorCode.unknown_topic_or_partition
+        if state is None:  # absent, and this client may not create it
+            return ErrorCode.unknown_topic_or_partition
         if state.internal and ctx.client_id != _ADMIN_CLIENT_ID:
             return ErrorCode.invalid_topic_exception
         return None
@@ -241,7 +245,9 @@ class ProduceApi:
                 )
         return build(mod.PartitionProduceResponse, **values)
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: ProduceRequest, code: ErrorCode
+    ) -> ProduceResponse | None:
         """Every partition of the request answers ``code`` (Kafka's getErrorResponse)."""
         if int(request.acks) == 0:
             return None
@@ -252,7 +258,7 @@ class ProduceApi:
                 self._partition_response(mod, int(p.index), PartitionAppendResult(code))
                 for p in topic.partition_data
             )
-            if ctx.api_version >= _TOPIC_IDS_FROM:
+            if hasattr(topic, "topic_id"):
                 topics.append(
                     build(
                         mod.TopicProduceResponse,

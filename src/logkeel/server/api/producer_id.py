@@ -25,6 +25,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.server.api.messages import InitProducerIdRequest, InitProducerIdResponse
 from logkeel.server.api.responses import duration_ms, response
 from logkeel.server.api.transactions import visible_code
 from logkeel.server.authorization import IDEMPOTENT_WRITE, WRITE_TXN, gated
@@ -142,9 +143,11 @@ class InitProducerIdApi:
         async with self._lock:
             return await asyncio.to_thread(self.manager.next_producer_id)
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: InitProducerIdRequest
+    ) -> InitProducerIdResponse:
         if request.transactional_id is not None:
-            return await self._transactional(ctx, request)
+            return await self._transactional(ctx, request, request.transactional_id)
         try:
             pid = await self.next_producer_id()
         except KafkaStorageError as exc:
@@ -155,12 +158,14 @@ class InitProducerIdApi:
             return self._response(ctx, ErrorCode.coordinator_not_available, -1, -1)
         return self._response(ctx, ErrorCode.none, pid, 0)
 
-    async def _transactional(self, ctx: RequestContext, request: Any) -> Any:
+    async def _transactional(
+        self, ctx: RequestContext, request: InitProducerIdRequest, transactional_id: str
+    ) -> InitProducerIdResponse:
         if self.txn_coordinator is None:
             return self._response(ctx, ErrorCode.coordinator_not_available, -1, -1)
         try:
             pid, epoch = await self.txn_coordinator.init_producer_id(
-                request.transactional_id,
+                transactional_id,
                 duration_ms(request.transaction_timeout),
                 int(getattr(request, "producer_id", -1)),
                 int(getattr(request, "producer_epoch", -1)),
@@ -183,7 +188,9 @@ class InitProducerIdApi:
             ongoing_txn_producer_epoch=-1,
         )
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: InitProducerIdRequest, code: ErrorCode
+    ) -> InitProducerIdResponse:
         return self._response(ctx, code, -1, -1)
 
 

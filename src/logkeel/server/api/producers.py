@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
+from logkeel.server.api.messages import DescribeProducersRequest, DescribeProducersResponse
 from logkeel.server.api.responses import nested, response
 from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -71,7 +72,9 @@ class DescribeProducersApi:
         self._metadata = metadata
         self._authorizer = authorizer
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: DescribeProducersRequest
+    ) -> DescribeProducersResponse:
         topics = []
         for topic in request.topics:
             readable = self._authorizer.allowed(
@@ -99,9 +102,8 @@ class DescribeProducersApi:
                 ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
             )
             return self._partition(ctx, tp.partition, code)
-        code = p.state_error()
-        if code is not None:
-            return self._partition(ctx, tp.partition, code)
+        if (refused := p.state_error()) is not None:
+            return self._partition(ctx, tp.partition, refused)
         found = await self._replicas.run_in_io(active_producers, p)
         if found is None:
             return self._partition(ctx, tp.partition, ErrorCode.not_leader_or_follower)
@@ -127,7 +129,9 @@ class DescribeProducersApi:
             partition_index=index, error_code=code, error_message=None, active_producers=producers
         )
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: DescribeProducersRequest, code: ErrorCode
+    ) -> DescribeProducersResponse:
         return response(
             ctx,
             topics=tuple(

@@ -57,11 +57,11 @@ def nested_types(api_key: int, api_version: int) -> ModuleType:
 
 
 @cache
-def _field_names(cls: type[Any]) -> frozenset[str]:
+def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-def build(cls: type[Any], **values: Any) -> Any:
+def build(cls: type, **values: Any) -> Any:
     """``cls(**values)`` keeping only the fields this version of ``cls`` has; a field missing
     from ``values`` is a bug that kio reports at construction."""
     names = _field_names(cls)
@@ -70,7 +70,7 @@ def build(cls: type[Any], **values: Any) -> Any:
 
 def nested(ctx: RequestContext, name: str) -> type[Any]:
     """The nested entity class ``name`` of the response to ``ctx``'s API version."""
-    return getattr(nested_types(ctx.api_key, ctx.api_version), name)  # type: ignore[no-any-return]
+    return getattr(nested_types(ctx.api_key, ctx.api_version), name)
 
 
 def response(ctx: RequestContext, throttle_ms: int = 0, **values: Any) -> Any:

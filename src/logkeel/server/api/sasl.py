@@ -18,6 +18,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64Timedelta
 
+from logkeel.server.api.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from logkeel.server.api.responses import response
 from logkeel.server.authorization import anyone
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -31,7 +37,7 @@ log = logging.getLogger(__name__)
 _NO_LIFETIME = i64Timedelta.parse(timedelta(0))
 
 
-async def handshake(ctx: RequestContext, request: Any) -> Any:
+async def handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     session = ctx.session
     if session.sasl is None or session.exchanging or (session.established and ctx.api_version == 0):
         # Not a SASL listener, a handshake in the middle of an exchange, or a re-authentication
@@ -67,7 +73,9 @@ class Authenticator:
         self._delay_s = failure_delay_ms / 1000
         self._failed = failed
 
-    async def authenticate(self, ctx: RequestContext, request: Any) -> Any:
+    async def authenticate(
+        self, ctx: RequestContext, request: SaslAuthenticateRequest
+    ) -> SaslAuthenticateResponse:
         session = ctx.session
         if not session.exchanging:
             session.close_after_response = True
@@ -105,11 +113,15 @@ def _authenticate_response(
     )
 
 
-def handshake_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+def handshake_error(
+    ctx: RequestContext, request: SaslHandshakeRequest, code: ErrorCode
+) -> SaslHandshakeResponse:
     return response(ctx, error_code=code, mechanisms=())
 
 
-def authenticate_error(ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+def authenticate_error(
+    ctx: RequestContext, request: SaslAuthenticateRequest, code: ErrorCode
+) -> SaslAuthenticateResponse:
     return _authenticate_response(ctx, code, None, b"")
 
 

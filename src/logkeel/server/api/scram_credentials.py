@@ -23,6 +23,12 @@ from logkeel.cluster.scram import (
     mechanism_name,
     mechanism_type,
 )
+from logkeel.server.api.messages import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from logkeel.server.api.responses import EntryError, nested, response
 from logkeel.server.authorization import ALTER_CLUSTER, DESCRIBE_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -35,7 +41,9 @@ class ScramCredentialsApi:
     def __init__(self, metadata: MetadataStore) -> None:
         self._metadata = metadata
 
-    async def describe(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe(
+        self, ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+    ) -> DescribeUserScramCredentialsResponse:
         Result, Info = (
             nested(ctx, "DescribeUserScramCredentialsResult"),
             nested(ctx, "CredentialInfo"),
@@ -66,12 +74,15 @@ class ScramCredentialsApi:
             )
         return response(ctx, error_code=ErrorCode.none, error_message=None, results=tuple(results))
 
-    async def alter(self, ctx: RequestContext, request: Any) -> Any:
+    async def alter(
+        self, ctx: RequestContext, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
         Result = nested(ctx, "AlterUserScramCredentialsResult")
-        pairs = collections.Counter(
-            (c.name, int(c.mechanism)) for c in (*request.deletions, *request.upsertions)
-        )
-        users = list(dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions)))
+        named = [(c.name, int(c.mechanism)) for c in request.deletions] + [
+            (c.name, int(c.mechanism)) for c in request.upsertions
+        ]
+        pairs = collections.Counter(named)
+        users = list(dict.fromkeys(name for name, _ in named))
         results = []
         for user in users:
             try:
@@ -91,7 +102,9 @@ class ScramCredentialsApi:
             results.append(Result(user=user, error_code=code, error_message=message))
         return response(ctx, results=tuple(results))
 
-    def describe_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def describe_error(
+        self, ctx: RequestContext, request: DescribeUserScramCredentialsRequest, code: ErrorCode
+    ) -> DescribeUserScramCredentialsResponse:
         """Kafka's getErrorResponse: the error at the top and for every user named."""
         Result = nested(ctx, "DescribeUserScramCredentialsResult")
         names = dict.fromkeys(u.name for u in request.users or ())
@@ -105,9 +118,13 @@ class ScramCredentialsApi:
             ),
         )
 
-    def alter_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def alter_error(
+        self, ctx: RequestContext, request: AlterUserScramCredentialsRequest, code: ErrorCode
+    ) -> AlterUserScramCredentialsResponse:
         Result = nested(ctx, "AlterUserScramCredentialsResult")
-        users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
+        users = dict.fromkeys(
+            [c.name for c in request.deletions] + [c.name for c in request.upsertions]
+        )
         return response(
             ctx,
             results=tuple(Result(user=u, error_code=code, error_message=None) for u in users),

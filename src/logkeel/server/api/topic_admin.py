@@ -33,6 +33,14 @@ from logkeel.cluster.metadata import (
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.api.config_changes import validate_topic_configs
 from logkeel.server.api.config_synonyms import topic_source
+from logkeel.server.api.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 from logkeel.server.api.responses import (
     Endpoint,
     EntryError,
@@ -50,7 +58,7 @@ from logkeel.server.api.topic_refs import (
 )
 from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.errors import ApiError
-from logkeel.server.handlers import HandlerRegistry, RequestContext
+from logkeel.server.handlers import ErrorResponder, Handler, HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 
 __all__ = ["TOPIC_ADMIN_VERSIONS", "TopicAdmin", "TopicsApi", "register"]
@@ -96,7 +104,9 @@ class TopicsApi:
 
     # CreateTopics ------------------------------------------------------------------------------
 
-    async def create_topics(self, ctx: RequestContext, request: Any) -> Any:
+    async def create_topics(
+        self, ctx: RequestContext, request: CreateTopicsRequest
+    ) -> CreateTopicsResponse:
         types = nested_types(ApiKey.CREATE_TOPICS, ctx.api_version)
         counts = Counter(t.name for t in request.topics)
         results = []
@@ -125,7 +135,9 @@ class TopicsApi:
             topics=tuple(results),
         )
 
-    def create_topics_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def create_topics_error(
+        self, ctx: RequestContext, request: CreateTopicsRequest, code: ErrorCode
+    ) -> CreateTopicsResponse:
         types = nested_types(ApiKey.CREATE_TOPICS, ctx.api_version)
         return response(
             ctx,
@@ -295,7 +307,9 @@ class TopicsApi:
 
     # DeleteTopics ------------------------------------------------------------------------------
 
-    async def delete_topics(self, ctx: RequestContext, request: Any) -> Any:
+    async def delete_topics(
+        self, ctx: RequestContext, request: DeleteTopicsRequest
+    ) -> DeleteTopicsResponse:
         version = ctx.api_version
         broker = self._broker
         if not broker.config.delete_topic_enable:
@@ -305,12 +319,12 @@ class TopicsApi:
             )
         types = nested_types(ApiKey.DELETE_TOPICS, version)
         wanted: list[tuple[str | None, uuid.UUID | None]]
-        if version >= 6:
+        if hasattr(request, "topics"):  # v6+: names or ids
             wanted = [(t.name, t.topic_id) for t in request.topics]
         else:
             wanted = [(name, None) for name in request.topic_names]
         name_counts = Counter(n for n, i in wanted if n is not None and _no_id(i))
-        id_counts = Counter(i for n, i in wanted if n is None and not _no_id(i))
+        id_counts = Counter(i for n, i in wanted if n is None and i is not None and not _no_id(i))
         results = []
         for name, topic_id in wanted:
             try:
@@ -329,9 +343,12 @@ class TopicsApi:
             responses=tuple(results),
         )
 
-    def delete_topics_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def delete_topics_error(
+        self, ctx: RequestContext, request: DeleteTopicsRequest, code: ErrorCode
+    ) -> DeleteTopicsResponse:
         types = nested_types(ApiKey.DELETE_TOPICS, ctx.api_version)
-        if ctx.api_version >= 6:
+        wanted: list[tuple[str | None, uuid.UUID | None]]
+        if hasattr(request, "topics"):
             wanted = [(t.name, t.topic_id) for t in request.topics]
         else:
             wanted = [(name, None) for name in request.topic_names]
@@ -400,7 +417,9 @@ class TopicsApi:
 
     # CreatePartitions --------------------------------------------------------------------------
 
-    async def create_partitions(self, ctx: RequestContext, request: Any) -> Any:
+    async def create_partitions(
+        self, ctx: RequestContext, request: CreatePartitionsRequest
+    ) -> CreatePartitionsResponse:
         types = nested_types(ApiKey.CREATE_PARTITIONS, ctx.api_version)
         counts = Counter(t.name for t in request.topics)
         results = []
@@ -420,7 +439,9 @@ class TopicsApi:
             results=tuple(results),
         )
 
-    def create_partitions_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def create_partitions_error(
+        self, ctx: RequestContext, request: CreatePartitionsRequest, code: ErrorCode
+    ) -> CreatePartitionsResponse:
         types = nested_types(ApiKey.CREATE_PARTITIONS, ctx.api_version)
         return response(
             ctx,
@@ -505,7 +526,7 @@ def _no_id(topic_id: uuid.UUID | None) -> bool:
 
 def register(registry: HandlerRegistry, broker: TopicAdmin) -> TopicsApi:
     api = TopicsApi(broker)
-    handlers = {
+    handlers: dict[ApiKey, tuple[Handler, ErrorResponder, str]] = {
         ApiKey.CREATE_TOPICS: (
             api.create_topics, api.create_topics_error,
             "CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED)",

@@ -22,6 +22,10 @@ from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import INTERNAL_TOPICS, TopicState, topic_uuid
+from logkeel.server.api.messages import (
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+)
 from logkeel.server.api.metadata import ClusterView, partition_view
 from logkeel.server.api.responses import nested, response
 from logkeel.server.api.topic_refs import ZERO_UUID
@@ -78,7 +82,9 @@ class DescribeTopicPartitionsApi:
     def __init__(self, broker: ClusterView) -> None:
         self._broker = broker
 
-    async def handle(self, ctx: RequestContext, request: Any) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: DescribeTopicPartitionsRequest
+    ) -> DescribeTopicPartitionsResponse:
         broker = self._broker
         authorizer = broker.authorizer
         named = [t.name for t in request.topics]
@@ -122,7 +128,9 @@ class DescribeTopicPartitionsApi:
             )
         return response(ctx, topics=tuple(described + errors), next_cursor=next_cursor)
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: DescribeTopicPartitionsRequest, code: ErrorCode
+    ) -> DescribeTopicPartitionsResponse:
         return response(
             ctx,
             topics=tuple(self._failed(ctx, t.name, code) for t in request.topics),

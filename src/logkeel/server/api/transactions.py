@@ -16,6 +16,16 @@ from kio.schema.errors import ErrorCode
 from logkeel.cluster.acls import AclOperation, ResourceType
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.server.api.commit_offsets import commit_offsets_of
+from logkeel.server.api.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
 from logkeel.server.authorization import READ_GROUP, WRITE_TXN, RequestAuthorizer, gated
 from logkeel.server.group.coordinator import GroupCoordinator
@@ -66,8 +76,10 @@ class TransactionsApi:
 
     # -- AddPartitionsToTxn -------------------------------------------------------------------
 
-    async def add_partitions(self, ctx: RequestContext, request: Any) -> Any:
-        wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+    async def add_partitions(
+        self, ctx: RequestContext, request: AddPartitionsToTxnRequest
+    ) -> AddPartitionsToTxnResponse:
+        wanted = [(str(t.name), int(p)) for t in request.v3_and_below_topics for p in t.partitions]
         # Kafka's checks: WRITE on each topic (the transactional id is the gate's).
         refused = {
             tp: ErrorCode.topic_authorization_failed
@@ -111,7 +123,9 @@ class TransactionsApi:
             ),
         )
 
-    def add_partitions_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def add_partitions_error(
+        self, ctx: RequestContext, request: AddPartitionsToTxnRequest, code: ErrorCode
+    ) -> AddPartitionsToTxnResponse:
         return self._add_partitions_response(
             ctx,
             {(t.name, int(p)): code for t in request.v3_and_below_topics for p in t.partitions},
@@ -119,7 +133,9 @@ class TransactionsApi:
 
     # -- AddOffsetsToTxn, EndTxn ----------------------------------------------------------------
 
-    async def add_offsets(self, ctx: RequestContext, request: Any) -> Any:
+    async def add_offsets(
+        self, ctx: RequestContext, request: AddOffsetsToTxnRequest
+    ) -> AddOffsetsToTxnResponse:
         code = await self._groups.ensure_offsets_topic()
         if code == ErrorCode.none:
             try:
@@ -133,7 +149,7 @@ class TransactionsApi:
                 code = visible_code(ctx, exc.code)
         return response(ctx, error_code=code)
 
-    async def end_txn(self, ctx: RequestContext, request: Any) -> Any:
+    async def end_txn(self, ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
         try:
             await self._txns.end_txn(
                 request.transactional_id,
@@ -146,12 +162,16 @@ class TransactionsApi:
             code = visible_code(ctx, exc.code)
         return response(ctx, error_code=code)
 
-    def simple_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def simple_error(
+        self, ctx: RequestContext, request: AddOffsetsToTxnRequest | EndTxnRequest, code: ErrorCode
+    ) -> AddOffsetsToTxnResponse | EndTxnResponse:
         return response(ctx, error_code=code)
 
     # -- TxnOffsetCommit -----------------------------------------------------------------------
 
-    async def txn_offset_commit(self, ctx: RequestContext, request: Any) -> Any:
+    async def txn_offset_commit(
+        self, ctx: RequestContext, request: TxnOffsetCommitRequest
+    ) -> TxnOffsetCommitResponse:
         offsets, errors = commit_offsets_of(
             request.topics, self._partition_exists,
             lambda topic: self._authorizer is None
@@ -178,7 +198,7 @@ class TransactionsApi:
             )
         return self._txn_offset_commit_response(ctx, errors)
 
-    def _verify_offsets_partition(self, request: Any) -> ErrorCode:
+    def _verify_offsets_partition(self, request: TxnOffsetCommitRequest) -> ErrorCode:
         """The group's ``__consumer_offsets`` partition must be in the producer's open
         transaction (AddOffsetsToTxn came first), or the offsets would stay pending for ever:
         no marker would ever reach that partition (e.g. a fenced zombie's late commit)."""
@@ -208,7 +228,9 @@ class TransactionsApi:
             topics=tuple(topic_type(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         )
 
-    def txn_offset_commit_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def txn_offset_commit_error(
+        self, ctx: RequestContext, request: TxnOffsetCommitRequest, code: ErrorCode
+    ) -> TxnOffsetCommitResponse:
         return self._txn_offset_commit_response(
             ctx,
             {(t.name, int(p.partition_index)): code for t in request.topics for p in t.partitions},

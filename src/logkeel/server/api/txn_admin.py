@@ -11,11 +11,16 @@ from __future__ import annotations
 import datetime
 import re
 import time
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.acls import AclOperation, ResourceType
+from logkeel.server.api.messages import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
 from logkeel.server.authorization import RequestAuthorizer, per_entry
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -52,7 +57,9 @@ class TxnAdminApi:
             ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic
         )
 
-    async def describe_transactions(self, ctx: RequestContext, request: Any) -> Any:
+    async def describe_transactions(
+        self, ctx: RequestContext, request: DescribeTransactionsRequest
+    ) -> DescribeTransactionsResponse:
         states = nested(ctx, "TransactionState")
         topic_data = nested(ctx, "TopicData")
         described = []
@@ -89,7 +96,9 @@ class TxnAdminApi:
             )
         return response(ctx, transaction_states=tuple(described))
 
-    async def list_transactions(self, ctx: RequestContext, request: Any) -> Any:
+    async def list_transactions(
+        self, ctx: RequestContext, request: ListTransactionsRequest
+    ) -> ListTransactionsResponse:
         wanted_states = set(request.state_filters)
         unknown = tuple(s for s in request.state_filters if s not in _STATES)
         pids = set(request.producer_id_filters)
@@ -99,7 +108,7 @@ class TxnAdminApi:
         try:
             metas = self._txns.list_transactions()
         except TxnError as exc:
-            return self.error(ctx, request, exc.code)
+            return self.list_error(ctx, request, exc.code)
         now = time.time_ns() // 1_000_000
         listed = nested(ctx, "TransactionState")
         found = [
@@ -124,9 +133,14 @@ class TxnAdminApi:
             transaction_states=tuple(found),
         )
 
-    def error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
-        if ctx.api_key == ApiKey.LIST_TRANSACTIONS:
-            return response(ctx, error_code=code, unknown_state_filters=(), transaction_states=())
+    def list_error(
+        self, ctx: RequestContext, request: ListTransactionsRequest, code: ErrorCode
+    ) -> ListTransactionsResponse:
+        return response(ctx, error_code=code, unknown_state_filters=(), transaction_states=())
+
+    def describe_error(
+        self, ctx: RequestContext, request: DescribeTransactionsRequest, code: ErrorCode
+    ) -> DescribeTransactionsResponse:
         states = nested(ctx, "TransactionState")
         return response(
             ctx,
@@ -163,7 +177,7 @@ def register(
                 0,
                 0,
                 api.describe_transactions,
-                api.error,
+                api.describe_error,
                 per_entry(
                     "DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); "
                     "its partitions only of topics with DESCRIBE"
@@ -173,7 +187,7 @@ def register(
                 0,
                 2,
                 api.list_transactions,
-                api.error,
+                api.list_error,
                 per_entry("lists only the transactional ids with DESCRIBE on them"),
             ),
         },

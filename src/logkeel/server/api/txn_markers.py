@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.server.api.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from logkeel.server.api.responses import Endpoint, nested, register_family, response
 from logkeel.server.authorization import CLUSTER_ACTION, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -24,7 +25,9 @@ class WriteTxnMarkersApi:
     def __init__(self, markers: TxnMarkers) -> None:
         self._markers = markers
 
-    async def write_txn_markers(self, ctx: RequestContext, request: Any) -> Any:
+    async def write_txn_markers(
+        self, ctx: RequestContext, request: WriteTxnMarkersRequest
+    ) -> WriteTxnMarkersResponse:
         results = []
         for m in request.markers:
             marker = Marker(
@@ -53,7 +56,9 @@ class WriteTxnMarkersApi:
             topics=tuple(topic_result(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         )
 
-    def error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error(
+        self, ctx: RequestContext, request: WriteTxnMarkersRequest, code: ErrorCode
+    ) -> WriteTxnMarkersResponse:
         """Every partition of every marker carries ``code``, under its marker's producer id."""
         return response(
             ctx,

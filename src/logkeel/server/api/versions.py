@@ -16,6 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
+from logkeel.server.api.messages import ApiVersionsRequest, ApiVersionsResponse
 from logkeel.server.api.responses import NO_THROTTLE, nested_types
 from logkeel.server.authorization import anyone
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -31,18 +32,25 @@ class ApiVersionsApi:
     def __init__(self, registry: HandlerRegistry) -> None:
         self._registry = registry
 
-    async def handle(self, ctx: RequestContext, request: Any | None) -> Any:
+    async def handle(
+        self, ctx: RequestContext, request: ApiVersionsRequest | None
+    ) -> ApiVersionsResponse:
         """``request`` is None when ``ctx.api_version`` is one this broker does not implement."""
-        if not self._registry.supports(ApiKey.API_VERSIONS, ctx.api_version):
+        if request is None or not self._registry.supports(ApiKey.API_VERSIONS, ctx.api_version):
             return self.unsupported_version_response()
-        if ctx.api_version >= 3 and not (
-            _SOFTWARE_NAME_VERSION.fullmatch(request.client_software_name)
-            and _SOFTWARE_NAME_VERSION.fullmatch(request.client_software_version)
+        software = (  # v3+
+            getattr(request, "client_software_name", None),
+            getattr(request, "client_software_version", None),
+        )
+        if software[0] is not None and not all(
+            _SOFTWARE_NAME_VERSION.fullmatch(part or "") for part in software
         ):
             return self._response(ctx.api_version, ErrorCode.invalid_request, ())
         return self._response(ctx.api_version, ErrorCode.none, self._registry.version_ranges())
 
-    def error_response(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def error_response(
+        self, ctx: RequestContext, request: ApiVersionsRequest, code: ErrorCode
+    ) -> ApiVersionsResponse:
         return self._response(ctx.api_version, code, ())
 
     def unsupported_version_response(self) -> Any:

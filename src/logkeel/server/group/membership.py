@@ -52,7 +52,7 @@ class _JoinRequest:
     client_host: str
     api_version: int
     reason: str | None = None
-    future: asyncio.Future[JoinResult] = field(default=None)  # type: ignore[assignment]
+    future: asyncio.Future[JoinResult] = field(default=None)  # type: ignore[arg-type]
 
 
 class GroupMembership(RebalanceMachine):

@@ -169,12 +169,14 @@ class GroupOffsets(CoordinatorPart):
             return ErrorCode.none, out
         for topic, partitions in topics:
             for partition in partitions:
-                v = stored.get((topic, partition))
-                if v is None:
+                found = stored.get((topic, partition))
+                if found is None:
                     out.append(FetchedOffset(topic, partition))
                 else:
                     out.append(
-                        FetchedOffset(topic, partition, v.offset, v.leader_epoch, v.metadata)
+                        FetchedOffset(
+                            topic, partition, found.offset, found.leader_epoch, found.metadata
+                        )
                     )
         return ErrorCode.none, out
 

@@ -23,6 +23,7 @@ import enum
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -144,7 +145,10 @@ class Member:
         raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
 
 
-def _complete(future: asyncio.Future[object] | None, result: object) -> bool:
+T = TypeVar("T")
+
+
+def _complete(future: asyncio.Future[T] | None, result: T) -> bool:
     if future is None or future.done():
         return False
     future.set_result(result)
@@ -364,13 +368,13 @@ class ClassicGroup:
             return False
         future, member.join_future = member.join_future, None
         self.num_awaiting_join -= 1
-        return _complete(future, result)  # type: ignore[arg-type]
+        return _complete(future, result)
 
     def complete_sync(self, member: Member, result: SyncResult) -> bool:
         if member.sync_future is None:
             return False
         future, member.sync_future = member.sync_future, None
-        return _complete(future, result)  # type: ignore[arg-type]
+        return _complete(future, result)
 
     def maybe_elect_new_joined_leader(self) -> bool:
         """Keeps the leader if it rejoined, else picks a member that did; False if none did."""

@@ -36,20 +36,17 @@ from typing import Any, Protocol, cast
 
 from logkeel.server.errors import ApiError, CloseConnection, error_code_for, error_name
 from logkeel.server.handlers import ApiHandler, HandlerRegistry, RequestContext
+from logkeel.server.network.admission import Refused, admit
 from logkeel.server.network.framing import SIZE_PREFIX, Frame, FrameDecoder, FramingError
 from logkeel.server.network.request_memory import RequestMemory
 from logkeel.server.network.security import ListenerSecurity
 from logkeel.server.network.zero_copy import send_parts
 from logkeel.server.protocol import (
     ApiKey,
-    InvalidRequest,
     RequestHeader,
     api_name,
-    decode_request,
     encode_response,
     is_known_api,
-    parse_request_header,
-    peek_api,
 )
 from logkeel.server.session import ANONYMOUS, SaslFailure
 
@@ -57,7 +54,6 @@ __all__ = ["Connection", "ConnectionOwner", "Observer", "RequestRecord"]
 
 log = logging.getLogger(__name__)
 
-_REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _MUTE_SLACK_S = 0.01
 
 # Reading from a connection pauses when this many frames (or bytes) wait behind the request in
@@ -178,7 +174,7 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("cannot set up connection %s; closing it", self.connection_id)
             self._lost = True
             self._owner.connection_done(self)
-            transport.abort()
+            self._transport.abort()
             return
         log.debug("accepted connection %s", self.connection_id)
 
@@ -397,55 +393,11 @@ class Connection(asyncio.BufferedProtocol):
         request's appends are handed over (see the module's docstring)."""
         if self.session.raw_tokens:
             return await self._serve_raw_token(frame)
-        try:
-            header = parse_request_header(frame)
-        except InvalidRequest as exc:
-            guess = peek_api(frame)
-            what = (
-                f"{api_name(guess[0])} v{guess[1]}, correlation id {guess[2]}"
-                if guess is not None
-                else "too short to tell"
-            )
-            self._reject(frame, arrived, guess, None, f"malformed request header ({what}): {exc}")
+        admitted = admit(frame, self.session, self._owner.registry)
+        if isinstance(admitted, Refused):
+            self._reject(frame, arrived, admitted.header, admitted.entry, admitted.reason)
             return False
-
-        api = f"{api_name(header.api_key)} v{header.api_version}"
-        if self.session.expired() and header.api_key not in _REAUTHENTICATION:
-            # KIP-368: Kafka closes a connection whose session ended without re-authenticating.
-            self._reject(
-                frame, arrived, header, None,
-                f"{api} after the SASL session of {self.session.principal} expired "
-                "(connections.max.reauth.ms) without re-authentication",
-            )  # fmt: skip
-            return False
-        if not self.session.may_serve(header.api_key):
-            # Kafka's SaslServerAuthenticator closes a connection that skips authentication.
-            self._reject(frame, arrived, header, None, f"{api} before SASL authentication")
-            return False
-        entry = self._owner.registry.lookup(header.api_key)
-        if entry is None:
-            self._reject(
-                frame, arrived, header, None, f"unsupported API key {header.api_key} ({api})"
-            )
-            return False
-        request: Any = None
-        if entry.supports(header.api_version):
-            try:
-                request = decode_request(header, frame)
-            except InvalidRequest as exc:
-                self._reject(frame, arrived, header, entry, f"malformed {api} request: {exc}")
-                return False
-        elif header.api_key != ApiKey.API_VERSIONS:
-            # Kafka closes the connection; only ApiVersions is answered at any version.
-            self._reject(
-                frame,
-                arrived,
-                header,
-                entry,
-                f"unsupported version {header.api_version} of {api_name(header.api_key)} "
-                f"(supported: {entry.min_version}-{entry.max_version})",
-            )
-            return False
+        header, entry, request = admitted.header, admitted.entry, admitted.request
 
         ctx = RequestContext(
             api_key=header.api_key,

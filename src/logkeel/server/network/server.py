@@ -83,7 +83,7 @@ class Server:
         self.connections_max_idle_ms = connections_max_idle_ms
         self._backlog = backlog
         self._observers: list[Observer] = list(observers)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._index = itertools.count()
         self._reaper: asyncio.Task[None] | None = None

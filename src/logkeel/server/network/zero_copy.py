@@ -47,8 +47,9 @@ async def send_parts(
     went away. ``zero_copy=False`` for a TLS transport: asyncio still hands out its raw
     socket, and ``sendfile`` into it would bypass the encryption."""
     total = sum(len(p) for p in parts)
-    if all(isinstance(p, bytes | bytearray | memoryview) for p in parts):
-        transport.write(b"".join(parts))
+    in_memory = [p for p in parts if isinstance(p, bytes | bytearray | memoryview)]
+    if len(in_memory) == len(parts):
+        transport.write(b"".join(in_memory))
         await drain()
         return total
     sock = transport.get_extra_info("socket") if zero_copy else None

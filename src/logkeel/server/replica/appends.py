@@ -105,6 +105,7 @@ class Appends:
             if refused is not None:
                 results[tp] = refused
             else:
+                assert p is not None  # a missing partition is refused
                 todo.append((p, records))
         if todo:
             # One handoff per request, not per partition: the thread switch costs more than

@@ -29,7 +29,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v15 import request as fetch_request
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
-from kio.static.primitive import i32Timedelta
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from logkeel.cluster.metadata import BrokerInfo, topic_id_text, topic_uuid
 from logkeel.server.network.client import BrokerConnectionError
@@ -244,13 +245,15 @@ class ReplicaFetcher:
         for tp, (s, epoch) in asked.items():
             by_topic.setdefault(tp.topic, []).append(
                 epoch_request.OffsetForLeaderPartition(
-                    partition=tp.partition, current_leader_epoch=s.leader_epoch, leader_epoch=epoch
+                    partition=i32(tp.partition),
+                    current_leader_epoch=i32(s.leader_epoch),
+                    leader_epoch=i32(epoch),
                 )
             )
         request = epoch_request.OffsetForLeaderEpochRequest(
-            replica_id=self._node_id,
+            replica_id=BrokerId(self._node_id),
             topics=tuple(
-                epoch_request.OffsetForLeaderTopic(topic=name, partitions=tuple(parts))
+                epoch_request.OffsetForLeaderTopic(topic=TopicName(name), partitions=tuple(parts))
                 for name, parts in by_topic.items()
             ),
         )
@@ -323,21 +326,23 @@ class ReplicaFetcher:
             ids[tp.topic] = s.partition.topic_id
             topics.setdefault(tp.topic, []).append(
                 fetch_request.FetchPartition(
-                    partition=tp.partition,
-                    current_leader_epoch=s.leader_epoch,
-                    fetch_offset=log_end,
-                    last_fetched_epoch=latest_epoch,
-                    log_start_offset=log_start,
-                    partition_max_bytes=settings.fetch_max_bytes,
+                    partition=i32(tp.partition),
+                    current_leader_epoch=i32(s.leader_epoch),
+                    fetch_offset=i64(log_end),
+                    last_fetched_epoch=i32(latest_epoch),
+                    log_start_offset=i64(log_start),
+                    partition_max_bytes=i32(settings.fetch_max_bytes),
                 )
             )
         if not topics:
             return
         request = fetch_request.FetchRequest(
-            replica_state=fetch_request.ReplicaState(replica_id=self._node_id, replica_epoch=-1),
+            replica_state=fetch_request.ReplicaState(
+                replica_id=BrokerId(self._node_id), replica_epoch=i64(-1)
+            ),
             max_wait=i32Timedelta.parse(timedelta(milliseconds=settings.fetch_wait_max_ms)),
-            min_bytes=settings.fetch_min_bytes,
-            max_bytes=settings.fetch_response_max_bytes,
+            min_bytes=i32(settings.fetch_min_bytes),
+            max_bytes=i32(settings.fetch_response_max_bytes),
             topics=tuple(
                 fetch_request.FetchTopic(topic_id=topic_uuid(ids[name]), partitions=tuple(parts))
                 for name, parts in topics.items()
@@ -357,9 +362,9 @@ class ReplicaFetcher:
                 continue
             for part in topic.partitions:
                 tp = TopicPartition(name, int(part.partition_index))
-                s = states.get(tp)
-                if s is not None and self._current(tp, s):
-                    append = await self._fetched(tp, s, part)
+                fetched = states.get(tp)
+                if fetched is not None and self._current(tp, fetched):
+                    append = await self._fetched(tp, fetched, part)
                     if append is not None:
                         appends.append(append)
         if appends:

@@ -112,6 +112,7 @@ class IsrManager:
     def submit(self, proposal: IsrProposal) -> None:
         """Queues ``proposal`` (any thread, never blocks on ZooKeeper). After ``stop`` it is
         answered STOPPED at once."""
+        superseded: IsrProposal | None
         with self._cond:
             if self._stopped:
                 superseded, outcome = proposal, IsrOutcome.STOPPED

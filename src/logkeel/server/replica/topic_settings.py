@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from logkeel.config import TopicConfig
@@ -46,7 +47,8 @@ class TopicSettings:
         after = _int_config(config, "message.timestamp.after.max.ms")
         append_time = _str_config(config, "message.timestamp.type") == "LogAppendTime"
         policy = _config(config, "cleanup.policy") or ()
-        compacted = "compact" in (policy.split(",") if isinstance(policy, str) else policy)
+        names = policy.split(",") if isinstance(policy, str) else policy
+        compacted = isinstance(names, Collection) and "compact" in names
         codec = _CODECS.get(_str_config(config, "compression.type") or "producer")
         level = None
         if codec in _LEVEL_CONFIGS:

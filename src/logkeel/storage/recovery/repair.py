@@ -11,11 +11,9 @@ from logkeel.storage.engine.replay import ProducerReplay, index_hint, restore_sc
 from logkeel.storage.engine.segment import (
     LogSegment,
 )
+from logkeel.storage.engine.segment_repair import validate_segment
 from logkeel.storage.engine.txn_index import AbortedTxn
-from logkeel.storage.engine.validation import (
-    PartitionValidation,
-    validate_segment,
-)
+from logkeel.storage.engine.validation import PartitionValidation
 from logkeel.storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
