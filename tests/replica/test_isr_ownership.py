@@ -21,13 +21,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from logkeel.cluster import isr as isr_rules
-from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.records.builder import build_batch
-from logkeel.server.replica import partition_reads
+from logkeel.server.replica import isr_rules, partition_reads
 from logkeel.server.replica.isr_manager import IsrManager, IsrProposal, IsrRefused, IsrWrite
+from logkeel.server.replica.isr_rules import IsrConfig
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.results import FetchPartitionRequest
 from logkeel.storage.log_manager import LogManager

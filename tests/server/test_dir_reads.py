@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from logkeel.cluster import isr
-from logkeel.cluster.isr import IsrConfig
+from logkeel.server.replica import isr_rules as isr
 from logkeel.server.replica.fetches import Fetches
 from logkeel.server.replica.follower_tracking import FollowerTracking
+from logkeel.server.replica.isr_rules import IsrConfig
 from logkeel.server.replica.results import (
     FetchPartitionRequest,
     FetchPartitionResult,

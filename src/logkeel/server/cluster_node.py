@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from logkeel.cluster import isr as isr_rules
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState, TopicState
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
@@ -35,6 +34,7 @@ from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
+from logkeel.server.replica import isr_rules
 from logkeel.server.replica.isr_manager import IsrManager, IsrProposal, IsrRefused
 from logkeel.storage.topic_partition import TopicPartition
 

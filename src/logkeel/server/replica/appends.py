@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster import isr as isr_rules
 from logkeel.records.batch import InvalidBatchError
 from logkeel.server.errors import error_code_for
+from logkeel.server.replica import isr_rules
 from logkeel.server.replica.append_checks import AppendRejected
 from logkeel.server.replica.data_path import DataPath
 from logkeel.server.replica.delayed import DelayedProduce

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Set
 from dataclasses import dataclass
 
-from logkeel.cluster.isr import IsrConfig
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.network.inter_broker import InterBroker, inter_broker
 from logkeel.server.replica.isr_manager import IsrProposal
+from logkeel.server.replica.isr_rules import IsrConfig
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster import isr as isr_rules
+from logkeel.server.replica import isr_rules
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.purgatory import DelayedOperation
 from logkeel.server.replica.results import (

@@ -1,15 +1,15 @@
 """A leader's record of its followers: each one's fetch state (Kafka's Replica, KIP-501's
 pending fetches), the responses carrying records to them that are still being sent, and how
 slow the leader is to serve each of them (beyond KIP-501). The state changes themselves are
-``cluster.isr``'s pure functions; this module keeps their results, from any thread."""
+``isr_rules``'s pure functions; this module keeps their results, from any thread."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
 
-from logkeel.cluster import isr as isr_rules
-from logkeel.cluster.isr import FollowerState, IsrConfig, SlowLeader
+from logkeel.server.replica import isr_rules
+from logkeel.server.replica.isr_rules import FollowerState, IsrConfig, SlowLeader
 
 __all__ = ["FollowerTracking"]
 

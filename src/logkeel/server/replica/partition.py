@@ -25,15 +25,15 @@ from collections.abc import Callable, Set
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cluster import isr as isr_rules
-from logkeel.cluster.isr import FollowerState, IsrConfig
 from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
+from logkeel.server.replica import isr_rules
 from logkeel.server.replica.append_checks import AppendRejected, prepare_client_batches
 from logkeel.server.replica.append_turns import AppendTurns
 from logkeel.server.replica.context import IsrChangeRequested
 from logkeel.server.replica.follower_tracking import FollowerTracking
 from logkeel.server.replica.isr_manager import IsrOutcome, IsrProposal
+from logkeel.server.replica.isr_rules import FollowerState, IsrConfig
 from logkeel.server.replica.topic_settings import TopicSettings
 from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.engine.log_results import AppendInfo

@@ -3,7 +3,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logkeel.cluster.isr import (
+from logkeel.cluster.partition_state import PartitionRegistration, ReplicaView
+from logkeel.server.replica.isr_rules import (
     FollowerState,
     IsrConfig,
     SlowLeader,
@@ -20,7 +21,6 @@ from logkeel.cluster.isr import (
     shrink_isr,
     slow_leader_check,
 )
-from logkeel.cluster.partition_state import PartitionRegistration, ReplicaView
 
 LAG = 10_000
 PLAIN = IsrConfig(replica_lag_time_max_ms=LAG)
