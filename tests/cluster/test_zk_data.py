@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logkeel.cluster import zk_data as zd
+from logkeel.cluster.metadata import PartitionState
 from logkeel.cluster.partition_state import PartitionRegistration
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
 from logkeel.storage.topic_partition import TopicPartition
@@ -78,6 +79,10 @@ def test_partition_state_format_and_epoch_mapping() -> None:
     reg = zd.registration_of((1, 2, 3), back)
     assert reg == PartitionRegistration((1, 2, 3), 2, 7, (2, 3), 9)
     assert zd.leader_isr_of(reg, 4) == back
+    # The broker's shape of the same partition converts to the same registration: one
+    # partition epoch (the znode version) in all three shapes.
+    broker_view = PartitionState("t", 0, [1, 2, 3], 2, 7, [2, 3], 9)
+    assert broker_view.registration() == reg
 
 
 def test_controller_and_epoch_and_config() -> None:

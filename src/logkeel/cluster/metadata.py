@@ -30,7 +30,7 @@ from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.adoption import Adoption, colliding_topic
 from logkeel.cluster.client_quotas import changed_quotas
 from logkeel.cluster.group_configs import changed_group_configs
-from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid, uuid_from_text, uuid_text
@@ -96,6 +96,15 @@ class PartitionState:
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+    def registration(self) -> PartitionRegistration:
+        """The same partition as the controller's and the ISR rules' decisions take it (the
+        one conversion between the broker's shape and theirs; `zk_data.registration_of` is
+        the one from the znode): the partition epoch is the state's znode version in both."""
+        return PartitionRegistration(
+            tuple(self.replicas), self.leader, self.leader_epoch, tuple(self.isr),
+            self.partition_epoch,
+        )  # fmt: skip
 
 
 @dataclass(slots=True)

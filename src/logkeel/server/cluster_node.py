@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState, TopicState
-from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
+from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
@@ -198,13 +198,8 @@ class ClusterNode:
         current = topic.partitions.get(tp.partition) if topic is not None else None
         if current is None:
             raise IsrRefused(f"{tp} is not in the metadata", stale=True)
-        registration = PartitionRegistration(
-            replicas=tuple(current.replicas), leader=current.leader,
-            leader_epoch=current.leader_epoch, isr=tuple(current.isr),
-            partition_epoch=current.partition_epoch,
-        )  # fmt: skip
         decision = isr_rules.validate_isr_write(
-            registration, proposal.state, self.config.node_id,
+            current.registration(), proposal.state, self.config.node_id,
             live=live, shutting_down=self._shutting_down,
         )  # fmt: skip
         if not decision.changed:
