@@ -26,10 +26,10 @@ class FollowerTracking:
         self.config = config
         self._lock = threading.Lock()
         self.states: dict[int, FollowerState] = {}
-        # How slow this leader is to serve each follower, and the responses to them still
-        # being sent (token -> follower, start ms).
+        # How slow this leader is to serve each follower, and the reads and responses for
+        # them still under way (token -> follower, start ms, whether it is a send).
         self._slow: dict[int, SlowLeader] = {}
-        self._unsent: dict[int, tuple[int, int]] = {}
+        self._unsent: dict[int, tuple[int, int, bool]] = {}
         # follower -> (fetch offset, start ms) of its read whose records are being sent: it
         # stays pending (KIP-501) until they are.
         self._reads_unsent: dict[int, tuple[int, int]] = {}
@@ -94,9 +94,12 @@ class FollowerTracking:
         with self._lock:
             self._reads_unsent[replica_id] = (fetch_offset, started_ms)
 
-    def response_started(self, replica_id: int, token: int, now_ms: int) -> None:
+    def response_started(
+        self, replica_id: int, token: int, now_ms: int, *, sending: bool = False
+    ) -> None:
+        """A late read of a dir for a follower (or, ``sending``, a response to it) began."""
         with self._lock:
-            self._unsent[token] = (replica_id, now_ms)
+            self._unsent[token] = (replica_id, now_ms, sending)
 
     def response_sent(
         self, token: int, now_ms: int, *, leader: bool, leader_slow: bool = False
@@ -117,7 +120,7 @@ class FollowerTracking:
                             leader_slow=leader_slow,
                         )  # fmt: skip
             if entry is not None and leader:
-                replica, started = entry
+                replica, started, _sending = entry
                 self._slow[replica] = isr_rules.follower_fetch_served(
                     self._slow.get(replica, SlowLeader()), now_ms - started, now_ms, self.config
                 )
@@ -128,10 +131,12 @@ class FollowerTracking:
         verdicts = []
         with self._lock:
             for r in followers:
-                oldest = min((t for f, t in self._unsent.values() if f == r), default=None)
+                reads = [t for f, t, sending in self._unsent.values() if f == r and not sending]
+                sends = [t for f, t, sending in self._unsent.values() if f == r and sending]
                 self._slow[r], resign, why = isr_rules.slow_leader_check(
-                    self._slow.get(r, SlowLeader()), oldest, now_ms, self.config
-                )
+                    self._slow.get(r, SlowLeader()), min(reads, default=None), now_ms,
+                    self.config, min(sends, default=None),
+                )  # fmt: skip
                 verdicts.append((resign, f"follower {r}: {why}"))
         return all(v for v, _ in verdicts), "; ".join(w for _, w in verdicts)
 

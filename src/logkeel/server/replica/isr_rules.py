@@ -325,17 +325,30 @@ def follower_fetch_served(
 
 
 def slow_leader_check(
-    tracking: SlowLeader, oldest_unsent_ms: int | None, now_ms: int, config: IsrConfig
+    tracking: SlowLeader,
+    oldest_unsent_ms: int | None,
+    now_ms: int,
+    config: IsrConfig,
+    oldest_sending_ms: int | None = None,
 ) -> tuple[SlowLeader, bool, str]:
     """Beyond KIP-501: a leader whose follower fetches take longer than
     `follower.fetch.process.time.max.ms` to serve, continuously for longer than
-    `replica.lag.time.max.ms`, should hand leadership to an in-sync follower. A response still
-    being sent (started at ``oldest_unsent_ms``) counts too, so a disk that hangs outright is
-    noticed. Returns the new tracking state, whether to resign, and why."""
+    `replica.lag.time.max.ms`, should hand leadership to an in-sync follower. A read of its
+    log dir still under way (started at ``oldest_unsent_ms``) counts too, so a disk that hangs
+    outright is noticed; a response still being sent (``oldest_sending_ms``) counts only once
+    it has hung for the whole lag time: sending thousands of partitions' records takes long on
+    a busy machine without any disk being slow (a slow send marks the dirs slow, and their
+    reads, timed on the dirs' own threads, tell). Returns the new tracking state, whether to
+    resign, and why."""
     limit = config.follower_fetch_process_time_max_ms
     since = tracking.slow_since_ms
     if oldest_unsent_ms is not None and now_ms - oldest_unsent_ms > limit:
         since = oldest_unsent_ms if since is None else min(since, oldest_unsent_ms)
+    if (
+        oldest_sending_ms is not None
+        and now_ms - oldest_sending_ms > config.replica_lag_time_max_ms
+    ):
+        since = oldest_sending_ms if since is None else min(since, oldest_sending_ms)
     if since is None:
         return SlowLeader(), False, f"follower fetches are served within {limit} ms"
     slow_for = now_ms - since
