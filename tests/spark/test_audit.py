@@ -195,3 +195,10 @@ def test_cli_names_the_elect_command_for_the_best_replica(spark, replicas, tmp_p
     assert "t-0: logkeel elect --topic t --partition 0 --replica 1 --bootstrap-server h:9092" in (
         result.stdout
     )
+
+
+def test_cli_conf_must_be_key_value(replicas):
+    dirs, _ = replicas
+    result = CliRunner().invoke(audit_command, [str(dirs["b1"]), "--conf", "spark.executor.memory"])
+    assert result.exit_code == 2
+    assert "expected KEY=VALUE, got 'spark.executor.memory'" in result.output

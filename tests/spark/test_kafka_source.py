@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import warnings
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -127,16 +128,22 @@ def test_timestamps_select_offsets(spark, broker, topic):
         endingTimestamp=str(BASE_TS + 330),
     )
     assert ids(df.collect()) == list(range(300, 330))
+    past_the_end = json.dumps({name: {"0": BASE_TS + 597, "1": BASE_TS, "2": BASE_TS + 10**9}})
+    # Spark's default startingOffsetsByTimestampStrategy, error: partition 2 has no record that
+    # late, and the query says so instead of starting somewhere.
+    with pytest.raises(Exception, match=rf"No offset matched .* {name}-2 and timestamp"):
+        reader(spark, broker, subscribe=name, startingOffsetsByTimestamp=past_the_end).collect()
     by_partition = reader(
         spark,
         broker,
         subscribe=name,
-        startingOffsetsByTimestamp=json.dumps(
-            {name: {"0": BASE_TS + 597, "1": BASE_TS, "2": BASE_TS + 10**9}}
-        ),
+        startingOffsetsByTimestamp=past_the_end,
+        startingOffsetsByTimestampStrategy="latest",
     )
     got = ids(by_partition.collect())
     assert got == sorted([597, *range(1, N, 3)])  # partition 2: none at or after: latest
+    with pytest.raises(Exception, match="must be one of error, latest"):
+        reader(spark, broker, subscribe=name, startingOffsetsByTimestampStrategy="earliest").count()
 
 
 def test_min_partitions_splits_ranges_without_changing_rows(spark, broker, topic):
@@ -197,6 +204,9 @@ def test_log_append_time_topic(spark, broker):
         ({"subscribe": "a", "endingOffsets": "earliest"}, "earliest"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "startingOffsets"),
         ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"subscribe": "a", "fetchOffset.numRetries": "5"}, "fetchOffset.numRetries.*retries"),
+        ({"subscribe": "a", "maxRecordsPerPartition": "10"}, "maxRecordsPerPartition.*not built"),
+        ({"subscribe": "a", "kafka.sasl.jaas.config": "Krb5LoginModule required;"}, "login module"),
     ],
 )
 def test_bad_options_are_refused(spark, broker, options, message):
@@ -225,3 +235,20 @@ def test_segment_files_the_broker_wrote_hold_the_same_records(spark, broker, top
     # The test producer is idempotent: its batches carry a producer id and sequences.
     meta = via_files.select("producerId", "baseSequence").distinct().collect()
     assert all(r["producerId"] >= 0 and r["baseSequence"] >= 0 for r in meta)
+
+
+def test_python_udfs_take_sparks_arrow_path(spark, broker, topic):
+    """With pandas and pyarrow installed (the `spark` extra), a Python UDF over the source's rows
+    is Arrow-optimized instead of falling back to pickled rows with a warning."""
+    from pyspark.sql import functions as F
+    from pyspark.util import PythonEvalType
+
+    name, _ = topic
+    assert spark.conf.get("spark.sql.execution.pythonUDF.arrow.enabled") == "true"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        upper = F.udf(lambda v: bytes(v).decode().upper(), "string")
+    assert [str(w.message) for w in caught if "Arrow" in str(w.message)] == []
+    assert upper.evalType == PythonEvalType.SQL_ARROW_BATCHED_UDF
+    rows = reader(spark, broker, subscribe=name).select(upper("value").alias("v")).collect()
+    assert sorted(r["v"] for r in rows) == sorted(f"VALUE-{i}" for i in range(N))

@@ -148,3 +148,69 @@ def test_batch_only_options_are_refused_in_streaming(spark, broker, tmp_path):
         )
         q.awaitTermination(60)
         raise AssertionError(q.exception())
+
+
+def _memory_query(spark, broker, tmp_path, topic, **options):
+    table = unique("mem").replace("-", "_")
+    q = (
+        stream(spark, broker, subscribe=topic, **options)
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    return q, table
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records(spark, broker, tmp_path):
+    topic = create_topic(broker.bootstrap, unique("min"), 2)
+    # Progress for triggers that ran no batch, so that the test can count the triggers.
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
+    q, table = _memory_query(
+        spark, broker, tmp_path, topic, minOffsetsPerTrigger="100", maxTriggerDelay="1h"
+    )
+    try:
+        wait_until(lambda: q.lastProgress is not None, 60, "the query's first trigger")
+        produce(broker.bootstrap, topic, 0, 60, 2)
+        seen = len(q.recentProgress)
+        wait_until(lambda: len(q.recentProgress) >= seen + 5, 60, "five more triggers")
+        assert spark.table(table).count() == 0  # 60 < 100: every trigger waited
+        produce(broker.bootstrap, topic, 60, 50, 2)
+        wait_until(lambda: spark.table(table).count() == 110, 60, "the 110 records")
+        assert any(p["numInputRows"] == 110 for p in q.recentProgress)  # in one batch
+    finally:
+        q.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+
+
+def test_max_trigger_delay_runs_a_batch_with_fewer_records(spark, broker, tmp_path):
+    topic = create_topic(broker.bootstrap, unique("delay"), 2)
+    started = time.monotonic()
+    q, table = _memory_query(
+        spark, broker, tmp_path, topic, minOffsetsPerTrigger="1000", maxTriggerDelay="2s"
+    )
+    try:
+        wait_until(lambda: q.lastProgress is not None, 60, "the query's first trigger")
+        produce(broker.bootstrap, topic, 0, 30, 2)
+        wait_until(lambda: spark.table(table).count() == 30, 60, "the 30 records")
+        # The first trigger ran at or after the start; the next batch waited 2 s from it.
+        assert time.monotonic() - started >= 2.0
+    finally:
+        q.stop()
+
+
+def test_min_offsets_per_trigger_does_not_hold_back_available_now(spark, broker, tmp_path):
+    topic = create_topic(broker.bootstrap, unique("minnow"), 2)
+    produce(broker.bootstrap, topic, 0, 40, 2)
+    table = unique("mem").replace("-", "_")
+    q = (
+        stream(spark, broker, subscribe=topic, startingOffsets="earliest",
+               minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
+        .writeStream.format("memory").queryName(table)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert spark.table(table).count() == 40

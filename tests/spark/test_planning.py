@@ -119,3 +119,108 @@ def test_missing_java_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JavaMissingError, match="openjdk-17-jre-headless"):
         require_java()
+
+
+def test_min_offsets_per_trigger_waits_until_enough_records_or_the_delay():
+    from logkeel.spark.trigger_limits import MinTrigger
+
+    now = 1_700_000_000_000
+    t = MinTrigger(100, max_delay_ms=5000)
+    assert not t.skip(0, now)  # a query's first trigger always runs
+    assert t.skip(99, now + 1000)  # too few, too soon
+    assert not t.skip(100, now + 1500)  # enough: runs, and the delay counts from here
+    assert t.skip(10, now + 6000)
+    assert not t.skip(10, now + 6500)  # 5 s since the last batch: runs with what there is
+    assert t.last_trigger_ms == now + 6500
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("15m", 900_000), ("30s", 30_000), ("500ms", 500), ("250", 250), ("2 min", 120_000),
+     ("1h", 3_600_000), ("1d", 86_400_000)],
+)  # fmt: skip
+def test_max_trigger_delay_takes_spark_durations(text, ms):
+    from logkeel.spark.trigger_limits import duration_ms
+
+    assert duration_ms("maxTriggerDelay", text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "soon", "5 weeks", "-1s", "1.5s"])
+def test_max_trigger_delay_refuses_what_is_not_a_duration(text):
+    from logkeel.spark.trigger_limits import duration_ms
+
+    with pytest.raises(opts.OptionError, match="maxTriggerDelay"):
+        duration_ms("maxTriggerDelay", text)
+
+
+JAAS = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="{}";'
+)
+
+
+def test_jaas_config_becomes_librdkafka_credentials():
+    from logkeel.spark.kafka_credentials import portable
+
+    params = {"sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": JAAS.format('p\\"w')}
+    out = portable(params)
+    assert out == {"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u", "sasl.password": 'p"w'}
+    plain = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required username=a password=b;"
+    )
+    assert portable({"sasl.jaas.config": plain})["sasl.mechanism"] == "PLAIN"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"sasl.jaas.config": "nonsense"}, "must look like"),
+        ({"sasl.jaas.config": JAAS.replace('password="{}"', "")}, "username and a password"),
+        ({"sasl.mechanism": "PLAIN", "sasl.jaas.config": JAAS}, "does not go with"),
+        ({"sasl.password": "x", "sasl.mechanism": "SCRAM-SHA-256", "sasl.jaas.config": JAAS},
+         "not both"),
+        ({"ssl.ca.location": "/nonexistent/ca.pem"}, "cannot read /nonexistent/ca.pem on the driver"),
+    ],
+)  # fmt: skip
+def test_bad_credentials_options_are_refused_without_quoting_the_secret(params, message):
+    from logkeel.spark.kafka_credentials import portable
+
+    with pytest.raises(opts.OptionError, match=message) as failure:
+        portable({k: v.replace("{}", "s3cret") for k, v in params.items()})
+    assert "s3cret" not in str(failure.value)
+
+
+def test_driver_files_travel_as_their_content(tmp_path):
+    from logkeel.spark.kafka_credentials import portable
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    out = portable({"ssl.ca.location": str(ca), "security.protocol": "SSL"})
+    assert out == {"ssl.ca.pem": ca.read_text(), "security.protocol": "SSL"}
+
+
+def test_settings_reprs_leave_out_the_client_settings():
+    from logkeel.spark.kafka_sink import SinkSettings
+    from logkeel.spark.kafka_source import ReadSettings
+
+    params = (("sasl.password", "s3cret"),)
+    assert "s3cret" not in repr(ReadSettings(params, True, 1000, None))
+    assert "s3cret" not in repr(SinkSettings(params, "t", False, False, False))
+
+
+def _loss(topic, from_offset, time_ms, partition=0):
+    from logkeel.cluster.zk_data import ElectionLoss
+    from logkeel.storage.topic_partition import TopicPartition
+
+    return ElectionLoss(TopicPartition(topic, partition), 2, 5, from_offset, {1: 7}, "why", time_ms)
+
+
+def test_the_latest_election_loss_that_explains_a_truncation_is_named():
+    from logkeel.spark.election_losses import describe, matching_loss
+
+    losses = [_loss("t", 10, 1000), _loss("t", 30, 2000), _loss("t", 80, 3000), _loss("u", 5, 9)]
+    assert matching_loss(losses, "t", 0, 50) == losses[1]  # the one at 80 cut nothing below 50
+    assert matching_loss(losses, "t", 0, 5) is None
+    assert matching_loss(losses, "t", 1, 50) is None
+    text = describe(losses[1])
+    assert "broker 2 leader at epoch 5 from offset 30" in text and "broker 1 held 7 more" in text
+    assert "from its log end (not reported)" in describe(_loss("t", -1, 0))

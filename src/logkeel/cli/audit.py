@@ -100,8 +100,20 @@ def add_elect_commands(reports: list[dict[str, Any]], bootstrap: str) -> None:
     help="Spark master (default: local[*], Spark in this process). On a cluster the dirs must "
     "be readable under the same paths on every executor.",
 )
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting, as spark-submit's --conf (repeatable), e.g. "
+    "spark.executor.memory=512m for workers with less memory than Spark's 1g default.",
+)
 def audit_command(
-    dirs: tuple[Path, ...], as_json: bool, bootstrap_server: str, master: str | None
+    dirs: tuple[Path, ...],
+    as_json: bool,
+    bootstrap_server: str,
+    master: str | None,
+    confs: tuple[str, ...],
 ) -> None:
     """Audit the replicas in the log dirs DIRS of several brokers (or partition dirs).
 
@@ -119,10 +131,14 @@ def audit_command(
 
     # Called from a program that already runs Spark: use its session and leave it running.
     embedded = SparkSession.getActiveSession() is not None
+    settings = {"spark.ui.enabled": "false", "spark.log.level": "ERROR"}
+    for conf in confs:
+        key, sep, value = conf.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {conf!r}", param_hint="--conf")
+        settings[key.strip()] = value
     try:
-        spark = spark_session(
-            master, "logkeel audit", {"spark.ui.enabled": "false", "spark.log.level": "ERROR"}
-        )
+        spark = spark_session(master, "logkeel audit", settings)
     except JavaMissingError as exc:
         raise click.ClickException(str(exc)) from None
     try:

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from logkeel.cluster.metadata import INTERNAL_TOPICS
-from logkeel.spark.options import EARLIEST, LATEST, TopicSelection, isolation_level
+from logkeel.spark.options import EARLIEST, LATEST, OptionError, TopicSelection, isolation_level
 
 Partition = tuple[str, int]
 METADATA_TIMEOUT_S = 30.0
@@ -125,9 +125,23 @@ class KafkaMetadata:
         return self._list_offsets((t, p, LATEST) for t, p in partitions)
 
     def for_times(
-        self, timestamps: Mapping[Partition, int], latest: Mapping[Partition, int]
+        self,
+        timestamps: Mapping[Partition, int],
+        latest: Mapping[Partition, int],
+        *,
+        fail_unmatched: bool = False,
     ) -> dict[Partition, int]:
-        """The first offset at or after each timestamp; the latest offset where none is (Spark's
-        default strategy for a timestamp past the end)."""
+        """The first offset at or after each timestamp. Where no record is that late: the
+        latest offset, or with ``fail_unmatched`` an error (Spark's
+        ``startingOffsetsByTimestampStrategy`` = ``error``, its default for starting offsets)."""
         found = self._list_offsets((t, p, ts) for (t, p), ts in timestamps.items())
+        unmatched = sorted(tp for tp, off in found.items() if off < 0)
+        if unmatched and fail_unmatched:
+            t, p = unmatched[0]
+            raise OptionError(
+                f"No offset matched from request of topic-partition {t}-{p} and timestamp "
+                f"{timestamps[(t, p)]} ({len(unmatched)} partition(s) in all): no record is that "
+                "late. Set the source option 'startingOffsetsByTimestampStrategy' to 'latest' "
+                "to start those partitions at their latest offset instead"
+            )
         return {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +47,7 @@ from pyspark.sql.types import (
 from logkeel.spark import kafka_txn
 from logkeel.spark import options as opts
 from logkeel.spark.kafka_client import producer_config
+from logkeel.spark.kafka_credentials import portable
 from logkeel.spark.kafka_txn import TaskTransaction
 
 FLUSH_TIMEOUT_S = 300.0
@@ -66,7 +67,8 @@ class KafkaCommitMessage(WriterCommitMessage):
 
 @dataclass(frozen=True, slots=True)
 class SinkSettings:
-    params: tuple[tuple[str, str], ...]
+    # Client settings hold passwords and keys: never in a repr.
+    params: tuple[tuple[str, str], ...] = field(repr=False)
     topic: str | None
     has_key: bool
     has_partition: bool
@@ -122,7 +124,7 @@ def validate(schema: StructType, options: Mapping[str, str]) -> SinkSettings:
             raise opts.OptionError(
                 f"headers attribute type must be array<struct<key:string,value:binary>>, not {h}"
             )
-    params = opts.kafka_params(options)
+    params = portable(opts.kafka_params(options))
     opts.bootstrap_servers(options)
     prefix = opts.get(options, "transactionalIdPrefix")
     if "transactional.id" in params:
@@ -151,8 +153,8 @@ def validate(schema: StructType, options: Mapping[str, str]) -> SinkSettings:
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[Any]:
-    for i, field in enumerate(batch.schema):
-        if field.name.lower() == name:
+    for i, column in enumerate(batch.schema):
+        if column.name.lower() == name:
             values: list[Any] = batch.column(i).to_pylist()
             return values
     raise KeyError(name)

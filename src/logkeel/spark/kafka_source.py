@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -40,19 +40,23 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from logkeel.spark import options as opts
+from logkeel.spark.election_losses import explain_truncation
 from logkeel.spark.kafka_client import (
     DataLossError,
     KafkaMetadata,
     Partition,
     consumer_config,
 )
+from logkeel.spark.kafka_credentials import portable
 from logkeel.spark.kafka_sink import KafkaStreamWriter, KafkaWriter
 from logkeel.spark.schema import arrow_schema, batch_from_columns, kafka_schema
+from logkeel.spark.trigger_limits import DEFAULT_MAX_TRIGGER_DELAY_MS, MinTrigger, duration_ms
 
 ROWS_PER_ARROW_BATCH = 10_000
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark: kafkaConsumer.pollTimeoutMs = spark.network.timeout
@@ -154,7 +158,8 @@ def rate_limit(
 
 @dataclass(frozen=True, slots=True)
 class ReadSettings:
-    params: tuple[tuple[str, str], ...]
+    # Client settings hold passwords and keys: never in a repr.
+    params: tuple[tuple[str, str], ...] = field(repr=False)
     fail_on_data_loss: bool
     poll_timeout_ms: int
     group_prefix: str | None
@@ -270,6 +275,7 @@ def _handle_error(
             raise DataLossError(
                 f"{where} ends at offset {end}, before the offset {r.until_offset} this read "
                 "was planned up to"
+                + _truncation_detail(dict(settings.params), (r.topic, r.partition), end)
             )
         return r.until_offset
     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
@@ -285,6 +291,11 @@ def _handle_error(
     raise KafkaException(err)
 
 
+def _truncation_detail(params: Mapping[str, str], tp: Partition, truncated_to: int) -> str:
+    detail = explain_truncation(params, tp[0], tp[1], truncated_to)
+    return f" ({detail})" if detail else ""
+
+
 # -- planning (driver) --------------------------------------------------------------------------
 
 
@@ -294,7 +305,8 @@ class _Planner:
     def __init__(self, options: Mapping[str, str], schema: StructType, *, streaming: bool) -> None:
         self.options = dict(options)
         self.schema = schema
-        self.params = opts.kafka_params(self.options)
+        opts.refuse_unsupported_source_options(self.options)
+        self.params = portable(opts.kafka_params(self.options))
         opts.bootstrap_servers(self.options)
         opts.isolation_level(self.params)
         self.selection = opts.TopicSelection.parse(self.options)
@@ -314,6 +326,9 @@ class _Planner:
             allow_latest=streaming,
         )
         self.starting_times = opts.parse_timestamps(self.options, "starting")
+        self.timestamp_strategy = opts.get_choice(
+            self.options, "startingOffsetsByTimestampStrategy", ("error", "latest")
+        )
         if streaming:
             for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
                 if opts.get(self.options, name) is not None:
@@ -362,7 +377,11 @@ class _Planner:
                         f"'{what}OffsetsByTimestamp' has no timestamp for {tp[0]}-{tp[1]}"
                     )
                 wanted[tp] = ts
-            return self.metadata.for_times(wanted, latest)
+            return self.metadata.for_times(
+                wanted,
+                latest,
+                fail_unmatched=what == "starting" and self.timestamp_strategy == "error",
+            )
         out = {}
         for tp in partitions:
             offset = spec.for_partition(*tp)
@@ -435,6 +454,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_offsets_per_trigger = opts.get_int(
             self.planner.options, "maxOffsetsPerTrigger", None, minimum=1
         )
+        min_offsets = opts.get_int(self.planner.options, "minOffsetsPerTrigger", None, minimum=1)
+        delay = opts.get(self.planner.options, "maxTriggerDelay")
+        self.min_trigger = (
+            MinTrigger(
+                min_offsets,
+                duration_ms("maxTriggerDelay", delay) if delay else DEFAULT_MAX_TRIGGER_DELAY_MS,
+            )
+            if min_offsets
+            else None
+        )
         self._available_now: dict[Partition, int] | None = None
 
     def initialOffset(self) -> Offsets:
@@ -447,6 +476,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_offsets_per_trigger:
             return ReadMaxRows(self.max_offsets_per_trigger)
+        if self.min_trigger is not None:
+            return ReadMinRows(self.min_trigger.min_offsets)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -464,11 +495,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if new:
             # Partitions that appeared since the last batch are read from their beginning.
             begin.update(p.metadata.earliest(new))
+        if self._waits_for_more(limit, begin, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(limit.max_rows, begin, latest)
         else:
             end = dict(latest)
         return to_json(end)
+
+    def _waits_for_more(
+        self, limit: ReadLimit, begin: Mapping[Partition, int], latest: Mapping[Partition, int]
+    ) -> bool:
+        """``minOffsetsPerTrigger``: whether this trigger is skipped. Never under availableNow
+        (the query would wait for records that may never come) or when Spark asks for all."""
+        if self.min_trigger is None or self._available_now is not None:
+            return False
+        if isinstance(limit, ReadAllAvailable):
+            return False
+        new_records = sum(max(end - begin.get(tp, end), 0) for tp, end in latest.items())
+        return self.min_trigger.skip(new_records, int(time.time() * 1000))
 
     def reportLatestOffset(self) -> Offsets | None:
         p = self.planner
@@ -488,7 +533,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = begin.get(tp, earliest_new.get(tp, 0))
             if e < s:
                 if p.fail_on_data_loss:
-                    raise DataLossError(f"the offset of {tp[0]}-{tp[1]} went back from {s} to {e}")
+                    raise DataLossError(
+                        f"the offset of {tp[0]}-{tp[1]} went back from {s} to {e}"
+                        + _truncation_detail(p.params, tp, e)
+                    )
                 continue
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
         return [KafkaInputPartition(r) for r in split_ranges(ranges, p.min_partitions)]

@@ -27,6 +27,22 @@ _UNSUPPORTED_KAFKA_OPTIONS = {
 }
 
 
+# Options of Spark's Kafka source this one does not have: refused rather than ignored.
+_REFUSED_SOURCE_OPTIONS = {
+    "fetchOffset.numRetries": "the driver's offset requests use the client's own retries "
+    "(kafka.retries, kafka.retry.backoff.ms)",
+    "fetchOffset.retryIntervalMs": "the driver's offset requests use the client's own retries "
+    "(kafka.retry.backoff.ms)",
+    "maxRecordsPerPartition": "not built; 'minPartitions' spreads large ranges over more tasks",
+}
+
+
+def refuse_unsupported_source_options(options: Mapping[str, str]) -> None:
+    for name, why in _REFUSED_SOURCE_OPTIONS.items():
+        if get(options, name) is not None:
+            raise OptionError(f"option '{name}' is not supported by the logkeel source: {why}")
+
+
 class OptionError(ValueError):
     """An option is missing, malformed or not allowed here (Spark: IllegalArgumentException)."""
 
@@ -44,6 +60,17 @@ def get_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if lowered not in ("true", "false"):
         raise OptionError(f"option '{name}' must be 'true' or 'false', not {value!r}")
     return lowered == "true"
+
+
+def get_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive), the first by default."""
+    value = get(options, name)
+    if value is None:
+        return choices[0]
+    lowered = value.strip().lower()
+    if lowered not in choices:
+        raise OptionError(f"option '{name}' must be one of {', '.join(choices)}, not {value!r}")
+    return lowered
 
 
 def get_int(
