@@ -3,6 +3,7 @@ and a query restarted from its checkpoint."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
