@@ -30,7 +30,6 @@ __all__ = [
     "QuotaError",
     "ResolvedQuota",
     "apply_changes",
-    "changed_quotas",
     "entity_key",
     "matches",
     "parse_entity_key",
@@ -248,12 +247,3 @@ def matches(entity: QuotaEntity, components: Iterable[FilterComponent], strict: 
     if strict:
         return all(not has or kind in kinds for kind, (has, _) in named.items())
     return True
-
-
-def changed_quotas(
-    current: Mapping[str, Mapping[str, float]], changes: Mapping[str, Mapping[str, float]]
-) -> dict[str, dict[str, float]]:
-    """``current`` with each entity of ``changes`` replaced (an empty one removed)."""
-    out = {k: dict(v) for k, v in current.items() if k not in changes}
-    out.update({k: dict(v) for k, v in changes.items() if v})
-    return out

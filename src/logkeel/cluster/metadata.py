@@ -28,8 +28,7 @@ from typing import Any
 
 from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.adoption import Adoption, colliding_topic
-from logkeel.cluster.client_quotas import changed_quotas
-from logkeel.cluster.group_configs import changed_group_configs
+from logkeel.cluster.keyed_overrides import replaced_overrides
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
@@ -241,7 +240,7 @@ class MetadataStore(ABC):
         raise MetadataError("SECURITY_DISABLED", "this metadata store keeps no ACLs")
 
     def group_configs(self) -> Mapping[str, Mapping[str, str]]:
-        """Group id -> config override name -> value (``cluster.group_configs``)."""
+        """Group id -> config override name -> value (kept by the metadata store)."""
         return {}
 
     def alter_group_configs(self, changes: Mapping[str, Mapping[str, str]]) -> None:
@@ -480,7 +479,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float]]) -> None:
         with self._write_lock:
             previous = self._quotas
-            self._quotas = MappingProxyType(changed_quotas(previous, changes))
+            self._quotas = MappingProxyType(replaced_overrides(previous, changes))
             try:
                 self._publish(dict(self._snapshot))
             except MetadataError:
@@ -493,7 +492,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def alter_group_configs(self, changes: Mapping[str, Mapping[str, str]]) -> None:
         with self._write_lock:
             previous = self._group_configs
-            self._group_configs = MappingProxyType(changed_group_configs(previous, changes))
+            self._group_configs = MappingProxyType(replaced_overrides(previous, changes))
             try:
                 self._publish(dict(self._snapshot))
             except MetadataError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from logkeel.cluster.group_configs import changed_group_configs
+from logkeel.cluster.keyed_overrides import replaced_overrides
 from logkeel.cluster.zk_session import ZkSession
 
 __all__ = ["GROUP_CONFIGS", "GroupConfigZnodes"]
@@ -35,6 +35,6 @@ class GroupConfigZnodes(ZkSession):
         self._compare_and_set(
             GROUP_CONFIGS,
             lambda data: encode_group_configs(
-                changed_group_configs(decode_group_configs(data), changes)
+                replaced_overrides(decode_group_configs(data), changes)
             ),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from logkeel.cluster.client_quotas import changed_quotas
+from logkeel.cluster.keyed_overrides import replaced_overrides
 from logkeel.cluster.zk_session import ZkSession
 
 __all__ = ["CLIENT_QUOTAS", "QuotaZnodes"]
@@ -35,5 +35,6 @@ class QuotaZnodes(ZkSession):
     def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float]]) -> None:
         """Replaces the quotas of each entity in ``changes``, over what another broker wrote."""
         self._compare_and_set(
-            CLIENT_QUOTAS, lambda data: encode_quotas(changed_quotas(decode_quotas(data), changes))
+            CLIENT_QUOTAS,
+            lambda data: encode_quotas(replaced_overrides(decode_quotas(data), changes)),
         )
