@@ -13,6 +13,7 @@ from logkeel.cluster.zk_brokers import BrokerZnodes
 from logkeel.cluster.zk_controller import ControllerZnodes
 from logkeel.cluster.zk_elections import ElectionZnodes
 from logkeel.cluster.zk_quotas import QuotaZnodes
+from logkeel.cluster.zk_reassignments import ReassignmentZnodes
 from logkeel.cluster.zk_security import SecurityZnodes
 from logkeel.cluster.zk_topics import TopicZnodes
 
@@ -20,7 +21,13 @@ __all__ = ["ZkMetadataClient"]
 
 
 class ZkMetadataClient(
-    BrokerZnodes, ControllerZnodes, TopicZnodes, ElectionZnodes, SecurityZnodes, QuotaZnodes
+    BrokerZnodes,
+    ControllerZnodes,
+    TopicZnodes,
+    ElectionZnodes,
+    SecurityZnodes,
+    QuotaZnodes,
+    ReassignmentZnodes,
 ):
     """One broker's ZooKeeper session with every metadata operation on it (callers hold one
     object per session: the operations share its connection and its ephemeral znodes)."""

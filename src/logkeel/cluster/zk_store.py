@@ -34,6 +34,7 @@ from logkeel.cluster.metadata import (
     MetadataError,
     MetadataStore,
     PartitionState,
+    Reassigning,
     TopicState,
     check_partition_count,
     check_partition_increase,
@@ -227,6 +228,22 @@ class ZkMetadataStore(MetadataStore):
 
     def elect_leaders(self, request: ElectionRequest, timeout_s: float) -> ElectionResults:
         return self.client.run_election(request, timeout_s)
+
+    def alter_reassignments(
+        self, request: Mapping[TopicPartition, tuple[int, ...] | None], timeout_s: float
+    ) -> dict[TopicPartition, tuple[str | None, str | None]]:
+        return self.client.run_reassignment(request, timeout_s)
+
+    def reassignments(self) -> dict[TopicPartition, Reassigning]:
+        out = {}
+        for a in list(self._assignments.values()):
+            for p in set(a.adding_replicas) | set(a.removing_replicas):
+                out[TopicPartition(a.topic, p)] = (
+                    tuple(a.partitions.get(p, ())),
+                    tuple(a.adding_replicas.get(p, ())),
+                    tuple(a.removing_replicas.get(p, ())),
+                )
+        return out
 
     def close(self) -> None:
         """Ends the session: the registration (and /controller, if held) goes at once."""

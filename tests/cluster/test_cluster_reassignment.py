@@ -1,0 +1,242 @@
+"""Partition reassignment (KIP-455) on three real brokers and a real ZooKeeper, driven by a real
+client (kafka-python's AlterPartitionReassignments / ListPartitionReassignments): a move under
+an acks=all idempotent producer checked by the history checker (nothing acked lost), leadership
+moved off removed replicas and their logs deleted, a move that a SIGKILL of the adding broker
+or of the controller interrupts and that completes anyway, cancellation, and refused requests.
+
+A move is held "mid-way" for certain by freezing (SIGSTOP) the broker being added before the
+request: it cannot fetch, so it cannot join the ISR, so the move cannot complete."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KTP
+from kafka.admin import NewTopic
+from kafka.errors import (
+    InvalidReplicationAssignmentError,
+    NoReassignmentInProgressError,
+    UnknownTopicOrPartitionError,
+)
+
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.testing.history import History
+from tests.cluster.test_cluster_brokers import Cluster, three_brokers
+from tests.cluster.test_cluster_history import TOPIC, Reader, Writer, final_logs
+from tests.server.test_clients_matrix import consume, produce, sample
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    with three_brokers(zookeeper, tmp_path_factory.mktemp("reassign"), "/cluster_reassign") as c:
+        yield c
+
+
+@pytest.fixture
+def running(cluster: Cluster) -> Iterator[Cluster]:
+    for b in cluster.brokers.values():
+        if b.alive():
+            b.thaw()  # a failed test may leave one frozen
+    cluster.ensure_all_running()
+    yield cluster
+
+
+@pytest.fixture
+def admin(running: Cluster) -> Iterator[KafkaAdminClient]:
+    a = KafkaAdminClient(bootstrap_servers=[b.bootstrap for b in running.brokers.values()],
+                         request_timeout_ms=60000)  # fmt: skip
+    yield a
+    a.close()
+
+
+def create(cluster: Cluster, topic: str, assignment: list[list[int]], **configs: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=[b.bootstrap for b in cluster.live()])
+    try:
+        admin.create_topics([NewTopic(topic, -1, -1, dict(enumerate(assignment)), configs)])
+    finally:
+        admin.close()
+    wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(topic).values()),
+               30, f"leaders of {topic}", retry_on=(OSError, ValueError))  # fmt: skip
+
+
+def placed(cluster: Cluster, topic: str, partition: int, replicas: list[int]) -> Any:
+    """The partition once every live broker shows exactly ``replicas`` (in order), all of them
+    in the ISR, and a leader among them; else None."""
+    seen = []
+    for i, b in cluster.brokers.items():
+        if b.alive():
+            p = cluster.partitions(topic, i)[partition]
+            seen.append(p)
+            if (
+                list(p.replica_nodes) != replicas
+                or sorted(p.isr_nodes) != sorted(replicas)
+                or p.leader_id not in replicas
+            ):
+                return None
+    return seen[0]
+
+
+def views(cluster: Cluster, topic: str) -> dict[int, Any]:
+    """Each live broker's replicas, ISR and leader of partition 0, for messages."""
+    out: dict[int, Any] = {}
+    for i, b in cluster.brokers.items():
+        if b.alive():
+            p = cluster.partitions(topic, i).get(0)
+            out[i] = p and (list(p.replica_nodes), list(p.isr_nodes), p.leader_id)
+    return out
+
+
+def has_log(cluster: Cluster, broker: int, topic: str, partition: int) -> bool:
+    return any((d / f"{topic}-{partition}").exists() for d in cluster.brokers[broker].log_dirs)
+
+
+def controller(cluster: Cluster) -> int:
+    return int(cluster.metadata().controller_id)
+
+
+def roles(cluster: Cluster) -> tuple[int, int, int]:
+    """(the controller, another broker, the third): a move from [controller, other] to
+    [other, third] takes the controller's replica (and its leadership) away."""
+    c = controller(cluster)
+    other, third = sorted(set(cluster.brokers) - {c})
+    return c, other, third
+
+
+def test_a_move_under_an_idempotent_producer_loses_nothing(
+    running: Cluster, admin: KafkaAdminClient
+) -> None:
+    create(running, TOPIC, [[1, 2], [2, 3]], **{"min.insync.replicas": "2"})
+    bootstrap = ",".join(b.bootstrap for b in running.brokers.values())
+    history = History()
+    writer, reader = Writer(bootstrap, history), Reader(bootstrap, history)
+    writer.start()
+    reader.start()
+    try:
+        wait_until(lambda: len(history.acked) > 300, 30, "first acks")
+        # Both leaders (1 of partition 0, 2 of partition 1) are among the replicas removed.
+        answer = admin.alter_partition_reassignments({KTP(TOPIC, 0): [2, 3], KTP(TOPIC, 1): [3, 1]})
+        assert answer == {KTP(TOPIC, 0): None, KTP(TOPIC, 1): None}
+        wait_until(lambda: placed(running, TOPIC, 0, [2, 3]) and placed(running, TOPIC, 1, [3, 1]),
+                   60, "both moves complete", retry_on=(OSError,))  # fmt: skip
+        assert admin.list_partition_reassignments() == {}
+        wait_until(lambda: not has_log(running, 1, TOPIC, 0) and not has_log(running, 2, TOPIC, 1),
+                   30, "the removed replicas' logs deleted")  # fmt: skip
+        acked = len(history.acked)
+        wait_until(lambda: len(history.acked) > acked + 300, 60, "acks after the moves")
+    finally:
+        writer.stop.set()
+        writer.join(150)
+        reader.stop.set()
+        reader.join(30)
+    anomalies = history.check(final_logs(bootstrap))
+    assert not writer.is_alive()
+    assert history.failed_sends == 0, writer.errors[:5]
+    assert len(history.acked) == writer.sent
+    assert anomalies == [], anomalies[:20]
+
+
+def _start_held_move(
+    cluster: Cluster, admin: KafkaAdminClient, topic: str
+) -> tuple[int, int, int, list[Any]]:
+    """A topic on [controller, other] with records, and a move to [other, third] started while
+    the third is frozen: it stays in progress."""
+    c, other, third = roles(cluster)
+    create(cluster, topic, [[c, other]], **{"min.insync.replicas": "1"})
+    msgs = sample(50, topic)
+    produce("confluent", cluster.brokers[other].bootstrap, topic, msgs, idempotent=True)
+    # The client learns the controller now: it must not ask the frozen broker for it.
+    assert admin.list_partition_reassignments() == {}
+    cluster.brokers[third].freeze()
+    answer = admin.alter_partition_reassignments({KTP(topic, 0): [other, third]})
+    assert answer == {KTP(topic, 0): None}
+    ongoing = admin.list_partition_reassignments()
+    assert ongoing == {
+        KTP(topic, 0): {"replicas": [other, third, c], "adding_replicas": [third],
+                        "removing_replicas": [c]}
+    }  # fmt: skip
+    return c, other, third, msgs
+
+
+def _read_back(cluster: Cluster, topic: str, msgs: list[Any]) -> None:
+    bootstrap = ",".join(b.bootstrap for b in cluster.live())
+    got = consume("confluent", bootstrap, {topic: len(msgs)}, timeout=60)
+    assert [g.value for g in got] == [m.value for m in msgs]
+
+
+def test_a_move_survives_a_sigkill_of_the_broker_being_added(
+    running: Cluster, admin: KafkaAdminClient
+) -> None:
+    topic = "moved-kill-adding"
+    c, other, third, msgs = _start_held_move(running, admin, topic)
+    running.brokers[third].kill()
+    assert KTP(topic, 0) in admin.list_partition_reassignments()
+    running.brokers[third].start(60)
+    wait_until(lambda: placed(running, topic, 0, [other, third]), 60, "the move complete",
+               retry_on=(OSError,))  # fmt: skip
+    wait_until(lambda: not has_log(running, c, topic, 0), 30, "the removed replica's log deleted")
+    assert has_log(running, third, topic, 0)
+    _read_back(running, topic, msgs)
+
+
+def test_a_new_controller_completes_a_move_the_old_one_started(
+    running: Cluster, admin: KafkaAdminClient
+) -> None:
+    topic = "moved-kill-controller"
+    c, other, third, msgs = _start_held_move(running, admin, topic)
+    running.brokers[c].kill()  # the controller, the leader and the replica leaving
+    running.brokers[third].thaw()
+    wait_until(lambda: placed(running, topic, 0, [other, third]), 60,
+               "the move complete under the new controller", retry_on=(OSError,))  # fmt: skip
+    assert controller(running) != c
+    # Back, the old controller finds it no longer holds a replica: its log goes.
+    running.brokers[c].start(60)
+    wait_until(lambda: not has_log(running, c, topic, 0), 30, "the removed replica's log deleted")
+    _read_back(running, topic, msgs)
+
+
+def test_a_cancelled_move_reverts_to_the_original_replicas(
+    running: Cluster, admin: KafkaAdminClient
+) -> None:
+    topic = "moved-cancel"
+    c, other, third, msgs = _start_held_move(running, admin, topic)
+    assert admin.alter_partition_reassignments({KTP(topic, 0): None}) == {KTP(topic, 0): None}
+    assert admin.list_partition_reassignments() == {}
+    running.brokers[third].thaw()
+    try:
+        # In the order of the full set (as Kafka: the original order is not kept).
+        wait_until(lambda: placed(running, topic, 0, [other, c]), 30, "the original replicas",
+                   retry_on=(OSError,))  # fmt: skip
+    except AssertionError as e:
+        raise AssertionError(f"{e}; as each broker sees it: {views(running, topic)}") from None
+    assert not has_log(running, third, topic, 0)
+    again = admin.alter_partition_reassignments({KTP(topic, 0): None})
+    assert again == {KTP(topic, 0): NoReassignmentInProgressError}
+    _read_back(running, topic, msgs)
+
+
+def test_bad_reassignments_are_refused_and_change_nothing(
+    running: Cluster, admin: KafkaAdminClient
+) -> None:
+    topic = "moved-refused"
+    create(running, topic, [[1, 2]])
+    answer = admin.alter_partition_reassignments({
+        KTP(topic, 0): [1, 9], KTP("no-such-topic", 0): [1, 2], KTP(topic, 5): [1, 2],
+    })  # fmt: skip
+    assert answer == {
+        KTP(topic, 0): InvalidReplicationAssignmentError,
+        KTP("no-such-topic", 0): UnknownTopicOrPartitionError,
+        KTP(topic, 5): UnknownTopicOrPartitionError,
+    }
+    assert admin.alter_partition_reassignments({KTP(topic, 0): [1, 1]}) == {
+        KTP(topic, 0): InvalidReplicationAssignmentError
+    }
+    assert admin.list_partition_reassignments() == {}
+    assert placed(running, topic, 0, [1, 2])
