@@ -23,10 +23,12 @@ from logkeel.cluster.partition_state import (
     lost_for_certain,
     view_of,
 )
+from logkeel.cluster.zk_data import TopicAssignment
 
 __all__ = [
     "Assignment",
     "Step",
+    "assignment_of",
     "cancel",
     "complete",
     "moving_to",
@@ -55,6 +57,16 @@ class Assignment:
     @property
     def target(self) -> tuple[int, ...]:
         return tuple(r for r in self.replicas if r not in self.removing)
+
+
+def assignment_of(a: TopicAssignment, partition: int) -> Assignment | None:
+    """A partition's assignment as /brokers/topics/<t> holds it (None: no such partition)."""
+    replicas = a.partitions.get(partition)
+    if replicas is None:
+        return None
+    return Assignment(
+        replicas, a.adding_replicas.get(partition, ()), a.removing_replicas.get(partition, ())
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,15 +20,23 @@ from kazoo.exceptions import NoNodeError
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.partition_state import PartitionRegistration, Views
-from logkeel.cluster.reassignment import Assignment, Step, cancel, complete, retarget, target_error
+from logkeel.cluster.reassignment import (
+    Assignment,
+    Step,
+    assignment_of,
+    cancel,
+    complete,
+    retarget,
+    target_error,
+)
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch
-from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_data import LeaderIsr
 from logkeel.cluster.zk_reassignments import ReassignmentResults, decode_request
 from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["ReassignmentDriver", "assignment_of"]
+__all__ = ["ReassignmentDriver"]
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +45,6 @@ _ATTEMPTS = 5
 
 # (partition, its assignment, its registration, views) -> the step, or None: nothing to do.
 Decide = Callable[[TopicPartition, Assignment, PartitionRegistration, Views], Step | None]
-
-
-def assignment_of(a: TopicAssignment, partition: int) -> Assignment | None:
-    replicas = a.partitions.get(partition)
-    if replicas is None:
-        return None
-    return Assignment(
-        replicas, a.adding_replicas.get(partition, ()), a.removing_replicas.get(partition, ())
-    )
 
 
 class ReassignmentDriver:

@@ -41,6 +41,7 @@ from logkeel.cluster.metadata import (
     check_topic_absent,
 )
 from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.reassignment import assignment_of
 from logkeel.cluster.session_fence import SessionFence
 from logkeel.cluster.zk_brokers import BrokerIdInUse
 from logkeel.cluster.zk_client import ZkMetadataClient
@@ -232,7 +233,21 @@ class ZkMetadataStore(MetadataStore):
     def alter_reassignments(
         self, request: Mapping[TopicPartition, tuple[int, ...] | None], timeout_s: float
     ) -> dict[TopicPartition, tuple[str | None, str | None]]:
-        return self.client.run_reassignment(request, timeout_s)
+        results = self.client.run_reassignment(request, timeout_s)
+        started = {tp: request[tp] for tp, (error, _) in results.items() if error is None}
+
+        def cached() -> bool:
+            """This broker's cache shows every move started (or cancelled), so that a
+            ListPartitionReassignments sent next agrees with the answer."""
+            for tp, target in started.items():
+                a = self._assignments.get(tp.topic)
+                now = assignment_of(a, tp.partition) if a is not None else None
+                if now is None or (now.moving if target is None else now.target != target):
+                    return False
+            return True
+
+        self.wait_for(cached, ADMIN_WAIT_S)
+        return results
 
     def reassignments(self) -> dict[TopicPartition, Reassigning]:
         out = {}
