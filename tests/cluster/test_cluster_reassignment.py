@@ -13,6 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
@@ -21,11 +29,13 @@ from kafka.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
 from tests.cluster.test_cluster_brokers import Cluster, three_brokers
 from tests.cluster.test_cluster_history import TOPIC, Reader, Writer, final_logs
+from tests.server.test_admin_wire import Wire
 from tests.server.test_clients_matrix import consume, produce, sample
 from tests.waiting import wait_until
 
@@ -240,3 +250,69 @@ def test_bad_reassignments_are_refused_and_change_nothing(
     }
     assert admin.list_partition_reassignments() == {}
     assert placed(running, topic, 0, [1, 2])
+
+
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+
+
+def _broker_configs(cluster: Cluster, broker: str) -> dict[str, Any]:
+    a = cluster.admin()
+    resource = ConfigResource(ResourceType.BROKER, broker)
+    return dict(a.describe_configs([resource])[resource].result(30))
+
+
+def _alter_broker(cluster: Cluster, broker: str, *entries: ConfigEntry) -> None:
+    a = cluster.admin()
+    resource = ConfigResource(ResourceType.BROKER, broker, incremental_configs=list(entries))
+    a.incremental_alter_configs([resource])[resource].result(30)
+
+
+def _alter_default(cluster: Cluster, op: int, value: str | None) -> None:
+    """The cluster-wide default (an empty broker name, which neither confluent-kafka nor
+    kafka-python lets one send), on the wire."""
+    wire = Wire(cluster.brokers[1].port)
+    try:
+        [answer] = wire.incremental_alter([(4, "", [(FOLLOWER_RATE, op, value)])])
+    finally:
+        wire.close()
+    assert answer.error_code == ErrorCode.none, answer
+
+
+def test_replication_throttles_are_dynamic_broker_and_topic_configs(running: Cluster) -> None:
+    _alter_broker(running, "2", ConfigEntry(LEADER_RATE, "1048576",
+                                            incremental_operation=AlterConfigOpType.SET))  # fmt: skip
+    _alter_default(running, 0, "2097152")
+    wait_until(lambda: FOLLOWER_RATE in _broker_configs(running, "2"), 15,
+               "the default seen by broker 2")  # fmt: skip
+    own = _broker_configs(running, "2")
+    assert (own[LEADER_RATE].value, own[LEADER_RATE].source) == (
+        "1048576", ConfigSource.DYNAMIC_BROKER_CONFIG.value)  # fmt: skip
+    assert (own[FOLLOWER_RATE].value, own[FOLLOWER_RATE].source) == (
+        "2097152", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)  # fmt: skip
+    assert LEADER_RATE not in _broker_configs(running, "1")  # broker 2's own only
+    with pytest.raises(KafkaException, match="LONG"):
+        _alter_broker(running, "2", ConfigEntry(LEADER_RATE, "fast",
+                                                incremental_operation=AlterConfigOpType.SET))  # fmt: skip
+    with pytest.raises(KafkaException, match="static"):
+        _alter_broker(running, "2", ConfigEntry("log.retention.ms", "1",
+                                                incremental_operation=AlterConfigOpType.SET))  # fmt: skip
+    _alter_broker(running, "2", ConfigEntry(LEADER_RATE, None,
+                                            incremental_operation=AlterConfigOpType.DELETE))  # fmt: skip
+    _alter_default(running, 1, None)
+    # Written through broker 1: broker 2 sees the default go when its watch fires.
+    wait_until(lambda: not {LEADER_RATE, FOLLOWER_RATE} & set(_broker_configs(running, "2")),
+               15, "the throttles removed")  # fmt: skip
+    # The topic-level lists take Kafka's format, and refuse anything else.
+    create(running, "throttled", [[1, 2]],
+           **{"follower.replication.throttled.replicas": "0:3",
+              "leader.replication.throttled.replicas": "*"})  # fmt: skip
+    a = running.admin()
+    topic = ConfigResource(ResourceType.TOPIC, "throttled")
+    described = a.describe_configs([topic])[topic].result(30)
+    assert described["follower.replication.throttled.replicas"].value == "0:3"
+    bad = ConfigResource(ResourceType.TOPIC, "throttled", incremental_configs=[ConfigEntry(
+        "leader.replication.throttled.replicas", "0-1",
+        incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+    with pytest.raises(KafkaException, match="partition:broker"):
+        a.incremental_alter_configs([bad])[bad].result(30)

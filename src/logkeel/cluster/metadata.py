@@ -260,6 +260,26 @@ class MetadataStore(ABC):
                 results[tp] = ("ELECTION_NOT_NEEDED", f"{state.leader} is the only replica")
         return results
 
+    def watch_dynamic_broker_configs(self, fn: Callable[[Mapping[str, str]], None]) -> None:
+        """Calls ``fn`` with this broker's dynamic configs in effect (its own over the
+        cluster-wide defaults) now and after every change. A single node has none."""
+        fn({})
+
+    def dynamic_broker_configs(self) -> tuple[Mapping[str, str], Mapping[str, str]]:
+        """This broker's own dynamic configs and the cluster-wide defaults."""
+        return {}, {}
+
+    def alter_dynamic_broker_configs(
+        self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None:
+        """Replaces the dynamic configs of ``entity`` (a broker id, or <default>) with
+        ``change(current)``; returns once this broker's view shows them."""
+        raise MetadataError(
+            "INVALID_REQUEST",
+            "dynamic broker configs (the replication throttles) need a cluster: a single node "
+            "replicates nothing",
+        )
+
     def alter_reassignments(
         self, request: Mapping[TopicPartition, tuple[int, ...] | None], timeout_s: float
     ) -> dict[TopicPartition, tuple[str | None, str | None]]:

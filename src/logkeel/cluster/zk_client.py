@@ -9,6 +9,7 @@ concurrent change is lost. Calls block: from asyncio code run them in a thread.
 
 from __future__ import annotations
 
+from logkeel.cluster.zk_broker_configs import BrokerConfigZnodes
 from logkeel.cluster.zk_brokers import BrokerZnodes
 from logkeel.cluster.zk_controller import ControllerZnodes
 from logkeel.cluster.zk_elections import ElectionZnodes
@@ -28,6 +29,7 @@ class ZkMetadataClient(
     SecurityZnodes,
     QuotaZnodes,
     ReassignmentZnodes,
+    BrokerConfigZnodes,
 ):
     """One broker's ZooKeeper session with every metadata operation on it (callers hold one
     object per session: the operations share its connection and its ephemeral znodes)."""

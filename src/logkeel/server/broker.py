@@ -204,6 +204,7 @@ class Broker:
             )
         )
         self.log_manager.add_log_replaced_listener(self.replica_manager.on_log_replaced)
+        self.metadata.watch_dynamic_broker_configs(replication.throttles.configure)
         self.group_coordinator = GroupCoordinator(self)
         self.producer_ids = producer_id_api.InitProducerIdApi(
             self.log_manager, self.metadata.reserve_producer_ids
