@@ -40,12 +40,13 @@ async def alter_dynamic(
     the cluster-wide) dynamic configs; raises EntryError with Kafka's code and message."""
     entity = resource_name or DEFAULT_ENTITY
     own, default = metadata.dynamic_broker_configs()
+    current = own if resource_name else default
     try:
-        altered(own if resource_name else default, changes, incremental)
+        new = altered(current, changes, incremental)
     except ValueError as exc:
         raise EntryError(ErrorCode.invalid_config, str(exc)) from None
-    if validate_only:
-        return
+    if validate_only or new == current:
+        return  # nothing to write (a single node, which keeps none, accepts that too)
 
     def change(current: dict[str, str]) -> dict[str, str]:
         return altered(current, changes, incremental)
