@@ -9,11 +9,16 @@ request: it cannot fetch, so it cannot join the ISR, so the move cannot complete
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as CTP
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -316,3 +321,67 @@ def test_replication_throttles_are_dynamic_broker_and_topic_configs(running: Clu
         incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
     with pytest.raises(KafkaException, match="partition:broker"):
         a.incremental_alter_configs([bad])[bad].result(30)
+
+
+def reassign(cluster: Cluster, *args: str) -> str:
+    """`logkeel reassign` against the live brokers; its output (exit status 0 asserted)."""
+    bootstrap = ",".join(b.bootstrap for b in cluster.live())
+    done = subprocess.run(
+        [sys.executable, "-m", "logkeel", "reassign", "--bootstrap-server", bootstrap, *args],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _proposed(output: str) -> str:
+    return output.split("Proposed partition reassignment configuration\n", 1)[1].strip()
+
+
+def test_the_cli_scales_out_and_decommissions_with_a_throttle(
+    running: Cluster, tmp_path: Path
+) -> None:
+    topic = "cli-moved"
+    create(running, topic, [[1, 2], [2, 1], [1, 2], [2, 1]])
+    msgs = sample(200, topic)
+    produce("confluent", running.brokers[1].bootstrap, topic, msgs[:100], idempotent=True)
+    # Scale-out: broker 3 (live, holding nothing of the topic) gets its share.
+    plan = tmp_path / "out.json"
+    plan.write_text(_proposed(reassign(running, "--generate", "--topic", topic,
+                                       "--broker-list", "1,2,3")))  # fmt: skip
+    placed = {p["partition"]: p["replicas"] for p in json.loads(plan.read_text())["partitions"]}
+    assert sum(3 in rs for rs in placed.values()) in (2, 3)  # 8 replicas over 3 brokers
+    out = reassign(running, "--execute", "--reassignment-json-file", str(plan),
+                   "--throttle", "50000000")  # fmt: skip
+    assert "Save this to use as the --reassignment-json-file option during rollback" in out
+    assert "The inter-broker throttle limit was set to 50000000 B/s" in out
+    verified = reassign(running, "--verify", "--wait", "--reassignment-json-file", str(plan))
+    assert "Throttles removed." in verified
+    for p, replicas in placed.items():
+        assert placed_as(running, topic, p, replicas)
+    assert "follower.replication.throttled.rate" not in _broker_configs(running, "3")
+    # Decommission of broker 3: its replicas go back to 1 and 2.
+    back = tmp_path / "back.json"
+    back.write_text(_proposed(reassign(running, "--generate", "--topic", topic,
+                                       "--remove-broker", "3")))  # fmt: skip
+    reassign(running, "--execute", "--reassignment-json-file", str(back))
+    reassign(running, "--verify", "--wait", "--reassignment-json-file", str(back))
+    wait_until(lambda: not any(has_log(running, 3, topic, p) for p in placed), 30,
+               "broker 3's replicas deleted")  # fmt: skip
+    produce("confluent", running.brokers[1].bootstrap, topic, msgs[100:], idempotent=True)
+    # Every acknowledged record is there after both moves.
+    assert sum(_high_watermark(running, topic, p) for p in placed) == len(msgs)
+
+
+def _high_watermark(cluster: Cluster, topic: str, partition: int) -> int:
+    consumer = Consumer({"bootstrap.servers": ",".join(b.bootstrap for b in cluster.live()),
+                         "group.id": "reassign-check"})  # fmt: skip
+    try:
+        return int(consumer.get_watermark_offsets(CTP(topic, partition), timeout=20)[1])
+    finally:
+        consumer.close()
+
+
+def placed_as(cluster: Cluster, topic: str, partition: int, replicas: list[int]) -> bool:
+    return wait_until(lambda: placed(cluster, topic, partition, replicas), 30,
+                      f"{topic}-{partition} on {replicas}", retry_on=(OSError,)) is not None  # fmt: skip
