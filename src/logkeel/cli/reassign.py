@@ -109,6 +109,8 @@ def reassign_command(
         _execute(session, plan, throttle)
         if wait:
             _follow(session, plan, timeout)
+            if throttle is not None:
+                _remove_throttles(session, plan)
         return
     if reassignment_json_file is None:
         fail(_NAME, f"--{action} needs --reassignment-json-file")
