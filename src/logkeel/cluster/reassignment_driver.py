@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # A step refused because the topic or a state changed meanwhile is decided again this often.
 _ATTEMPTS = 5
+# An answered request whose requester never deleted it is removed after this.
+_RESULT_TTL_S = 300.0
 
 # (partition, its assignment, its registration, views) -> the step, or None: nothing to do.
 Decide = Callable[[TopicPartition, Assignment, PartitionRegistration, Views], Step | None]
@@ -53,15 +55,17 @@ class ReassignmentDriver:
 
     def take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> None:
         """Applies and answers every queued request (an unreadable one is dropped)."""
-        for path, data in self.client.reassignment_requests():
+        for path, data, age_s in self.client.reassignment_requests():
             try:
                 request, results = decode_request(data)
             except (ValueError, KeyError, TypeError):
                 log.warning("dropping unreadable reassignment request %s", path)
-                self.client.zk.delete(path)
+                self.client.delete_reassignment(path)
                 continue
             if results is None:
                 self.client.answer_reassignment(path, request, self.apply(ctl, ctx, request))
+            elif age_s > _RESULT_TTL_S:
+                self.client.delete_reassignment(path)  # its requester never came back for it
 
     def apply(
         self,

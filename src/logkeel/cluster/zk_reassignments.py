@@ -95,19 +95,24 @@ class ReassignmentZnodes(ZkSession):
                     return results
                 time.sleep(0.05)
         finally:
-            with contextlib.suppress(NoNodeError):
-                self.zk.delete(path)
+            self.delete_reassignment(path)
         why = f"the controller did not answer within {timeout_s:.0f}s"
         return {tp: ("REQUEST_TIMED_OUT", why) for tp in request}
 
-    def reassignment_requests(self) -> list[tuple[str, bytes]]:
-        """Every queued request not answered yet, oldest first: (znode, its data)."""
+    def reassignment_requests(self) -> list[tuple[str, bytes, float]]:
+        """Every queued request, oldest first: (znode, its data, seconds since written)."""
         out = []
+        now = time.time()
         for child in sorted(self.zk.get_children(zd.REASSIGNMENTS)):
             path = f"{zd.REASSIGNMENTS}/{child}"
             with contextlib.suppress(NoNodeError):
-                out.append((path, self.zk.get(path)[0]))
+                data, stat = self.zk.get(path)
+                out.append((path, data, now - stat.mtime / 1000))
         return out
+
+    def delete_reassignment(self, path: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(path)
 
     def answer_reassignment(
         self, path: str, request: ReassignmentRequest, results: ReassignmentResults
