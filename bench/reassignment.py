@@ -75,7 +75,7 @@ def moved(kadmin: KafkaAdminClient) -> bool:
 
 
 def one_move(
-    kadmin: KafkaAdminClient, bootstrap: str, messages: int, data_mib: int
+    kadmin: KafkaAdminClient, bootstrap: str, messages: int, data_mib: int, target: Any
 ) -> dict[str, float]:
     """Moves MOVING to [1, 3] while producing to LIVE: the move's MiB/s, the producer's MB/s."""
     result: dict[str, float] = {}
@@ -92,6 +92,9 @@ def one_move(
     writer.join()
     move(kadmin, [1])  # undone at once: nothing to catch up; broker 3 deletes its copy
     wait_for(lambda: moved(kadmin), "the move back", 60)
+    # The next move must copy everything again.
+    wait_for(lambda: not any((d / f"{MOVING}-0").exists() for d in target.log_dirs),
+             "broker 3's copy deleted", 60)  # fmt: skip
     return result
 
 
@@ -129,10 +132,10 @@ def main() -> None:
                                                                   args.messages, "all")})  # fmt: skip
                 throttle(admin, None)
                 cases["unthrottled"].append(one_move(kadmin, bootstrap, args.messages,
-                                                     args.data_mb))  # fmt: skip
+                                                     args.data_mb, brokers[3]))  # fmt: skip
                 throttle(admin, rate)
                 cases["throttled"].append(one_move(kadmin, bootstrap, args.messages,
-                                                   args.data_mb))  # fmt: skip
+                                                   args.data_mb, brokers[3]))  # fmt: skip
                 throttle(admin, None)
                 print(f"repeat {r + 1}: {json.dumps(cases)}", flush=True)
             for case, runs in cases.items():
