@@ -75,6 +75,7 @@ class Fetches:
         """Reads every partition in order, long-polling up to ``max_wait_ms`` for
         ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
         (Kafka's rule, so a consumer never gets stuck behind a large batch)."""
+        received = time.monotonic()
         results = await self._read(requests, replica_id, max_bytes, isolation_level)
         total = sum(r.size for r in results)
         if total < min_bytes and max_wait_ms > 0 and any(r.throttled for r in results):
@@ -84,7 +85,9 @@ class Fetches:
             wait_ms = min(max_wait_ms, self._leader_quota.throttle_ms(time.monotonic()))
             await asyncio.sleep(wait_ms / 1000)
             close_records(results)
-            return await self._read(requests, replica_id, max_bytes, isolation_level)
+            return await self._read_again(
+                requests, replica_id, max_bytes, isolation_level, received
+            )
         if (
             max_wait_ms <= 0
             or not requests
@@ -110,7 +113,36 @@ class Fetches:
             return await asyncio.to_thread(
                 self._read_all, requests, replica_id, max_bytes, isolation_level
             )
-        return await self._read(requests, replica_id, max_bytes, isolation_level)
+        return await self._read_again(requests, replica_id, max_bytes, isolation_level, received)
+
+    async def _read_again(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: int,
+        received: float,
+    ) -> list[FetchPartitionResult]:
+        """A fetch read again after waiting. A follower that stopped being a replica and was
+        added again meanwhile (a reassignment undone and redone) sent this fetch from its
+        earlier incarnation: its offset says nothing of the new, empty log, and counting it
+        would put that log in the ISR. Those partitions answer NOT_LEADER_OR_FOLLOWER."""
+        stale: set[TopicPartition] = set()
+        if replica_id >= 0:
+            for r in requests:
+                p = self._path.partition(r.tp)
+                if p is not None and p.replica_since.get(replica_id, 0.0) > received:
+                    stale.add(r.tp)
+        if not stale:
+            return await self._read(requests, replica_id, max_bytes, isolation_level)
+        fresh = [r for r in requests if r.tp not in stale]
+        read = iter(await self._read(fresh, replica_id, max_bytes, isolation_level))
+        return [
+            FetchPartitionResult(r.tp, ErrorCode.not_leader_or_follower)
+            if r.tp in stale
+            else next(read)
+            for r in requests
+        ]
 
     async def _read(
         self,
