@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.metadata import PartitionState
 from logkeel.config import BrokerConfig
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
@@ -34,6 +35,7 @@ from logkeel.server.replica.results import (
 )
 from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.faulty_fs import FaultyFs
+from tests.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -419,5 +421,43 @@ def test_fetched_records_go_to_the_socket_with_sendfile(
 
         assert decode_records(data)[1][0].value == payload
         assert sum(sent_by_sendfile) == len(data)
+
+    run_broker(tmp_path, scenario)
+
+
+def test_a_long_poll_of_a_replica_removed_and_added_again_is_not_counted(tmp_path: Path) -> None:
+    """A reassignment undone and redone while a follower's fetch waits in the purgatory: that
+    fetch comes from the replica's earlier incarnation (its offset is of the deleted log), so
+    it is answered NOT_LEADER_OR_FOLLOWER, not counted as the new replica caught up (which
+    would put an empty log in the ISR)."""
+
+    async def scenario(broker: Broker) -> None:
+        rm = broker.replica_manager
+        broker.metadata.create_topic("again", 1, 1, {})
+        tp = TopicPartition("again", 0)
+        assert (await rm.appends.append_records(tp, records(b"a", b"b"), acks=1)).error == 0
+        node = broker.node_id
+
+        def replicas(rs: list[int], epoch: int) -> None:
+            broker.metadata.update_partition(
+                PartitionState("again", 0, rs, node, 0, [node], partition_epoch=epoch)
+            )
+
+        replicas([node, 7], 1)
+        waiting = asyncio.create_task(
+            rm.fetches.fetch(
+                [FetchPartitionRequest(tp, 2, 1 << 20)], replica_id=7, max_wait_ms=3000, min_bytes=1
+            )  # fmt: skip
+        )
+        # Parked: nothing past offset 2 yet (polled off the loop, which serves the fetch).
+        await asyncio.to_thread(wait_until, lambda: rm.fetch_purgatory.pending > 0, 10,
+                                "the follower's fetch parked")  # fmt: skip
+        replicas([node], 2)
+        replicas([node, 7], 3)
+        assert (await rm.appends.append_records(tp, records(b"c"), acks=1)).error == 0
+        [result] = await asyncio.wait_for(waiting, 10)
+        assert result.error == ErrorCode.not_leader_or_follower
+        p = rm.partition(tp)
+        assert p is not None and 7 not in p.followers.snapshot()
 
     run_broker(tmp_path, scenario)

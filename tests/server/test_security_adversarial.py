@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 from kio.schema.add_partitions_to_txn.v3 import request as add_partitions
 from kio.schema.alter_client_quotas.v1 import request as alter_quotas
 from kio.schema.alter_configs.v2 import request as alter_configs
+from kio.schema.alter_partition_reassignments.v0 import request as alter_reassignments
 from kio.schema.alter_replica_log_dirs.v2 import request as alter_log_dirs
 from kio.schema.alter_user_scram_credentials.v0 import request as alter_scram
 from kio.schema.create_acls.v3 import request as create_acls_v3
@@ -331,6 +332,12 @@ PROBES: dict[ApiKey, tuple[int, dict[str, Any], Callable[[Any], None]]] = {
     ApiKey.ELECT_LEADERS: (2, {"election_type": 0, "timeout": _TIMEOUT, "topic_partitions": (
         elect_leaders.TopicPartitions(topic=TOPIC, partitions=(0,)),)},
         refused(ErrorCode.cluster_authorization_failed)),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, {"timeout": _TIMEOUT, "topics": (
+        alter_reassignments.ReassignableTopic(name=TOPIC, partitions=(
+            alter_reassignments.ReassignablePartition(partition_index=0, replicas=(1,)),)),)},
+        refused(ErrorCode.cluster_authorization_failed)),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, {"timeout": _TIMEOUT, "topics": None},
+                                          refused(ErrorCode.cluster_authorization_failed)),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, {"resources": (incremental_alter.AlterConfigsResource(
         resource_type=4, resource_name="", configs=(incremental_alter.AlterableConfig(
             name="log.retention.ms", config_operation=0, value="1"),)),),
@@ -464,6 +471,8 @@ CLUSTER_APIS = [
     ApiKey.ALTER_REPLICA_LOG_DIRS,
     ApiKey.ELECT_LEADERS,
     ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS,
 ]
 
 

@@ -37,7 +37,7 @@ from logkeel.cli.partition_info import topics
 from logkeel.config.types import ConfigSource
 from logkeel.server.protocol import ApiKey, request_schema
 
-__all__ = ["configs_command"]
+__all__ = ["alter_entity", "configs_command"]
 
 _NAME = "configs"
 _RESOURCE = {"topics": 2, "brokers": 4}
@@ -157,6 +157,17 @@ def _describe(
 def _alter(
     session: Admin, entity_type: str, name: str, added: dict[str, str], deleted: list[str]
 ) -> None:
+    why = alter_entity(session, entity_type, name, added, deleted)
+    if why is not None:
+        fail(_NAME, f"{_entity(entity_type, name)}: {why}")
+    click.echo(f"Completed updating config for {_entity(entity_type, name)}.")
+
+
+def alter_entity(
+    session: Admin, entity_type: str, name: str, added: dict[str, str], deleted: list[str]
+) -> str | None:
+    """IncrementalAlterConfigs of one topic or broker (by its id; "" the default): None when
+    done, else why not."""
     Request = request_schema(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)
     assert Request is not None
     Resource, Config = nested(Request, "AlterConfigsResource"), nested(Request, "AlterableConfig")
@@ -168,9 +179,7 @@ def _alter(
         validate_only=False,
     )  # fmt: skip
     result = _send(session, entity_type, name, request).responses[0]
-    if result.error_code != ErrorCode.none:
-        fail(_NAME, f"{_entity(entity_type, name)}: {error_text(result)}")
-    click.echo(f"Completed updating config for {_entity(entity_type, name)}.")
+    return None if result.error_code == ErrorCode.none else error_text(result)
 
 
 def _entity(entity_type: str, name: str) -> str:

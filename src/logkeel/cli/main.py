@@ -16,6 +16,7 @@ from logkeel.cli.groups import groups_command
 from logkeel.cli.log_commands import log_group
 from logkeel.cli.log_dirs import log_dirs_group
 from logkeel.cli.quotas import quotas_command
+from logkeel.cli.reassign import reassign_command
 from logkeel.cli.serve import serve
 from logkeel.cli.topics import topics_command
 from logkeel.cli.users import users_group
@@ -46,6 +47,7 @@ cli.add_command(topics_command)
 cli.add_command(groups_command)
 cli.add_command(configs_command)
 cli.add_command(quotas_command)
+cli.add_command(reassign_command)
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ from logkeel.cluster.partition_state import (
     ElectionRequest,
     PartitionRegistration,
 )
+from logkeel.cluster.reassignment_driver import ReassignmentDriver
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
 from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
@@ -123,6 +124,7 @@ class Controller:
         # Every broker probes the others: a crashed one (the controller's included) is removed
         # at once rather than after its session expires.
         self.crash_detector = CrashDetector(client, broker_id)
+        self.reassignments = ReassignmentDriver(client)
 
     @property
     def active(self) -> bool:
@@ -137,6 +139,7 @@ class Controller:
             c.zk.ChildrenWatch(parent, lambda _children: self._events.put("admin"))
         c.zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, lambda _d, _s: self._events.put("admin"))
         c.zk.ChildrenWatch(zd.ELECTIONS, lambda _children: self._events.put("admin"))
+        c.zk.ChildrenWatch(zd.REASSIGNMENTS, lambda _children: self._events.put("admin"))
         c.add_session_listener(self._on_session)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._thread.start()
@@ -273,8 +276,10 @@ class Controller:
         touched |= preferred | set(self._unclean_waits)
         if touched:
             self._reconcile_partitions(ctl, ctx, touched, preferred)
+            self.reassignments.progress(ctl, ctx, touched)
         if events & _REQUEST_EVENTS:
             self._run_elections(ctl)
+            self.reassignments.take_requests(ctl, ctx)
 
     def _take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> set[TopicPartition]:
         """Deletions, notifications and preferred elections asked for; returns the partitions

@@ -30,6 +30,7 @@ from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.adoption import Adoption, colliding_topic
 from logkeel.cluster.keyed_overrides import replaced_overrides
 from logkeel.cluster.partition_state import ElectionRequest, PartitionRegistration
+from logkeel.cluster.reassignment import target_error
 from logkeel.storage.errors import KafkaStorageError, io_guard
 from logkeel.storage.fileio import atomic_write
 from logkeel.storage.log_dir import random_uuid, uuid_from_text, uuid_text
@@ -118,6 +119,8 @@ class TopicState:
 Listener = Callable[[str, "TopicState | None"], None]
 # An election's outcome per partition: Kafka's error name (None: done) and the reason.
 ElectionResults = Mapping[TopicPartition, tuple[str | None, str]]
+# A partition being reassigned: its replicas (the full set), those being added, removed.
+Reassigning = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 class MetadataStore(ABC):
@@ -273,6 +276,53 @@ class MetadataStore(ABC):
             else:
                 results[tp] = ("ELECTION_NOT_NEEDED", f"{state.leader} is the only replica")
         return results
+
+    def watch_dynamic_broker_configs(self, fn: Callable[[Mapping[str, str]], None]) -> None:
+        """Calls ``fn`` with this broker's dynamic configs in effect (its own over the
+        cluster-wide defaults) now and after every change. A single node has none."""
+        fn({})
+
+    def dynamic_broker_configs(self) -> tuple[Mapping[str, str], Mapping[str, str]]:
+        """This broker's own dynamic configs and the cluster-wide defaults."""
+        return {}, {}
+
+    def alter_dynamic_broker_configs(
+        self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None:
+        """Replaces the dynamic configs of ``entity`` (a broker id, or <default>) with
+        ``change(current)``; returns once this broker's view shows them."""
+        raise MetadataError(
+            "INVALID_REQUEST",
+            "dynamic broker configs (the replication throttles) need a cluster: a single node "
+            "replicates nothing",
+        )
+
+    def alter_reassignments(
+        self, request: Mapping[TopicPartition, tuple[int, ...] | None], timeout_s: float
+    ) -> dict[TopicPartition, tuple[str | None, str | None]]:
+        """AlterPartitionReassignments (blocking, up to ``timeout_s``): per partition, Kafka's
+        error name (None: started) and a message. A single node has nowhere to move a replica:
+        only its own assignment is accepted, as a reassignment with nothing to do."""
+        registered = {b.node_id for b in self.brokers()}
+        results: dict[TopicPartition, tuple[str | None, str | None]] = {}
+        for tp, target in request.items():
+            state = self.partition(tp)
+            if state is None:
+                results[tp] = ("UNKNOWN_TOPIC_OR_PARTITION", f"{tp} does not exist")
+            elif target is None:
+                results[tp] = ("NO_REASSIGNMENT_IN_PROGRESS", "no reassignment in progress")
+            elif (why := target_error(target, registered)) is not None:
+                results[tp] = ("INVALID_REPLICA_ASSIGNMENT", why)
+            elif list(target) != list(state.replicas):
+                why = "a single node cannot change a partition's replicas"
+                results[tp] = ("INVALID_REPLICA_ASSIGNMENT", why)
+            else:
+                results[tp] = (None, None)
+        return results
+
+    def reassignments(self) -> dict[TopicPartition, Reassigning]:
+        """The moves in progress: (replicas, adding, removing) per partition."""
+        return {}
 
 
 class EmbeddedMetadataStore(MetadataStore):

@@ -9,11 +9,13 @@ concurrent change is lost. Calls block: from asyncio code run them in a thread.
 
 from __future__ import annotations
 
+from logkeel.cluster.zk_broker_configs import BrokerConfigZnodes
 from logkeel.cluster.zk_brokers import BrokerZnodes
 from logkeel.cluster.zk_controller import ControllerZnodes
 from logkeel.cluster.zk_elections import ElectionZnodes
 from logkeel.cluster.zk_group_configs import GroupConfigZnodes
 from logkeel.cluster.zk_quotas import QuotaZnodes
+from logkeel.cluster.zk_reassignments import ReassignmentZnodes
 from logkeel.cluster.zk_security import SecurityZnodes
 from logkeel.cluster.zk_topics import TopicZnodes
 
@@ -28,6 +30,8 @@ class ZkMetadataClient(
     SecurityZnodes,
     QuotaZnodes,
     GroupConfigZnodes,
+    ReassignmentZnodes,
+    BrokerConfigZnodes,
 ):
     """One broker's ZooKeeper session with every metadata operation on it (callers hold one
     object per session: the operations share its connection and its ephemeral znodes)."""

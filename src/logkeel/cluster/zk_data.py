@@ -64,6 +64,12 @@ ELECTIONS = "/logkeel/elections"
 # designated one out of the ISR), one persistent sequential child each, written by the
 # controller and shown by `logkeel cluster status`.
 ELECTION_LOSSES = "/logkeel/election_losses"
+# logkeel's own: partition reassignments asked by AlterPartitionReassignments (KIP-455), one
+# sequential child each, applied and answered by the controller (results written into the
+# child, which the requester deletes). The moves themselves live, as in Kafka, in the
+# adding_replicas/removing_replicas of /brokers/topics/<t>.
+REASSIGNMENTS = "/logkeel/reassignments"
+REASSIGNMENT_PREFIX = "reassignment_"
 ELECTION_LOSS_PREFIX = "loss_"
 # Why a partition is offline, as the controller last decided (one znode a partition, removed
 # once it leads again): what `logkeel cluster status` shows beside the offline state.
@@ -92,6 +98,7 @@ PERSISTENT_PATHS = (
     REPLICA_LOGS,
     ELECTIONS,
     ELECTION_LOSSES,
+    REASSIGNMENTS,
 )
 
 

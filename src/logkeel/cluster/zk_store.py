@@ -11,6 +11,7 @@ request answers with the leaders the controller chose.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import random
@@ -26,6 +27,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.acls import AclBinding, changed_bindings
 from logkeel.cluster.assignment import assign_replicas, validate_assignment
+from logkeel.cluster.dynamic_broker_configs import DEFAULT_ENTITY, effective
 from logkeel.cluster.metadata import (
     INTERNAL_TOPICS,
     BrokerInfo,
@@ -34,12 +36,14 @@ from logkeel.cluster.metadata import (
     MetadataError,
     MetadataStore,
     PartitionState,
+    Reassigning,
     TopicState,
     check_partition_count,
     check_partition_increase,
     check_topic_absent,
 )
 from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.reassignment import assignment_of
 from logkeel.cluster.session_fence import SessionFence
 from logkeel.cluster.zk_brokers import BrokerIdInUse
 from logkeel.cluster.zk_client import ZkMetadataClient
@@ -111,6 +115,9 @@ class ZkMetadataStore(MetadataStore):
         self._scram: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
         self._quotas: Mapping[str, Mapping[str, float]] = MappingProxyType({})
         self._group_configs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+        # Dynamic broker configs of this broker and the cluster-wide defaults, as watched.
+        self._dynamic: dict[str, Mapping[str, str]] = {}
+        self._dynamic_listeners: list[Callable[[Mapping[str, str]], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -142,6 +149,8 @@ class ZkMetadataStore(MetadataStore):
         self.client.scram_credentials(watch=self._on_scram)
         self.client.client_quotas(watch=self._on_quotas)
         self.client.group_configs(watch=self._on_group_configs)
+        for entity in (str(self.node_id), DEFAULT_ENTITY):
+            self.client.watch_broker_configs(entity, functools.partial(self._on_dynamic, entity))
         self._scram_secret = self.client.scram_secret()
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
@@ -229,6 +238,64 @@ class ZkMetadataStore(MetadataStore):
 
     def elect_leaders(self, request: ElectionRequest, timeout_s: float) -> ElectionResults:
         return self.client.run_election(request, timeout_s)
+
+    def _on_dynamic(self, entity: str, configs: dict[str, str]) -> None:
+        self._dynamic[entity] = MappingProxyType(configs)
+        own, default = self.dynamic_broker_configs()
+        for fn in list(self._dynamic_listeners):
+            fn(effective(own, default))
+        self._signal()
+
+    def watch_dynamic_broker_configs(self, fn: Callable[[Mapping[str, str]], None]) -> None:
+        self._dynamic_listeners.append(fn)
+        fn(effective(*self.dynamic_broker_configs()))
+
+    def dynamic_broker_configs(self) -> tuple[Mapping[str, str], Mapping[str, str]]:
+        empty: Mapping[str, str] = {}
+        return (self._dynamic.get(str(self.node_id), empty),
+                self._dynamic.get(DEFAULT_ENTITY, empty))  # fmt: skip
+
+    def alter_dynamic_broker_configs(
+        self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None:
+        self.client.alter_broker_configs(entity, change)
+        if entity in (str(self.node_id), DEFAULT_ENTITY):
+
+            def seen() -> bool:
+                current = dict(self._dynamic.get(entity, {}))
+                return change(current) == current
+
+            self.wait_for(seen, ADMIN_WAIT_S)
+
+    def alter_reassignments(
+        self, request: Mapping[TopicPartition, tuple[int, ...] | None], timeout_s: float
+    ) -> dict[TopicPartition, tuple[str | None, str | None]]:
+        results = self.client.run_reassignment(request, timeout_s)
+        started = {tp: request[tp] for tp, (error, _) in results.items() if error is None}
+
+        def cached() -> bool:
+            """This broker's cache shows every move started (or cancelled), so that a
+            ListPartitionReassignments sent next agrees with the answer."""
+            for tp, target in started.items():
+                a = self._assignments.get(tp.topic)
+                now = assignment_of(a, tp.partition) if a is not None else None
+                if now is None or (now.moving if target is None else now.target != target):
+                    return False
+            return True
+
+        self.wait_for(cached, ADMIN_WAIT_S)
+        return results
+
+    def reassignments(self) -> dict[TopicPartition, Reassigning]:
+        out = {}
+        for a in list(self._assignments.values()):
+            for p in set(a.adding_replicas) | set(a.removing_replicas):
+                out[TopicPartition(a.topic, p)] = (
+                    tuple(a.partitions.get(p, ())),
+                    tuple(a.adding_replicas.get(p, ())),
+                    tuple(a.removing_replicas.get(p, ())),
+                )
+        return out
 
     def close(self) -> None:
         """Ends the session: the registration (and /controller, if held) goes at once."""

@@ -12,6 +12,7 @@ feed one topic config; the first row given is the highest-priority synonym (``lo
 
 from __future__ import annotations
 
+from logkeel.config.throttled_replicas import ThrottledReplicasFormat
 from logkeel.config.types import (
     INT32_MAX,
     LONG_MAX,
@@ -524,13 +525,21 @@ def derive_topic_keys(broker_keys: tuple[ConfigKey, ...]) -> tuple[ConfigKey, ..
 
 
 BROKER_CONFIG_DEF = ConfigDef(BROKER_KEYS)
-TOPIC_CONFIG_DEF = ConfigDef(derive_topic_keys(BROKER_KEYS))
+# Topic configs no broker setting defaults (Kafka's topic-only configs).
+TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = tuple(
+    _K(f"{side}.replication.throttled.replicas", LIST, [],
+       f"Replicas throttled on the {side} side while they are not in sync (a reassignment's "
+       f"moves): partitionId:brokerId entries, or * for every replica of the topic; the rate "
+       f"is the broker's dynamic {side}.replication.throttled.rate.",
+       ThrottledReplicasFormat())
+    for side in ("leader", "follower")
+)  # fmt: skip
+TOPIC_CONFIG_DEF = ConfigDef(derive_topic_keys(BROKER_KEYS) + TOPIC_ONLY_KEYS)
 
 
 # Kafka's topic-level configs that logkeel does not define: a CreateTopics or AlterConfigs that
 # sets one is refused as "not supported yet" rather than as an unknown name.
 KAFKA_TOPIC_CONFIGS_NOT_SUPPORTED = frozenset({
-    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
     "message.downconversion.enable", "message.format.version",
     "message.timestamp.difference.max.ms", "preallocate", "remote.log.copy.disable",

@@ -49,6 +49,7 @@ from logkeel.server.api import offsets as offsets_api
 from logkeel.server.api import produce as produce_api
 from logkeel.server.api import producer_id as producer_id_api
 from logkeel.server.api import producers as producers_api
+from logkeel.server.api import reassignments as reassignments_api
 from logkeel.server.api import sasl as sasl_api
 from logkeel.server.api import scram_credentials as scram_api
 from logkeel.server.api import topic_admin
@@ -203,6 +204,7 @@ class Broker:
             )
         )
         self.log_manager.add_log_replaced_listener(self.replica_manager.on_log_replaced)
+        self.metadata.watch_dynamic_broker_configs(replication.throttles.configure)
         self.group_coordinator = GroupCoordinator(self)
         self.producer_ids = producer_id_api.InitProducerIdApi(
             self.log_manager, self.metadata.reserve_producer_ids
@@ -512,6 +514,7 @@ def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:
     configs_api.register(registry, broker)
     log_dirs_api.register(registry, broker.log_manager)
     elections_api.register(registry, broker.metadata)
+    reassignments_api.register(registry, broker.metadata)
     produce_api.register(
         registry,
         broker.metadata,

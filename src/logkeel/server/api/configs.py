@@ -50,6 +50,7 @@ from logkeel.server.api.config_synonyms import (
     broker_synonym_names,
     topic_synonyms,
 )
+from logkeel.server.api.dynamic_broker_configs import alter_dynamic, describe_dynamic, is_dynamic
 from logkeel.server.api.group_configs import RESOURCE_GROUP, GroupConfigs
 from logkeel.server.api.messages import (
     AlterConfigsRequest,
@@ -180,11 +181,19 @@ class ConfigsApi:
                 types, resource.resource_name, keys, include_synonyms, include_docs
             )
         if resource.resource_type == RESOURCE_BROKER:
+            if resource.resource_name:
+                self._check_broker_name(resource.resource_name)
+            dynamic = describe_dynamic(
+                types,
+                self._broker.metadata,
+                defaults_only=not resource.resource_name,
+                keys=keys,
+                include_synonyms=include_synonyms,
+                include_docs=include_docs,
+            )
             if resource.resource_name == "":
-                # The cluster-wide dynamic defaults: logkeel has none.
-                return ()
-            self._check_broker_name(resource.resource_name)
-            return self._describe_broker(types, keys, include_synonyms, include_docs)
+                return dynamic  # the cluster-wide dynamic defaults alone, as Kafka
+            return dynamic + self._describe_broker(types, keys, include_synonyms, include_docs)
         if resource.resource_type == RESOURCE_BROKER_LOGGER:
             if not resource.resource_name:
                 raise EntryError(ErrorCode.invalid_request, "Broker id must not be empty")
@@ -395,12 +404,25 @@ class ConfigsApi:
         if resource.resource_type == RESOURCE_BROKER:
             if resource.resource_name:
                 self._check_broker_name(resource.resource_name)
-            if names:
+            static = [n for n in names if not is_dynamic(n)]
+            if static:
                 raise EntryError(
                     ErrorCode.invalid_request,
                     "Cannot update these configs dynamically: "
-                    f"{', '.join(sorted(names))} (logkeel's broker configs are static: set them "
-                    "in server.properties or with --override)",
+                    f"{', '.join(sorted(static))} (logkeel's broker configs are static but for "
+                    "the replication throttle rates: set them in server.properties or with "
+                    "--override)",
+                )
+            if names or not incremental:
+                await alter_dynamic(
+                    self._broker.metadata,
+                    resource.resource_name,
+                    [
+                        (c.name, getattr(c, "config_operation", 0), c.value)
+                        for c in resource.configs
+                    ],
+                    incremental=incremental,
+                    validate_only=validate_only,
                 )
             return
         if resource.resource_type != RESOURCE_TOPIC:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from logkeel.cluster.metadata import MetadataStore
 from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.network.inter_broker import InterBroker, inter_broker
 from logkeel.server.replica.isr_manager import IsrProposal
 from logkeel.server.replica.isr_rules import IsrConfig
+from logkeel.server.replica.replication_quota import ReplicationThrottles
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
@@ -36,6 +37,8 @@ class ReplicationSettings:
     isr: IsrConfig = IsrConfig()
     # Where and how fetchers reach leaders (inter.broker.listener.name and its security).
     inter_broker: InterBroker = InterBroker()
+    # The dynamic {leader,follower}.replication.throttled.rate bounds and their rates.
+    throttles: ReplicationThrottles = field(default_factory=ReplicationThrottles, compare=False)
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> ReplicationSettings:

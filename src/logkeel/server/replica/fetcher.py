@@ -317,7 +317,17 @@ class ReplicaFetcher:
         settings = self._settings
         topics: dict[str, list[Any]] = {}
         ids: dict[str, str] = {}
+        quota = settings.throttles.follower
+        wait_ms = quota.throttle_ms(time.monotonic()) if quota.bound is not None else 0
+        throttled: set[TopicPartition] = set()
         for tp, s in states.items():
+            if quota.bound is not None and self._throttled(tp, s.partition):
+                if wait_ms:
+                    # Over follower.replication.throttled.rate: this replica waits until the
+                    # rate is back within it; the others fetch on.
+                    s.delayed_until = time.monotonic() + wait_ms / 1000
+                    continue
+                throttled.add(tp)
             position = s.partition.fetch_position()
             if position is None:
                 self._back_off([s])
@@ -364,6 +374,8 @@ class ReplicaFetcher:
                 tp = TopicPartition(name, int(part.partition_index))
                 fetched = states.get(tp)
                 if fetched is not None and self._current(tp, fetched):
+                    if tp in throttled:
+                        quota.record(_records_size(part), time.monotonic())
                     append = await self._fetched(tp, fetched, part)
                     if append is not None:
                         appends.append(append)
@@ -374,6 +386,12 @@ class ReplicaFetcher:
             for append, outcome in zip(appends, outcomes, strict=True):
                 if outcome is not None:
                     self._append_failed(append, outcome)
+
+    def _throttled(self, tp: TopicPartition, p: Partition) -> bool:
+        """This replica is listed in follower.replication.throttled.replicas and not in sync."""
+        return p.settings.follower_throttled.covers(tp.partition, self._node_id) and (
+            self._node_id not in p.isr
+        )
 
     async def _fetched(self, tp: TopicPartition, s: _FetchState, part: Any) -> _Append | None:
         """Handles one partition of a fetch answer; records (or a new high watermark) to
@@ -430,3 +448,8 @@ class ReplicaFetcher:
         level = logging.INFO if error in _BACKOFF_ERRORS else logging.WARNING
         log.log(level, "%r: %s for %s answered %s; backing off", self, api, tp, error.name.upper())
         self._back_off([s])
+
+
+def _records_size(part: Any) -> int:
+    records = part.records
+    return len(records) if records else 0

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -19,6 +20,7 @@ from logkeel.server.replica import partition_reads
 from logkeel.server.replica.data_path import DataPath
 from logkeel.server.replica.delayed import DelayedFetch
 from logkeel.server.replica.dir_reads import DirReads, read_into_memory
+from logkeel.server.replica.replication_quota import ReplicationQuota
 from logkeel.server.replica.results import (
     CONSUMER_REPLICA_ID,
     READ_COMMITTED,
@@ -40,10 +42,18 @@ _INT32_MAX = (1 << 31) - 1
 class Fetches:
     """Reads of partitions for fetch requests and internal readers."""
 
-    def __init__(self, path: DataPath, *, follower_budget_ms: int = 500) -> None:
+    def __init__(
+        self,
+        path: DataPath,
+        *,
+        follower_budget_ms: int = 500,
+        leader_quota: ReplicationQuota | None = None,
+    ) -> None:
         """``follower_budget_ms`` (follower.fetch.process.time.max.ms): how long a follower's
-        fetch waits for a log dir's reads before answering without them (`dir_reads`)."""
+        fetch waits for a log dir's reads before answering without them (`dir_reads`);
+        ``leader_quota``: leader.replication.throttled.rate (`replication_quota`)."""
         self._path = path
+        self._leader_quota = leader_quota or ReplicationQuota()
         self.dir_reads = DirReads(
             path,
             lambda *args: self._read_all(*args),
@@ -65,8 +75,19 @@ class Fetches:
         """Reads every partition in order, long-polling up to ``max_wait_ms`` for
         ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
         (Kafka's rule, so a consumer never gets stuck behind a large batch)."""
+        received = time.monotonic()
         results = await self._read(requests, replica_id, max_bytes, isolation_level)
         total = sum(r.size for r in results)
+        if total < min_bytes and max_wait_ms > 0 and any(r.throttled for r in results):
+            # Data held back by the leader's replication throttle does not end a long poll
+            # early (Kafka does not count it either): the follower is answered once the rate
+            # allows or the wait is over, never in a loop of empty answers.
+            wait_ms = min(max_wait_ms, self._leader_quota.throttle_ms(time.monotonic()))
+            await asyncio.sleep(wait_ms / 1000)
+            close_records(results)
+            return await self._read_again(
+                requests, replica_id, max_bytes, isolation_level, received
+            )
         if (
             max_wait_ms <= 0
             or not requests
@@ -92,7 +113,36 @@ class Fetches:
             return await asyncio.to_thread(
                 self._read_all, requests, replica_id, max_bytes, isolation_level
             )
-        return await self._read(requests, replica_id, max_bytes, isolation_level)
+        return await self._read_again(requests, replica_id, max_bytes, isolation_level, received)
+
+    async def _read_again(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: int,
+        received: float,
+    ) -> list[FetchPartitionResult]:
+        """A fetch read again after waiting. A follower that stopped being a replica and was
+        added again meanwhile (a reassignment undone and redone) sent this fetch from its
+        earlier incarnation: its offset says nothing of the new, empty log, and counting it
+        would put that log in the ISR. Those partitions answer NOT_LEADER_OR_FOLLOWER."""
+        stale: set[TopicPartition] = set()
+        if replica_id >= 0:
+            for r in requests:
+                p = self._path.partition(r.tp)
+                if p is not None and p.replica_since.get(replica_id, 0.0) > received:
+                    stale.add(r.tp)
+        if not stale:
+            return await self._read(requests, replica_id, max_bytes, isolation_level)
+        fresh = [r for r in requests if r.tp not in stale]
+        read = iter(await self._read(fresh, replica_id, max_bytes, isolation_level))
+        return [
+            FetchPartitionResult(r.tp, ErrorCode.not_leader_or_follower)
+            if r.tp in stale
+            else next(read)
+            for r in requests
+        ]
 
     async def _read(
         self,
@@ -154,6 +204,16 @@ class Fetches:
         p = self._path.partition(tp)
         if p is None:
             return FetchPartitionResult(tp, ErrorCode.unknown_topic_or_partition)
+        quota = self._leader_quota
+        throttled = (
+            replica_id >= 0
+            and quota.bound is not None
+            and p.settings.leader_throttled.covers(tp.partition, p.node_id)
+            and replica_id not in p.isr
+        )
+        held_back = throttled and quota.throttle_ms(time.monotonic()) > 0
+        if held_back:
+            limit, min_one_message = 0, False
         try:
             result, hw_moved = partition_reads.read(
                 p, r, replica_id, limit, isolation_level, min_one_message
@@ -167,6 +227,10 @@ class Fetches:
             return FetchPartitionResult(tp, ErrorCode.kafka_storage_error)
         if hw_moved:
             self._path.high_watermark_moved(tp)
+        if held_back:
+            return replace(result, throttled=True)
+        if throttled:
+            quota.record(result.size, time.monotonic())
         return result
 
     async def read_records(

@@ -66,6 +66,9 @@ class Partition:
         self.leader_epoch = -1
         self.partition_epoch = 0
         self.replicas: list[int] = []
+        # When each replica became one (time.monotonic()): a follower's fetch received before
+        # its replica was (re)added is from its earlier incarnation (`Fetches`).
+        self.replica_since: dict[int, float] = {}
         self.isr: list[int] = []
         self.log: PartitionLog | None = None
         self.offline_reason: str | None = None
@@ -134,6 +137,10 @@ class Partition:
             self.leader_id = state.leader
             self.leader_epoch = state.leader_epoch
             self.partition_epoch = state.partition_epoch
+            now = time.monotonic()
+            for r in state.replicas:
+                if r not in self.replicas:
+                    self.replica_since[r] = now
             self.replicas = list(state.replicas)
             self.isr = list(state.isr)
             self.followers.keep_only(self.replicas)

@@ -125,6 +125,7 @@ class PartitionTable:
                 p.shutting_down = self._ctx.shutting_down
             p.live_brokers = self._ctx.live_brokers
             if self._ctx.node_id not in pstate.replicas:
+                self._drop_removed_replica(p)
                 changed.append(tp)
                 continue
             if isinstance(settings, str):
@@ -167,6 +168,21 @@ class PartitionTable:
         except Exception:
             log.exception("applying the configs of topic %s failed", name)
         return changed
+
+    def _drop_removed_replica(self, p: Partition) -> None:
+        """A replica reassigned away from this broker (KIP-455: the move completed or was
+        cancelled) stops and its log is deleted, as Kafka's StopReplica with deletion; the
+        assignment, the controller's, is what says it is no longer a replica."""
+        lm = self._ctx.log_manager
+        if p.log is None and lm.get_log(p.tp) is None:
+            return
+        p.log = None
+        try:
+            lm.delete_log(p.tp)
+        except KafkaStorageError as exc:
+            lm.handle_dir_failure(exc)
+            return
+        log.info("%s: no longer a replica here (reassigned): its log is deleted", p.tp)
 
     def check_isr_shrinks(self, now_ms: int) -> None:
         """Each leader proposes an ISR without the followers that fell behind (the hook), and

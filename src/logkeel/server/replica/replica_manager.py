@@ -98,7 +98,9 @@ class ReplicaManager:
         self._stopped = False
         self.appends = Appends(self, ctx.write_fence)
         self.fetches = Fetches(
-            self, follower_budget_ms=ctx.replication.isr.follower_fetch_process_time_max_ms
+            self,
+            follower_budget_ms=ctx.replication.isr.follower_fetch_process_time_max_ms,
+            leader_quota=ctx.replication.throttles.leader,
         )
         self.offsets = OffsetQueries(self, ctx.log_manager)
 

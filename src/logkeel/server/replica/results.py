@@ -150,6 +150,8 @@ class FetchPartitionResult:
     leader_epoch: int = -1
     # Read for an earlier fetch of the follower, whose serving was timed then (`dir_reads`).
     read_earlier: bool = False
+    # Left empty: a follower's replica over leader.replication.throttled.rate.
+    throttled: bool = False
 
     @property
     def size(self) -> int:

@@ -6,6 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from logkeel.config import TopicConfig
+from logkeel.config.throttled_replicas import NO_THROTTLE, ThrottledReplicas
 from logkeel.records.batch import CompressionType
 from logkeel.records.validator import ClientBatchRules
 
@@ -40,6 +41,9 @@ class TopicSettings:
     codec: CompressionType | None = None  # compression.type (None: producer)
     level: int | None = None  # compression.<codec>.level (None: the codec's default)
     rules: ClientBatchRules = ClientBatchRules()
+    # {leader,follower}.replication.throttled.replicas
+    leader_throttled: ThrottledReplicas = NO_THROTTLE
+    follower_throttled: ThrottledReplicas = NO_THROTTLE
 
     @classmethod
     def from_topic_config(cls, config: TopicConfig) -> TopicSettings:
@@ -68,6 +72,8 @@ class TopicSettings:
             codec=codec,
             level=level,
             rules=ClientBatchRules(compacted, append_time, before, after),
+            leader_throttled=_throttled(config, "leader.replication.throttled.replicas"),
+            follower_throttled=_throttled(config, "follower.replication.throttled.replicas"),
         )
 
 
@@ -76,6 +82,11 @@ def _config(config: TopicConfig, name: str) -> object:
         return config.get(name)
     except KeyError:
         return None
+
+
+def _throttled(config: TopicConfig, name: str) -> ThrottledReplicas:
+    value = _config(config, name)
+    return ThrottledReplicas.parse(value) if isinstance(value, list) and value else NO_THROTTLE
 
 
 def _int_config(config: TopicConfig, name: str) -> int | None:
