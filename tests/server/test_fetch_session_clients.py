@@ -75,13 +75,12 @@ def session_of(consumer: kafka.KafkaConsumer) -> tuple[int, int]:
 
 
 def kafka_python_consumer(bootstrap: str, **kw: Any) -> kafka.KafkaConsumer:
-    return kafka.KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=200,
-        **kw,
-    )
+    settings: dict[str, Any] = {
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "fetch_max_wait_ms": 200,
+    }
+    return kafka.KafkaConsumer(bootstrap_servers=bootstrap, **{**settings, **kw})
 
 
 def test_kafka_python_reads_many_partitions_through_one_session(server: BrokerProcess) -> None:
