@@ -1,5 +1,5 @@
 """Idle replication with and without fetch sessions (KIP-227, issue 19): 3 local brokers, a real
-ZooKeeper, one topic of N partitions at RF 3, for each N given, once with sessions
+ZooKeeper, one topic of N partitions at RF 3 (``--replication-factor``), for each N given, once with sessions
 (`max.incremental.fetch.session.cache.slots` at Kafka's 1000) and once without (0, as Kafka's
 switch-off). Once every ISR is full and no client is connected, over WINDOWS windows of
 WINDOW_S seconds each (the figures are the medians over the windows):
@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.ports import free_port
-from logkeel.testing.broker_process import LogkeelBroker
+from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster_scale import TOPIC, View
@@ -89,7 +89,9 @@ def start_brokers(
     return brokers, metrics
 
 
-def measure(n: int, sessions: bool, base: Path, windows: int, window_s: float) -> dict[str, Any]:
+def measure(
+    n: int, rf: int, sessions: bool, base: Path, windows: int, window_s: float
+) -> dict[str, Any]:
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/fetch-sessions"
     brokers: dict[int, LogkeelBroker] = {}
@@ -102,8 +104,8 @@ def measure(n: int, sessions: bool, base: Path, windows: int, window_s: float) -
         root.stop()
         admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
         started = time.monotonic()
-        admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=300)[TOPIC].result(600)
-        wait_for(lambda: View(brokers[1]).all_full(n), "every ISR full", SETUP_TIMEOUT_S)
+        admin.create_topics([NewTopic(TOPIC, n, rf)], operation_timeout=300)[TOPIC].result(600)
+        wait_for(lambda: View(brokers[1]).all_full(n, rf), "every ISR full", SETUP_TIMEOUT_S)
         create_s = round(time.monotonic() - started, 1)
         print(f"{n} partitions, sessions={sessions}: ISRs full in {create_s}s", file=sys.stderr)
         del admin  # no client connected while measuring
@@ -141,24 +143,34 @@ def measure(n: int, sessions: bool, base: Path, windows: int, window_s: float) -
         return out
     finally:
         for b in brokers.values():
-            b.stop(120)
+            try:
+                b.stop(120)
+            except BrokerUnavailable as exc:  # killed by stop(); the others are still stopped
+                print(f"stop: {str(exc)[:200]}", file=sys.stderr)
         zk.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", default="2000,10000")
+    # Each replica holds two descriptors (segment, index): at 10,000 partitions RF 3 puts
+    # 20,000 on every broker, this machine's hard limit of open files; RF 2 fits.
+    parser.add_argument("--replication-factor", type=int, default=3)
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--window-s", type=float, default=5.0)
     args = parser.parse_args()
-    result: dict[str, Any] = {"windows": args.windows, "window_s": args.window_s}
+    result: dict[str, Any] = {
+        "windows": args.windows,
+        "window_s": args.window_s,
+        "replication_factor": args.replication_factor,
+    }
     for n in (int(x) for x in args.partitions.split(",")):
         entry: dict[str, Any] = {}
         for sessions in (True, False):
             base = Path(tempfile.mkdtemp(prefix="fetch-sessions-"))
             try:
                 entry["sessions" if sessions else "no_sessions"] = measure(
-                    n, sessions, base, args.windows, args.window_s
+                    n, args.replication_factor, sessions, base, args.windows, args.window_s
                 )
             finally:
                 shutil.rmtree(base, ignore_errors=True)
