@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.ports import free_port
-from logkeel.testing.broker_process import BrokerUnavailable, LogkeelBroker
+from logkeel.testing.broker_process import LogkeelBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster_scale import TOPIC, View
@@ -49,8 +49,15 @@ SETUP_TIMEOUT_S = 600.0
 def fetch_counters(metrics_port: int) -> tuple[float, float, float]:
     """(Fetch requests, request bytes, response bytes) a broker has counted so far."""
     url = f"http://127.0.0.1:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
+    for attempt in range(5):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                text = response.read().decode()
+            break
+        except OSError as exc:  # a broker starved by the machine's load answers late
+            print(f"metrics of :{metrics_port}: {exc}", file=sys.stderr, flush=True)
+            if attempt == 4:
+                raise
     requests = bytes_in = bytes_out = 0.0
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -143,10 +150,7 @@ def measure(
         return out
     finally:
         for b in brokers.values():
-            try:
-                b.stop(120)
-            except BrokerUnavailable as exc:  # killed by stop(); the others are still stopped
-                print(f"stop: {str(exc)[:200]}", file=sys.stderr)
+            b.kill()  # nothing after the windows is measured; a clean stop of 10,000 logs is slow
         zk.stop()
 
 
