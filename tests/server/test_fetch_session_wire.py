@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.protocol import ApiKey
@@ -21,6 +22,7 @@ from tests.server.test_produce_api import (
     produce_one,
     schema_module,
 )
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +166,26 @@ def test_zero_slots_declines_every_session(tmp_path: Any) -> None:
         full = c.call(fetch_request(12, "off", {0: 0}, session_id=0, session_epoch=0))
         assert (full.error_code, full.session_id) == (ErrorCode.none, 0)
         assert answered(full)[0].records
+
+
+def test_a_deleted_topic_in_a_session_answers_unknown_topic_id(
+    server: BrokerProcess, client: RawClient
+) -> None:
+    topic_id = metadata_topic_id(client, "doomed")
+    produce_one(client, 9, "doomed", 0, batch([b"x"]))
+    sid = client.call(
+        fetch_request(13, "", {0: 1}, topic_id=topic_id, session_id=0, session_epoch=0)
+    ).session_id
+    assert sid != 0
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.delete_topics(["doomed"])["doomed"].result(30)
+    epoch = iter(range(1, 1000))
+
+    def errors() -> list[ErrorCode]:
+        request = fetch_request(
+            13, "", {}, topic_id=topic_id, session_id=sid, session_epoch=next(epoch)
+        )
+        return [p.error_code for t in client.call(request).responses for p in t.partitions]
+
+    # The session still holds the partition; its topic id is no longer known.
+    assert wait_until(lambda: errors() == [ErrorCode.unknown_topic_id], 30, "UNKNOWN_TOPIC_ID")
