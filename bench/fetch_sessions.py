@@ -1,4 +1,5 @@
-"""Idle replication with and without fetch sessions (KIP-227, issue 19): 3 local brokers, a real
+"""Idle replication with and without fetch sessions (KIP-227, issue 19): 3 local brokers
+(``--brokers``), a real
 ZooKeeper, one topic of N partitions at RF 3 (``--replication-factor``), for each N given, once with sessions
 (`max.incremental.fetch.session.cache.slots` at Kafka's 1000) and once without (0, as Kafka's
 switch-off). Once every ISR is full and no client is connected, over WINDOWS windows of
@@ -73,9 +74,9 @@ def fetch_counters(metrics_port: int) -> tuple[float, float, float]:
 
 
 def start_brokers(
-    base: Path, connect: str, slots: int
+    base: Path, connect: str, slots: int, count: int = 3
 ) -> tuple[dict[int, LogkeelBroker], dict[int, int]]:
-    metrics = {i: free_port() for i in (1, 2, 3)}
+    metrics = {i: free_port() for i in range(1, count + 1)}
     brokers = {
         i: LogkeelBroker(
             base / f"b{i}",
@@ -86,7 +87,7 @@ def start_brokers(
             },
             extra_args=["--node-id", str(i), "--metrics-port", str(metrics[i])],
         )  # fmt: skip
-        for i in (1, 2, 3)
+        for i in metrics
     }
     threads = [threading.Thread(target=b.start, args=(120,)) for b in brokers.values()]
     for t in threads:
@@ -97,7 +98,7 @@ def start_brokers(
 
 
 def measure(
-    n: int, rf: int, sessions: bool, base: Path, windows: int, window_s: float
+    n: int, rf: int, count: int, sessions: bool, base: Path, windows: int, window_s: float
 ) -> dict[str, Any]:
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/fetch-sessions"
@@ -106,7 +107,9 @@ def measure(
         root = KazooClient(hosts=zk.connect_string)
         root.start()
         root.ensure_path(chroot)
-        brokers, metrics = start_brokers(base, zk.connect_string + chroot, 1000 if sessions else 0)
+        brokers, metrics = start_brokers(
+            base, zk.connect_string + chroot, 1000 if sessions else 0, count
+        )
         wait_for(lambda: root.exists(chroot + zd.CONTROLLER), "a controller", 120)
         root.stop()
         admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
@@ -157,9 +160,11 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", default="2000,10000")
-    # Each replica holds two descriptors (segment, index): at 10,000 partitions RF 3 puts
-    # 20,000 on every broker, this machine's hard limit of open files; RF 2 fits.
+    # Each replica holds three descriptors (segment, offset and time index): this machine's
+    # hard limit of 20,000 open files is ~6,600 replicas per broker. 10,000 partitions at RF 2
+    # fit on 4 brokers.
     parser.add_argument("--replication-factor", type=int, default=3)
+    parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--window-s", type=float, default=5.0)
     args = parser.parse_args()
@@ -167,6 +172,7 @@ def main() -> None:
         "windows": args.windows,
         "window_s": args.window_s,
         "replication_factor": args.replication_factor,
+        "brokers": args.brokers,
     }
     for n in (int(x) for x in args.partitions.split(",")):
         entry: dict[str, Any] = {}
@@ -174,7 +180,13 @@ def main() -> None:
             base = Path(tempfile.mkdtemp(prefix="fetch-sessions-"))
             try:
                 entry["sessions" if sessions else "no_sessions"] = measure(
-                    n, args.replication_factor, sessions, base, args.windows, args.window_s
+                    n,
+                    args.replication_factor,
+                    args.brokers,
+                    sessions,
+                    base,
+                    args.windows,
+                    args.window_s,
                 )
             finally:
                 shutil.rmtree(base, ignore_errors=True)
