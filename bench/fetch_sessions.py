@@ -1,8 +1,7 @@
 """Idle replication with and without fetch sessions (KIP-227, issue 19): 3 local brokers
-(``--brokers``), a real
-ZooKeeper, one topic of N partitions at RF 3 (``--replication-factor``), for each N given, once with sessions
-(`max.incremental.fetch.session.cache.slots` at Kafka's 1000) and once without (0, as Kafka's
-switch-off). Once every ISR is full and no client is connected, over WINDOWS windows of
+(``--brokers``), a real ZooKeeper, one topic of N partitions at RF 3 (``--replication-factor``),
+for each N given, once with sessions (`max.incremental.fetch.session.cache.slots` at Kafka's
+1000) and once without (0, as Kafka's switch-off). Once every ISR is full and no client is connected, over WINDOWS windows of
 WINDOW_S seconds each (the figures are the medians over the windows):
 
 - fetch_request_bytes / fetch_response_bytes: bytes per Fetch request and response, from the
