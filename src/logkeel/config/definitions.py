@@ -248,6 +248,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        topic="max.message.bytes",
        topic_doc="Largest record batch this topic accepts (after compression)."),
     _K("fetch.max.bytes", INT, 57671680, "Most bytes one Fetch response returns.", Range(1024)),
+    _K("max.incremental.fetch.session.cache.slots", INT, 1000,
+       "Most incremental fetch sessions (KIP-227) the broker keeps; 0 declines every session "
+       "(fetchers then send every partition in every Fetch).", Range(0)),
     _K("num.partitions", INT, 1, "Partitions of an auto-created topic.", Range(1)),
     _K("default.replication.factor", INT, 1,
        "Replication factor of an auto-created topic.", Range(1)),

@@ -9,9 +9,10 @@ a size in a segment file). The network layer writes the encoded bytes and ``send
 regions between them, so record bytes go from the page cache to the socket without entering
 Python (see ``network._send_parts``).
 
-Fetch sessions (KIP-227) are always declined, as Kafka does when its session cache is full:
-every response has session id 0, so clients send full requests; an incremental request (a
-session id with epoch > 0) gets FETCH_SESSION_ID_NOT_FOUND.
+Fetch sessions (KIP-227): ``fetch_sessions.FetchSessionCache`` decides (one cache per broker,
+``max.incremental.fetch.session.cache.slots``; 0 declines every session, as a full Kafka cache
+does). This module reads the session's whole partition set (the long poll covers all of it) and
+answers an incremental request with only the partitions the cache says changed.
 
 Long polls wait in the replica manager's fetch purgatory (``max_wait`` / ``min_bytes``).
 ``max_bytes`` is capped by the broker's ``fetch.max.bytes`` (followers:
@@ -23,6 +24,7 @@ from __future__ import annotations
 import io
 import logging
 import struct
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import IO, Any, cast
@@ -32,11 +34,21 @@ from kio.serial import entity_writer
 from kio.static.primitive import i32
 
 from logkeel.cluster.acls import AclOperation, ResourceType
-from logkeel.cluster.metadata import MetadataStore, topic_id_text
+from logkeel.cluster.metadata import MetadataStore, topic_id_text, topic_uuid
 from logkeel.config import BrokerConfig
 from logkeel.server.api.messages import FetchRequest, FetchResponse
 from logkeel.server.api.responses import build, nested_types, node_endpoints, response
 from logkeel.server.authorization import RequestAuthorizer, per_entry
+from logkeel.server.fetch_sessions import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    ContextKind,
+    FetchContext,
+    FetchParams,
+    FetchSessionCache,
+    PartitionKey,
+    PartitionOutcome,
+)
 from logkeel.server.handlers import HandlerRegistry, RequestContext
 from logkeel.server.protocol import ApiKey
 from logkeel.server.quotas import ClientQuotas
@@ -58,8 +70,6 @@ MIN_VERSION = 4
 MAX_VERSION = 18
 _TOPIC_IDS_FROM = 13
 _REPLICA_STATE_FROM = 15
-_INITIAL_EPOCH = 0
-_FINAL_EPOCH = -1
 _INT32_MAX = (1 << 31) - 1
 
 
@@ -150,6 +160,9 @@ class FetchApi:
         self._config = config
         self._metadata = metadata
         self._fetches = fetches
+        self._sessions = FetchSessionCache(
+            int(config.get("max.incremental.fetch.session.cache.slots"))
+        )
 
     def _max_bytes(self, requested: int, follower: bool) -> int:
         name = "replica.fetch.response.max.bytes" if follower else "fetch.max.bytes"
@@ -164,62 +177,24 @@ class FetchApi:
             replica_id = int(request.replica_state.replica_id)
         else:
             replica_id = int(request.replica_id)
-        session_id = int(getattr(request, "session_id", 0))
-        session_epoch = int(getattr(request, "session_epoch", _FINAL_EPOCH))
-        if session_epoch not in (_INITIAL_EPOCH, _FINAL_EPOCH):
-            # An incremental fetch: we never created a session, so it cannot be found.
-            return response(
-                ctx,
-                error_code=ErrorCode.fetch_session_id_not_found,
-                session_id=0,
-                responses=(),
-            )
-        del session_id  # sessions are declined: every full request stands alone
-
-        metadata = self._metadata
-        # Per topic in request order: (key, [(partition index, request or error)]).
-        layout: list[tuple[Any, list[tuple[int, FetchPartitionRequest | ErrorCode]]]] = []
-        wanted: list[FetchPartitionRequest] = []
-        # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic.
-        follower_allowed = replica_id < 0 or self._authorizer.allowed(
-            ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
-        )
-        for topic in request.topics:
-            if hasattr(topic, "topic_id"):  # v13+
-                key = topic.topic_id
-                state = metadata.topic_by_id(topic_id_text(key)) if key is not None else None
-                name = state.name if state is not None else None
-                missing = ErrorCode.unknown_topic_id
-            else:
-                key = name = str(topic.topic)
-                missing = ErrorCode.unknown_topic_or_partition
-            entries: list[tuple[int, FetchPartitionRequest | ErrorCode]] = []
-            for part in topic.partitions:
-                index = int(part.partition)
-                if name is None:
-                    entries.append((index, missing))
-                    continue
-                if not follower_allowed or (
-                    replica_id < 0
-                    and not self._authorizer.allowed(
-                        ctx, AclOperation.READ, ResourceType.TOPIC, name
-                    )
-                ):
-                    entries.append((index, ErrorCode.topic_authorization_failed))
-                    continue
-                fpr = FetchPartitionRequest(
-                    TopicPartition(name, index),
-                    int(part.fetch_offset),
-                    max(0, int(part.partition_max_bytes)),
-                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
-                    last_fetched_epoch=int(getattr(part, "last_fetched_epoch", -1)),
-                    log_start_offset=int(getattr(part, "log_start_offset", -1)),
-                )
-                entries.append((index, fpr))
-                wanted.append(fpr)
-            layout.append((key, entries))
-
         follower = replica_id >= 0
+        by_id = version >= _TOPIC_IDS_FROM
+        session = self._sessions.new_context(
+            int(getattr(request, "session_id", INVALID_SESSION_ID)),
+            int(getattr(request, "session_epoch", FINAL_EPOCH)),
+            _requested(request, by_id),
+            _forgotten(request, by_id),
+            privileged=follower,
+            owner=(ctx.session.principal, follower),
+            uses_topic_ids=by_id,
+            now_ms=_now_ms(),
+        )
+        if session.kind is ContextKind.ERROR:
+            return response(ctx, error_code=session.error, session_id=0, responses=())
+        # The session's partitions (a full request's own), in order; each a request to read
+        # or the error it is answered with.
+        entries = self._entries(ctx, session, by_id, follower)
+        wanted = [e for _, e in entries if isinstance(e, FetchPartitionRequest)]
         results = await self._fetches.fetch(
             wanted,
             replica_id=replica_id,
@@ -228,31 +203,100 @@ class FetchApi:
             max_bytes=self._max_bytes(int(getattr(request, "max_bytes", _INT32_MAX)), follower),
             isolation_level=int(getattr(request, "isolation_level", 0)),
         )
-        if not follower and self._quotas is not None:
-            throttle_ms = self._throttle(ctx, results)
-            if throttle_ms:
+        try:
+            by_request = {id(r): res for r, res in zip(wanted, results, strict=True)}
+            answered = [
+                by_request[id(e)]
+                if isinstance(e, FetchPartitionRequest)
+                else FetchPartitionResult(TopicPartition("", key[1]), e)
+                for key, e in entries
+            ]
+            throttle_ms = 0
+            if not follower and self._quotas is not None:
+                throttle_ms = self._throttle(ctx, results)
+            outcome = self._sessions.answer(
+                session, [_outcome(r) for r in answered], _now_ms(), throttled=bool(throttle_ms)
+            )
+            if throttle_ms or outcome.error != ErrorCode.none:
                 # Kafka answers a throttled fetch empty (the bytes read are not charged) and
                 # the client fetches them again once the connection reads again.
                 close_records(results)
                 return FetchResponseFrame(
                     response(
-                        ctx, throttle_ms, error_code=ErrorCode.none, session_id=0, responses=()
+                        ctx,
+                        throttle_ms,
+                        error_code=outcome.error,
+                        session_id=outcome.session_id,
+                        responses=(),
                     ),
                     [],
                 )
-        try:
-            by_request = {id(r): res for r, res in zip(wanted, results, strict=True)}
-            frame = self._response(ctx, mod, layout, by_request, results)
+            sent = [
+                (key, r)
+                for (key, _), r, included in zip(entries, answered, outcome.include, strict=True)
+                if included
+            ]
+            close_records(
+                r for r, included in zip(answered, outcome.include, strict=True) if not included
+            )
+            frame = self._response(ctx, mod, sent, outcome.session_id, by_id)
         except BaseException:
             close_records(results)
             raise
-        served = [r.tp for r in results if r.records is not None and not r.read_earlier]
+        served = [r.tp for _, r in sent if r.records is not None and not r.read_earlier]
         if follower and served:
             token = id(frame)
-            frame.on_send = lambda sent: self._fetches.follower_response(
-                served, replica_id, token, sent
+            frame.on_send = lambda done: self._fetches.follower_response(
+                served, replica_id, token, done
             )
         return frame
+
+    def _entries(
+        self, ctx: RequestContext, session: FetchContext, by_id: bool, follower: bool
+    ) -> list[tuple[PartitionKey, FetchPartitionRequest | ErrorCode]]:
+        metadata = self._metadata
+        # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
+        # checked on every request, for the whole session.
+        follower_allowed = not follower or self._authorizer.allowed(
+            ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
+        )
+        names: dict[str, str | None] = {}
+        allowed: dict[str, bool] = {}
+        entries: list[tuple[PartitionKey, FetchPartitionRequest | ErrorCode]] = []
+        for key, params in session.partitions:
+            topic, index = key
+            if topic not in names:
+                if by_id:
+                    state = metadata.topic_by_id(topic) if topic else None
+                    names[topic] = state.name if state is not None else None
+                else:
+                    names[topic] = topic
+            name = names[topic]
+            if name is None:
+                entries.append((key, ErrorCode.unknown_topic_id))
+                continue
+            if name not in allowed:
+                allowed[name] = follower_allowed and (
+                    follower
+                    or self._authorizer.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+                )
+            if not allowed[name]:
+                entries.append((key, ErrorCode.topic_authorization_failed))
+                continue
+            entries.append(
+                (
+                    key,
+                    FetchPartitionRequest(
+                        TopicPartition(name, index),
+                        params.fetch_offset,
+                        params.max_bytes,
+                        current_leader_epoch=params.current_leader_epoch,
+                        last_fetched_epoch=params.last_fetched_epoch,
+                        log_start_offset=params.log_start_offset,
+                    ),
+                )
+            )
+        return entries
 
     def _throttle(self, ctx: RequestContext, results: list[FetchPartitionResult]) -> int:
         assert self._quotas is not None
@@ -266,38 +310,37 @@ class FetchApi:
         self,
         ctx: RequestContext,
         mod: ModuleType,
-        layout: list[tuple[Any, list[tuple[int, FetchPartitionRequest | ErrorCode]]]],
-        by_request: dict[int, FetchPartitionResult],
-        results: list[FetchPartitionResult],
+        sent: list[tuple[PartitionKey, FetchPartitionResult]],
+        session_id: int,
+        by_id: bool,
     ) -> FetchResponseFrame:
-        topics = []
+        # One entry per topic, in the order of its first partition.
+        by_topic: dict[str, list[Any]] = {}
         leaders: set[int] = set()
-        for key, entries in layout:
-            partitions = []
-            for index, entry in entries:
-                if isinstance(entry, ErrorCode):
-                    result = FetchPartitionResult(TopicPartition("", index), entry)
-                else:
-                    result = by_request[id(entry)]
-                if result.error == ErrorCode.not_leader_or_follower and result.leader_id >= 0:
-                    leaders.add(result.leader_id)
-                partitions.append(_partition_data(mod, index, result))
-            if ctx.api_version >= _TOPIC_IDS_FROM:
-                topics.append(
-                    build(mod.FetchableTopicResponse, topic_id=key, partitions=tuple(partitions))
-                )
-            else:
-                topics.append(
-                    build(mod.FetchableTopicResponse, topic=key, partitions=tuple(partitions))
-                )
+        for (topic, index), result in sent:
+            if result.error == ErrorCode.not_leader_or_follower and result.leader_id >= 0:
+                leaders.add(result.leader_id)
+            by_topic.setdefault(topic, []).append(_partition_data(mod, index, result))
+        topics = [
+            build(
+                mod.FetchableTopicResponse,
+                partitions=tuple(partitions),
+                **(
+                    {"topic_id": topic_uuid(topic) if topic else None}
+                    if by_id
+                    else {"topic": topic}
+                ),
+            )
+            for topic, partitions in by_topic.items()
+        ]
         answer = response(
             ctx,
             error_code=ErrorCode.none,
-            session_id=0,
+            session_id=session_id,
             responses=tuple(topics),
             node_endpoints=node_endpoints(mod, self._metadata.brokers(), leaders),
         )
-        return FetchResponseFrame(answer, [r.records for r in results if r.records is not None])
+        return FetchResponseFrame(answer, [r.records for _, r in sent if r.records is not None])
 
     def error_response(
         self, ctx: RequestContext, request: FetchRequest, code: ErrorCode
@@ -309,6 +352,53 @@ class FetchApi:
             session_id=0,
             responses=(),
         )
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _topic_key(topic: Any, by_id: bool) -> str:
+    if by_id:
+        return topic_id_text(topic.topic_id) if topic.topic_id is not None else ""
+    return str(topic.topic)
+
+
+def _requested(request: Any, by_id: bool) -> list[tuple[PartitionKey, FetchParams]]:
+    return [
+        (
+            (_topic_key(topic, by_id), int(part.partition)),
+            FetchParams(
+                int(part.fetch_offset),
+                max(0, int(part.partition_max_bytes)),
+                current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                last_fetched_epoch=int(getattr(part, "last_fetched_epoch", -1)),
+                log_start_offset=int(getattr(part, "log_start_offset", -1)),
+            ),
+        )
+        for topic in request.topics
+        for part in topic.partitions
+    ]
+
+
+def _forgotten(request: Any, by_id: bool) -> list[PartitionKey]:
+    return [
+        (_topic_key(topic, by_id), int(index))
+        for topic in getattr(request, "forgotten_topics_data", None) or ()
+        for index in topic.partitions
+    ]
+
+
+def _outcome(r: FetchPartitionResult) -> PartitionOutcome:
+    return PartitionOutcome(
+        records_size=r.size,
+        error=r.error,
+        high_watermark=r.high_watermark,
+        last_stable_offset=r.last_stable_offset,
+        log_start_offset=r.log_start_offset,
+        preferred_read_replica=r.preferred_read_replica,
+        diverging=r.diverging_epoch is not None,
+    )
 
 
 def _records_size(records: Any) -> int:

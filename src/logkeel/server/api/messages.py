@@ -22,6 +22,7 @@ from kio.schema.alter_client_quotas import v1 as alter_client_quotas_v1
 from kio.schema.alter_configs import v0 as alter_configs_v0
 from kio.schema.alter_configs import v1 as alter_configs_v1
 from kio.schema.alter_configs import v2 as alter_configs_v2
+from kio.schema.alter_partition_reassignments import v0 as alter_partition_reassignments_v0
 from kio.schema.alter_replica_log_dirs import v1 as alter_replica_log_dirs_v1
 from kio.schema.alter_replica_log_dirs import v2 as alter_replica_log_dirs_v2
 from kio.schema.alter_user_scram_credentials import v0 as alter_user_scram_credentials_v0
@@ -165,6 +166,7 @@ from kio.schema.list_offsets import v8 as list_offsets_v8
 from kio.schema.list_offsets import v9 as list_offsets_v9
 from kio.schema.list_offsets import v10 as list_offsets_v10
 from kio.schema.list_offsets import v11 as list_offsets_v11
+from kio.schema.list_partition_reassignments import v0 as list_partition_reassignments_v0
 from kio.schema.list_transactions import v0 as list_transactions_v0
 from kio.schema.list_transactions import v1 as list_transactions_v1
 from kio.schema.list_transactions import v2 as list_transactions_v2
@@ -307,6 +309,10 @@ IncrementalAlterConfigsRequest: TypeAlias = incremental_alter_configs_v0.Increme
 IncrementalAlterConfigsResponse: TypeAlias = incremental_alter_configs_v0.IncrementalAlterConfigsResponse | incremental_alter_configs_v1.IncrementalAlterConfigsResponse
 OffsetDeleteRequest: TypeAlias = offset_delete_v0.OffsetDeleteRequest
 OffsetDeleteResponse: TypeAlias = offset_delete_v0.OffsetDeleteResponse
+AlterPartitionReassignmentsRequest: TypeAlias = alter_partition_reassignments_v0.AlterPartitionReassignmentsRequest
+AlterPartitionReassignmentsResponse: TypeAlias = alter_partition_reassignments_v0.AlterPartitionReassignmentsResponse
+ListPartitionReassignmentsRequest: TypeAlias = list_partition_reassignments_v0.ListPartitionReassignmentsRequest
+ListPartitionReassignmentsResponse: TypeAlias = list_partition_reassignments_v0.ListPartitionReassignmentsResponse
 DescribeClientQuotasRequest: TypeAlias = describe_client_quotas_v0.DescribeClientQuotasRequest | describe_client_quotas_v1.DescribeClientQuotasRequest
 DescribeClientQuotasResponse: TypeAlias = describe_client_quotas_v0.DescribeClientQuotasResponse | describe_client_quotas_v1.DescribeClientQuotasResponse
 AlterClientQuotasRequest: TypeAlias = alter_client_quotas_v0.AlterClientQuotasRequest | alter_client_quotas_v1.AlterClientQuotasRequest

@@ -17,6 +17,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from logkeel.cluster.metadata import MetadataStore
+from logkeel.server.api.messages import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from logkeel.server.api.responses import Endpoint, duration_ms, nested, register_family, response
 from logkeel.server.authorization import ALTER_CLUSTER, DESCRIBE_CLUSTER, gated
 from logkeel.server.handlers import HandlerRegistry, RequestContext
@@ -30,7 +36,9 @@ class ReassignmentsApi:
     def __init__(self, metadata: MetadataStore) -> None:
         self._metadata = metadata
 
-    async def alter(self, ctx: RequestContext, request: Any) -> Any:
+    async def alter(
+        self, ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
         targets: dict[TopicPartition, tuple[int, ...] | None] = {}
         for t in request.topics:
             for p in t.partitions:
@@ -40,7 +48,9 @@ class ReassignmentsApi:
         results = await asyncio.to_thread(self._metadata.alter_reassignments, targets, timeout_s)
         return self._altered(ctx, results, ErrorCode.none)
 
-    def alter_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def alter_error(
+        self, ctx: RequestContext, request: AlterPartitionReassignmentsRequest, code: ErrorCode
+    ) -> AlterPartitionReassignmentsResponse:
         named = {
             TopicPartition(str(t.name), int(p.partition_index)): (code.name.upper(), None)
             for t in request.topics
@@ -72,7 +82,9 @@ class ReassignmentsApi:
             responses=tuple(topic(name=n, partitions=tuple(ps)) for n, ps in by_topic.items()),
         )
 
-    async def list(self, ctx: RequestContext, request: Any) -> Any:
+    async def list(
+        self, ctx: RequestContext, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
         moving = self._metadata.reassignments()
         if request.topics is not None:
             wanted = {
@@ -99,7 +111,9 @@ class ReassignmentsApi:
             topics=tuple(topic(name=n, partitions=tuple(ps)) for n, ps in by_topic.items()),
         )
 
-    def list_error(self, ctx: RequestContext, request: Any, code: ErrorCode) -> Any:
+    def list_error(
+        self, ctx: RequestContext, request: ListPartitionReassignmentsRequest, code: ErrorCode
+    ) -> ListPartitionReassignmentsResponse:
         return response(ctx, error_code=code, error_message=None, topics=())
 
 

@@ -6,6 +6,8 @@ latest epoch in its own cache and cuts its log to where the two agree; a followe
 at all falls back to its high watermark. Then it fetches (Fetch as a replica) from its log end,
 appends the leader's batches with their offsets and epochs unchanged, and takes the leader's
 high watermark. A fetch answer carrying a diverging epoch (KIP-320) truncates the same way.
+Fetches go through a fetch session (KIP-227, ``fetcher_session``): after the first, a request
+carries only the partitions whose position changed and the answer only those that changed.
 
 Errors: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and the like back the
 partition off for ``replica.fetch.backoff.ms`` (new partition state fixes them: the manager then
@@ -21,6 +23,7 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,9 +35,11 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from logkeel.cluster.metadata import BrokerInfo, topic_id_text, topic_uuid
+from logkeel.cluster.metadata import BrokerInfo, topic_uuid
+from logkeel.server.fetch_sessions import FetchParams
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.replica.context import ReplicationSettings
+from logkeel.server.replica.fetcher_session import FetcherSession, FetchPlan, SessionKey
 from logkeel.server.replica.partition import Partition
 from logkeel.storage.errors import KafkaStorageError, StorageError
 from logkeel.storage.topic_partition import TopicPartition
@@ -125,6 +130,47 @@ _BACKOFF_ERRORS = frozenset(
 )
 
 
+_SESSION_ERRORS = frozenset(
+    {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch}
+)
+
+
+def _fetch_request(node_id: int, settings: ReplicationSettings, plan: FetchPlan) -> Any:
+    topics: dict[uuid.UUID, list[Any]] = {}
+    for (topic_id, index), p in plan.send.items():
+        topics.setdefault(topic_id, []).append(
+            fetch_request.FetchPartition(
+                partition=i32(index),
+                current_leader_epoch=i32(p.current_leader_epoch),
+                fetch_offset=i64(p.fetch_offset),
+                last_fetched_epoch=i32(p.last_fetched_epoch),
+                log_start_offset=i64(p.log_start_offset),
+                partition_max_bytes=i32(p.max_bytes),
+            )
+        )
+    forgotten: dict[uuid.UUID, list[int]] = {}
+    for topic_id, index in plan.forget:
+        forgotten.setdefault(topic_id, []).append(index)
+    return fetch_request.FetchRequest(
+        replica_state=fetch_request.ReplicaState(
+            replica_id=BrokerId(node_id), replica_epoch=i64(-1)
+        ),
+        max_wait=i32Timedelta.parse(timedelta(milliseconds=settings.fetch_wait_max_ms)),
+        min_bytes=i32(settings.fetch_min_bytes),
+        max_bytes=i32(settings.fetch_response_max_bytes),
+        session_id=i32(plan.session_id),
+        session_epoch=i32(plan.epoch),
+        topics=tuple(
+            fetch_request.FetchTopic(topic_id=topic_id, partitions=tuple(parts))
+            for topic_id, parts in topics.items()
+        ),
+        forgotten_topics_data=tuple(
+            fetch_request.ForgottenTopic(topic_id=topic_id, partitions=tuple(i32(x) for x in parts))
+            for topic_id, parts in forgotten.items()
+        ),
+    )
+
+
 class ReplicaFetcher:
     """Fetches the partitions it holds from ``source``; all methods run on the event loop."""
 
@@ -154,6 +200,7 @@ class ReplicaFetcher:
         )
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        self._session = FetcherSession()
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(source={self.source.node_id}, id={self.fetcher_id})"
@@ -315,8 +362,8 @@ class ReplicaFetcher:
 
     async def _fetch(self, states: dict[TopicPartition, _FetchState]) -> None:
         settings = self._settings
-        topics: dict[str, list[Any]] = {}
-        ids: dict[str, str] = {}
+        wanted: dict[SessionKey, FetchParams] = {}
+        by_key: dict[SessionKey, TopicPartition] = {}
         quota = settings.throttles.follower
         wait_ms = quota.throttle_ms(time.monotonic()) if quota.bound is not None else 0
         throttled: set[TopicPartition] = set()
@@ -333,47 +380,44 @@ class ReplicaFetcher:
                 self._back_off([s])
                 continue
             log_end, latest_epoch, log_start = position
-            ids[tp.topic] = s.partition.topic_id
-            topics.setdefault(tp.topic, []).append(
-                fetch_request.FetchPartition(
-                    partition=i32(tp.partition),
-                    current_leader_epoch=i32(s.leader_epoch),
-                    fetch_offset=i64(log_end),
-                    last_fetched_epoch=i32(latest_epoch),
-                    log_start_offset=i64(log_start),
-                    partition_max_bytes=i32(settings.fetch_max_bytes),
-                )
+            key = (topic_uuid(s.partition.topic_id), tp.partition)
+            by_key[key] = tp
+            wanted[key] = FetchParams(
+                log_end,
+                settings.fetch_max_bytes,
+                current_leader_epoch=s.leader_epoch,
+                last_fetched_epoch=latest_epoch,
+                log_start_offset=log_start,
             )
-        if not topics:
+        if not wanted:
             return
-        request = fetch_request.FetchRequest(
-            replica_state=fetch_request.ReplicaState(
-                replica_id=BrokerId(self._node_id), replica_epoch=i64(-1)
-            ),
-            max_wait=i32Timedelta.parse(timedelta(milliseconds=settings.fetch_wait_max_ms)),
-            min_bytes=i32(settings.fetch_min_bytes),
-            max_bytes=i32(settings.fetch_response_max_bytes),
-            topics=tuple(
-                fetch_request.FetchTopic(topic_id=topic_uuid(ids[name]), partitions=tuple(parts))
-                for name, parts in topics.items()
-            ),
-            forgotten_topics_data=(),
-        )
-        response = await self._client.send(request)
+        # A fetch session (KIP-227): only what changed is sent, only what changed comes back.
+        plan = self._session.plan(wanted)
+        try:
+            response = await self._client.send(_fetch_request(self._node_id, settings, plan))
+        except BaseException:
+            self._session.reset()
+            raise
+        self._session.answered(plan, response.error_code, int(response.session_id))
+        if response.error_code in _SESSION_ERRORS:
+            log.info(
+                "%r: fetch session lost (%s); fetching in full", self, response.error_code.name
+            )
+            return
         if response.error_code != ErrorCode.none:
             log.warning("%r: fetch failed with %s", self, response.error_code.name.upper())
             self._back_off(states.values())
             return
-        names = {topic_id: name for name, topic_id in ids.items()}
         appends: list[_Append] = []
+        # An incremental answer leaves out the partitions that did not change.
         for topic in response.responses:
-            name = names.get(topic_id_text(topic.topic_id)) if topic.topic_id else None
-            if name is None:
-                continue
             for part in topic.partitions:
-                tp = TopicPartition(name, int(part.partition_index))
-                fetched = states.get(tp)
-                if fetched is not None and self._current(tp, fetched):
+                tp_or_none = by_key.get((topic.topic_id, int(part.partition_index)))
+                if tp_or_none is None:
+                    continue
+                tp = tp_or_none
+                fetched = states[tp]
+                if self._current(tp, fetched):
                     if tp in throttled:
                         quota.record(_records_size(part), time.monotonic())
                     append = await self._fetched(tp, fetched, part)
