@@ -275,9 +275,13 @@ def truncate_to_records(log: Path, keep: int) -> None:
         f.truncate(pos)
 
 
-def kill_all(cluster: Cluster) -> None:
-    for b in cluster.brokers.values():
+def kill_all(run: Run) -> int:
+    """SIGKILLs every broker at once; the partition's leader epoch then (the state ZooKeeper
+    keeps naming until a controller decides again)."""
+    epoch = int(run.partition_status()["leader_epoch"])
+    for b in run.cluster.brokers.values():
         b.kill()
+    return epoch
 
 
 def elect(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -302,13 +306,18 @@ def leader_of(run: Run, partition: int = 0) -> int:
     return int(run.cluster.partitions(run.topic)[partition].leader_id)
 
 
-def wait_decided_alone(run: Run) -> dict[str, Any]:
-    """With one broker back: until the controller either elected or recorded why it waits."""
+def wait_decided_alone(run: Run, killed_in_epoch: int) -> dict[str, Any]:
+    """With one broker back: until the controller either elected (a leader epoch after the
+    one the brokers were killed in: the state naming the old leader, back but not elected
+    again, is not a decision) or recorded why it waits."""
     live = {i for i, b in run.cluster.brokers.items() if b.alive()}
+
+    def decided(p: dict[str, Any]) -> bool:
+        elected = p["leader"] in live and int(p["leader_epoch"]) > killed_in_epoch
+        return elected or bool(p.get("offline_reason"))
+
     return wait_until(
-        lambda: (
-            (p := run.partition_status()) and (p["leader"] in live or p.get("offline_reason")) and p
-        ),
+        lambda: (p := run.partition_status()) and decided(p) and p,
         FAILOVER_BOUND_S + REPORT_BOUND_S,
         "the controller to elect or record an offline reason",
         retry_on=PROBE_ERRORS,
@@ -324,10 +333,10 @@ def test_truncated_log_of_an_isr_member_back_first_does_not_lead(
         run = Run(cluster, "tr")
         assert run.produce(400) == 400
         run.wait_reports_cover_acks()
-        kill_all(cluster)
+        killed_in_epoch = kill_all(run)
         truncate_to_records(segment(cluster, 2, "tr"), 200)
         cluster.brokers[2].start()
-        alone = wait_decided_alone(run)
+        alone = wait_decided_alone(run, killed_in_epoch)
         assert alone["leader"] < 0, alone
         assert "below the acknowledged" in alone["offline_reason"], alone
         assert run.restore_and_check() == []
@@ -382,11 +391,11 @@ def test_old_snapshot_of_the_leader_restored_after_power_loss(
         shutil.copytree(partition_dir(cluster, leader, "sn"), backup)
         assert run.produce(300) == 300
         run.wait_reports_cover_acks()
-        kill_all(cluster)
+        killed_in_epoch = kill_all(run)
         shutil.rmtree(partition_dir(cluster, leader, "sn"))
         shutil.copytree(backup, partition_dir(cluster, leader, "sn"))
         cluster.brokers[leader].start()
-        alone = wait_decided_alone(run)
+        alone = wait_decided_alone(run, killed_in_epoch)
         assert alone["leader"] < 0, alone
         assert alone["offline_reason"], alone
         assert run.restore_and_check() == []
@@ -403,12 +412,12 @@ def test_two_of_three_wiped_come_back_first(zookeeper: ZooKeeperServer, tmp_path
         leader = leader_of(run)
         good = next(b for b in cluster.brokers if b != leader)
         wiped = [b for b in cluster.brokers if b != good]
-        kill_all(cluster)
+        killed_in_epoch = kill_all(run)
         for b in wiped:
             shutil.rmtree(partition_dir(cluster, b, "tw"))
         for b in wiped:
             cluster.brokers[b].start()
-        alone = wait_decided_alone(run)
+        alone = wait_decided_alone(run, killed_in_epoch)
         assert alone["leader"] < 0, alone
         assert alone["offline_reason"], alone
         assert run.restore_and_check() == []
@@ -609,7 +618,7 @@ def test_cut_below_the_acks_since_the_last_report_after_power_loss(
             run.wait_reports_cover_acks()
             leader = leader_of(run)
             assert run.produce(300) == 300
-            kill_all(cluster)
+            killed_in_epoch = kill_all(run)
             reported = max(m.get(0, -1) for m in run.reported_high_watermarks().values())
             if reported > 560:
                 raise SetUpFailed(f"a report already carried the acked records up to {reported}")
@@ -618,7 +627,7 @@ def test_cut_below_the_acks_since_the_last_report_after_power_loss(
             boot_id = cluster.brokers[leader].log_dirs[0] / BOOT_ID_FILE
             boot_id.write_text("00000000-0000-0000-0000-000000000000\n")  # a boot since
             cluster.brokers[leader].start()
-            alone = wait_decided_alone(run)
+            alone = wait_decided_alone(run, killed_in_epoch)
             assert alone["leader"] < 0, alone
             assert "went down uncleanly" in alone["offline_reason"], alone
             anomalies = run.restore_and_check()

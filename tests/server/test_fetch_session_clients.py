@@ -111,6 +111,10 @@ def test_rebalance_forgets_revoked_partitions(server: BrokerProcess) -> None:
     one = kafka_python_consumer(server.bootstrap, group_id="g-sessions", enable_auto_commit=True)
     two = None
     try:
+        # The group leader assigns from its own metadata: one that does not know the new
+        # topic yet assigns nothing ("No partition metadata"), and kafka-python refreshes it
+        # only every 5 minutes.
+        wait_until(lambda: one.partitions_for_topic(topic), 30, "consumer one knowing the topic")
         one.subscribe([topic])
         got_one: Read = defaultdict(list)
         read_until(one, got_one, before, "consumer one reading every partition")
@@ -121,6 +125,7 @@ def test_rebalance_forgets_revoked_partitions(server: BrokerProcess) -> None:
         two = kafka_python_consumer(
             server.bootstrap, group_id="g-sessions", enable_auto_commit=True
         )
+        wait_until(lambda: two.partitions_for_topic(topic), 30, "consumer two knowing the topic")
         two.subscribe([topic])
         got_two: Read = defaultdict(list)
 

@@ -462,8 +462,8 @@ class LeaderIsr:
     # The zxid of the znode's last write (its mzxid; -1: not known), and per ISR member the
     # zxid of the write that put it in the ISR, as the controller saw the versions go by
     # (`PartitionRegistration.isr_since`). Neither is stored in the znode.
-    written_zxid: int = -1
-    isr_since: tuple[tuple[int, int], ...] = ()
+    written_zxid: int = field(default=-1, compare=False)
+    isr_since: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
 
 def encode_partition_state(s: LeaderIsr) -> bytes:
