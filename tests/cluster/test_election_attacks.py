@@ -472,13 +472,13 @@ def reported_epoch(cluster: Cluster, broker: int) -> int | None:
 
 
 class SetUpFailed(RuntimeError):
-    """The fault could not be arranged (not what an xfail expects: the test fails)."""
+    """The fault could not be arranged: the test fails as a set-up failure, never passes."""
 
 
 @contextmanager
 def arranging() -> Iterator[None]:
-    """In an xfail test, a failed wait or check before the final one is a set-up that did
-    not happen, not the hole: it must fail the test, not count as the expected failure."""
+    """A failed wait or check before the attack itself is a set-up that did not happen (the
+    fault could not be arranged), told apart from the attack's own failure."""
     try:
         yield
     except AssertionError as exc:

@@ -509,16 +509,22 @@ class EmbeddedMetadataStore(MetadataStore):
         self, user: str, credentials: Mapping[str, Mapping[str, Any]]
     ) -> None:
         with self._write_lock:
-            previous = self._scram
-            changed = {k: v for k, v in previous.items() if k != user}
+            changed = {k: v for k, v in self._scram.items() if k != user}
             if credentials:
                 changed[user] = dict(credentials)
-            self._scram = MappingProxyType(changed)
-            try:
-                self._publish(dict(self._snapshot))
-            except MetadataError:
-                self._scram = previous
-                raise
+            self._publish_part("_scram", MappingProxyType(changed))
+
+    def _publish_part(self, attribute: str, value: object) -> None:
+        """Writes the document with one of its parts (credentials, quotas, group configs,
+        ACLs) replaced by ``value``; the part is as before if the write fails. Under
+        ``_write_lock``."""
+        previous = getattr(self, attribute)
+        setattr(self, attribute, value)
+        try:
+            self._publish(dict(self._snapshot))
+        except MetadataError:
+            setattr(self, attribute, previous)
+            raise
 
     def acl_bindings(self) -> tuple[AclBinding, ...]:
         return self._acls
@@ -528,36 +534,22 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def alter_client_quotas(self, changes: Mapping[str, Mapping[str, float]]) -> None:
         with self._write_lock:
-            previous = self._quotas
-            self._quotas = MappingProxyType(replaced_overrides(previous, changes))
-            try:
-                self._publish(dict(self._snapshot))
-            except MetadataError:
-                self._quotas = previous
-                raise
+            self._publish_part(
+                "_quotas", MappingProxyType(replaced_overrides(self._quotas, changes))
+            )
 
     def group_configs(self) -> Mapping[str, Mapping[str, str]]:
         return self._group_configs
 
     def alter_group_configs(self, changes: Mapping[str, Mapping[str, str]]) -> None:
         with self._write_lock:
-            previous = self._group_configs
-            self._group_configs = MappingProxyType(replaced_overrides(previous, changes))
-            try:
-                self._publish(dict(self._snapshot))
-            except MetadataError:
-                self._group_configs = previous
-                raise
+            self._publish_part(
+                "_group_configs", MappingProxyType(replaced_overrides(self._group_configs, changes))
+            )
 
     def alter_acls(self, add: Iterable[AclBinding], remove: Iterable[AclBinding]) -> None:
         with self._write_lock:
-            previous = self._acls
-            self._acls = changed_bindings(previous, add, remove)
-            try:
-                self._publish(dict(self._snapshot))
-            except MetadataError:
-                self._acls = previous
-                raise
+            self._publish_part("_acls", changed_bindings(self._acls, add, remove))
 
     def create_topic(
         self,
