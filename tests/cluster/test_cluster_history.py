@@ -24,6 +24,7 @@ from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
 from logkeel.testing.network import Endpoint, NetworkCut
+from tests.brokerproc import BrokerProcess
 from tests.cluster.test_cluster_brokers import (
     FAILOVER_BOUND_S,
     PROBE_ERRORS,
@@ -174,6 +175,14 @@ def views(cluster: Cluster) -> dict[int, object]:
     return out
 
 
+def metadata_lines(broker: BrokerProcess, lines: int = 40) -> str:
+    """The last lines a broker logged about its ZooKeeper session and its view of the
+    partitions, for a failure's message (a broker whose view stays stale)."""
+    wanted = re.compile(r"ZooKeeper|session|regist|ISR|leader|WARNING|ERROR")
+    picked = [line for line in broker.output(2_000_000).splitlines() if wanted.search(line)]
+    return "\n".join(picked[-lines:])
+
+
 def lead_again(cluster: Cluster, replica: int) -> None:
     """`logkeel elect --replica`: an in-sync replica leads partition 0 (a clean designation).
     The election asks every broker for a fresh report of its logs and refuses a replica whose
@@ -283,7 +292,8 @@ def run_rounds(
                     )
                 except AssertionError as e:
                     raise AssertionError(f"{e} after {fault} of {victim}; as each broker sees "
-                                         f"it: {views(cluster)}") from None  # fmt: skip
+                                         f"it: {views(cluster)}; the victim's log:\n"
+                                         f"{metadata_lines(cluster.brokers[victim])}") from None  # fmt: skip
                 if fault == "cut":
                     lead_again(cluster, victim)
     finally:
