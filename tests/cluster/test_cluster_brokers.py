@@ -45,7 +45,9 @@ class Cluster:
         connect: str,
         overrides: dict[str, str] | None = None,
         log_dirs: dict[int, list[Path]] | None = None,
+        per_broker: dict[int, dict[str, str]] | None = None,
     ) -> None:
+        """``per_broker``: overrides of one broker's own (its broker.rack), over ``overrides``."""
         self.connect = connect
         self.brokers = {
             i: BrokerProcess(
@@ -54,6 +56,7 @@ class Cluster:
                     "zookeeper.connect": connect,
                     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                     **(overrides or {}),
+                    **(per_broker or {}).get(i, {}),
                 },
                 log_dirs=(log_dirs or {}).get(i),
                 extra_args=["--node-id", str(i)],
@@ -107,6 +110,7 @@ def three_brokers(
     overrides: dict[str, str] | None = None,
     log_dirs: dict[int, list[Path]] | None = None,
     start_timeout: float = 90.0,
+    per_broker: dict[int, dict[str, str]] | None = None,
 ) -> Iterator[Cluster]:
     """Three broker processes under a fresh ``chroot``, SIGKILLed at the end (``log_dirs``:
     a broker's own list instead of one dir in its work dir)."""
@@ -117,7 +121,7 @@ def three_brokers(
     root.ensure_path(chroot)
     root.stop()
     root.close()
-    c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs)
+    c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs, per_broker)
     try:
         with ThreadPoolExecutor(3) as pool:
             # A generous bound: on a loaded machine an import alone took 10 s.
