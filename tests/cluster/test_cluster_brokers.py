@@ -172,6 +172,29 @@ def test_every_broker_lists_all_three_and_topics_spread_leaders(running: Cluster
     assert {p.leader_id for p in running.partitions("spread").values()} == {1, 2, 3}
 
 
+def test_without_a_replica_selector_consumers_read_from_leaders_only(running: Cluster) -> None:
+    """KIP-392 is off by default (no replica.selector.class): a consumer giving its rack is
+    served by the leader, named no other replica, and refused by a follower."""
+    from dataclasses import replace
+
+    from tests.server.test_produce_api import RawClient, fetch_request
+
+    running.create_topic("leaders-only", 1, 3)
+    p = wait_until(
+        lambda: (p := running.partitions("leaders-only")[0]).leader_id > 0 and p,
+        15.0,
+        "a leader",
+        retry_on=PROBE_ERRORS,
+    )
+    request = replace(fetch_request(12, "leaders-only", {0: 0}), rack_id="r1")
+    for node in p.replica_nodes:
+        with RawClient(running.brokers[node].port) as client:
+            (t,) = client.call(request).responses
+        (answer,) = t.partitions
+        expected = ErrorCode.none if node == p.leader_id else ErrorCode.not_leader_or_follower
+        assert (answer.error_code, answer.preferred_read_replica) == (expected, -1), node
+
+
 def test_bad_replication_factor_or_assignment_is_refused(running: Cluster) -> None:
     admin = running.admin()
     future = admin.create_topics([NewTopic("too-many", 1, 4)])["too-many"]

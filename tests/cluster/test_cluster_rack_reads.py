@@ -6,6 +6,7 @@ to the leader when that follower stops. Every wait is bounded."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.server.protocol import ApiKey
 from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
 from tests.server.test_fetch_api import list_offsets, values_of
-from tests.server.test_produce_api import RawClient, _fill, ms, schema_module
+from tests.server.test_produce_api import RawClient, _fill, fetch_request, ms, schema_module
 from tests.waiting import wait_until
 
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -80,6 +81,17 @@ def fetch(
         (t,) = client.call(request).responses
     (p,) = t.partitions
     return p
+
+
+def in_session(
+    client: RawClient, topic: str, offsets: dict[int, int], sid: int, epoch: int, rack: str
+) -> dict[int, Any]:
+    """A Fetch v12 in a fetch session (KIP-227): partition -> what the response carries."""
+    request = fetch_request(12, topic, offsets, session_id=sid, session_epoch=epoch)
+    response = client.call(dataclasses.replace(request, rack_id=rack))
+    assert response.error_code == ErrorCode.none
+    parts = {p.partition_index: p for t in response.responses for p in t.partitions}
+    return {"session": response.session_id, **parts}
 
 
 def produce_all(cluster: Cluster, topic: str, values: list[bytes]) -> None:
@@ -229,25 +241,81 @@ def test_a_consumer_reads_from_its_racks_follower_and_falls_back_when_it_stops(
     got: list[bytes] = []
 
     def read(count: int, timeout: float, what: str) -> None:
-        def more() -> bool:
-            for m in consumer.consume(100, 0.2):
-                assert m.error() is None, m.error()
-                got.append(m.value())
+        def enough() -> bool:
+            more()
             return len(got) >= count
 
-        wait_until(more, timeout, what, interval=0)
+        wait_until(enough, timeout, what, interval=0)
+
+    def fetching_from(broker: int) -> bool:
+        """Statistics (served by the consumer's polls) say it fetches from ``broker``."""
+        more()
+        return bool(fetched_from) and fetched_from[-1] == (leader, broker)
+
+    def more() -> None:
+        for m in consumer.consume(100, 0.2):
+            assert m.error() is None, m.error()
+            got.append(m.value())
 
     try:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
         read(len(first), 30.0, "the first records")
-        wait_until(lambda: (leader, follower) in fetched_from, 10.0, "a fetch from the follower")
+        wait_until(
+            lambda: fetching_from(follower), 10.0, f"fetching from follower {follower}", interval=0
+        )
         cluster.brokers[follower].kill()
         second = [f"b{i}".encode() for i in range(50)]
         produce_all(cluster, topic, second)  # acked once the ISR left the dead follower
         read(len(first) + len(second), 60.0, "the records after the follower stopped")
         assert got == first + second
         wait_until(
-            lambda: fetched_from[-1] == (leader, leader), 10.0, "fetching from the leader again"
+            lambda: fetching_from(leader), 10.0, "fetching from the leader again", interval=0
         )
     finally:
+        print(f"(leader, broker fetched from) in librdkafka's statistics: {fetched_from}")
         consumer.close()
+
+
+def test_fetch_sessions_carry_the_preferred_replica_and_serve_on_a_follower(
+    cluster: Cluster,
+) -> None:
+    topic = new_topic(cluster, "near-session")
+    produce_all(cluster, topic, [b"a", b"b"])
+    leader, follower, _ = leader_and_follower(cluster, topic)
+    rack = f"r{follower}"
+    epochs = itertools.count(1)
+    with RawClient(cluster.brokers[leader].port) as client:
+        full = wait_until(
+            lambda: (
+                (a := in_session(client, topic, {0: 0}, 0, 0, rack))[0].preferred_read_replica
+                == follower
+                and a
+            ),
+            15.0,
+            "the leader to name the follower",
+        )
+        assert full["session"] > 0
+        # Each incremental fetch names it again: a client keeps being told where to go.
+        again = in_session(client, topic, {}, full["session"], next(epochs), rack)
+        assert again[0].preferred_read_replica == follower and not values_of(again[0].records)
+    epochs = itertools.count(1)
+    with RawClient(cluster.brokers[follower].port) as client:
+        first = wait_until(
+            lambda: (
+                (a := in_session(client, topic, {0: 0}, 0, 0, rack))[0].high_watermark == 2 and a
+            ),
+            15.0,
+            "the follower to learn the high watermark",
+        )
+        assert values_of(first[0].records) == [b"a", b"b"]
+        sid = first["session"]
+        quiet = in_session(client, topic, {0: 2}, sid, next(epochs), rack)
+        assert quiet == {"session": sid}  # nothing changed: nothing sent
+        produce_all(cluster, topic, [b"c"])
+        # The follower's session answers with what it replicated, once its high watermark says.
+        news = wait_until(
+            lambda: in_session(client, topic, {}, sid, next(epochs), rack).get(0),
+            15.0,
+            "the follower's session to carry the new record",
+        )
+        assert (news.high_watermark, values_of(news.records)) == (3, [b"c"])
