@@ -14,6 +14,11 @@ Fetch sessions (KIP-227): ``fetch_sessions.FetchSessionCache`` decides (one cach
 does). This module reads the session's whole partition set (the long poll covers all of it) and
 answers an incremental request with only the partitions the cache says changed.
 
+Reading from the nearest replica (KIP-392): with ``replica.selector.class`` set, a consumer's
+Fetch v11+ carries its ``rack_id`` into each partition's request; the leader may answer with a
+``preferred_read_replica`` and a follower serves it (``partition_reads``). Without a selector,
+or below v11, consumers are the leader's alone.
+
 Long polls wait in the replica manager's fetch purgatory (``max_wait`` / ``min_bytes``).
 ``max_bytes`` is capped by the broker's ``fetch.max.bytes`` (followers:
 ``replica.fetch.response.max.bytes``), as in Kafka.
