@@ -45,7 +45,9 @@ class Cluster:
         connect: str,
         overrides: dict[str, str] | None = None,
         log_dirs: dict[int, list[Path]] | None = None,
+        per_broker: dict[int, dict[str, str]] | None = None,
     ) -> None:
+        """``per_broker``: overrides of one broker's own (its broker.rack), over ``overrides``."""
         self.connect = connect
         self.brokers = {
             i: BrokerProcess(
@@ -54,6 +56,7 @@ class Cluster:
                     "zookeeper.connect": connect,
                     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                     **(overrides or {}),
+                    **(per_broker or {}).get(i, {}),
                 },
                 log_dirs=(log_dirs or {}).get(i),
                 extra_args=["--node-id", str(i)],
@@ -107,6 +110,7 @@ def three_brokers(
     overrides: dict[str, str] | None = None,
     log_dirs: dict[int, list[Path]] | None = None,
     start_timeout: float = 90.0,
+    per_broker: dict[int, dict[str, str]] | None = None,
 ) -> Iterator[Cluster]:
     """Three broker processes under a fresh ``chroot``, SIGKILLed at the end (``log_dirs``:
     a broker's own list instead of one dir in its work dir)."""
@@ -117,7 +121,7 @@ def three_brokers(
     root.ensure_path(chroot)
     root.stop()
     root.close()
-    c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs)
+    c = Cluster(base, zookeeper.connect_string + chroot, overrides, log_dirs, per_broker)
     try:
         with ThreadPoolExecutor(3) as pool:
             # A generous bound: on a loaded machine an import alone took 10 s.
@@ -166,6 +170,29 @@ def test_every_broker_lists_all_three_and_topics_spread_leaders(running: Cluster
             assert sorted(p.isr_nodes) == [1, 2, 3]
             assert p.leader_id == p.replica_nodes[0]  # the preferred replica leads first
     assert {p.leader_id for p in running.partitions("spread").values()} == {1, 2, 3}
+
+
+def test_without_a_replica_selector_consumers_read_from_leaders_only(running: Cluster) -> None:
+    """KIP-392 is off by default (no replica.selector.class): a consumer giving its rack is
+    served by the leader, named no other replica, and refused by a follower."""
+    from dataclasses import replace
+
+    from tests.server.test_produce_api import RawClient, fetch_request
+
+    running.create_topic("leaders-only", 1, 3)
+    p = wait_until(
+        lambda: (p := running.partitions("leaders-only")[0]).leader_id > 0 and p,
+        15.0,
+        "a leader",
+        retry_on=PROBE_ERRORS,
+    )
+    request = replace(fetch_request(12, "leaders-only", {0: 0}), rack_id="r1")
+    for node in p.replica_nodes:
+        with RawClient(running.brokers[node].port) as client:
+            (t,) = client.call(request).responses
+        (answer,) = t.partitions
+        expected = ErrorCode.none if node == p.leader_id else ErrorCode.not_leader_or_follower
+        assert (answer.error_code, answer.preferred_read_replica) == (expected, -1), node
 
 
 def test_bad_replication_factor_or_assignment_is_refused(running: Cluster) -> None:

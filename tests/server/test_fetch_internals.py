@@ -461,3 +461,44 @@ def test_a_long_poll_of_a_replica_removed_and_added_again_is_not_counted(tmp_pat
         assert p is not None and 7 not in p.followers.snapshot()
 
     run_broker(tmp_path, scenario)
+
+
+def test_the_leader_sends_a_consumer_only_to_a_follower_holding_its_offset(tmp_path: Path) -> None:
+    """KIP-392 on a real log: an in-sync follower in the consumer's rack is named as its
+    preferred read replica (no records read), unless the follower's own fetches said it has
+    deleted the consumer's offset, or the consumer gave no rack."""
+    from logkeel.server.replica import partition_reads
+
+    async def scenario(broker: Broker) -> None:
+        rm = broker.replica_manager
+        broker.metadata.create_topic("near", 1, 1, {})
+        tp = TopicPartition("near", 0)
+        assert (await rm.appends.append_records(tp, records(b"a", b"b"), acks=1)).error == 0
+        node = broker.node_id
+        broker.metadata.update_partition(
+            PartitionState("near", 0, [node, 7], node, 0, [node, 7], partition_epoch=1)
+        )
+        racks = {node: "r1", 7: "r2"}
+        p = rm.partition(tp)
+        assert p is not None
+
+        async def follower_at(log_start: int) -> None:
+            fetched = FetchPartitionRequest(tp, 2, 1 << 20, log_start_offset=log_start)
+            close_records(await rm.fetches.fetch([fetched], replica_id=7))
+
+        def consumer(offset: int, rack: str) -> Any:
+            request = FetchPartitionRequest(tp, offset, 1 << 20, client_rack=rack)
+            result, _ = partition_reads.read(p, request, -1, 1 << 20, 0, True, racks)
+            close_records([result])
+            return result.preferred_read_replica, result.records is not None
+
+        await follower_at(0)
+        assert p.high_watermark == 2
+        assert consumer(0, "r2") == (7, False)
+        assert consumer(0, "r1") == (-1, True)  # the leader's own rack
+        assert consumer(0, "") == (-1, True)
+        await follower_at(1)  # the follower deleted offset 0
+        assert consumer(0, "r2") == (-1, True)
+        assert consumer(1, "r2") == (7, False)
+
+    run_broker(tmp_path, scenario)

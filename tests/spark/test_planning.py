@@ -114,6 +114,26 @@ def test_kafka_params_strip_the_prefix_and_refuse_what_spark_refuses():
         opts.kafka_params({"kafka.enable.auto.commit": "true"})
 
 
+def test_kafka_client_rack_reaches_the_consumers_of_the_tasks():
+    """KIP-392: ``kafka.client.rack`` is passed to the consumers that read the ranges (the
+    brokers' replica.selector.class then sends them to their rack's replica), and librdkafka
+    takes it: an unknown setting would fail to build the consumer."""
+    from confluent_kafka import Consumer
+
+    from logkeel.spark.kafka_client import consumer_config
+    from logkeel.spark.kafka_source import _Planner
+    from logkeel.spark.schema import kafka_schema
+
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    planner = _Planner({**options, "kafka.client.rack": "r2"}, kafka_schema(), streaming=False)
+    config = consumer_config(dict(planner.settings.params), planner.settings.group_prefix)
+    assert config["client.rack"] == "r2"
+    Consumer(config).close()
+    # Unset: librdkafka's default, no rack (the leader serves every fetch).
+    plain = _Planner(options, kafka_schema(), streaming=False)
+    assert "client.rack" not in consumer_config(dict(plain.settings.params))
+
+
 def test_missing_java_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

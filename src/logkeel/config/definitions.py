@@ -52,6 +52,9 @@ NOT_ENFORCED = "logkeel does not enforce this network setting"
 CLEANER_ALWAYS_ON = "the log cleaner always runs for compacted topics"
 
 # authorizer.class.name values that turn ACLs on: Kafka's two and logkeel's own.
+# replica.selector.class values: unset, or Kafka's rack-aware selector (KIP-392), the one built.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 AUTHORIZER_CLASS_NAMES = (
     "kafka.security.authorizer.AclAuthorizer",
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -73,7 +76,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "Older name of node.id, kept for server.properties files written for ZooKeeper-mode "
        "Kafka. logkeel: defaults to 0 (Kafka: -1, meaning generate one); no id generation.",
        Range(0)),
-    _K("broker.rack", STRING, None, "Rack of this broker, used for rack-aware replica placement."),
+    _K("broker.rack", STRING, None,
+       "Rack of this broker: rack-aware replica placement, and the rack a consumer's client.rack "
+       "is matched against by replica.selector.class (KIP-392)."),
     _K("zookeeper.connect", STRING, None,
        "ZooKeeper connection string (host:port[,host:port][/chroot]) for cluster metadata. "
        "Unset means a single-node broker with embedded metadata."),
@@ -408,6 +413,14 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "than replica.lag.time.max.ms, asks the controller to hand leadership to one of them; "
        "it gets it back through a preferred election (auto.leader.rebalance.enable).",
        Range(1)),
+    _K("replica.selector.class", STRING, None,
+       "KIP-392: how a leader picks the replica a consumer should fetch from. Unset: consumers "
+       "fetch from the leader only (Kafka's default). "
+       "org.apache.kafka.common.replica.RackAwareReplicaSelector: a consumer whose client.rack "
+       "matches the broker.rack of an in-sync follower is told to fetch from it, and this "
+       "broker serves consumers' fetches as a follower (up to its high watermark). No other "
+       "selector exists in logkeel.",
+       OneOf(("", RACK_AWARE_REPLICA_SELECTOR))),
     # ---- groups and offsets ---------------------------------------------------------------
     _K("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", Range(1)),
     _K("offsets.topic.replication.factor", SHORT, 1,

@@ -14,6 +14,11 @@ Fetch sessions (KIP-227): ``fetch_sessions.FetchSessionCache`` decides (one cach
 does). This module reads the session's whole partition set (the long poll covers all of it) and
 answers an incremental request with only the partitions the cache says changed.
 
+Reading from the nearest replica (KIP-392): with ``replica.selector.class`` set, a consumer's
+Fetch v11+ carries its ``rack_id`` into each partition's request; the leader may answer with a
+``preferred_read_replica`` and a follower serves it (``partition_reads``). Without a selector,
+or below v11, consumers are the leader's alone.
+
 Long polls wait in the replica manager's fetch purgatory (``max_wait`` / ``min_bytes``).
 ``max_bytes`` is capped by the broker's ``fetch.max.bytes`` (followers:
 ``replica.fetch.response.max.bytes``), as in Kafka.
@@ -70,6 +75,7 @@ MIN_VERSION = 4
 MAX_VERSION = 18
 _TOPIC_IDS_FROM = 13
 _REPLICA_STATE_FROM = 15
+_CLIENT_RACK_FROM = 11  # rack_id, preferred_read_replica (KIP-392)
 _INT32_MAX = (1 << 31) - 1
 
 
@@ -160,6 +166,8 @@ class FetchApi:
         self._config = config
         self._metadata = metadata
         self._fetches = fetches
+        # KIP-392: consumers from Fetch v11 may be sent to a follower and served by one.
+        self._selector = bool(config.get("replica.selector.class"))
         self._sessions = FetchSessionCache(
             int(config.get("max.incremental.fetch.session.cache.slots"))
         )
@@ -193,7 +201,12 @@ class FetchApi:
             return response(ctx, error_code=session.error, session_id=0, responses=())
         # The session's partitions (a full request's own), in order; each a request to read
         # or the error it is answered with.
-        entries = self._entries(ctx, session, by_id, follower)
+        client_rack = (
+            str(getattr(request, "rack_id", None) or "")
+            if self._selector and not follower and version >= _CLIENT_RACK_FROM
+            else None
+        )
+        entries = self._entries(ctx, session, by_id, follower, client_rack)
         wanted = [e for _, e in entries if isinstance(e, FetchPartitionRequest)]
         results = await self._fetches.fetch(
             wanted,
@@ -252,7 +265,12 @@ class FetchApi:
         return frame
 
     def _entries(
-        self, ctx: RequestContext, session: FetchContext, by_id: bool, follower: bool
+        self,
+        ctx: RequestContext,
+        session: FetchContext,
+        by_id: bool,
+        follower: bool,
+        client_rack: str | None,
     ) -> list[tuple[PartitionKey, FetchPartitionRequest | ErrorCode]]:
         metadata = self._metadata
         # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
@@ -293,6 +311,7 @@ class FetchApi:
                         current_leader_epoch=params.current_leader_epoch,
                         last_fetched_epoch=params.last_fetched_epoch,
                         log_start_offset=params.log_start_offset,
+                        client_rack=client_rack,
                     ),
                 )
             )

@@ -129,7 +129,8 @@ class DelayedFetch(DelayedOperation):
         for r in self._requests:
             first, start_bytes, start_hw = self._start[r.tp]
             p = self._partitions.partition(r.tp)
-            if p is None or p is not first or p.state_error(leader_only=not follower) is not None:
+            leader_only = not follower and r.client_rack is None
+            if p is None or p is not first or p.state_error(leader_only=leader_only) is not None:
                 return self.force_complete()
             if p.epoch_error(r.current_leader_epoch) is not None:
                 return self.force_complete()

@@ -182,8 +182,12 @@ class ReplicaFetcher:
         settings: ReplicationSettings,
         run_in_io: RunInIo,
         storage_failure: StorageFailure,
+        appended: Callable[[TopicPartition], object] | None = None,
     ) -> None:
+        """``appended``: told of each partition this fetcher wrote to (KIP-392: consumers
+        long-polling on this follower wake up)."""
         self.source = source
+        self._appended = appended
         self.fetcher_id = fetcher_id
         self._node_id = node_id
         self._settings = settings
@@ -430,6 +434,8 @@ class ReplicaFetcher:
             for append, outcome in zip(appends, outcomes, strict=True):
                 if outcome is not None:
                     self._append_failed(append, outcome)
+                elif self._appended is not None:
+                    self._appended(append.tp)
 
     def _throttled(self, tp: TopicPartition, p: Partition) -> bool:
         """This replica is listed in follower.replication.throttled.replicas and not in sync."""

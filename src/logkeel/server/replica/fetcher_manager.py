@@ -41,12 +41,14 @@ class ReplicaFetcherManager:
         brokers: Callable[[], list[BrokerInfo]],
         run_in_io: RunInIo,
         storage_failure: StorageFailure,
+        appended: Callable[[TopicPartition], object] | None = None,
     ) -> None:
         self._node_id = node_id
         self._settings = settings
         self._brokers = brokers
         self._run_in_io = run_in_io
         self._storage_failure = storage_failure
+        self._appended = appended
         self._fetchers: dict[FetcherKey, ReplicaFetcher] = {}
         # tp -> (fetcher, the partition object and leader epoch it was handed over with)
         self._assigned: dict[TopicPartition, tuple[FetcherKey, Partition, int]] = {}
@@ -100,7 +102,13 @@ class ReplicaFetcherManager:
             log.warning("leader broker %d is not among the known brokers; not fetching", key[0])
             return None
         fetcher = ReplicaFetcher(
-            source, key[1], self._node_id, self._settings, self._run_in_io, self._storage_failure
+            source,
+            key[1],
+            self._node_id,
+            self._settings,
+            self._run_in_io,
+            self._storage_failure,
+            self._appended,
         )
         self._fetchers[key] = fetcher
         return fetcher

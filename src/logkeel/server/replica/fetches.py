@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,11 +48,14 @@ class Fetches:
         *,
         follower_budget_ms: int = 500,
         leader_quota: ReplicationQuota | None = None,
+        racks: Callable[[], Mapping[int, str | None]] | None = None,
     ) -> None:
         """``follower_budget_ms`` (follower.fetch.process.time.max.ms): how long a follower's
         fetch waits for a log dir's reads before answering without them (`dir_reads`);
-        ``leader_quota``: leader.replication.throttled.rate (`replication_quota`)."""
+        ``leader_quota``: leader.replication.throttled.rate (`replication_quota`); ``racks``:
+        the live brokers' broker.rack, for consumers that give a client.rack (KIP-392)."""
         self._path = path
+        self._racks = racks
         self._leader_quota = leader_quota or ReplicationQuota()
         self.dir_reads = DirReads(
             path,
@@ -92,7 +95,10 @@ class Fetches:
             max_wait_ms <= 0
             or not requests
             or total >= min_bytes
-            or any(r.error != ErrorCode.none or r.diverging_epoch for r in results)
+            or any(
+                r.error != ErrorCode.none or r.diverging_epoch or r.preferred_read_replica >= 0
+                for r in results
+            )
             or self._path.stopped
         ):
             return results
@@ -177,10 +183,15 @@ class Fetches:
         results = []
         remaining = max(0, max_bytes)
         min_one_message = True
+        racks = None
+        if self._racks is not None and any(r.client_rack for r in requests):
+            racks = self._racks()
         try:
             for r in requests:
                 limit = max(0, min(r.max_bytes, remaining))
-                result = self._read_one(r, replica_id, limit, isolation_level, min_one_message)
+                result = self._read_one(
+                    r, replica_id, limit, isolation_level, min_one_message, racks
+                )
                 if into_memory:
                     read_into_memory(result)
                 if result.records is not None:
@@ -199,6 +210,7 @@ class Fetches:
         limit: int,
         isolation_level: int,
         min_one_message: bool,
+        racks: Mapping[int, str | None] | None = None,
     ) -> FetchPartitionResult:
         tp = r.tp
         p = self._path.partition(tp)
@@ -216,7 +228,7 @@ class Fetches:
             limit, min_one_message = 0, False
         try:
             result, hw_moved = partition_reads.read(
-                p, r, replica_id, limit, isolation_level, min_one_message
+                p, r, replica_id, limit, isolation_level, min_one_message, racks
             )
         except KafkaStorageError as exc:
             log.error("read of %s failed: %s", tp, exc)

@@ -33,6 +33,9 @@ class FollowerTracking:
         # follower -> (fetch offset, start ms) of its read whose records are being sent: it
         # stays pending (KIP-501) until they are.
         self._reads_unsent: dict[int, tuple[int, int]] = {}
+        # follower -> the log start offset its last fetch gave (KIP-392: a consumer is never
+        # sent to a follower that has deleted its offset). Written by the fetch, one store.
+        self.log_starts: dict[int, int] = {}
 
     def new_term(self, replicas: Sequence[int], isr: Sequence[int], now_ms: int) -> None:
         """A new leader term: followers start unknown; ISR members count as caught up now, so
@@ -43,10 +46,12 @@ class FollowerTracking:
                 for r in replicas
                 if r != self._node_id
             }
+            self.log_starts = {}
 
     def keep_only(self, replicas: Sequence[int]) -> None:
         with self._lock:
             self.states = {r: f for r, f in self.states.items() if r in replicas}
+            self.log_starts = {r: o for r, o in self.log_starts.items() if r in replicas}
 
     def snapshot(self) -> dict[int, FollowerState]:
         """Per follower: log end offset, last caught-up time, pending fetches (KIP-501)."""

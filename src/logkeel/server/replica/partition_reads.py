@@ -1,17 +1,24 @@
 """What one partition's log gives a fetch (consumers' and followers') and ListOffsets, checked
 against the partition's state. These run on the IO threads and take ``log.lock``; a follower's
-fetch also tells the leader's ``FollowerTracking`` and may move the high watermark."""
+fetch also tells the leader's ``FollowerTracking`` and may move the high watermark.
+
+KIP-392: a consumer that may read from a follower (``client_rack`` set) is told by the leader
+which replica to read from (``replica_selector``) and served by a follower up to that
+follower's high watermark (its last stable offset when read committed)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
 from logkeel.records.batch import NO_TIMESTAMP
+from logkeel.server.replica import replica_selector
 from logkeel.server.replica.partition import Partition
+from logkeel.server.replica.replica_selector import FollowerView, ReplicaView
 from logkeel.server.replica.results import (
     DEBUGGING_CONSUMER_ID,
     EARLIEST_LOCAL_TIMESTAMP,
@@ -38,12 +45,17 @@ def read(
     limit: int,
     isolation_level: int,
     min_one_message: bool,
+    racks: Mapping[int, str | None] | None = None,
 ) -> tuple[FetchPartitionResult, bool]:
     """One partition of a fetch: (the result, whether a follower's fetch moved the high
-    watermark). Storage errors other than an offset out of range propagate."""
+    watermark). ``racks``: the live brokers' racks, for a consumer with a ``client_rack``.
+    Storage errors other than an offset out of range propagate."""
     tp = p.tp
     follower = replica_id >= 0
-    error = p.state_error(leader_only=replica_id != DEBUGGING_CONSUMER_ID)
+    any_replica = replica_id == DEBUGGING_CONSUMER_ID or (
+        not follower and r.client_rack is not None
+    )
+    error = p.state_error(leader_only=not any_replica)
     error = error or p.epoch_error(r.current_leader_epoch)
     if error is None and follower and replica_id not in p.replicas:
         # Only assigned replicas read past the high watermark.
@@ -57,6 +69,7 @@ def read(
     now = int(time.time() * 1000)
     if follower:
         p.followers.fetch_started(replica_id, p.replicas, r.fetch_offset, now)
+        p.followers.log_starts[replica_id] = r.log_start_offset
     served = False
     try:
         with plog.lock:
@@ -70,6 +83,12 @@ def read(
                 last_stable_offset=lso,
                 log_start_offset=plog.log_start_offset,
             )
+            if r.client_rack is not None and racks is not None and p.is_leader:
+                preferred = _preferred_read_replica(p, r, racks, plog.log_end_offset, now)
+                if preferred >= 0:
+                    # Kafka reads nothing for a consumer sent elsewhere.
+                    result.preferred_read_replica = preferred
+                    return result, False
             if r.last_fetched_epoch >= 0:
                 epoch, end = plog.leader_epochs.end_offset_for(
                     r.last_fetched_epoch, plog.log_end_offset
@@ -110,6 +129,23 @@ def read(
                 result.last_stable_offset = p.last_stable_offset
             return result, hw_moved
     except storage_errors.OffsetOutOfRangeError:
+        if (
+            not follower
+            and not p.is_leader
+            and r.current_leader_epoch < 0
+            and r.fetch_offset > plog.log_end_offset
+        ):
+            # A consumer on a follower that has not replicated its offset yet, with no leader
+            # epoch to tell whether it was sent here or came on stale metadata: Kafka answers
+            # it empty (apache/kafka#12734) so it retries. One that gave its epoch gets
+            # OFFSET_OUT_OF_RANGE and goes back to the leader, as KIP-392 has it.
+            result = FetchPartitionResult(
+                tp,
+                high_watermark=plog.high_watermark,
+                last_stable_offset=p.last_stable_offset,
+                log_start_offset=plog.log_start_offset,
+            )
+            return result, hw_moved
         result = FetchPartitionResult(
             tp,
             ErrorCode.offset_out_of_range,
@@ -121,6 +157,34 @@ def read(
     finally:
         if follower and not served:
             p.followers.fetch_failed(replica_id, p.replicas, r.fetch_offset, now)
+
+
+def _preferred_read_replica(
+    p: Partition,
+    r: FetchPartitionRequest,
+    racks: Mapping[int, str | None],
+    leader_end: int,
+    now_ms: int,
+) -> int:
+    """The leader's answer to where this consumer should read (-1: here)."""
+    isr = set(p.isr)
+    log_starts = p.followers.log_starts
+    followers = [
+        FollowerView(
+            broker_id,
+            broker_id in isr,
+            log_starts.get(broker_id, -1),
+            state.log_end_offset,
+            state.last_caught_up_ms,
+        )
+        for broker_id, state in p.followers.states.items()
+    ]
+    leader = ReplicaView(p.node_id, racks.get(p.node_id), leader_end)
+    return replica_selector.preferred_read_replica(
+        r.client_rack,
+        leader,
+        replica_selector.candidates(followers, racks, r.fetch_offset, now_ms),
+    )
 
 
 def offset_for_timestamp(

@@ -91,6 +91,7 @@ class ReplicaManager:
             ctx.metadata.brokers,
             self.run_in_io,
             self._storage_failure,
+            self.fetch_purgatory.check_and_complete,
         )
         self._isr_task: asyncio.Task[None] | None = None
         self._partition_listeners: list[Callable[[list[TopicPartition]], None]] = []
@@ -101,6 +102,7 @@ class ReplicaManager:
             self,
             follower_budget_ms=ctx.replication.isr.follower_fetch_process_time_max_ms,
             leader_quota=ctx.replication.throttles.leader,
+            racks=lambda: {b.node_id: b.rack for b in ctx.metadata.brokers()},
         )
         self.offsets = OffsetQueries(self, ctx.log_manager)
 

@@ -132,6 +132,10 @@ class FetchPartitionRequest:
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
     log_start_offset: int = -1  # a follower's own log start offset
+    # A consumer that may be sent to, and served by, a follower (KIP-392: Fetch v11+ to a
+    # broker with replica.selector.class): its client.rack ("" when it gave none). None: the
+    # leader only.
+    client_rack: str | None = None
 
 
 @dataclass(slots=True)
