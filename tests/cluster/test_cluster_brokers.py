@@ -172,9 +172,11 @@ def test_every_broker_lists_all_three_and_topics_spread_leaders(running: Cluster
     assert {p.leader_id for p in running.partitions("spread").values()} == {1, 2, 3}
 
 
-def test_without_a_replica_selector_consumers_read_from_leaders_only(running: Cluster) -> None:
-    """KIP-392 is off by default (no replica.selector.class): a consumer giving its rack is
-    served by the leader, named no other replica, and refused by a follower."""
+def test_without_a_replica_selector_no_consumer_is_sent_elsewhere(running: Cluster) -> None:
+    """KIP-392 is off by default (no replica.selector.class): a leader names no other replica
+    to a consumer giving its rack. A follower still serves a consumer's Fetch v11+ (Kafka's
+    rule: a consumer with stale metadata, or sent there during a rolling config change), and
+    refuses one below v11."""
     from dataclasses import replace
 
     from tests.server.test_produce_api import RawClient, fetch_request
@@ -187,12 +189,15 @@ def test_without_a_replica_selector_consumers_read_from_leaders_only(running: Cl
         retry_on=PROBE_ERRORS,
     )
     request = replace(fetch_request(12, "leaders-only", {0: 0}), rack_id="r1")
+    old = fetch_request(10, "leaders-only", {0: 0})
     for node in p.replica_nodes:
         with RawClient(running.brokers[node].port) as client:
             (t,) = client.call(request).responses
+            (before_v11,) = client.call(old).responses
         (answer,) = t.partitions
+        assert (answer.error_code, answer.preferred_read_replica) == (ErrorCode.none, -1), node
         expected = ErrorCode.none if node == p.leader_id else ErrorCode.not_leader_or_follower
-        assert (answer.error_code, answer.preferred_read_replica) == (expected, -1), node
+        assert before_v11.partitions[0].error_code == expected, node
 
 
 def test_bad_replication_factor_or_assignment_is_refused(running: Cluster) -> None:

@@ -414,12 +414,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        "it gets it back through a preferred election (auto.leader.rebalance.enable).",
        Range(1)),
     _K("replica.selector.class", STRING, None,
-       "KIP-392: how a leader picks the replica a consumer should fetch from. Unset: consumers "
-       "fetch from the leader only (Kafka's default). "
+       "KIP-392: how a leader picks the replica a consumer should fetch from. Unset: the leader "
+       "sends no consumer elsewhere (Kafka's default). "
        "org.apache.kafka.common.replica.RackAwareReplicaSelector: a consumer whose client.rack "
-       "matches the broker.rack of an in-sync follower is told to fetch from it, and this "
-       "broker serves consumers' fetches as a follower (up to its high watermark). No other "
-       "selector exists in logkeel.",
+       "matches the broker.rack of an in-sync follower is told to fetch from it. Either way, "
+       "as in Kafka, a follower serves a consumer's Fetch v11+ up to its high watermark. No "
+       "other selector exists in logkeel.",
        OneOf(("", RACK_AWARE_REPLICA_SELECTOR))),
     # ---- groups and offsets ---------------------------------------------------------------
     _K("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", Range(1)),

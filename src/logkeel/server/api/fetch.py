@@ -16,8 +16,9 @@ answers an incremental request with only the partitions the cache says changed.
 
 Reading from the nearest replica (KIP-392): with ``replica.selector.class`` set, a consumer's
 Fetch v11+ carries its ``rack_id`` into each partition's request; the leader may answer with a
-``preferred_read_replica`` and a follower serves it (``partition_reads``). Without a selector,
-or below v11, consumers are the leader's alone.
+``preferred_read_replica`` and a follower serves it (``partition_reads``). As in Kafka, a
+follower serves any consumer's Fetch v11+ (up to its high watermark) whatever its own config;
+below v11 consumers are the leader's alone.
 
 Long polls wait in the replica manager's fetch purgatory (``max_wait`` / ``min_bytes``).
 ``max_bytes`` is capped by the broker's ``fetch.max.bytes`` (followers:
@@ -166,7 +167,7 @@ class FetchApi:
         self._config = config
         self._metadata = metadata
         self._fetches = fetches
-        # KIP-392: consumers from Fetch v11 may be sent to a follower and served by one.
+        # KIP-392: whether this broker, as a leader, sends consumers to a follower.
         self._selector = bool(config.get("replica.selector.class"))
         self._sessions = FetchSessionCache(
             int(config.get("max.incremental.fetch.session.cache.slots"))
@@ -201,9 +202,12 @@ class FetchApi:
             return response(ctx, error_code=session.error, session_id=0, responses=())
         # The session's partitions (a full request's own), in order; each a request to read
         # or the error it is answered with.
+        # As Kafka: any replica serves a consumer's Fetch v11+ (one told to by a leader with a
+        # selector, or with stale metadata); only a leader with a selector sends it elsewhere
+        # (no rack: nowhere). Mixed configs during a rolling change then never ping-pong.
         client_rack = (
-            str(getattr(request, "rack_id", None) or "")
-            if self._selector and not follower and version >= _CLIENT_RACK_FROM
+            (str(getattr(request, "rack_id", None) or "") if self._selector else "")
+            if not follower and version >= _CLIENT_RACK_FROM
             else None
         )
         entries = self._entries(ctx, session, by_id, follower, client_rack)
