@@ -168,7 +168,9 @@ def views(cluster: Cluster) -> dict[int, object]:
     out: dict[int, object] = {}
     for i in cluster.brokers:
         try:
-            out[i] = {p: (x.leader_id, list(x.isr_nodes))
+            # Offline replicas too: a broker that counts a replica offline leaves it out of
+            # the ISR it shows.
+            out[i] = {p: (x.leader_id, list(x.isr_nodes), *([list(x.offline_replicas)] if x.offline_replicas else []))
                       for p, x in cluster.partitions(TOPIC, i).items()}  # fmt: skip
         except (OSError, AssertionError) as e:
             out[i] = repr(e)
