@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.acls import AclBinding, changed_bindings
@@ -56,6 +56,8 @@ from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 __all__ = ["ZkMetadataStore"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 # How long an admin write waits for the controller's result to reach this broker's cache.
 ADMIN_WAIT_S = 15.0
@@ -125,8 +127,11 @@ class ZkMetadataStore(MetadataStore):
         """Connects (raises ZooKeeperUnavailable), agrees on the cluster id, loads every topic
         and starts watching. A log dir's cluster id that differs from the cluster's is refused."""
         self.client.start()
+        # As Kafka's ZooKeeper client, requests at start-up wait out a dropped connection (a
+        # loaded ZooKeeper, a broker starved of CPU) rather than fail the start.
+        deadline = time.monotonic() + 2 * self.client.session_timeout_ms / 1000
         proposed = self.cluster_id or random_uuid()
-        actual = self.client.cluster_id(proposed)
+        actual = _until_connected(deadline, self.client.cluster_id, proposed)
         if self.cluster_id and actual != self.cluster_id:
             self.client.close()
             raise MetadataError(
@@ -135,10 +140,11 @@ class ZkMetadataStore(MetadataStore):
                 f"{self.client.connect} holds cluster {actual}",
             )
         self.cluster_id = actual
-        self._refresh_brokers()
-        self._known_topics = set(self.client.topics())
+        _until_connected(deadline, self._refresh_brokers)
+        self._known_topics = set(_until_connected(deadline, self.client.topics))
         for name in self._known_topics:
-            self._refresh_topic(name, notify=False)
+            _until_connected(deadline, functools.partial(self._refresh_topic, name, notify=False))
+        self._scram_secret = _until_connected(deadline, self.client.scram_secret)
         self.client.brokers(watch=lambda _ids: self._tasks.put(("brokers", "")))
         # A registration's data changes (offline log dirs) come with a log dir event.
         self.client.zk.ChildrenWatch(
@@ -151,7 +157,6 @@ class ZkMetadataStore(MetadataStore):
         self.client.group_configs(watch=self._on_group_configs)
         for entity in (str(self.node_id), DEFAULT_ENTITY):
             self.client.watch_broker_configs(entity, functools.partial(self._on_dynamic, entity))
-        self._scram_secret = self.client.scram_secret()
         self.client.controller(watch=self._on_controller)
         self.client.add_session_listener(self._on_session)
         self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
@@ -786,6 +791,19 @@ class ZkMetadataStore(MetadataStore):
             )
 
         return self.wait_for(moved, timeout_s)
+
+
+def _until_connected(deadline: float, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)``, again after each ConnectionLoss (kazoo reconnects meanwhile) until
+    ``deadline``; idempotent reads only."""
+    while True:
+        try:
+            return fn(*args)
+        except ConnectionLoss:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("ZooKeeper connection lost while loading the metadata; retrying")
+            time.sleep(0.2)
 
 
 def _check_new_name(name: str, existing: Iterable[str]) -> None:
