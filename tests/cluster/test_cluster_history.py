@@ -223,7 +223,7 @@ def run_rounds(
     admin = cluster.admin()
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
         TOPIC
-    ].result(20)
+    ].result(60)  # a loaded machine: the first request to a new controller
     wait_until(lambda: all(p.leader_id > 0 for p in cluster.partitions(TOPIC).values()), 15.0, "leaders", retry_on=PROBE_ERRORS)  # fmt: skip
     bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
     history = History()
@@ -352,7 +352,7 @@ def test_an_unclean_election_reports_exactly_the_loss_the_checker_sees(
     admin = cluster.admin()  # kept alive: a collected client cancels its futures
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={
         "min.insync.replicas": "1", "unclean.leader.election.enable": "true",
-    })])[TOPIC].result(20)  # fmt: skip
+    })])[TOPIC].result(60)  # fmt: skip
     wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions(TOPIC).values()), 15.0, "all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
     lead = cluster.partitions(TOPIC)[0].leader_id
     shorter, longer = (b for b in cluster.brokers if b != lead)
