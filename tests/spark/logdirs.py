@@ -140,7 +140,14 @@ def write_brokers(
     LogManager per partition would take minutes.
     """
     template_dir = root / "template"
-    w = write_partition(template_dir, topic, 0, batches, epochs=[i // 2 for i in range(batches)])
+    w = write_partition(
+        template_dir,
+        topic,
+        0,
+        batches,
+        epochs=[i // 2 for i in range(batches)],
+        segment_bytes=512,
+    )
     files = [(p.name, p.read_bytes()) for p in sorted(w.partition_dir.iterdir()) if p.is_file()]
     dirs = []
     for b in range(1, brokers + 1):
