@@ -57,6 +57,7 @@ from logkeel.spark.session import spark_session
 spark = spark_session(sys.argv[2], "audit-previous", {"spark.ui.enabled": "false",
                       "spark.log.level": "ERROR"})
 dirs = sys.argv[4:]
+audit(spark, [dirs[0] + "/t-0"])  # warm-up: Python workers started
 times = []
 for _ in range(int(sys.argv[3])):
     t = time.perf_counter()
@@ -99,14 +100,13 @@ def timed(fn: Any, repeats: int) -> tuple[float, Any]:
 def previous(src: str, master: str, dirs: list[Path], repeats: int) -> float:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     done = subprocess.run(
-        [sys.executable, "-c", PREVIOUS, src, master, str(repeats + 1), *map(str, dirs)],
+        [sys.executable, "-c", PREVIOUS, src, master, str(repeats), *map(str, dirs)],
         capture_output=True,
         text=True,
         env=env,
         check=True,
     )
-    seconds = json.loads(done.stdout.strip().splitlines()[-1])["seconds"][1:]  # after warm-up
-    return statistics.median(seconds)
+    return statistics.median(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
 
 
 def main() -> None:

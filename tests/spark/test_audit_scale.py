@@ -4,13 +4,14 @@ are checked, and the damaged replicas found among the intact ones."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
 from click.testing import CliRunner
 
 from logkeel.cli.audit import audit_command
-from logkeel.spark.audit import batches, plan
+from logkeel.spark.audit import audit, batches, plan
 from logkeel.storage.topic_partition import TopicPartition
 from tests.spark.logdirs import (
     RECORDS_PER_BATCH,
@@ -18,6 +19,7 @@ from tests.spark.logdirs import (
     corrupt_batch,
     truncate_at,
     write_brokers,
+    write_partition,
 )
 
 PARTITIONS = 300
@@ -78,3 +80,37 @@ def test_audit_of_hundreds_of_partitions_counts_its_progress_and_finds_the_damag
     summary = out[out.index("Audit summary") :]
     assert re.search(r"│\s+300\s+│\s+900\s+│\s+2\s+│\s+2\s+│", summary), summary
     assert progress_counts(table.stderr)[-1] == (PARTITIONS, PARTITIONS)
+
+
+def test_library_progress_is_the_sum_of_completed_batches(spark, cluster, caplog) -> None:
+    """Each count reported is the partitions of some set of finished tasks, and the log lines
+    say the same as the callback."""
+    dirs, _ = cluster
+    sizes = [len(b) for b in batches(plan(dirs), spark.sparkContext.defaultParallelism)]
+    reachable = {0}
+    for size in sizes:
+        reachable |= {r + size for r in reachable}
+    seen: list[tuple[int, int]] = []
+    with caplog.at_level(logging.INFO, logger="logkeel.audit"):
+        reports = audit(spark, dirs, lambda done, total: seen.append((done, total)))
+    assert len(reports) == PARTITIONS
+    assert seen[0] == (0, PARTITIONS) and seen[-1] == (PARTITIONS, PARTITIONS)
+    assert all(done in reachable for done, _ in seen)
+    logged = [r.getMessage() for r in caplog.records if r.name == "logkeel.audit"]
+    assert logged == [f"audit: {d:,} of {t:,} partitions checked" for d, t in seen]
+
+
+def test_batches_deal_every_partition_once_largest_first(tmp_path) -> None:
+    dirs = write_brokers(tmp_path, 2, 250, batches=2)
+    # One partition much bigger than the rest: it is dealt first.
+    dirs.append(write_partition(tmp_path / "broker3", "big", 0, 40).log_dir)
+    work = plan(dirs)
+    out = batches(work, parallelism=2)
+    assert len(out) == 8  # 251 partitions: parallelism x 4 tasks (fewer than 100 per task)
+    assert sorted(w.topic_partition for b in out for w in b) == sorted(
+        w.topic_partition for w in work
+    )
+    assert out[0][0].topic_partition == TopicPartition("big", 0)
+    assert max(map(len, out)) - min(map(len, out)) <= 1
+    many = batches(plan(dirs) * 4, parallelism=2)  # 1,004: about 100 partitions per task
+    assert len(many) == 11
