@@ -106,11 +106,11 @@ def test_batches_deal_every_partition_once_largest_first(tmp_path) -> None:
     dirs.append(write_partition(tmp_path / "broker3", "big", 0, 40).log_dir)
     work = plan(dirs)
     out = batches(work, parallelism=2)
-    assert len(out) == 8  # 251 partitions: parallelism x 4 tasks (fewer than 100 per task)
+    assert len(out) == 8  # 251 partitions: parallelism x 4 tasks
     assert sorted(w.topic_partition for b in out for w in b) == sorted(
         w.topic_partition for w in work
     )
     assert out[0][0].topic_partition == TopicPartition("big", 0)
     assert max(map(len, out)) - min(map(len, out)) <= 1
-    many = batches(plan(dirs) * 4, parallelism=2)  # 1,004: about 100 partitions per task
+    many = batches(work * 20, parallelism=2)  # 5,020: at most 500 partitions per task
     assert len(many) == 11
