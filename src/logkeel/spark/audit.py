@@ -47,10 +47,10 @@ Json = dict[str, Any]
 
 log = logging.getLogger("logkeel.audit")
 
-# At most this many partitions per Spark task: PySpark costs ~50-100 ms per task whatever it
-# does (on local[2]: 50 tasks over 2,000 partitions took 4.2 s where 8 took 1.9 s), so
-# tasks are few, parallelism x 4 for balance, and more only on very many partitions, so that
-# progress still moves in steps.
+# At most this many partitions per Spark task: PySpark costs tens of ms per task whatever it
+# does (BENCHMARKS.md: 2,000 partitions in 20 tasks took 5.1 s, in 8 tasks 1.7 s), so tasks are
+# few, parallelism x 4 for balance, and more only on very many partitions, so that progress
+# still moves in steps.
 PARTITIONS_PER_TASK = 500
 # How often the driver looks at the count of checked partitions while the job runs.
 PROGRESS_POLL_S = 0.5
