@@ -114,3 +114,14 @@ def test_batches_deal_every_partition_once_largest_first(tmp_path) -> None:
     assert max(map(len, out)) - min(map(len, out)) <= 1
     many = batches(work * 20, parallelism=2)  # 5,020: at most 500 partitions per task
     assert len(many) == 11
+
+
+def test_on_a_terminal_the_progress_has_a_bar_above_the_counted_lines(spark, cluster) -> None:
+    dirs, _ = cluster
+    # FORCE_COLOR makes rich treat the captured stderr as a terminal.
+    result = CliRunner(env={"FORCE_COLOR": "1"}).invoke(audit_command, [*map(str, dirs), "--json"])
+    assert result.exit_code == 0, result.output
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stderr)
+    assert "auditing partitions" in err
+    assert progress_counts(err)[-1] == (PARTITIONS, PARTITIONS)
+    assert len(json.loads(result.stdout)) == PARTITIONS  # the bar stays off stdout
