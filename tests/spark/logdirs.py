@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logkeel.records.builder import build_batch
+from logkeel.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
+)
 from logkeel.storage.engine.file_records import FileRecords
 from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
@@ -122,3 +127,43 @@ def remove_segment(segment: Path) -> None:
 
 def segment_holding(w: Written, offset: int) -> Path:
     return find_batch(w, offset)[0]
+
+
+def write_brokers(
+    root: Path, brokers: int, partitions: int, batches: int = 6, topic: str = "t"
+) -> list[Path]:
+    """``brokers`` log dirs, each holding a replica of ``topic``-0..``partitions``-1.
+
+    One template replica is written by the storage engine (several segments, a leader epoch
+    checkpoint); the others are copies of its files under their own partition dir names, and
+    each dir's checkpoints name every partition. Thousands of partitions in seconds, where a
+    LogManager per partition would take minutes.
+    """
+    template_dir = root / "template"
+    w = write_partition(
+        template_dir,
+        topic,
+        0,
+        batches,
+        epochs=[i // 2 for i in range(batches)],
+        segment_bytes=512,
+    )
+    files = [(p.name, p.read_bytes()) for p in sorted(w.partition_dir.iterdir()) if p.is_file()]
+    dirs = []
+    for b in range(1, brokers + 1):
+        log_dir = root / f"broker{b}"
+        log_dir.mkdir(parents=True)
+        ends = {}
+        for p in range(partitions):
+            tp = TopicPartition(topic, p)
+            part = log_dir / tp.dir_name
+            part.mkdir()
+            for name, data in files:
+                (part / name).write_bytes(data)
+            ends[tp] = w.end_offset
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE).write(
+            dict.fromkeys(ends, 0)
+        )
+        OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT_FILE).write(ends)
+        dirs.append(log_dir)
+    return dirs

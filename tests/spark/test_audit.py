@@ -147,9 +147,17 @@ def test_cli_table_marks_the_best_replica(spark, replicas):
     result = CliRunner().invoke(audit_command, [str(d) for d in dirs.values()])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "t-0" in out and "t-1" in out and "t-2" in out
+    # t-0 and t-1 differ; t-2's replicas agree, so it is only counted (--all lists it).
+    assert "t-0" in out and "t-1" in out and "t-2" not in out
     assert "60..62" in out  # b2's corrupt batch
-    assert out.count("yes") == 3  # one best replica per partition
+    assert out.count("yes") == 2  # one best replica per listed partition
+    assert "1 partition(s) whose replicas agree are not listed (--all lists them)" in out
+    assert "Audit summary" in out
+    assert "audit: 3 of 3 partitions checked" in result.stderr
+
+    everything = CliRunner().invoke(audit_command, [*(str(d) for d in dirs.values()), "--all"])
+    assert everything.exit_code == 0, everything.output
+    assert "t-2" in everything.stdout and everything.stdout.count("yes") == 3
 
 
 def test_cli_runs_its_own_spark_with_master(replicas, spark):

@@ -154,13 +154,17 @@ def list_segments(replica: PartitionReplica) -> list[SegmentFile]:
 # -- checkpoints --------------------------------------------------------------------------------
 
 
-def checkpointed_log_start(log_dir: str, tp: TopicPartition) -> int | None:
-    """The log start offset of ``log-start-offset-checkpoint``; None when absent or unreadable."""
+def checkpointed_log_starts(log_dir: str) -> dict[TopicPartition, int]:
+    """The log start offsets of ``log-start-offset-checkpoint``; empty when absent or unreadable.
+
+    Read once per log dir: the file names every partition of the dir, so reading it per
+    partition made an audit quadratic in the number of partitions.
+    """
     path = Path(log_dir) / LOG_START_OFFSET_CHECKPOINT_FILE
     try:
-        return OffsetCheckpointFile(path, log_dir).read().get(tp)
+        return OffsetCheckpointFile(path, log_dir).read()
     except (StorageError, FileNotFoundError):
-        return None
+        return {}
 
 
 def checkpointed_epochs(partition_dir: str) -> list[EpochEntry]:
