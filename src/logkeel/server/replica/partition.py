@@ -72,6 +72,8 @@ class Partition:
         self.isr: list[int] = []
         self.log: PartitionLog | None = None
         self.offline_reason: str | None = None
+        # The metadata state last applied: an apply of an equal one changes nothing.
+        self.applied: PartitionState | None = None
         # As leader: what it knows of its followers.
         self.followers = FollowerTracking(node_id, isr_config or IsrConfig())
         self._isr_change_requested = isr_change_requested
@@ -144,6 +146,7 @@ class Partition:
             self.replicas = list(state.replicas)
             self.isr = list(state.isr)
             self.followers.keep_only(self.replicas)
+            self.applied = state
         return moved
 
     def state_error(self, *, leader_only: bool = True) -> ErrorCode | None:

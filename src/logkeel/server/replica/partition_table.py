@@ -38,6 +38,8 @@ class PartitionTable:
         self._metadata_lock = threading.RLock()
         # After start-up, a partition missing from the map is new and gets an empty log.
         self.started = False
+        # Each topic's configs as last applied to its partitions.
+        self._applied_configs: dict[str, dict[str, str]] = {}
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self._partitions.get(tp)
@@ -89,6 +91,7 @@ class PartitionTable:
                         self._partitions.pop(tp, None)
                         changed.append(tp)
         if state is None:
+            self._applied_configs.pop(name, None)
             for tp in changed:
                 try:
                     lm.delete_log(tp)
@@ -102,8 +105,20 @@ class PartitionTable:
 
         config = None
         settings = self._settings(name)
+        # A controller moving hundreds of leaderships publishes the topic many times over, a
+        # few partitions changed each time: only those are applied (and woken) again.
+        same_configs = self._applied_configs.get(name) == state.configs
         for pstate in state.partitions.values():
             tp = pstate.tp
+            p = self._partitions.get(tp)
+            if (
+                same_configs
+                and p is not None
+                and p.log is not None
+                and p.topic_id == state.topic_id
+                and p.applied == pstate
+            ):
+                continue
             with self._lock:
                 p = self._partitions.get(tp)
                 # New: created while we run. A partition known at start-up whose log is
@@ -160,13 +175,15 @@ class PartitionTable:
             if p.log is not None and (moved or p.log.high_watermark < p.log.log_end_offset):
                 p.become_leader_or_follower()
             changed.append(tp)
-        if isinstance(settings, str):
+        if isinstance(settings, str) or (same_configs and config is None):
             return changed
-        # Config changes: every log of the topic takes the new settings.
+        # Config changes (or new logs): every log of the topic takes the settings.
         try:
             lm.update_config(name, config or self._ctx.log_config(name))
         except Exception:
             log.exception("applying the configs of topic %s failed", name)
+        else:
+            self._applied_configs[name] = dict(state.configs)
         return changed
 
     def _drop_removed_replica(self, p: Partition) -> None:
