@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from logkeel.cli.main import cli
 from logkeel.config.properties import load_properties
 from logkeel.console.app import ConsoleState, create_app
 from logkeel.ports import free_port
@@ -245,3 +247,9 @@ def test_no_secret_of_the_command_config_reaches_the_page(tmp_path: Path) -> Non
             for secret in ("admin-secret", "jaas", "PlainLoginModule", str(config)):
                 assert secret not in text
         assert json.loads(answers[1])["error"] is None
+
+
+def test_a_bad_listen_address_is_a_clear_error() -> None:
+    result = CliRunner().invoke(cli, ["console", "--listen", "localhost"])
+    assert result.exit_code == 1
+    assert "logkeel console: 'localhost' is not HOST:PORT" in result.stderr

@@ -34,6 +34,7 @@ def console_command(
     bootstrap_server: str, listen: str, allow_actions: bool, interval: float
 ) -> None:
     """A web page showing the cluster, refreshed as it changes."""
+    # Imported here: the web stack is loaded by this command only, not by every `logkeel` run.
     import uvicorn
 
     from logkeel.cli.broker_requests import _current_security
