@@ -77,6 +77,38 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
+def test_a_designated_election_runs_only_confirmed_with_actions_allowed(cluster: Cluster) -> None:
+    """Through the HTTP endpoint (the page's form posts the same): `logkeel elect --replica`'s
+    election, handed to the controller through ZooKeeper. Runs before the other test kills a
+    broker."""
+    import warnings
+
+    with warnings.catch_warnings():  # it would rather have httpx2, which is not packaged here
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from logkeel.console.app import ConsoleState, create_app
+    from logkeel.server.network.client import ClientSecurity
+
+    cluster.create_topic("designated", 1, 3)
+    [part] = wait_until(lambda: [p for p in cluster.partitions("designated").values()
+                                 if len(p.isr_nodes) == 3], 20, "three in sync",
+                        retry_on=(OSError, AssertionError, ValueError))  # fmt: skip
+    chosen = next(r for r in part.replica_nodes if r != part.leader_id)
+    state = ConsoleState([b.bootstrap for b in cluster.brokers.values()], ClientSecurity())
+    body = {"topic": "designated", "partition": 0, "replica": chosen}
+    with TestClient(create_app(state, allow_actions=True)) as client:
+        refused = client.post("/api/actions/designated-election", json=body)
+        assert refused.status_code == 400 and "designated-0" in refused.json()["error"]
+        done = client.post("/api/actions/designated-election",
+                           json={**body, "confirm": "designated-0"})  # fmt: skip
+        assert done.status_code == 200, done.text
+        [result] = done.json()["results"]
+        assert (result["partition"], result["error"]) == ("designated-0", None)
+    wait_until(lambda: cluster.partitions("designated")[0].leader_id == chosen, 20,
+               f"replica {chosen} to lead", retry_on=(OSError, AssertionError))  # fmt: skip
+
+
 def test_the_page_follows_a_broker_dying_and_browses_messages(
     cluster: Cluster, console: str, browser: Any, tmp_path: Path
 ) -> None:
