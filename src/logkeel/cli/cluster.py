@@ -54,11 +54,11 @@ from logkeel.cli.cluster_control import (
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
-from logkeel.server.network.client import BrokerConnectionError
+from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.testing.broker_process import LogkeelBroker
 
-__all__ = ["cluster_group", "cluster_status", "zookeeper_connect"]
+__all__ = ["cluster_group", "cluster_status", "status_of", "zookeeper_connect"]
 
 _BROKER_RESOURCE = 4
 
@@ -187,48 +187,62 @@ def _control(command: str, base_dir: Path, request: dict[str, Any]) -> None:
 
 
 def cluster_status(
-    bootstrap: str, timeout: float = 10.0, *, with_losses: bool = True
+    bootstrap: str,
+    timeout: float = 10.0,
+    *,
+    with_losses: bool = True,
+    security: ClientSecurity | None = None,
 ) -> dict[str, Any]:
     """The cluster as the first broker of ``bootstrap`` that answers sees it, as plain data
     (what ``--json`` prints); ``election_losses`` is None when they could not be read (a single
-    node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list)."""
+    node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list).
+    ``security``: how to reach the listener when there is no command's ``--command-config``
+    to read it from (a thread of `logkeel console`)."""
     with Admin(
-        bootstrap, client_id="logkeel-cluster-status", timeout_ms=int(timeout * 1000)
+        bootstrap,
+        client_id="logkeel-cluster-status",
+        timeout_ms=int(timeout * 1000),
+        security=security,
     ) as admin:
-        response = admin.metadata()
-        brokers = [
-            {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
-             **_log_dirs(admin, f"{b.host}:{int(b.port)}")}
-            for b in sorted(response.brokers, key=lambda b: b.node_id)
-        ]  # fmt: skip
-        partitions = []
-        for t in sorted(response.topics, key=lambda t: t.name or ""):
-            for p in sorted(t.partitions, key=lambda p: p.partition_index):
-                replicas = [int(r) for r in p.replica_nodes]
-                isr = [int(r) for r in p.isr_nodes]
-                partitions.append({
-                    "topic": t.name,
-                    "partition": int(p.partition_index),
-                    "leader": int(p.leader_id),
-                    "leader_epoch": int(p.leader_epoch),
-                    "replicas": replicas,
-                    "isr": isr,
-                    "offline_replicas": [int(r) for r in p.offline_replicas],
-                    "offline": int(p.leader_id) < 0,
-                    "under_replicated": len(isr) < len(replicas),
-                })  # fmt: skip
-        status: dict[str, Any] = {
-            "cluster_id": response.cluster_id,
-            "controller": int(response.controller_id),
-            "brokers": brokers,
-            "partitions": partitions,
-        }
-        if with_losses:
-            connect = zookeeper_connect(admin, status)
-            status["election_losses"], reasons = _from_zookeeper(connect)
-            for p in partitions:
-                if p["offline"]:
-                    p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
+        return status_of(admin, with_losses=with_losses)
+
+
+def status_of(admin: Admin, *, with_losses: bool = True) -> dict[str, Any]:
+    """`cluster_status` through an ``Admin`` of the caller's."""
+    response = admin.metadata()
+    brokers = [
+        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
+         **_log_dirs(admin, f"{b.host}:{int(b.port)}")}
+        for b in sorted(response.brokers, key=lambda b: b.node_id)
+    ]  # fmt: skip
+    partitions = []
+    for t in sorted(response.topics, key=lambda t: t.name or ""):
+        for p in sorted(t.partitions, key=lambda p: p.partition_index):
+            replicas = [int(r) for r in p.replica_nodes]
+            isr = [int(r) for r in p.isr_nodes]
+            partitions.append({
+                "topic": t.name,
+                "partition": int(p.partition_index),
+                "leader": int(p.leader_id),
+                "leader_epoch": int(p.leader_epoch),
+                "replicas": replicas,
+                "isr": isr,
+                "offline_replicas": [int(r) for r in p.offline_replicas],
+                "offline": int(p.leader_id) < 0,
+                "under_replicated": len(isr) < len(replicas),
+            })  # fmt: skip
+    status: dict[str, Any] = {
+        "cluster_id": response.cluster_id,
+        "controller": int(response.controller_id),
+        "brokers": brokers,
+        "partitions": partitions,
+    }
+    if with_losses:
+        connect = zookeeper_connect(admin, status)
+        status["election_losses"], reasons = _from_zookeeper(connect)
+        for p in partitions:
+            if p["offline"]:
+                p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
     return status
 
 
@@ -285,17 +299,37 @@ def _from_zookeeper(
         client.close()
 
 
-def _log_dirs(admin: Admin, address: str) -> dict[str, list[str]]:
-    """The broker's log dirs, online and offline (DescribeLogDirs); empty when unreachable."""
+def _log_dirs(admin: Admin, address: str) -> dict[str, Any]:
+    """The broker's log dirs, online and offline (DescribeLogDirs), and each dir's error, bytes
+    and replica sizes (``log_dirs``); empty and ``reachable`` false when it did not answer."""
     request_type = request_schema(ApiKey.DESCRIBE_LOG_DIRS, 1)
     assert request_type is not None
     try:
         response = admin.send_to(address, request_type(topics=None))
     except BrokerConnectionError:
-        return {"log_dirs_online": [], "log_dirs_offline": []}
+        return {"log_dirs_online": [], "log_dirs_offline": [], "log_dirs": [], "reachable": False}
     online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
     offline = [r.log_dir for r in response.results if r.error_code != ErrorCode.none]
-    return {"log_dirs_online": online, "log_dirs_offline": offline}
+    details = [
+        {
+            "log_dir": r.log_dir,
+            "error": None if r.error_code == ErrorCode.none else r.error_code.name.upper(),
+            "bytes": sum(int(p.partition_size) for t in r.topics for p in t.partitions),
+            "replicas": {
+                f"{t.name}-{int(p.partition_index)}": int(p.partition_size)
+                for t in r.topics
+                for p in t.partitions
+                if not p.is_future_key
+            },
+        }
+        for r in response.results
+    ]
+    return {
+        "log_dirs_online": online,
+        "log_dirs_offline": offline,
+        "log_dirs": details,
+        "reachable": True,
+    }
 
 
 @cluster_group.command("status")

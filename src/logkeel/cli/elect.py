@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
@@ -37,7 +38,7 @@ from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["elect_command"]
+__all__ = ["elect_command", "elect_leaders_request", "election_results"]
 
 _ELECTION_TYPE = {"preferred": 0, "unclean": 1}
 
@@ -97,10 +98,18 @@ def elect_command(
 def _elect_leaders(
     kind: str, wanted: list[TopicPartition] | None, bootstrap: str, timeout: float
 ) -> Results:
+    response = call("elect", bootstrap, elect_leaders_request(kind, wanted, timeout))
+    if response.error_code != ErrorCode.none:
+        fail("elect", f"the broker refused: {response.error_code.name.upper()}")
+    return election_results(response)
+
+
+def elect_leaders_request(kind: str, wanted: list[TopicPartition] | None, timeout: float) -> Any:
+    """ElectLeaders v2 of ``kind`` (preferred, unclean) for ``wanted`` (None: every partition)."""
     Request = request_schema(ApiKey.ELECT_LEADERS, 2)
     assert Request is not None
     TopicPartitions = nested(Request, "TopicPartitions")
-    request = Request(
+    return Request(
         election_type=i8(_ELECTION_TYPE[kind]),
         topic_partitions=None
         if wanted is None
@@ -109,9 +118,10 @@ def _elect_leaders(
         ),
         timeout=datetime.timedelta(seconds=timeout),
     )
-    response = call("elect", bootstrap, request)
-    if response.error_code != ErrorCode.none:
-        fail("elect", f"the broker refused: {response.error_code.name.upper()}")
+
+
+def election_results(response: Any) -> Results:
+    """Each partition's (error name or None, message) of an ElectLeaders answer."""
     return {
         TopicPartition(str(r.topic), int(p.partition_id)): (
             None if p.error_code == ErrorCode.none else p.error_code.name.upper(),

@@ -11,6 +11,7 @@ from logkeel.cli.acls import acls_group
 from logkeel.cli.audit import audit_command
 from logkeel.cli.cluster import cluster_group
 from logkeel.cli.configs import configs_command
+from logkeel.cli.console import console_command
 from logkeel.cli.elect import elect_command
 from logkeel.cli.groups import groups_command
 from logkeel.cli.log_commands import log_group
@@ -48,6 +49,7 @@ cli.add_command(groups_command)
 cli.add_command(configs_command)
 cli.add_command(quotas_command)
 cli.add_command(reassign_command)
+cli.add_command(console_command)
 
 
 def main() -> None:

@@ -1,0 +1,306 @@
+"""The console's routes (Starlette) and its pollers: two threads, one for the cluster (brokers,
+partitions, offsets; election losses every few polls: they come from ZooKeeper) and one for the
+consumer groups (a group whose coordinator is failing over must not hold the brokers' view
+back). The page reads the last poll's results; the message browser and the actions ask the
+brokers when called. Whatever fails, an endpoint answers JSON saying what is missing."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from logkeel.cli.broker_requests import Admin
+from logkeel.cli.cluster import status_of, zookeeper_connect
+from logkeel.cli.elect import elect_leaders_request, election_results
+from logkeel.cluster.partition_state import ElectionRequest
+from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_session import ZooKeeperUnavailable
+from logkeel.console.browse import BrowseError, read_partition
+from logkeel.console.gather import poll_cluster, poll_groups
+from logkeel.console.samplers import BrokerRoster, LagHistory, LeaderChanges, OffsetRates
+from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = ["ConsoleState", "create_app"]
+
+log = logging.getLogger(__name__)
+
+# Recorded by the controller in ZooKeeper and shown; the rest of the issue's history is not
+# recorded anywhere a console can read it yet, and the page says so.
+NOT_RECORDED = [
+    "clean elections before this console started (only losses are recorded in ZooKeeper)",
+    "slow-leader step-downs",
+    "log dirs failing and coming back (only their current state is shown)",
+    "the replica to designate for a partition that lost its whole ISR: not built here yet; "
+    "`logkeel audit` answers it",
+]
+_LOSSES_EVERY = 5  # polls: election losses are read from ZooKeeper, a session each time
+_ACTION_TIMEOUT_S = 30.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class ConsoleState:
+    """The last poll of the cluster and of the groups, and what the samplers remember."""
+
+    bootstrap: list[str]
+    security: ClientSecurity
+    interval_s: float = 2.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    cluster_error: str | None = "not polled yet"
+    brokers: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    groups_error: str | None = "not polled yet"
+    losses: list[dict[str, Any]] | None = None
+    updated_ms: int = 0
+    roster: BrokerRoster = field(default_factory=BrokerRoster)
+    changes: LeaderChanges = field(default_factory=LeaderChanges)
+    rates: OffsetRates = field(default_factory=OffsetRates)
+    lags: LagHistory = field(default_factory=LagHistory)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def addresses(self) -> list[str]:
+        return self.bootstrap + self.roster.addresses()
+
+    def poll_cluster_once(self, with_losses: bool) -> None:
+        now = _now_ms()
+        try:
+            status = poll_cluster(self.addresses(), self.security, with_losses=with_losses)
+        except (BrokerConnectionError, ValueError) as exc:
+            with self.lock:
+                self.cluster_error = str(exc)
+                self.brokers = self.roster.mark_all_unreachable()
+            return
+        with self.lock:
+            live = [
+                {**b, "alive": b["reachable"]} for b in status["brokers"]
+            ]  # listed, but its log dirs did not answer: dying, or its session not expired yet
+            brokers = self.roster.observe(now, live)
+            for b in brokers:
+                b["alive"] = b["alive"] and b.get("reachable", False)
+                b["controller"] = b["id"] == status["controller"]
+            self.brokers = brokers
+            del status["brokers"]
+            if with_losses:
+                self.losses = status.pop("election_losses", None)
+            self.changes.observe(now, status["partitions"])
+            self.rates.add(now, {
+                (p["topic"], p["partition"]): (p["log_end_offset"], p["leader"])
+                for p in status["partitions"] if p["log_end_offset"] is not None
+            })  # fmt: skip
+            self.cluster, self.cluster_error, self.updated_ms = status, None, now
+
+    def poll_groups_once(self) -> None:
+        try:
+            docs = poll_groups(self.addresses(), self.security)
+        except (BrokerConnectionError, ValueError) as exc:
+            with self.lock:
+                self.groups_error = str(exc)
+            return
+        except SystemExit:  # a command's `fail` from cli.groups; its message went to stderr
+            with self.lock:
+                self.groups_error = "a broker refused ListGroups"
+            return
+        now = _now_ms()
+        lags = {
+            d["group"]: sum(r["lag"] or 0 for r in d["offsets"]) for d in docs if "offsets" in d
+        }
+        with self.lock:
+            self.lags.add(now, lags)
+            for d in docs:
+                d["lag_trend"] = self.lags.trend(d["group"])
+                d["total_lag"] = lags.get(d["group"])
+            self.groups, self.groups_error = docs, None
+
+    def start(self) -> None:
+        self._stop.clear()
+        count = iter(range(1 << 62))
+        self._threads = [
+            threading.Thread(
+                target=self._loop,
+                args=(lambda: self.poll_cluster_once(next(count) % _LOSSES_EVERY == 0),),
+                name="console-cluster",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._loop, args=(self.poll_groups_once,), name="console-groups", daemon=True
+            ),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=15)
+
+    def _loop(self, once: Callable[[], None]) -> None:
+        while not self._stop.is_set():
+            try:
+                once()
+            except Exception:  # one poll going wrong must not end the console (logged)
+                log.exception("console poll failed")
+            self._stop.wait(self.interval_s)
+
+    def admin(self) -> Admin:
+        return Admin(
+            ",".join(dict.fromkeys(self.addresses())),
+            client_id="logkeel-console",
+            timeout_ms=10_000,
+            security=self.security,
+        )
+
+
+def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette:
+    """The console's web app over ``state`` (started and stopped with the app)."""
+    static = resources.files("logkeel.console") / "static"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        state.start()
+        try:
+            yield
+        finally:
+            state.stop()
+
+    def index(_request: Request) -> Response:
+        return FileResponse(str(static / "index.html"))
+
+    def overview(_request: Request) -> Response:
+        with state.lock:
+            c = state.cluster
+            return JSONResponse({
+                "bootstrap": state.bootstrap, "updated_ms": state.updated_ms,
+                "error": state.cluster_error, "cluster_id": c.get("cluster_id"),
+                "controller": c.get("controller"), "brokers": state.brokers,
+                "actions_allowed": allow_actions, "interval_ms": int(state.interval_s * 1000),
+            })  # fmt: skip
+
+    def partitions(_request: Request) -> Response:
+        with state.lock:
+            return JSONResponse({
+                "updated_ms": state.updated_ms, "error": state.cluster_error,
+                "partitions": state.cluster.get("partitions", []),
+            })  # fmt: skip
+
+    def groups(_request: Request) -> Response:
+        with state.lock:
+            return JSONResponse({"error": state.groups_error, "groups": state.groups})
+
+    def elections(_request: Request) -> Response:
+        with state.lock:
+            return JSONResponse({
+                "losses": state.losses,
+                "losses_note": None if state.losses is not None else
+                "election losses unknown: ZooKeeper not reachable, or a single node",
+                "observed": list(state.changes.changes),
+                "not_recorded": NOT_RECORDED,
+            })  # fmt: skip
+
+    def throughput(_request: Request) -> Response:
+        with state.lock:
+            return JSONResponse(state.rates.series())
+
+    def messages(request: Request) -> Response:
+        q = request.query_params
+        try:
+            topic = q["topic"]
+            partition = int(q.get("partition", "0"))
+            offset = int(q["offset"]) if q.get("offset") else None
+            timestamp = int(q["timestamp_ms"]) if q.get("timestamp_ms") else None
+            limit = min(max(int(q.get("limit", "50")), 1), 500)
+        except (KeyError, ValueError):
+            return _error(400, "give topic, partition and offset or timestamp_ms (integers)")
+        try:
+            with state.admin() as admin:
+                return JSONResponse(read_partition(
+                    admin, topic, partition, offset=offset, timestamp_ms=timestamp, limit=limit
+                ))  # fmt: skip
+        except (BrowseError, BrokerConnectionError, ValueError) as exc:
+            return _error(503 if isinstance(exc, BrokerConnectionError) else 404, str(exc))
+
+    async def action(request: Request) -> Response:
+        if not allow_actions:
+            return _error(403, "actions are off: this console is read-only "
+                               "(start it with --allow-actions to enable them)")  # fmt: skip
+        try:
+            body = await request.json()
+            kind = request.path_params["kind"]
+            tp = TopicPartition(str(body["topic"]), int(body["partition"]))
+            replica = int(body["replica"]) if kind == "designated-election" else None
+        except (KeyError, ValueError, TypeError):
+            return _error(400, "give topic, partition (and replica for a designated election)")
+        if body.get("confirm") != str(tp):
+            return _error(400, f"not confirmed: send confirm={str(tp)!r} to run it")
+        operator = request.client.host if request.client else "unknown"
+        log.warning("console action %s on %s (replica %s) by %s", kind, tp, replica, operator)
+        return await run_in_threadpool(
+            _run_action, state, kind, tp, replica, bool(body.get("force"))
+        )
+
+    routes = [
+        Route("/", index),
+        Route("/api/overview", overview),
+        Route("/api/partitions", partitions),
+        Route("/api/groups", groups),
+        Route("/api/elections", elections),
+        Route("/api/throughput", throughput),
+        Route("/api/messages", messages),
+        Route("/api/actions/{kind:str}", action, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _run_action(
+    state: ConsoleState, kind: str, tp: TopicPartition, replica: int | None, force: bool
+) -> Response:
+    try:
+        with state.admin() as admin:
+            if kind == "preferred-election":
+                answer = admin.send(elect_leaders_request("preferred", [tp], _ACTION_TIMEOUT_S))
+                results = election_results(answer)
+            elif kind == "designated-election":
+                assert replica is not None
+                connect = zookeeper_connect(admin, status_of(admin, with_losses=False))
+                if connect is None:
+                    return _error(409, "the bootstrap broker names no zookeeper.connect")
+                client = ZkMetadataClient(connect, session_timeout_ms=10_000)
+                client.start()
+                try:
+                    request = ElectionRequest("designated", frozenset({tp}), replica, force)
+                    results = client.run_election(request, _ACTION_TIMEOUT_S)
+                finally:
+                    client.close()
+            else:
+                return _error(404, f"no action {kind!r}: preferred-election, designated-election")
+    except (BrokerConnectionError, ZooKeeperUnavailable, ValueError) as exc:
+        return _error(503, str(exc))
+    return JSONResponse({
+        "results": [
+            {"partition": str(p), "error": err, "message": why}
+            for p, (err, why) in sorted(results.items())
+        ]
+    })  # fmt: skip
