@@ -48,7 +48,9 @@ def admin_client(server: BrokerProcess) -> AdminClient:
 
 
 def run(*args: str, code: int = 0) -> Result:
-    result = CliRunner().invoke(cli, list(args))
+    # The tables' width, whatever pytest's process has for a terminal (none under xdist): the
+    # checks read cells, which rich wraps at the default 80 columns.
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(cli, list(args))
     assert result.exit_code == code, (result.output, result.stderr, result.exception)
     return result
 
