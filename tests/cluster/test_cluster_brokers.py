@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
@@ -83,8 +84,25 @@ class Cluster:
         return AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in self.live())})
 
     def create_topic(self, name: str, partitions: int, replication: int) -> None:
+        """Creates the topic (one a rerun's first attempt created on a module's cluster is
+        taken as it is) and waits until every live broker shows every partition led: the
+        brokers' caches learn it a moment after the controller wrote it."""
         admin = self.admin()  # kept alive: a collected client cancels its futures
-        admin.create_topics([NewTopic(name, partitions, replication)])[name].result(20)
+        try:
+            admin.create_topics([NewTopic(name, partitions, replication)])[name].result(60)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        for broker in [i for i, b in self.brokers.items() if b.alive()]:
+            wait_until(
+                lambda via=broker: (
+                    len(parts := self.partitions(name, via)) == partitions
+                    and all(p.leader_id >= 0 for p in parts.values())
+                ),
+                30,
+                f"{name}'s partitions led as broker {broker} sees them",
+                retry_on=PROBE_ERRORS,
+            )
 
     def ensure_all_running(self) -> None:
         """Restarts brokers an earlier test stopped, and waits until all three are registered."""
