@@ -204,3 +204,30 @@ def test_background_flush_keeps_the_recovery_point_at_the_log_end(tmp_path):
     assert m2.startup_report.bytes_scanned <= 200  # nothing to replay but the last batch
     assert m2.get_log(TP).log_end_offset == end
     m2.shutdown()
+
+
+def test_damage_below_the_recovery_point_leaves_no_producer_state_past_the_cut(tmp_path):
+    """The crash torture's finding: data the recovery point vouched for is damaged and the
+    segment's index is gone, so the rescan starts at the segment's base and cuts below the
+    recovery point. The producer state, replayed from a snapshot up to the recovery point
+    before the rescan found the damage, must not keep the batches past the cut."""
+    path = tmp_path / "d"
+    rp, end, unflushed = crashed_dir(path, flushed_rounds=40, unflushed_rounds=0)
+    assert unflushed == 0 and rp == end
+    last = segment_files(path, ".log")[-1]
+    size = last.stat().st_size
+    assert size > 600
+    scribble(last, size // 2, b"\xff" * 10)  # a batch in the middle of the flushed segment
+    (path / TP.dir_name / (last.name[:-4] + ".index")).unlink()
+    reference = rebuild_from_scratch(copy(path, tmp_path / "ref"))
+    m = load(path)
+    try:
+        plog, rebuilt = m.get_log(TP), reference.get_log(TP)
+        assert m.startup_report.truncations and plog.log_end_offset < rp
+        for log in (plog, rebuilt):  # as a leader would see them, the high watermark at the end
+            log.high_watermark = log.log_end_offset
+            log.producer_state.on_high_watermark_updated(log.log_end_offset)
+        assert fingerprint(plog, indexes=False) == fingerprint(rebuilt, indexes=False)
+    finally:
+        m.shutdown()
+        reference.shutdown()

@@ -104,6 +104,13 @@ def recover(
             cut_after(tp, segments, i, log_end, result.truncated_bytes, report)
             break
     report.replayed_batches += replay.stats.batches
+    if log_end < recovery_from:
+        # The rescan cut below the recovery point (damage to data it had vouched for): the
+        # state replayed up to the recovery point holds producers' batches that are gone.
+        # Reloaded from a snapshot at or below the new end; the loader replays the rest.
+        state.truncate_and_reload(log_start, log_end)
+        report.snapshot_offset = state.map_end_offset
+        return log_end, None
     state.update_map_end_offset(log_end)
     return log_end, rows
 
