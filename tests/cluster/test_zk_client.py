@@ -79,6 +79,9 @@ def test_broker_registration_is_ephemeral_and_watched(clients) -> None:
     assert found.broker_epoch == epoch and found.rack == "r2" and found.log_dir_ids == ("dir2",)
     with pytest.raises(BrokerIdInUse):
         a.register_broker(registration(2))
+    # The session that registered it asking again (a retried create, a second request after a
+    # session expiry) is told its own registration, not refused.
+    assert b.register_broker(registration(2)) == epoch
     b.update_broker(dataclasses.replace(registration(2), offline_log_dir_ids=("dir2",)))
     assert a.broker(2).offline_log_dir_ids == ("dir2",)
 

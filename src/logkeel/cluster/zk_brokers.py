@@ -47,6 +47,17 @@ class BrokerZnodes(ZkSession):
         try:
             self.zk.create(path, zd.encode_broker(reg), ephemeral=True)
         except NodeExistsError as e:
+            # Ours when this session created it already (as Kafka's checked ephemeral create):
+            # a create whose answer a dropped connection lost, or a second request to register
+            # after a session expiry (the old registration's watch asks too). Refusing it made
+            # the metadata worker retry forever, its view of the cluster frozen meanwhile.
+            try:
+                _, stat = self.zk.get(path)
+            except NoNodeError:
+                raise BrokerIdInUse(f"broker.id {reg.broker_id} registration vanished") from e
+            session = self.zk.client_id
+            if session is not None and stat.ephemeralOwner == session[0]:
+                return int(stat.czxid)
             raise BrokerIdInUse(f"broker.id {reg.broker_id} is already registered at {path}") from e
         _, stat = self.zk.get(path)
         return int(stat.czxid)
