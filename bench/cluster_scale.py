@@ -2,7 +2,9 @@
 default 18 s session, one topic of N partitions at RF 3, for each N given:
 
 - create_s: CreateTopics until Metadata shows every partition with a full ISR;
-- idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client;
+- idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client, in the
+  last of IDLE_WINDOWS consecutive windows after every ISR is full (idle_cpu_first: the first,
+  which still holds the settling after creation);
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
@@ -50,6 +52,7 @@ from replication import cpu_seconds, start_cluster, wait_for
 
 TOPIC = "scale"
 IDLE_S = 10.0
+IDLE_WINDOWS = 3
 SEND_RATE = 500  # messages per second, round-robin over the partitions
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
 PHASE_TIMEOUT_S = 180.0
@@ -198,11 +201,17 @@ def run(n: int, base: Path) -> dict[str, Any]:
         admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
         result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
 
-        cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
-        time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
-        result["idle_cpu"] = {
-            i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3) for i, b in brokers.items()
-        }
+        # Consecutive windows: the first still holds the settling after creation (followers'
+        # first fetches, checkpoints of new logs); the last is the steady state.
+        windows = []
+        for _ in range(IDLE_WINDOWS):
+            cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
+            time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
+            windows.append(
+                {i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3) for i, b in brokers.items()}
+            )
+        result["idle_cpu_first"] = windows[0]
+        result["idle_cpu"] = windows[-1]
         latencies = []
         for _ in range(5):
             t0 = time.perf_counter()

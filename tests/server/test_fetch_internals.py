@@ -502,3 +502,57 @@ def test_the_leader_sends_a_consumer_only_to_a_follower_holding_its_offset(tmp_p
         assert consumer(1, "r2") == (7, False)
 
     run_broker(tmp_path, scenario)
+
+
+def test_a_small_cached_region_is_copied_on_the_loop_and_a_cold_one_sent_by_sendfile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tail read (just appended, in the page cache) skips the sendfile thread; a region the
+    page cache does not hold still goes to it, so a cold or slow disk never stalls the loop.
+    Both arrive byte for byte."""
+    import socket
+
+    from logkeel.server.network import zero_copy as network
+    from logkeel.server.replica.results import RegionRecords
+
+    sent_by_sendfile: list[int] = []
+    real = network._sendfile_some
+
+    def counting(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        n = real(out_fd, in_fd, offset, count)
+        if n > 0:
+            sent_by_sendfile.append(n)
+        return n
+
+    monkeypatch.setattr(network, "_sendfile_some", counting)
+    path = tmp_path / "segment"
+    data = os.urandom(8192)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+
+    async def send(region: RegionRecords) -> bytes:
+        a, b = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        try:
+            await network.send_parts(
+                transport,  # type: ignore[arg-type]
+                [b"head", region],
+                lambda: asyncio.sleep(0),
+                lambda: False,
+            )
+            return b.recv(1 << 16)
+        finally:
+            transport.close()
+            b.close()
+
+    try:
+        os.pread(fd, len(data), 0)  # in the page cache
+        assert asyncio.run(send(RegionRecords(os.dup(fd), 100, 4000))) == b"head" + data[100:4100]
+        assert sent_by_sendfile == []
+        os.fsync(fd)  # clean pages can be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert asyncio.run(send(RegionRecords(os.dup(fd), 200, 4000))) == b"head" + data[200:4200]
+        assert sum(sent_by_sendfile) == 4000
+    finally:
+        os.close(fd)

@@ -62,9 +62,12 @@ __all__ = ["Controller", "LiveBrokers", "decide", "imbalanced_partitions", "init
 
 log = logging.getLogger(__name__)
 
-# A pass over every partition (from the context: no read) and over the requests runs this often
-# without any event: a retry after a refused write, requests whose watch was missed.
+# Without any event, the requests are read this often (a request whose watch was missed)...
 _IDLE_RECONCILE_S = 5.0
+# ...and every partition is decided again this often (from the context: no read), a safety net
+# only: the context's watches touch each partition a change concerns, and a refused write is
+# retried on its own. At 2,000 partitions a sweep every 5 s was most of an idle controller's CPU.
+_FULL_SWEEP_S = 60.0
 # How long an unclean or designated election waits for the live brokers' fresh reports.
 _REPORT_WAIT_S = 3.0
 # A finished election whose requester never came back for the results is removed after this.
@@ -121,6 +124,7 @@ class Controller:
         # Partitions the context's deliveries touched since the last pass.
         self._touched: set[TopicPartition] = set()
         self._touched_lock = threading.Lock()
+        self._next_sweep = 0.0
         # Every broker probes the others: a crashed one (the controller's included) is removed
         # at once rather than after its session expires.
         self.crash_detector = CrashDetector(client, broker_id)
@@ -260,7 +264,7 @@ class Controller:
     # -- one pass -------------------------------------------------------------------------------
 
     def reconcile(self, ctl: ControllerEpoch, events: Iterable[str] = ("idle",)) -> None:
-        """Brings the partitions that events touched (every one on an idle pass) in line with
+        """Brings the partitions that events touched (every one on a sweep) in line with
         the live brokers and pending requests."""
         ctx = self._take_office()
         events = set(events)
@@ -270,7 +274,9 @@ class Controller:
             preferred = self._take_requests(ctl, ctx)
         with self._touched_lock:
             touched, self._touched = self._touched, set()
-        if "idle" in events or "retry" in events:
+        now = time.monotonic()
+        if "retry" in events or ("idle" in events and now >= self._next_sweep):
+            self._next_sweep = now + _FULL_SWEEP_S
             with ctx.lock:
                 touched |= ctx.all_partitions()
         touched |= preferred | set(self._unclean_waits)
