@@ -386,23 +386,30 @@ def test_log_append_time_and_min_insync_replicas(tmp_path: Path) -> None:
     run_broker(tmp_path, scenario)
 
 
-def test_fetched_records_go_to_the_socket_with_sendfile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The record bytes of a Fetch response travel by sendfile, not through Python."""
+def count_sendfile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes each ``sendfile`` call sent, as the test goes on."""
     from logkeel.server.network import zero_copy as network
-    from tests.server.test_produce_api import RawClient, fetch_request
 
-    sent_by_sendfile: list[int] = []
+    sent: list[int] = []
     real = network._sendfile_some
 
     def counting(out_fd: int, in_fd: int, offset: int, count: int) -> int:
         n = real(out_fd, in_fd, offset, count)
         if n > 0:
-            sent_by_sendfile.append(n)
+            sent.append(n)
         return n
 
     monkeypatch.setattr(network, "_sendfile_some", counting)
+    return sent
+
+
+def test_fetched_records_go_to_the_socket_with_sendfile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record bytes of a Fetch response travel by sendfile, not through Python."""
+    from tests.server.test_produce_api import RawClient, fetch_request
+
+    sent_by_sendfile = count_sendfile(monkeypatch)
     payload = os.urandom(3 * 1024 * 1024)
 
     async def scenario(broker: Broker) -> None:
@@ -515,16 +522,7 @@ def test_a_small_cached_region_is_copied_on_the_loop_and_a_cold_one_sent_by_send
     from logkeel.server.network import zero_copy as network
     from logkeel.server.replica.results import RegionRecords
 
-    sent_by_sendfile: list[int] = []
-    real = network._sendfile_some
-
-    def counting(out_fd: int, in_fd: int, offset: int, count: int) -> int:
-        n = real(out_fd, in_fd, offset, count)
-        if n > 0:
-            sent_by_sendfile.append(n)
-        return n
-
-    monkeypatch.setattr(network, "_sendfile_some", counting)
+    sent_by_sendfile = count_sendfile(monkeypatch)
     path = tmp_path / "segment"
     data = os.urandom(8192)
     path.write_bytes(data)
