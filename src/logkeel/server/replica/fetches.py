@@ -157,8 +157,13 @@ class Fetches:
         max_bytes: int,
         isolation_level: int,
     ) -> list[FetchPartitionResult]:
-        """Every partition read: on the IO threads in one trip, or, for a follower whose fetch
-        spans log dirs or touches a slow one, dir by dir (`dir_reads`)."""
+        """Every partition read: on the loop when there is nothing to read (`_read_in_place`),
+        else on the IO threads in one trip, or, for a follower whose fetch spans log dirs or
+        touches a slow one, dir by dir (`dir_reads`)."""
+        if not self._path.stopped:
+            in_place = self._read_in_place(requests, replica_id, max_bytes, isolation_level)
+            if in_place is not None:
+                return in_place
         groups: dict[Path | None, list[int]] = {}
         for i, r in enumerate(requests):
             p = self._path.partition(r.tp)
@@ -169,6 +174,34 @@ class Fetches:
                 self._read_all, requests, replica_id, max_bytes, isolation_level
             )
         return await self.dir_reads.read(groups, requests, replica_id, max_bytes, isolation_level)
+
+    def _read_in_place(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: int,
+    ) -> list[FetchPartitionResult] | None:
+        """A fetch with nothing to read -- every partition asked at its log end: a caught-up
+        follower, a consumer at the tail -- touches no file, only offsets in memory, so it is
+        answered on the loop. That saves a follower's round trip two thread switches, and the
+        high watermark its fetch moves completes the acks=all produces waiting on it at once.
+        Only when every log's lock is free: an append or a flush holding one may be waiting on
+        the disk, which the loop must never do. None: read on the IO threads."""
+        held = []
+        try:
+            for r in requests:
+                p = self._path.partition(r.tp)
+                plog = p.log if p is not None else None
+                if plog is None or not plog.lock.acquire(blocking=False):
+                    return None
+                held.append(plog.lock)
+                if r.fetch_offset != plog.log_end_offset:
+                    return None
+            return self._read_all(requests, replica_id, max_bytes, isolation_level)
+        finally:
+            for lock in held:
+                lock.release()
 
     def _read_all(
         self,
