@@ -163,6 +163,10 @@ def test_the_page_follows_a_broker_dying_and_browses_messages(
     observed = wait_until(lambda: [r for r in cells("#observed tbody tr") if f"{TOPIC}-0" in r],
                           10, "the election in the elections view")  # fmt: skip
     assert observed[0].split("|")[2:4] == [str(leader), elected]
+    # The controller's record of the same election, which outlives the console.
+    wait_until(lambda: [r for r in cells("#history tbody tr") if f"|{TOPIC}-0|" in r
+                        and r.startswith(tuple("0123456789")) and "|clean election|" in r],
+               15, "the controller's record of the election")  # fmt: skip
 
     view("browser")
     form = browser.find_element(By.ID, "browse-form")

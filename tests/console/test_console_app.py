@@ -121,6 +121,7 @@ def test_every_view_shows_the_broker_its_topic_and_the_group(broker: BrokerProce
         elections = get(client, "/api/elections")
         assert elections["losses"] is None and "single node" in elections["losses_note"]
         assert elections["observed"] == [] and elections["not_recorded"]
+        assert elections["history"] == [] and "single node" in elections["history_note"]
 
         rates = wait_until(
             lambda: (r := get(client, "/api/throughput"))["topics"].get(TOPIC) and r,

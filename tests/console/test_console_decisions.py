@@ -4,6 +4,7 @@ the samplers remember (dead brokers kept, leader changes, rates, lag trend)."""
 from __future__ import annotations
 
 from logkeel.console.browse import committed_records, shown_bytes
+from logkeel.console.history import history_rows
 from logkeel.console.samplers import BrokerRoster, LagHistory, LeaderChanges, OffsetRates
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
@@ -92,3 +93,36 @@ def test_lag_trend_keeps_the_last_points() -> None:
         lags.add(t, {"g": lag})
     assert lags.trend("g") == [[2, 3], [3, 0]]
     assert lags.trend("unknown") == []
+
+
+def test_the_history_is_one_list_newest_first_each_row_saying_what_and_why() -> None:
+    rows = history_rows({
+        "leader_elections": [
+            {"time_ms": 10, "topic": "t", "partition": 0, "from_leader": 1, "leader": 2,
+             "leader_epoch": 5, "election": "clean", "reason": "leader 1 is not alive"},
+            {"time_ms": 40, "topic": "t", "partition": 1, "from_leader": 3, "leader": -1,
+             "leader_epoch": 9, "election": "offline", "reason": "no live replica"},
+        ],
+        "slow_leader_step_downs": [
+            {"time_ms": 20, "topic": "t", "partition": 0, "broker": 2, "leader": 3,
+             "leader_epoch": 6, "reason": "slow for every in-sync follower"},
+        ],
+        "log_dir_events": [
+            {"time_ms": 30, "broker": 2, "log_dir": "/d/a", "event": "LogDirFailure",
+             "reason": "EIO"},
+            {"time_ms": 35, "broker": 2, "log_dir": "/d/a", "event": "LogDirOnline",
+             "reason": "back online"},
+        ],
+    })  # fmt: skip
+    assert [(r["time_ms"], r["kind"], r["broker"], r["subject"]) for r in rows] == [
+        (40, "offline election", 3, "t-1"),
+        (35, "log dir back online", 2, "/d/a"),
+        (30, "log dir failed", 2, "/d/a"),
+        (20, "slow leader stepped down", 2, "t-0"),
+        (10, "clean election", 1, "t-0"),
+    ]
+    assert rows[0]["change"] == "leader 3 -> none (offline), epoch 9"
+    assert rows[3]["change"] == "leader 2 -> 3, epoch 6"
+    assert rows[3]["reason"] == "slow for every in-sync follower"
+    assert history_rows({}) == []
+    assert len(history_rows({"leader_elections": [{"time_ms": i} for i in range(9)]}, limit=4)) == 4

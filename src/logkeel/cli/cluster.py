@@ -194,8 +194,8 @@ def cluster_status(
     security: ClientSecurity | None = None,
 ) -> dict[str, Any]:
     """The cluster as the first broker of ``bootstrap`` that answers sees it, as plain data
-    (what ``--json`` prints); ``election_losses`` is None when they could not be read (a single
-    node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list).
+    (what ``--json`` prints); ``election_losses`` and ``history`` are None when they could not
+    be read (a single node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list).
     ``security``: how to reach the listener when there is no command's ``--command-config``
     to read it from (a thread of `logkeel console`)."""
     with Admin(
@@ -239,7 +239,7 @@ def status_of(admin: Admin, *, with_losses: bool = True) -> dict[str, Any]:
     }
     if with_losses:
         connect = zookeeper_connect(admin, status)
-        status["election_losses"], reasons = _from_zookeeper(connect)
+        status["election_losses"], reasons, status["history"] = _from_zookeeper(connect)
         for p in partitions:
             if p["offline"]:
                 p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
@@ -277,15 +277,19 @@ def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
 
 def _from_zookeeper(
     connect: str | None,
-) -> tuple[list[dict[str, Any]] | None, dict[tuple[str, int], str]]:
-    """The election losses (None: unknown) and why each offline partition waits."""
+) -> tuple[
+    list[dict[str, Any]] | None, dict[tuple[str, int], str], dict[str, list[dict[str, Any]]] | None
+]:
+    """The election losses (None: unknown), why each offline partition waits, and the
+    controller's history (`zk_history`: elections, slow leaders' step-downs, log dir events;
+    None: unknown)."""
     if connect is None:
-        return None, {}
+        return None, {}, None
     client = ZkMetadataClient(connect, session_timeout_ms=10_000)
     try:
         client.start()
     except ZooKeeperUnavailable:
-        return None, {}
+        return None, {}, None
     try:
         reasons = {(tp.topic, tp.partition): r for tp, r in client.offline_reasons().items()}
         return [
@@ -294,7 +298,7 @@ def _from_zookeeper(
              "truncated": {str(r): n for r, n in x.truncated.items()}, "reason": x.reason,
              "time_ms": x.time_ms}
             for x in client.election_losses()
-        ], reasons  # fmt: skip
+        ], reasons, client.history()  # fmt: skip
     finally:
         client.close()
 

@@ -30,6 +30,7 @@ from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.console.browse import BrowseError, read_partition
 from logkeel.console.gather import poll_cluster, poll_groups
+from logkeel.console.history import history_rows
 from logkeel.console.samplers import BrokerRoster, LagHistory, LeaderChanges, OffsetRates
 from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
 from logkeel.storage.topic_partition import TopicPartition
@@ -38,14 +39,13 @@ __all__ = ["ConsoleState", "create_app"]
 
 log = logging.getLogger(__name__)
 
-# Recorded by the controller in ZooKeeper and shown; the rest of the history is not
-# recorded anywhere a console can read it yet, and the page says so.
+# What the controller's history does not hold, said on the page.
 NOT_RECORDED = [
-    "clean elections before this console started (only losses are recorded in ZooKeeper)",
-    "slow-leader step-downs",
-    "log dirs failing and coming back (only their current state is shown)",
-    "the replica to designate for a partition that lost its whole ISR: not built here yet; "
-    "`logkeel audit` answers it",
+    "log dirs already offline when their broker started (they failed while it was down): "
+    "the brokers view shows them, the history does not",
+    "a slow leader's request to step down that the controller refused (no in-sync follower "
+    "to take over): only the broker's log has it",
+    "the history keeps the last 1,000 events of each kind",
 ]
 _LOSSES_EVERY = 5  # polls: election losses are read from ZooKeeper, a session each time
 _ACTION_TIMEOUT_S = 30.0
@@ -69,6 +69,7 @@ class ConsoleState:
     groups: list[dict[str, Any]] = field(default_factory=list)
     groups_error: str | None = "not polled yet"
     losses: list[dict[str, Any]] | None = None
+    history: dict[str, list[dict[str, Any]]] | None = None
     updated_ms: int = 0
     roster: BrokerRoster = field(default_factory=BrokerRoster)
     changes: LeaderChanges = field(default_factory=LeaderChanges)
@@ -101,6 +102,7 @@ class ConsoleState:
             del status["brokers"]
             if with_losses:
                 self.losses = status.pop("election_losses", None)
+                self.history = status.pop("history", None)
             self.changes.observe(now, status["partitions"])
             self.rates.add(now, {
                 (p["topic"], p["partition"]): (p["log_end_offset"], p["leader"])
@@ -207,10 +209,14 @@ def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette
 
     def elections(_request: Request) -> Response:
         with state.lock:
+            recorded = state.history is not None and state.losses is not None
             return JSONResponse({
                 "losses": state.losses,
                 "losses_note": None if state.losses is not None else
                 "election losses unknown: ZooKeeper not reachable, or a single node",
+                "history": history_rows(state.history or {}),
+                "history_note": None if recorded else
+                "the cluster's history is unknown: ZooKeeper not reachable, or a single node",
                 "observed": list(state.changes.changes),
                 "not_recorded": NOT_RECORDED,
             })  # fmt: skip

@@ -126,6 +126,10 @@ function drawElections(data) {
     el("td", {}, `${x.topic}-${x.partition}`), el("td", {}, x.reason), el("td", {}, x.leader), el("td", {}, x.leader_epoch),
     el("td", {}, x.from_offset < 0 ? "not reported" : x.from_offset),
     el("td", {}, Object.entries(x.truncated).map(([r, n]) => `${r}: ${n}`).join(", ") || "-"))));
+  document.getElementById("history-note").textContent = data.history_note || (data.history.length ? "" : "nothing recorded yet");
+  fillTable("history", data.history.map((h) => el("tr", { class: h.kind.replaceAll(" ", "-") }, el("td", {}, time(h.time_ms)),
+    el("td", {}, h.kind), el("td", {}, h.broker == null ? "-" : h.broker), el("td", {}, h.subject),
+    el("td", {}, h.change), el("td", {}, h.reason))));
   document.getElementById("not-recorded").replaceChildren(...data.not_recorded.map((t) => el("li", {}, t)));
 }
 
