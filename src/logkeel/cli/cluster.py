@@ -51,11 +51,14 @@ from logkeel.cli.cluster_control import (
     ask,
     replication_defaults,
 )
+from logkeel.cluster.designation import replica_to_designate
 from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_data import ReplicaLogReport
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
 from logkeel.server.protocol import ApiKey, request_schema
+from logkeel.storage.topic_partition import TopicPartition
 from logkeel.testing.broker_process import LogkeelBroker
 
 __all__ = ["cluster_group", "cluster_status", "status_of", "zookeeper_connect"]
@@ -239,10 +242,9 @@ def status_of(admin: Admin, *, with_losses: bool = True) -> dict[str, Any]:
     }
     if with_losses:
         connect = zookeeper_connect(admin, status)
-        status["election_losses"], reasons, status["history"] = _from_zookeeper(connect)
-        for p in partitions:
-            if p["offline"]:
-                p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
+        status["election_losses"], status["history"] = _from_zookeeper(
+            connect, status, admin.bootstrap()
+        )
     return status
 
 
@@ -276,31 +278,59 @@ def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
 
 
 def _from_zookeeper(
-    connect: str | None,
-) -> tuple[
-    list[dict[str, Any]] | None, dict[tuple[str, int], str], dict[str, list[dict[str, Any]]] | None
-]:
-    """The election losses (None: unknown), why each offline partition waits, and the
-    controller's history (`zk_history`: elections, slow leaders' step-downs, log dir events;
-    None: unknown)."""
+    connect: str | None, status: dict[str, Any], bootstrap: str
+) -> tuple[list[dict[str, Any]] | None, dict[str, list[dict[str, Any]]] | None]:
+    """The election losses and the controller's history (`zk_history`: elections, slow
+    leaders' step-downs, log dir events), None when unknown; each offline partition of
+    ``status`` gets why it waits (``offline_reason``) and the replica to designate
+    (``designate``, `cluster.designation`: the audit's ranking of the brokers' reports)."""
     if connect is None:
-        return None, {}, None
+        return None, None
     client = ZkMetadataClient(connect, session_timeout_ms=10_000)
     try:
         client.start()
     except ZooKeeperUnavailable:
-        return None, {}, None
+        return None, None
     try:
         reasons = {(tp.topic, tp.partition): r for tp, r in client.offline_reasons().items()}
+        _designations(client, status, bootstrap)
+        for p in status["partitions"]:
+            if p["offline"]:
+                p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
         return [
             {"topic": x.tp.topic, "partition": x.tp.partition, "leader": x.leader,
              "leader_epoch": x.leader_epoch, "from_offset": x.from_offset,
              "truncated": {str(r): n for r, n in x.truncated.items()}, "reason": x.reason,
              "time_ms": x.time_ms}
             for x in client.election_losses()
-        ], reasons, client.history()  # fmt: skip
+        ], client.history()  # fmt: skip
     finally:
         client.close()
+
+
+def _designations(client: ZkMetadataClient, status: dict[str, Any], bootstrap: str) -> None:
+    """Each offline partition's replica to designate, from its replicas' last reports (each
+    broker's read once)."""
+    offline = [p for p in status["partitions"] if p["offline"]]
+    if not offline:
+        return
+    live = {b["id"] for b in status["brokers"]}
+    logs: dict[int, dict[TopicPartition, ReplicaLogReport]] = {}
+    topic_ids: dict[str, str | None] = {}
+    for p in offline:
+        tp = TopicPartition(p["topic"], p["partition"])
+        for b in p["replicas"]:
+            if b not in logs:
+                found = client.replica_logs_of(b)
+                logs[b] = found[1] if found is not None else {}
+        if tp.topic not in topic_ids:
+            assignment = client.topic_assignment(tp.topic)
+            topic_ids[tp.topic] = assignment.topic_id if assignment is not None else None
+        reports = {b: logs[b][tp] for b in p["replicas"] if tp in logs[b]}
+        p["designate"] = replica_to_designate(
+            tp.topic, tp.partition, p["replicas"], reports,
+            topic_id=topic_ids[tp.topic], live=live, bootstrap=bootstrap,
+        )  # fmt: skip
 
 
 def _log_dirs(admin: Admin, address: str) -> dict[str, Any]:

@@ -49,6 +49,7 @@ NOT_RECORDED = [
 ]
 _LOSSES_EVERY = 5  # polls: election losses are read from ZooKeeper, a session each time
 _ACTION_TIMEOUT_S = 30.0
+_FROM_ZOOKEEPER = ("offline_reason", "designate")
 
 
 def _now_ms() -> int:
@@ -70,6 +71,9 @@ class ConsoleState:
     groups_error: str | None = "not polled yet"
     losses: list[dict[str, Any]] | None = None
     history: dict[str, list[dict[str, Any]]] | None = None
+    # What ZooKeeper says of each offline partition (why it waits, the replica to designate),
+    # read every few polls and shown on the polls between.
+    offline_info: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     updated_ms: int = 0
     roster: BrokerRoster = field(default_factory=BrokerRoster)
     changes: LeaderChanges = field(default_factory=LeaderChanges)
@@ -103,6 +107,13 @@ class ConsoleState:
             if with_losses:
                 self.losses = status.pop("election_losses", None)
                 self.history = status.pop("history", None)
+                self.offline_info = {
+                    (p["topic"], p["partition"]): {k: p[k] for k in _FROM_ZOOKEEPER if k in p}
+                    for p in status["partitions"] if p["offline"]
+                }  # fmt: skip
+            for p in status["partitions"]:
+                if p["offline"]:
+                    p.update(self.offline_info.get((p["topic"], p["partition"]), {}))
             self.changes.observe(now, status["partitions"])
             self.rates.add(now, {
                 (p["topic"], p["partition"]): (p["log_end_offset"], p["leader"])

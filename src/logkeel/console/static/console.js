@@ -68,6 +68,12 @@ function drawPartitions(data) {
       el("td", { class: p.offline ? "offline" : p.under_replicated ? "under" : "ok" }, state),
       el("td", {}, p.log_end_offset), el("td", {}, bytes(p.size_bytes)));
   }));
+  const leaderless = data.partitions.filter((p) => p.offline && p.designate);
+  document.getElementById("designate-section").hidden = !leaderless.length;
+  fillTable("designate", leaderless.map((p) => el("tr", { "data-partition": `${p.topic}-${p.partition}` },
+    el("td", {}, `${p.topic}-${p.partition}`), el("td", { class: "best" }, p.designate.broker == null ? "unknown" : p.designate.broker),
+    el("td", {}, p.designate.replicas.map((r) => `${r.broker}${r.live ? "" : " (down)"}: log end ${r.log_end_offset}, epoch ${r.last_leader_epoch}`).join("; ") || "-"),
+    el("td", {}, el("code", { class: "command" }, p.designate.elect_command || "-")), el("td", {}, p.designate.note))));
 }
 
 function sparkline(points, width, height) {
