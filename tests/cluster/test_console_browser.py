@@ -89,6 +89,7 @@ def test_a_designated_election_runs_only_confirmed_with_actions_allowed(cluster:
 
     from logkeel.console.app import ConsoleState, create_app
     from logkeel.server.network.client import ClientSecurity
+    from tests.console.test_console_app import act
 
     cluster.create_topic("designated", 1, 3)
     [part] = wait_until(lambda: [p for p in cluster.partitions("designated").values()
@@ -98,10 +99,9 @@ def test_a_designated_election_runs_only_confirmed_with_actions_allowed(cluster:
     state = ConsoleState([b.bootstrap for b in cluster.brokers.values()], ClientSecurity())
     body = {"topic": "designated", "partition": 0, "replica": chosen}
     with TestClient(create_app(state, allow_actions=True)) as client:
-        refused = client.post("/api/actions/designated-election", json=body)
+        refused = act(client, "designated-election", body)
         assert refused.status_code == 400 and "designated-0" in refused.json()["error"]
-        done = client.post("/api/actions/designated-election",
-                           json={**body, "confirm": "designated-0"})  # fmt: skip
+        done = act(client, "designated-election", {**body, "confirm": "designated-0"})
         assert done.status_code == 200, done.text
         [result] = done.json()["results"]
         assert (result["partition"], result["error"]) == ("designated-0", None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,22 +19,25 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from logkeel.admin.log_dirs import bring_online
+from logkeel.admin.reassignments import alter_reassignments
+from logkeel.admin.session import AdminError
 from logkeel.cli.broker_requests import Admin
 from logkeel.cli.cluster import status_of, zookeeper_connect
 from logkeel.cli.elect import elect_leaders_request, election_results
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
+from logkeel.console.actions import Action, ActionRefused, check_origin, parse_action
 from logkeel.console.browse import BrowseError, read_partition
 from logkeel.console.gather import poll_cluster, poll_groups
 from logkeel.console.history import history_rows
 from logkeel.console.samplers import BrokerRoster, LagHistory, LeaderChanges, OffsetRates
 from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
-from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["ConsoleState", "create_app"]
 
@@ -182,9 +186,15 @@ class ConsoleState:
         )
 
 
-def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette:
-    """The console's web app over ``state`` (started and stopped with the app)."""
+def create_app(
+    state: ConsoleState, *, allow_actions: bool = False, hosts: frozenset[str] | None = None
+) -> Starlette:
+    """The console's web app over ``state`` (started and stopped with the app). ``hosts``: the
+    Host headers actions are taken for (`actions.allowed_hosts`; None: any)."""
     static = resources.files("logkeel.console") / "static"
+    # Per process: the page carries it, every action must send it back (CSRF).
+    token = secrets.token_urlsafe(32)
+    page = (static / "index.html").read_text().replace("__CONSOLE_TOKEN__", token)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -195,7 +205,7 @@ def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette
             state.stop()
 
     def index(_request: Request) -> Response:
-        return FileResponse(str(static / "index.html"))
+        return HTMLResponse(page, headers={"cache-control": "no-store"})
 
     def overview(_request: Request) -> Response:
         with state.lock:
@@ -258,20 +268,20 @@ def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette
         if not allow_actions:
             return _error(403, "actions are off: this console is read-only "
                                "(start it with --allow-actions to enable them)")  # fmt: skip
+        refused = check_origin(request.headers, token, hosts)
+        if refused is not None:
+            return _error(403, refused)
         try:
             body = await request.json()
-            kind = request.path_params["kind"]
-            tp = TopicPartition(str(body["topic"]), int(body["partition"]))
-            replica = int(body["replica"]) if kind == "designated-election" else None
-        except (KeyError, ValueError, TypeError):
-            return _error(400, "give topic, partition (and replica for a designated election)")
-        if body.get("confirm") != str(tp):
-            return _error(400, f"not confirmed: send confirm={str(tp)!r} to run it")
+        except ValueError:
+            body = None
+        try:
+            act = parse_action(request.path_params["kind"], body)
+        except ActionRefused as exc:
+            return _error(exc.status, str(exc))
         operator = request.client.host if request.client else "unknown"
-        log.warning("console action %s on %s (replica %s) by %s", kind, tp, replica, operator)
-        return await run_in_threadpool(
-            _run_action, state, kind, tp, replica, bool(body.get("force"))
-        )
+        log.warning("console action %s on %s by %s: %s", act.kind, act.subject, operator, act)
+        return await run_in_threadpool(_run_action, state, act)
 
     routes = [
         Route("/", index),
@@ -291,28 +301,38 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def _run_action(
-    state: ConsoleState, kind: str, tp: TopicPartition, replica: int | None, force: bool
-) -> Response:
+def _run_action(state: ConsoleState, act: Action) -> Response:
     try:
         with state.admin() as admin:
-            if kind == "preferred-election":
-                answer = admin.send(elect_leaders_request("preferred", [tp], _ACTION_TIMEOUT_S))
+            if act.kind == "log-dir-online":
+                assert act.broker is not None and act.log_dir is not None
+                address = admin.brokers().get(act.broker)
+                if address is None:
+                    return _error(409, f"broker {act.broker} is not alive")
+                return JSONResponse({"message": bring_online(admin, address, act.log_dir)})
+            assert act.tp is not None
+            if act.kind == "reassignment":
+                error = alter_reassignments(admin, {act.tp: act.replicas}).get(act.tp)
+                return JSONResponse({"results": [{"partition": str(act.tp), "error": error,
+                                                  "message": f"replicas {list(act.replicas)}"}]})  # fmt: skip
+            if act.kind == "preferred-election":
+                answer = admin.send(elect_leaders_request("preferred", [act.tp], _ACTION_TIMEOUT_S))
                 results = election_results(answer)
-            elif kind == "designated-election":
-                assert replica is not None
+            else:
+                assert act.replica is not None
                 connect = zookeeper_connect(admin, status_of(admin, with_losses=False))
                 if connect is None:
                     return _error(409, "the bootstrap broker names no zookeeper.connect")
                 client = ZkMetadataClient(connect, session_timeout_ms=10_000)
                 client.start()
                 try:
-                    request = ElectionRequest("designated", frozenset({tp}), replica, force)
+                    request = ElectionRequest("designated", frozenset({act.tp}), act.replica,
+                                              act.force)  # fmt: skip
                     results = client.run_election(request, _ACTION_TIMEOUT_S)
                 finally:
                     client.close()
-            else:
-                return _error(404, f"no action {kind!r}: preferred-election, designated-election")
+    except AdminError as exc:
+        return _error(409, str(exc))
     except (BrokerConnectionError, ZooKeeperUnavailable, ValueError) as exc:
         return _error(503, str(exc))
     return JSONResponse({

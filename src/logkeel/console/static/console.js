@@ -53,7 +53,7 @@ function drawBrokers(data) {
       el("td", { class: b.alive ? "ok" : "dead" }, b.alive ? "alive" : `dead (last seen ${time(b.last_seen_ms)})`),
       el("td", {}, b.rack), el("td", {}, b.controller ? "controller" : ""), dirs);
   }));
-  document.getElementById("actions").hidden = !data.actions_allowed;
+  for (const box of document.querySelectorAll(".actions")) box.hidden = !data.actions_allowed;
   document.getElementById("actions-off").hidden = data.actions_allowed;
   intervalMs = data.interval_ms || intervalMs;
 }
@@ -179,14 +179,19 @@ async function browse(ev) {
     el("td", { class: "bytes" }, r.headers.map((h) => `${h.key}=${shown(h.value)}`).join("; ")))));
 }
 
+const TOKEN = document.querySelector("meta[name='logkeel-console-token']").content;
+
 async function act(ev) {
   ev.preventDefault();
   const f = new FormData(ev.target);
-  const body = { topic: f.get("topic"), partition: Number(f.get("partition")), confirm: f.get("confirm"), force: f.get("force") === "on" };
-  if (f.get("replica")) body.replica = Number(f.get("replica"));
-  const kind = ev.submitter ? ev.submitter.value : "preferred-election";
-  const r = await fetch(`/api/actions/${kind}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  document.getElementById("action-result").textContent = JSON.stringify(await r.json(), null, 2);
+  const body = { confirm: f.get("confirm") };
+  for (const k of ["topic", "log_dir", "replicas"]) if (f.get(k)) body[k] = f.get(k);
+  for (const k of ["partition", "replica", "broker"]) if (f.get(k)) body[k] = Number(f.get(k));
+  body.force = f.get("force") === "on";
+  const kind = ev.submitter ? ev.submitter.value : ev.target.dataset.kind;
+  const r = await fetch(`/api/actions/${kind}`, { method: "POST",
+    headers: { "content-type": "application/json", "x-logkeel-console-token": TOKEN }, body: JSON.stringify(body) });
+  ev.target.parentElement.querySelector(".action-result").textContent = JSON.stringify(await r.json(), null, 2);
 }
 
 for (const b of document.querySelectorAll("nav button")) {
@@ -196,5 +201,5 @@ for (const b of document.querySelectorAll("nav button")) {
   });
 }
 document.getElementById("browse-form").addEventListener("submit", browse);
-document.getElementById("action-form").addEventListener("submit", act);
+for (const form of document.querySelectorAll("form.action")) form.addEventListener("submit", act);
 refresh();
