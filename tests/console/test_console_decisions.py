@@ -3,6 +3,9 @@ the samplers remember (dead brokers kept, leader changes, rates, lag trend)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from logkeel.console.actions import (
     TOKEN_HEADER,
     ActionRefused,
@@ -184,3 +187,14 @@ def test_only_the_pages_own_request_may_act() -> None:
     assert "Origin" in str(check_origin({**good, "origin": "http://localhost:9999"}, "tok", hosts))
     no_origin = {k: v for k, v in good.items() if k != "origin"}
     assert "Origin" in str(check_origin(no_origin, "tok", hosts))
+
+
+def test_the_console_does_not_depend_on_the_cli() -> None:
+    """Its requests come from admin/, below both: no CLI module (whose helpers end the process)
+    is loaded with the console's app."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, logkeel.console.app; "
+         "print(sorted(m for m in sys.modules if m.startswith('logkeel.cli')))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert loaded == "[]"

@@ -22,6 +22,7 @@ import click
 from kio.schema.errors import ErrorCode
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from logkeel.admin.partition_info import topics
 from logkeel.admin.reassignments import alter_reassignments
 from logkeel.admin.session import AdminError
 from logkeel.cli.broker_requests import (
@@ -33,7 +34,6 @@ from logkeel.cli.broker_requests import (
 )
 from logkeel.cli.configs import alter_entity
 from logkeel.cli.kafka_style import console, one_action
-from logkeel.cli.partition_info import topics
 from logkeel.cli.reassign_plan import (
     Broker,
     PlanError,

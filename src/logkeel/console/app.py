@@ -23,14 +23,15 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from logkeel.admin.cluster_status import status_of, zookeeper_connect
+from logkeel.admin.elections import (
+    designated_election,
+    elect_leaders_request,
+    election_results,
+)
 from logkeel.admin.log_dirs import bring_online
 from logkeel.admin.reassignments import alter_reassignments
-from logkeel.admin.session import AdminError
-from logkeel.cli.broker_requests import Admin
-from logkeel.cli.cluster import status_of, zookeeper_connect
-from logkeel.cli.elect import elect_leaders_request, election_results
-from logkeel.cluster.partition_state import ElectionRequest
-from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.admin.session import AdminError, AdminSession
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.console.actions import Action, ActionRefused, check_origin, parse_action
 from logkeel.console.browse import BrowseError, read_partition
@@ -132,9 +133,9 @@ class ConsoleState:
             with self.lock:
                 self.groups_error = str(exc)
             return
-        except SystemExit:  # a command's `fail` from cli.groups; its message went to stderr
+        except AdminError as exc:
             with self.lock:
-                self.groups_error = "a broker refused ListGroups"
+                self.groups_error = str(exc)
             return
         now = _now_ms()
         lags = {
@@ -177,8 +178,8 @@ class ConsoleState:
                 log.exception("console poll failed")
             self._stop.wait(self.interval_s)
 
-    def admin(self) -> Admin:
-        return Admin(
+    def admin(self) -> AdminSession:
+        return AdminSession(
             ",".join(dict.fromkeys(self.addresses())),
             client_id="logkeel-console",
             timeout_ms=10_000,
@@ -323,14 +324,9 @@ def _run_action(state: ConsoleState, act: Action) -> Response:
                 connect = zookeeper_connect(admin, status_of(admin, with_losses=False))
                 if connect is None:
                     return _error(409, "the bootstrap broker names no zookeeper.connect")
-                client = ZkMetadataClient(connect, session_timeout_ms=10_000)
-                client.start()
-                try:
-                    request = ElectionRequest("designated", frozenset({act.tp}), act.replica,
-                                              act.force)  # fmt: skip
-                    results = client.run_election(request, _ACTION_TIMEOUT_S)
-                finally:
-                    client.close()
+                results = designated_election(
+                    connect, act.tp, act.replica, act.force, _ACTION_TIMEOUT_S
+                )
     except AdminError as exc:
         return _error(409, str(exc))
     except (BrokerConnectionError, ZooKeeperUnavailable, ValueError) as exc:
