@@ -1,7 +1,8 @@
 """`logkeel console` in a real browser: Debian's headless Chromium, driven by Selenium, against
 a real `logkeel console` process over three real brokers on the session's ZooKeeper. The page
-shows the three brokers, shows the leader of a partition dead after a SIGKILL and the new
-leader it elected, and its message browser shows records produced beforehand. A screenshot of
+shows the three brokers, takes an action from its own page (through the CSRF checks), shows
+the leader of a partition dead after a SIGKILL, the new leader it elected and the controller's
+record of that election, and its message browser shows records produced beforehand. A screenshot of
 each view is kept in the test's tmp_path."""
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def console(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
     log = (tmp_path / "console.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "logkeel", "console", "--bootstrap-server", bootstrap,
-         "--listen", f"127.0.0.1:{port}", "--interval", "0.5"],
+         "--listen", f"127.0.0.1:{port}", "--interval", "0.5", "--allow-actions"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
@@ -147,6 +148,16 @@ def test_the_page_follows_a_broker_dying_and_browses_messages(
     wait_until(lambda: cells(f"#partitions tr[data-partition='{TOPIC}-0'] td.leader")
                == [str(leader)], 20, "the page to show the leader")  # fmt: skip
     shots("before")
+
+    # An action from the page itself passes the CSRF checks (token, Origin, Host) of the real
+    # server: the broker answers it (a dir it does not have is refused by name).
+    form = browser.find_element(By.ID, "dir-form")
+    form.find_element(By.NAME, "broker").send_keys(str(leader))
+    form.find_element(By.NAME, "log_dir").send_keys("/nowhere")
+    form.find_element(By.NAME, "confirm").send_keys(f"{leader}:/nowhere")
+    form.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    wait_until(lambda: "not a log dir" in "".join(cells("#dir-actions .action-result")), 20,
+               "the broker's answer to the page's action")  # fmt: skip
 
     cluster.brokers[leader].kill()
     wait_until(

@@ -188,7 +188,7 @@ async function act(ev) {
   for (const k of ["topic", "log_dir", "replicas"]) if (f.get(k)) body[k] = f.get(k);
   for (const k of ["partition", "replica", "broker"]) if (f.get(k)) body[k] = Number(f.get(k));
   body.force = f.get("force") === "on";
-  const kind = ev.submitter ? ev.submitter.value : ev.target.dataset.kind;
+  const kind = (ev.submitter && ev.submitter.value) || ev.target.dataset.kind;
   const r = await fetch(`/api/actions/${kind}`, { method: "POST",
     headers: { "content-type": "application/json", "x-logkeel-console-token": TOKEN }, body: JSON.stringify(body) });
   ev.target.parentElement.querySelector(".action-result").textContent = JSON.stringify(await r.json(), null, 2);
