@@ -16,16 +16,16 @@ from kio.schema.consumer_protocol_assignment.v0.data import (
 )
 from kio.serial import entity_writer
 
-from logkeel.cli.broker_requests import parse_bootstrap
-from logkeel.cli.cluster_control import Brokers, replication_defaults
-from logkeel.cli.group_offsets import (
+from logkeel.admin.group_offsets import (
     ResetError,
     assigned_partitions,
     offset_rows,
     reset_offsets,
 )
+from logkeel.admin.partition_info import PartitionInfo, TopicInfo
+from logkeel.cli.broker_requests import parse_bootstrap
+from logkeel.cli.cluster_control import Brokers, replication_defaults
 from logkeel.cli.kafka_style import ConfigListError, one_action, parse_config_list
-from logkeel.cli.partition_info import PartitionInfo, TopicInfo
 from logkeel.cli.topics import select_topics
 from logkeel.storage.topic_partition import TopicPartition
 

@@ -2,7 +2,9 @@
 disk: broker 1 keeps one of its two log dirs on a FUSE mount that starts answering EIO. The
 dir goes offline on broker 1 alone, the controller moves the leadership of its partitions to
 an in-sync replica within seconds, acks=all sends keep succeeding, and once the disk heals
-the dir comes back without a restart and its replicas rejoin the ISR (beyond Kafka)."""
+the dir comes back without a restart and its replicas rejoin the ISR (beyond Kafka). The
+controller records the dir failing and coming back, and the slow leader's step-down, in the
+history `logkeel console` shows."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.faulty_fs import FaultyFs
 from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
+from tests.console.history_watch import wait_for_history
 from tests.server.admin_clients import offline_log_dirs
 from tests.waiting import wait_until
 
@@ -128,6 +131,20 @@ def test_a_failed_disk_moves_leadership_within_seconds_and_comes_back_healed(
         assert values.count("trigger") == 1
         assert [v for v in values if v.startswith("b")] == [f"b{p}-{i}" for i in range(20)]
 
+        fuse_dir = str(faulty_fs.mountpoint / "logs")
+
+        def dir_events(rows: list[dict[str, object]]) -> list[object]:
+            return [r["kind"] for r in rows if r["subject"] == fuse_dir and r["broker"] == 1]
+
+        rows = wait_for_history((b.bootstrap for b in cluster.live()),
+                                lambda rows: len(dir_events(rows)) >= 2, 30,
+                                "the console's history to show the dir failing and back")  # fmt: skip
+        assert dir_events(rows) == ["log dir back online", "log dir failed"]  # newest first
+        [failed] = [r for r in rows if r["kind"] == "log dir failed"]
+        assert str(failed["reason"]).startswith(f"IO error in log dir {fuse_dir}")
+        assert any(r["subject"] == f"{TOPIC}-{p}" and r["kind"] == "clean election"
+                   and r["broker"] == 1 for r in rows)  # fmt: skip
+
 
 def test_a_leader_too_slow_for_its_followers_hands_leadership_over(
     zookeeper: ZooKeeperServer, tmp_path: Path, faulty_fs: FaultyFs
@@ -177,3 +194,15 @@ def test_a_leader_too_slow_for_its_followers_hands_leadership_over(
         assert producer.flush(60) == 0
         assert failed[0] == 0 and acked[0] > 0
         assert "asking the controller to move leadership" in cluster.brokers[1].output()
+
+        def step_downs(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+            # Broker 1 may lead other partitions from the slow dir: they step down too.
+            return [r for r in rows if r["kind"] == "slow leader stepped down"
+                    and r["subject"] == f"{TOPIC}-{p}"]  # fmt: skip
+
+        rows = wait_for_history((b.bootstrap for b in cluster.live()), step_downs, 30,
+                                "the console's history to show the step-down")  # fmt: skip
+        [down] = step_downs(rows)
+        assert down["broker"] == 1
+        assert str(down["change"]).startswith(f"leader 1 -> {part.leader_id},")
+        assert "slower than" in str(down["reason"])

@@ -1,7 +1,8 @@
 """`logkeel console` in a real browser: Debian's headless Chromium, driven by Selenium, against
 a real `logkeel console` process over three real brokers on the session's ZooKeeper. The page
-shows the three brokers, shows the leader of a partition dead after a SIGKILL and the new
-leader it elected, and its message browser shows records produced beforehand. A screenshot of
+shows the three brokers, takes an action from its own page (through the CSRF checks), shows
+the leader of a partition dead after a SIGKILL, the new leader it elected and the controller's
+record of that election, and its message browser shows records produced beforehand. A screenshot of
 each view is kept in the test's tmp_path."""
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def console(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
     log = (tmp_path / "console.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "logkeel", "console", "--bootstrap-server", bootstrap,
-         "--listen", f"127.0.0.1:{port}", "--interval", "0.5"],
+         "--listen", f"127.0.0.1:{port}", "--interval", "0.5", "--allow-actions"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
@@ -89,6 +90,7 @@ def test_a_designated_election_runs_only_confirmed_with_actions_allowed(cluster:
 
     from logkeel.console.app import ConsoleState, create_app
     from logkeel.server.network.client import ClientSecurity
+    from tests.console.test_console_app import act
 
     cluster.create_topic("designated", 1, 3)
     [part] = wait_until(lambda: [p for p in cluster.partitions("designated").values()
@@ -98,10 +100,9 @@ def test_a_designated_election_runs_only_confirmed_with_actions_allowed(cluster:
     state = ConsoleState([b.bootstrap for b in cluster.brokers.values()], ClientSecurity())
     body = {"topic": "designated", "partition": 0, "replica": chosen}
     with TestClient(create_app(state, allow_actions=True)) as client:
-        refused = client.post("/api/actions/designated-election", json=body)
+        refused = act(client, "designated-election", body)
         assert refused.status_code == 400 and "designated-0" in refused.json()["error"]
-        done = client.post("/api/actions/designated-election",
-                           json={**body, "confirm": "designated-0"})  # fmt: skip
+        done = act(client, "designated-election", {**body, "confirm": "designated-0"})
         assert done.status_code == 200, done.text
         [result] = done.json()["results"]
         assert (result["partition"], result["error"]) == ("designated-0", None)
@@ -148,6 +149,16 @@ def test_the_page_follows_a_broker_dying_and_browses_messages(
                == [str(leader)], 20, "the page to show the leader")  # fmt: skip
     shots("before")
 
+    # An action from the page itself passes the CSRF checks (token, Origin, Host) of the real
+    # server: the broker answers it (a dir it does not have is refused by name).
+    form = browser.find_element(By.ID, "dir-form")
+    form.find_element(By.NAME, "broker").send_keys(str(leader))
+    form.find_element(By.NAME, "log_dir").send_keys("/nowhere")
+    form.find_element(By.NAME, "confirm").send_keys(f"{leader}:/nowhere")
+    form.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    wait_until(lambda: "not a log dir" in "".join(cells("#dir-actions .action-result")), 20,
+               "the broker's answer to the page's action")  # fmt: skip
+
     cluster.brokers[leader].kill()
     wait_until(
         lambda: cells(f"#brokers tr.dead[data-broker='{leader}'] td:nth-child(3)")[0:1] != [],
@@ -163,6 +174,10 @@ def test_the_page_follows_a_broker_dying_and_browses_messages(
     observed = wait_until(lambda: [r for r in cells("#observed tbody tr") if f"{TOPIC}-0" in r],
                           10, "the election in the elections view")  # fmt: skip
     assert observed[0].split("|")[2:4] == [str(leader), elected]
+    # The controller's record of the same election, which outlives the console.
+    wait_until(lambda: [r for r in cells("#history tbody tr") if f"|{TOPIC}-0|" in r
+                        and r.startswith(tuple("0123456789")) and "|clean election|" in r],
+               15, "the controller's record of the election")  # fmt: skip
 
     view("browser")
     form = browser.find_element(By.ID, "browse-form")

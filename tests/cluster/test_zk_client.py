@@ -196,9 +196,10 @@ def test_notifications_are_read_in_order_and_once(clients) -> None:
     }
     assert controller.take_isr_changes() == set()
 
-    broker.notify_log_dir_failure(3)
-    broker.notify_log_dir_failure(1)
-    assert controller.take_log_dir_failures() == [3, 1]
+    failed = zd.LogDirEvent(3, "/d/a", reason="EIO", time_ms=5)
+    broker.notify_log_dir_failure(failed)
+    broker.notify_log_dir_failure(zd.LogDirEvent(1))
+    assert controller.take_log_dir_failures() == [failed, zd.LogDirEvent(1)]
 
     broker.request_preferred_election([TopicPartition("t", 0)])
     with pytest.raises(NodeExistsError):

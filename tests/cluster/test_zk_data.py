@@ -104,8 +104,14 @@ def test_notifications() -> None:
         "partitions": [{"topic": "a", "partition": 1}, {"topic": "b", "partition": 0}],
     }
     assert zd.decode_partitions(zd.encode_partitions(tps)) == tps
-    assert json.loads(zd.encode_log_dir_event(4)) == {"version": 1, "broker": 4, "event": 1}
-    assert zd.decode_log_dir_event(zd.encode_log_dir_event(4)) == 4
+    kafkas = zd.LogDirEvent(4)
+    assert json.loads(zd.encode_log_dir_event(kafkas)) == {"version": 1, "broker": 4, "event": 1}
+    assert zd.decode_log_dir_event(zd.encode_log_dir_event(kafkas)) == kafkas
+    back = zd.LogDirEvent(4, "/data/d1", online=True, reason="back online", time_ms=17)
+    assert json.loads(zd.encode_log_dir_event(back))["event"] == zd.LOG_DIR_ONLINE_EVENT
+    assert zd.decode_log_dir_event(zd.encode_log_dir_event(back)) == back
+    # Kafka's own notification (no dir) reads as a failure of an unnamed dir.
+    assert zd.decode_log_dir_event(b'{"version":1,"broker":2,"event":1}') == zd.LogDirEvent(2)
 
 
 ids = st.integers(0, 2**31 - 1)

@@ -6,8 +6,10 @@ answer."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +23,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from logkeel.cli.main import cli
 from logkeel.config.properties import load_properties
+from logkeel.console.actions import TOKEN_HEADER
 from logkeel.console.app import ConsoleState, create_app
 from logkeel.ports import free_port
 from logkeel.server.network.client import ClientSecurity
 from logkeel.server.network.inter_broker import client_security
 from logkeel.testing.certs import make_certificates
+from logkeel.testing.faulty_fs import FaultyFs
 from tests.brokerproc import BrokerProcess
+from tests.server.admin_clients import offline_log_dirs
 from tests.waiting import wait_until
 
 with warnings.catch_warnings():  # it would rather have httpx2, which is not packaged here
@@ -71,11 +76,25 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def client_of(bootstrap: str, *, allow_actions: bool = False,
-              security: ClientSecurity | None = None) -> TestClient:  # fmt: skip
+              security: ClientSecurity | None = None,
+              hosts: frozenset[str] | None = None) -> TestClient:  # fmt: skip
     # The first address is down: the console must bootstrap from the next one.
     state = ConsoleState([f"127.0.0.1:{free_port()}", *bootstrap.split(",")],
                          security or ClientSecurity(), interval_s=0.3)  # fmt: skip
-    return TestClient(create_app(state, allow_actions=allow_actions))
+    return TestClient(create_app(state, allow_actions=allow_actions, hosts=hosts))
+
+
+def page_token(client: TestClient) -> str:
+    """The token the page carries for its actions (as the browser reads it)."""
+    found = re.search(r'name="logkeel-console-token" content="([^"]+)"', client.get("/").text)
+    assert found is not None
+    return found.group(1)
+
+
+def act(client: TestClient, kind: str, body: dict[str, Any], **headers: str) -> Any:
+    """An action as the console's page posts it: its token and its own origin."""
+    sent = {TOKEN_HEADER: page_token(client), "origin": "http://testserver", **headers}
+    return client.post(f"/api/actions/{kind}", json=body, headers=sent)
 
 
 def get(client: TestClient, path: str, **params: Any) -> Any:
@@ -121,6 +140,7 @@ def test_every_view_shows_the_broker_its_topic_and_the_group(broker: BrokerProce
         elections = get(client, "/api/elections")
         assert elections["losses"] is None and "single node" in elections["losses_note"]
         assert elections["observed"] == [] and elections["not_recorded"]
+        assert elections["history"] == [] and "single node" in elections["history_note"]
 
         rates = wait_until(
             lambda: (r := get(client, "/api/throughput"))["topics"].get(TOPIC) and r,
@@ -172,21 +192,76 @@ def test_an_allowed_action_needs_its_confirmation_and_is_logged(
     broker: BrokerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     with client_of(broker.bootstrap, allow_actions=True) as client:
-        unconfirmed = client.post("/api/actions/preferred-election",
-                                  json={"topic": TOPIC, "partition": 0, "confirm": "yes"})  # fmt: skip
+        unconfirmed = act(client, "preferred-election",
+                          {"topic": TOPIC, "partition": 0, "confirm": "yes"})  # fmt: skip
         assert unconfirmed.status_code == 400 and f"{TOPIC}-0" in unconfirmed.json()["error"]
         with caplog.at_level(logging.WARNING, logger="logkeel.console.app"):
-            done = client.post("/api/actions/preferred-election",
-                               json={"topic": TOPIC, "partition": 0, "confirm": f"{TOPIC}-0"})  # fmt: skip
+            done = act(client, "preferred-election",
+                       {"topic": TOPIC, "partition": 0, "confirm": f"{TOPIC}-0"})  # fmt: skip
         assert done.status_code == 200, done.text
         [result] = done.json()["results"]
         # The only replica leads already: Kafka's answer for a preferred election not needed.
         assert result["partition"] == f"{TOPIC}-0" and result["error"] == "ELECTION_NOT_NEEDED"
         assert any("preferred-election" in r.message and "testclient" in r.message
                    for r in caplog.records)  # fmt: skip
-        unknown = client.post("/api/actions/reboot", json={**{"topic": TOPIC, "partition": 0},
-                                                           "confirm": f"{TOPIC}-0"})  # fmt: skip
+        unknown = act(client, "reboot", {"topic": TOPIC, "partition": 0, "confirm": f"{TOPIC}-0"})
         assert unknown.status_code == 404
+
+
+def test_an_action_from_another_site_is_refused(broker: BrokerProcess) -> None:
+    """CSRF: without the page's token, with another origin, or through a name that is not the
+    console's (DNS rebinding), nothing runs; the page's own request does."""
+    body = {"topic": TOPIC, "partition": 0, "confirm": f"{TOPIC}-0"}
+    hosts = frozenset({"testserver", "127.0.0.1:8080"})
+    with client_of(broker.bootstrap, allow_actions=True, hosts=hosts) as client:
+        kind = "preferred-election"
+        token = page_token(client)
+        assert page_token(client) == token  # per process, not per page load
+        for headers, why in [
+            ({}, "token"),
+            ({TOKEN_HEADER: "guessed", "origin": "http://testserver"}, "token"),
+            ({TOKEN_HEADER: token, "origin": "http://evil.example"}, "Origin"),
+            ({TOKEN_HEADER: token}, "Origin"),
+            ({TOKEN_HEADER: token, "origin": "http://evil.example:8080",
+              "host": "evil.example:8080"}, "Host"),
+        ]:  # fmt: skip
+            refused = client.post(f"/api/actions/{kind}", json=body, headers=headers)
+            assert refused.status_code == 403 and why in refused.json()["error"], headers
+        ok = client.post(f"/api/actions/{kind}", json=body,
+                         headers={TOKEN_HEADER: token, "origin": "http://127.0.0.1:8080",
+                                  "host": "127.0.0.1:8080"})  # fmt: skip
+        assert ok.status_code == 200, ok.text
+        # The page embeds the token in its own HTML, which no other site can read.
+        assert TOKEN_HEADER in client.get("/static/console.js").text
+
+
+def test_a_log_dir_and_a_reassignment_from_the_page(broker: BrokerProcess) -> None:
+    """Against the real broker: a healthy dir is said to be online already, a dir it does not
+    have is refused by name; a reassignment to the replica it has is accepted, one to a broker
+    that does not exist is answered with the controller's error."""
+    with client_of(broker.bootstrap, allow_actions=True) as client:
+        overview = wait_until(lambda: (o := get(client, "/api/overview"))["brokers"] and o, 20,
+                              "a first poll")  # fmt: skip
+        [b] = overview["brokers"]
+        [d] = b["log_dirs"]
+        node, log_dir = b["id"], d["log_dir"]
+        unconfirmed = act(client, "log-dir-online", {"broker": node, "log_dir": log_dir})
+        assert unconfirmed.status_code == 400 and f"{node}:{log_dir}" in unconfirmed.json()["error"]
+        online = act(client, "log-dir-online",
+                     {"broker": node, "log_dir": log_dir, "confirm": f"{node}:{log_dir}"})  # fmt: skip
+        assert online.status_code == 200 and "already online" in online.json()["message"]
+        missing = act(client, "log-dir-online",
+                      {"broker": node, "log_dir": "/nowhere", "confirm": f"{node}:/nowhere"})  # fmt: skip
+        assert missing.status_code == 409 and "not a log dir" in missing.json()["error"]
+        gone = act(client, "log-dir-online",
+                   {"broker": 99, "log_dir": log_dir, "confirm": f"99:{log_dir}"})  # fmt: skip
+        assert gone.status_code == 409 and "not alive" in gone.json()["error"]
+
+        body = {"topic": TOPIC, "partition": 1, "confirm": f"{TOPIC}-1"}
+        [same] = act(client, "reassignment", {**body, "replicas": str(node)}).json()["results"]
+        assert same == {"partition": f"{TOPIC}-1", "error": None, "message": f"replicas [{node}]"}
+        [bad] = act(client, "reassignment", {**body, "replicas": [node, 99]}).json()["results"]
+        assert bad["error"] is not None
 
 
 def test_a_dead_broker_is_shown_dead_and_no_endpoint_fails(tmp_path: Path) -> None:
@@ -253,3 +328,36 @@ def test_a_bad_listen_address_is_a_clear_error() -> None:
     result = CliRunner().invoke(cli, ["console", "--listen", "localhost"])
     assert result.exit_code == 1
     assert "logkeel console: 'localhost' is not HOST:PORT" in result.stderr
+
+
+def test_a_failed_dir_is_brought_back_from_the_page(tmp_path: Path, faulty_fs: FaultyFs) -> None:
+    """A real failing disk (FUSE) under one of two dirs, the broker's own probe off: asked
+    while it still fails, the page is told so and the dir stays offline; healed, the page's
+    action brings it back and its partition is written again."""
+    failing, healthy = faulty_fs.mountpoint / "logs", tmp_path / "healthy"
+    overrides = {"log.dir.recovery.check.interval.ms": "0"}
+    with BrokerProcess(tmp_path / "b", log_dirs=[failing, healthy], overrides=overrides) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})  # kept: a collected one cancels
+        admin.create_topics([NewTopic("dirs", 2, 1)])["dirs"].result(20)
+        wait_until(lambda: list(failing.glob("dirs-*")) and list(healthy.glob("dirs-*")), 20,
+                   "a partition in each dir")  # fmt: skip
+        [p] = [int(d.name.rsplit("-", 1)[1]) for d in failing.glob("dirs-*")]
+        producer = Producer({"bootstrap.servers": b.bootstrap, "message.timeout.ms": 5000})
+        faulty_fs.fail(errno.EIO, ops={"write", "fsync"})
+        producer.produce("dirs", b"meets the bad disk", partition=p)
+        producer.flush(10)
+        wait_until(lambda: offline_log_dirs(b.bootstrap) == [str(failing)], 20, "offline")
+        with client_of(b.bootstrap, allow_actions=True) as client:
+            [node] = wait_until(lambda: [x["id"] for x in get(client, "/api/overview")["brokers"]],
+                                20, "a first poll")  # fmt: skip
+            body = {"broker": node, "log_dir": str(failing), "confirm": f"{node}:{failing}"}
+            still = act(client, "log-dir-online", body)
+            assert still.status_code == 409 and "still offline" in still.json()["error"]
+            assert offline_log_dirs(b.bootstrap) == [str(failing)]
+            faulty_fs.heal()
+            done = act(client, "log-dir-online", body)
+            assert done.status_code == 200, done.text
+            assert "is online again: 1 partition(s)" in done.json()["message"]
+        assert offline_log_dirs(b.bootstrap) == []
+        producer.produce("dirs", b"again", partition=p)
+        assert producer.flush(20) == 0

@@ -3,11 +3,23 @@ the samplers remember (dead brokers kept, leader changes, rates, lag trend)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+from logkeel.console.actions import (
+    TOKEN_HEADER,
+    ActionRefused,
+    allowed_hosts,
+    check_origin,
+    parse_action,
+)
 from logkeel.console.browse import committed_records, shown_bytes
+from logkeel.console.history import history_rows
 from logkeel.console.samplers import BrokerRoster, LagHistory, LeaderChanges, OffsetRates
 from logkeel.records.builder import build_batch, build_control_batch
 from logkeel.records.control import ControlRecordType
 from logkeel.records.record import iter_batches
+from logkeel.storage.topic_partition import TopicPartition
 
 
 def _log() -> bytes:
@@ -92,3 +104,97 @@ def test_lag_trend_keeps_the_last_points() -> None:
         lags.add(t, {"g": lag})
     assert lags.trend("g") == [[2, 3], [3, 0]]
     assert lags.trend("unknown") == []
+
+
+def test_the_history_is_one_list_newest_first_each_row_saying_what_and_why() -> None:
+    rows = history_rows({
+        "leader_elections": [
+            {"time_ms": 10, "topic": "t", "partition": 0, "from_leader": 1, "leader": 2,
+             "leader_epoch": 5, "election": "clean", "reason": "leader 1 is not alive"},
+            {"time_ms": 40, "topic": "t", "partition": 1, "from_leader": 3, "leader": -1,
+             "leader_epoch": 9, "election": "offline", "reason": "no live replica"},
+        ],
+        "slow_leader_step_downs": [
+            {"time_ms": 20, "topic": "t", "partition": 0, "broker": 2, "leader": 3,
+             "leader_epoch": 6, "reason": "slow for every in-sync follower"},
+        ],
+        "log_dir_events": [
+            {"time_ms": 30, "broker": 2, "log_dir": "/d/a", "event": "LogDirFailure",
+             "reason": "EIO"},
+            {"time_ms": 35, "broker": 2, "log_dir": "/d/a", "event": "LogDirOnline",
+             "reason": "back online"},
+        ],
+    })  # fmt: skip
+    assert [(r["time_ms"], r["kind"], r["broker"], r["subject"]) for r in rows] == [
+        (40, "offline election", 3, "t-1"),
+        (35, "log dir back online", 2, "/d/a"),
+        (30, "log dir failed", 2, "/d/a"),
+        (20, "slow leader stepped down", 2, "t-0"),
+        (10, "clean election", 1, "t-0"),
+    ]
+    assert rows[0]["change"] == "leader 3 -> none (offline), epoch 9"
+    assert rows[3]["change"] == "leader 2 -> 3, epoch 6"
+    assert rows[3]["reason"] == "slow for every in-sync follower"
+    assert history_rows({}) == []
+    assert len(history_rows({"leader_elections": [{"time_ms": i} for i in range(9)]}, limit=4)) == 4
+
+
+def test_each_action_is_parsed_and_must_repeat_its_subject() -> None:
+    dir_online = parse_action("log-dir-online", {"broker": "2", "log_dir": "/d/a",
+                                                 "confirm": "2:/d/a"})  # fmt: skip
+    assert (dir_online.broker, dir_online.log_dir, dir_online.subject) == (2, "/d/a", "2:/d/a")
+    moved = parse_action("reassignment", {"topic": "t", "partition": 3, "replicas": "3, 1,2",
+                                          "confirm": "t-3"})  # fmt: skip
+    assert (moved.tp, moved.replicas) == (TopicPartition("t", 3), (3, 1, 2))
+    designated = parse_action("designated-election", {"topic": "t", "partition": 0,
+                                                      "replica": 4, "force": True,
+                                                      "confirm": "t-0"})  # fmt: skip
+    assert (designated.replica, designated.force) == (4, True)
+    for kind, body, status, says in [
+        ("reboot", {}, 404, "no action"),
+        ("reassignment", [], 400, "JSON object"),
+        ("reassignment", {"topic": "t", "partition": 0, "replicas": "1,1", "confirm": "t-0"},
+         400, "replicas"),
+        ("reassignment", {"topic": "t", "partition": 0, "replicas": [], "confirm": "t-0"},
+         400, "replicas"),
+        ("designated-election", {"topic": "t", "partition": 0, "confirm": "t-0"}, 400,
+         "replica"),
+        ("log-dir-online", {"broker": "x", "log_dir": "/d"}, 400, "broker"),
+        ("log-dir-online", {"broker": 1, "log_dir": ""}, 400, "log_dir"),
+        ("preferred-election", {"topic": "t", "partition": 0, "confirm": "t-1"}, 400,
+         "confirm='t-0'"),
+    ]:  # fmt: skip
+        try:
+            parse_action(kind, body)
+        except ActionRefused as exc:
+            assert exc.status == status and says in str(exc), (kind, body, str(exc))
+        else:
+            raise AssertionError(f"{kind} {body} was accepted")
+
+
+def test_only_the_pages_own_request_may_act() -> None:
+    hosts = allowed_hosts("127.0.0.1", 8080)
+    assert hosts == {"127.0.0.1:8080", "localhost:8080", "[::1]:8080"}
+    assert allowed_hosts("0.0.0.0", 8080) is None
+    assert allowed_hosts("console.example", 80) == {"console.example:80"}
+    good = {TOKEN_HEADER: "tok", "host": "localhost:8080", "origin": "http://localhost:8080"}
+    assert check_origin(good, "tok", hosts) is None
+    assert "token" in str(check_origin({**good, TOKEN_HEADER: "x"}, "tok", hosts))
+    # A DNS-rebound name: Origin and Host agree, but it is not the console's address.
+    rebound = {**good, "host": "evil.example:8080", "origin": "http://evil.example:8080"}
+    assert "Host" in str(check_origin(rebound, "tok", hosts))
+    assert check_origin(rebound, "tok", None) is None  # listening everywhere: the token decides
+    assert "Origin" in str(check_origin({**good, "origin": "http://localhost:9999"}, "tok", hosts))
+    no_origin = {k: v for k, v in good.items() if k != "origin"}
+    assert "Origin" in str(check_origin(no_origin, "tok", hosts))
+
+
+def test_the_console_does_not_depend_on_the_cli() -> None:
+    """Its requests come from admin/, below both: no CLI module (whose helpers end the process)
+    is loaded with the console's app."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, logkeel.console.app; "
+         "print(sorted(m for m in sys.modules if m.startswith('logkeel.cli')))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert loaded == "[]"

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
+from logkeel.storage.tools.replica_rank import PartitionReport, elect_command
 
 if TYPE_CHECKING:  # pyspark is the optional [spark] extra
     from pyspark.sql import SparkSession
-
-    from logkeel.spark.audit import PartitionReport
 
 
 def _format_ranges(ranges: list[dict[str, Any]]) -> str:
@@ -135,8 +134,7 @@ def add_elect_commands(reports: list[dict[str, Any]], bootstrap: str) -> None:
         report["elect_command"] = (
             None
             if broker is None
-            else f"logkeel elect --topic {report['topic']} --partition {report['partition']} "
-            f"--replica {broker} --bootstrap-server {bootstrap}"
+            else elect_command(report["topic"], report["partition"], broker, bootstrap)
         )
 
 

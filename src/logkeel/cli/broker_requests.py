@@ -1,5 +1,5 @@
-"""The one admin request path from a CLI command to a cluster, and the one way such a command
-fails (a message on stderr, exit status 1).
+"""The admin request path of a CLI command (`admin.session`, secured by ``--command-config``),
+and the one way such a command fails (a message on stderr, exit status 1).
 
 ``--bootstrap-server`` takes a comma-separated ``host:port`` list, as Kafka's tools do: the first
 broker of it that answers an ApiVersions request is the command's bootstrap broker (a dead one is
@@ -15,21 +15,16 @@ Kafka client properties for a TLS or SASL one, as Kafka's tools take them: ``sec
 
 from __future__ import annotations
 
-import asyncio
-import re
 import sys
-from typing import Any, NoReturn, Self
+from typing import Any, NoReturn
 
 import click
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.errors import ErrorCode
 
-from logkeel import __version__
+from logkeel.admin.session import AdminSession, nested, parse_bootstrap
 from logkeel.config.properties import load_properties
 from logkeel.config.types import ConfigError
-from logkeel.server.network.client import BrokerClient, BrokerConnectionError, ClientSecurity
+from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
 from logkeel.server.network.inter_broker import client_security
-from logkeel.server.protocol import ApiKey, api_name, request_schema
 
 __all__ = [
     "Admin",
@@ -45,10 +40,6 @@ __all__ = [
 
 _SECURITY = "logkeel.client_security"
 _ADMINS = "logkeel.admins"
-# A broker that accepts connections but does not answer (frozen, overloaded) is passed over
-# after this long, as Kafka's clients bound connection set-up (10 s), not a whole request.
-_PROBE_MS = 10_000
-_SOFTWARE_VERSION = re.sub(r"[^A-Za-z0-9.-]", "-", __version__).strip("-.") or "0"
 
 
 def _read_command_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
@@ -78,27 +69,15 @@ bootstrap_option = click.option(
 )
 
 
-def parse_bootstrap(text: str) -> list[str]:
-    """``host:port`` addresses of a comma-separated list; ValueError names a bad entry."""
-    addresses = []
-    for entry in (e.strip() for e in text.split(",")):
-        host, sep, port = entry.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{entry!r} is not HOST:PORT (in --bootstrap-server {text!r})")
-        addresses.append(f"{host or '127.0.0.1'}:{int(port)}")
-    return addresses
-
-
 def _current_security() -> ClientSecurity:
     context = click.get_current_context(silent=True)  # meta is shared by nested contexts
     security = context.meta.get(_SECURITY) if context is not None else None
     return security or ClientSecurity()
 
 
-class Admin:
-    """Kafka requests of one command: to the bootstrap broker (``send``) or to one broker
-    (``send_to``, ``send_to_node``), each broker on one connection; ``BrokerConnectionError``
-    when a broker cannot be reached or does not serve a request's version."""
+class Admin(AdminSession):
+    """An ``AdminSession`` secured as the running command's ``--command-config`` says (unless
+    given ``security``)."""
 
     def __init__(
         self,
@@ -108,140 +87,12 @@ class Admin:
         timeout_ms: int = 30_000,
         security: ClientSecurity | None = None,
     ) -> None:
-        self.addresses = parse_bootstrap(bootstrap)
-        self.address: str | None = None  # the bootstrap broker, once one answered
-        self._client_id = client_id
-        self._timeout_ms = timeout_ms
-        self._security = security if security is not None else _current_security()
-        self._runner = asyncio.Runner()
-        self._clients: dict[str, BrokerClient] = {}
-        self._versions: dict[str, dict[int, tuple[int, int]]] = {}
-        self._brokers: dict[int, str] | None = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        for client in self._clients.values():
-            self._runner.run(client.close())
-        self._clients.clear()
-        self._runner.close()
-
-    def bootstrap(self) -> str:
-        """The address of the first broker of the list that answers."""
-        if self.address is None:
-            problems = []
-            for address in self.addresses:
-                try:
-                    self._connect(address)
-                except BrokerConnectionError as exc:
-                    problems.append(str(exc))
-                    continue
-                self.address = address
-                break
-            else:
-                if len(problems) == 1:
-                    self._failed(BrokerConnectionError(problems[0]))
-                self._failed(BrokerConnectionError(
-                    f"no broker of {','.join(self.addresses)} answered: " + "; ".join(problems)
-                ))  # fmt: skip
-        return self.address
-
-    def send(self, request: Any, timeout_ms: int | None = None) -> Any:
-        return self.send_to(self.bootstrap(), request, timeout_ms)
-
-    def send_to(self, address: str, request: Any, timeout_ms: int | None = None) -> Any:
-        try:
-            return self._send(address, request, timeout_ms)
-        except BrokerConnectionError as exc:
-            self._failed(exc)
-
-    def _failed(self, exc: BrokerConnectionError) -> NoReturn:
-        raise exc
-
-    def _send(self, address: str, request: Any, timeout_ms: int | None) -> Any:
-        versions = self._connect(address)
-        api, version = int(request.__api_key__), int(request.__version__)
-        low, high = versions.get(api, (0, -1))
-        if not low <= version <= high:
-            served = f"v{low}-v{high}" if high >= low else "no version"
-            raise BrokerConnectionError(
-                f"the broker at {address} does not serve {api_name(api)} v{version} "
-                f"(it serves {served})"
-            )
-        return self._runner.run(self._clients[address].send(request, timeout_ms))
-
-    def brokers(self) -> dict[int, str]:
-        """Live brokers by id: their ``host:port`` as the bootstrap broker's Metadata gives."""
-        if self._brokers is None:
-            answer = self.metadata(())
-            self._brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in answer.brokers}
-        return self._brokers
-
-    def send_to_node(
-        self, node_id: int, request: Any, timeout_ms: int | None = None, *, missing_ok: bool = False
-    ) -> Any:
-        """The answer of broker ``node_id``; with ``missing_ok``, a ``BrokerConnectionError``
-        to handle even for a command's Admin (a broker going down while the cluster still
-        lists it must not end a command that can do without it)."""
-        try:
-            address = self.brokers().get(node_id)
-            if address is None:
-                known = ", ".join(map(str, sorted(self.brokers()))) or "none"
-                raise BrokerConnectionError(f"broker {node_id} is not alive (alive: {known})")
-            return self._send(address, request, timeout_ms)
-        except BrokerConnectionError as exc:
-            if missing_ok:
-                raise
-            self._failed(exc)
-
-    def metadata(self, topics: tuple[str, ...] | None = None) -> Any:
-        """Metadata v12 of ``topics`` (None: every topic), never creating one."""
-        Request = request_schema(ApiKey.METADATA, 12)
-        assert Request is not None
-        Topic = nested(Request, "MetadataRequestTopic")
-        wanted = None if topics is None else tuple(Topic(name=t, topic_id=None) for t in topics)
-        return self.send(
-            Request(topics=wanted, allow_auto_topic_creation=False,
-                    include_topic_authorized_operations=False)
-        )  # fmt: skip
-
-    def _connect(self, address: str) -> dict[int, tuple[int, int]]:
-        """The API versions the broker at ``address`` serves (asked once, on connecting)."""
-        known = self._versions.get(address)
-        if known is not None:
-            return known
-        host, _, port = address.rpartition(":")
-        client = BrokerClient(
-            host.strip("[]") or "127.0.0.1",
-            int(port),
-            client_id=self._client_id,
-            request_timeout_ms=self._timeout_ms,
-            max_response_bytes=100 * 1024 * 1024,
-            security=self._security,
+        super().__init__(
+            bootstrap,
+            client_id=client_id,
+            timeout_ms=timeout_ms,
+            security=security if security is not None else _current_security(),
         )
-        request = ApiVersionsRequest(
-            client_software_name="logkeel-cli", client_software_version=_SOFTWARE_VERSION
-        )
-        try:
-            answer = self._runner.run(client.send(request, min(self._timeout_ms, _PROBE_MS)))
-        except BaseException:
-            self._runner.run(client.close())
-            raise
-        if answer.error_code != ErrorCode.none:
-            self._runner.run(client.close())
-            raise BrokerConnectionError(
-                f"{address} refused ApiVersions: {answer.error_code.name.upper()}"
-            )
-        self._clients[address] = client
-        versions = {
-            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys
-        }
-        self._versions[address] = versions
-        return versions
 
 
 class _CommandAdmin(Admin):
@@ -288,11 +139,6 @@ def call(command: str, bootstrap_server: str, request: Any) -> Any:
         with admin(command, bootstrap_server) as one:
             return one.send(request)
     return admin(command, bootstrap_server).send(request)
-
-
-def nested(request_type: Any, name: str) -> Any:
-    """A nested entity class of a kio request type."""
-    return getattr(sys.modules[request_type.__module__], name)
 
 
 def fail(command: str, message: str) -> NoReturn:

@@ -32,17 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import click
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8
 from rich.console import Console
 from rich.table import Table
 
+from logkeel.admin.cluster_status import status_of
 from logkeel.cli.broker_requests import (
     Admin,
     bootstrap_option,
     command_config_option,
     fail,
-    nested,
 )
 from logkeel.cli.cluster_control import (
     Brokers,
@@ -51,14 +49,11 @@ from logkeel.cli.cluster_control import (
     ask,
     replication_defaults,
 )
-from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_server import ZooKeeperServer, ZooKeeperServerError
-from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
-from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.testing.broker_process import LogkeelBroker
 
-__all__ = ["cluster_group", "cluster_status", "status_of", "zookeeper_connect"]
+__all__ = ["cluster_group", "cluster_status"]
 
 _BROKER_RESOURCE = 4
 
@@ -194,8 +189,8 @@ def cluster_status(
     security: ClientSecurity | None = None,
 ) -> dict[str, Any]:
     """The cluster as the first broker of ``bootstrap`` that answers sees it, as plain data
-    (what ``--json`` prints); ``election_losses`` is None when they could not be read (a single
-    node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list).
+    (what ``--json`` prints); ``election_losses`` and ``history`` are None when they could not
+    be read (a single node has none). Raises ``BrokerConnectionError`` (``ValueError``: a bad address list).
     ``security``: how to reach the listener when there is no command's ``--command-config``
     to read it from (a thread of `logkeel console`)."""
     with Admin(
@@ -205,131 +200,6 @@ def cluster_status(
         security=security,
     ) as admin:
         return status_of(admin, with_losses=with_losses)
-
-
-def status_of(admin: Admin, *, with_losses: bool = True) -> dict[str, Any]:
-    """`cluster_status` through an ``Admin`` of the caller's."""
-    response = admin.metadata()
-    brokers = [
-        {"id": int(b.node_id), "host": b.host, "port": int(b.port), "rack": b.rack,
-         **_log_dirs(admin, f"{b.host}:{int(b.port)}")}
-        for b in sorted(response.brokers, key=lambda b: b.node_id)
-    ]  # fmt: skip
-    partitions = []
-    for t in sorted(response.topics, key=lambda t: t.name or ""):
-        for p in sorted(t.partitions, key=lambda p: p.partition_index):
-            replicas = [int(r) for r in p.replica_nodes]
-            isr = [int(r) for r in p.isr_nodes]
-            partitions.append({
-                "topic": t.name,
-                "partition": int(p.partition_index),
-                "leader": int(p.leader_id),
-                "leader_epoch": int(p.leader_epoch),
-                "replicas": replicas,
-                "isr": isr,
-                "offline_replicas": [int(r) for r in p.offline_replicas],
-                "offline": int(p.leader_id) < 0,
-                "under_replicated": len(isr) < len(replicas),
-            })  # fmt: skip
-    status: dict[str, Any] = {
-        "cluster_id": response.cluster_id,
-        "controller": int(response.controller_id),
-        "brokers": brokers,
-        "partitions": partitions,
-    }
-    if with_losses:
-        connect = zookeeper_connect(admin, status)
-        status["election_losses"], reasons = _from_zookeeper(connect)
-        for p in partitions:
-            if p["offline"]:
-                p["offline_reason"] = reasons.get((p["topic"], p["partition"]))
-    return status
-
-
-def zookeeper_connect(admin: Admin, status: dict[str, Any]) -> str | None:
-    """The cluster's zookeeper.connect, from the bootstrap broker's DescribeConfigs (None: not a
-    cluster member, or not among the brokers ``status`` lists)."""
-    host, _, port = admin.bootstrap().rpartition(":")
-    node = next(
-        (
-            b["id"]
-            for b in status["brokers"]
-            if b["port"] == int(port) and (not host or b["host"] == host)
-        ),  # fmt: skip
-        None,
-    )
-    if node is None:
-        return None
-    request_type = request_schema(ApiKey.DESCRIBE_CONFIGS, 1)
-    assert request_type is not None
-    resource = nested(request_type, "DescribeConfigsResource")
-    response = admin.send(request_type(
-        resources=(resource(resource_type=i8(_BROKER_RESOURCE), resource_name=str(node),
-                            configuration_keys=("zookeeper.connect",)),),
-        include_synonyms=False,
-    ))  # fmt: skip
-    for result in response.results:
-        for config in result.configs:
-            if config.name == "zookeeper.connect" and config.value:
-                return str(config.value)
-    return None
-
-
-def _from_zookeeper(
-    connect: str | None,
-) -> tuple[list[dict[str, Any]] | None, dict[tuple[str, int], str]]:
-    """The election losses (None: unknown) and why each offline partition waits."""
-    if connect is None:
-        return None, {}
-    client = ZkMetadataClient(connect, session_timeout_ms=10_000)
-    try:
-        client.start()
-    except ZooKeeperUnavailable:
-        return None, {}
-    try:
-        reasons = {(tp.topic, tp.partition): r for tp, r in client.offline_reasons().items()}
-        return [
-            {"topic": x.tp.topic, "partition": x.tp.partition, "leader": x.leader,
-             "leader_epoch": x.leader_epoch, "from_offset": x.from_offset,
-             "truncated": {str(r): n for r, n in x.truncated.items()}, "reason": x.reason,
-             "time_ms": x.time_ms}
-            for x in client.election_losses()
-        ], reasons  # fmt: skip
-    finally:
-        client.close()
-
-
-def _log_dirs(admin: Admin, address: str) -> dict[str, Any]:
-    """The broker's log dirs, online and offline (DescribeLogDirs), and each dir's error, bytes
-    and replica sizes (``log_dirs``); empty and ``reachable`` false when it did not answer."""
-    request_type = request_schema(ApiKey.DESCRIBE_LOG_DIRS, 1)
-    assert request_type is not None
-    try:
-        response = admin.send_to(address, request_type(topics=None))
-    except BrokerConnectionError:
-        return {"log_dirs_online": [], "log_dirs_offline": [], "log_dirs": [], "reachable": False}
-    online = [r.log_dir for r in response.results if r.error_code == ErrorCode.none]
-    offline = [r.log_dir for r in response.results if r.error_code != ErrorCode.none]
-    details = [
-        {
-            "log_dir": r.log_dir,
-            "error": None if r.error_code == ErrorCode.none else r.error_code.name.upper(),
-            "bytes": sum(int(p.partition_size) for t in r.topics for p in t.partitions),
-            "replicas": {
-                f"{t.name}-{int(p.partition_index)}": int(p.partition_size)
-                for t in r.topics
-                for p in t.partitions
-                if not p.is_future_key
-            },
-        }
-        for r in response.results
-    ]
-    return {
-        "log_dirs_online": online,
-        "log_dirs_offline": offline,
-        "log_dirs": details,
-        "reachable": True,
-    }
 
 
 @cluster_group.command("status")

@@ -17,6 +17,7 @@ import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from logkeel.admin.partition_info import topics
 from logkeel.cli.broker_requests import (
     Admin,
     admin,
@@ -33,7 +34,6 @@ from logkeel.cli.kafka_style import (
     parse_config_list,
     table,
 )
-from logkeel.cli.partition_info import topics
 from logkeel.config.types import ConfigSource
 from logkeel.server.protocol import ApiKey, request_schema
 

@@ -25,8 +25,9 @@ __all__ = ["console_command"]
 )  # fmt: skip
 @click.option(
     "--allow-actions", is_flag=True,
-    help="Offer preferred and designated elections on the page (each confirmed and logged "
-    "with the operator's address); read-only without it.",
+    help="Offer preferred and designated elections, bringing a log dir back online and "
+    "reassigning a partition on the page (each confirmed and logged with the operator's "
+    "address); read-only without it.",
 )  # fmt: skip
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=2.0, show_default=True,
               help="Seconds between two polls of the cluster.")  # fmt: skip
@@ -38,6 +39,7 @@ def console_command(
     import uvicorn
 
     from logkeel.cli.broker_requests import _current_security
+    from logkeel.console.actions import allowed_hosts
     from logkeel.console.app import ConsoleState, create_app
 
     try:
@@ -53,7 +55,7 @@ def console_command(
         err=True,
     )
     uvicorn.run(
-        create_app(state, allow_actions=allow_actions),
+        create_app(state, allow_actions=allow_actions, hosts=allowed_hosts(host, int(port))),
         host=host,
         port=int(port),
         log_level="warning",

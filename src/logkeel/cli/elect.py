@@ -12,37 +12,33 @@ what the other replicas will truncate.
 
 from __future__ import annotations
 
-import datetime
 import sys
-from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i32
 from rich.console import Console
 from rich.table import Table
 
+from logkeel.admin.cluster_status import zookeeper_connect
+from logkeel.admin.elections import (
+    Results,
+    designated_election,
+    elect_leaders_request,
+    election_results,
+)
 from logkeel.cli.broker_requests import (
     admin,
     bootstrap_option,
     call,
     command_config_option,
     fail,
-    nested,
 )
-from logkeel.cli.cluster import cluster_status, zookeeper_connect
-from logkeel.cluster.partition_state import ElectionRequest
-from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cli.cluster import cluster_status
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.server.network.client import BrokerConnectionError
-from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["elect_command", "elect_leaders_request", "election_results"]
-
-_ELECTION_TYPE = {"preferred": 0, "unclean": 1}
-
-Results = dict[TopicPartition, tuple[str | None, str]]
+__all__ = ["elect_command"]
 
 
 @click.command("elect")
@@ -104,34 +100,6 @@ def _elect_leaders(
     return election_results(response)
 
 
-def elect_leaders_request(kind: str, wanted: list[TopicPartition] | None, timeout: float) -> Any:
-    """ElectLeaders v2 of ``kind`` (preferred, unclean) for ``wanted`` (None: every partition)."""
-    Request = request_schema(ApiKey.ELECT_LEADERS, 2)
-    assert Request is not None
-    TopicPartitions = nested(Request, "TopicPartitions")
-    return Request(
-        election_type=i8(_ELECTION_TYPE[kind]),
-        topic_partitions=None
-        if wanted is None
-        else tuple(
-            TopicPartitions(topic=tp.topic, partitions=(i32(tp.partition),)) for tp in wanted
-        ),
-        timeout=datetime.timedelta(seconds=timeout),
-    )
-
-
-def election_results(response: Any) -> Results:
-    """Each partition's (error name or None, message) of an ElectLeaders answer."""
-    return {
-        TopicPartition(str(r.topic), int(p.partition_id)): (
-            None if p.error_code == ErrorCode.none else p.error_code.name.upper(),
-            p.error_message or "",
-        )
-        for r in response.replica_election_results
-        for p in r.partition_result
-    }
-
-
 def _designated(
     tp: TopicPartition,
     replica: int,
@@ -141,16 +109,10 @@ def _designated(
     timeout: float,
 ) -> Results:
     connect = zookeeper or _zookeeper_of(bootstrap)
-    client = ZkMetadataClient(connect, session_timeout_ms=10_000)
     try:
-        client.start()
+        return designated_election(connect, tp, replica, force, timeout)
     except ZooKeeperUnavailable as exc:
         fail("elect", str(exc))
-    try:
-        request = ElectionRequest("designated", frozenset({tp}), replica, force)
-        return client.run_election(request, timeout)
-    finally:
-        client.close()
 
 
 def _zookeeper_of(bootstrap: str) -> str:

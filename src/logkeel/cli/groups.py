@@ -13,12 +13,27 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from kio.schema.errors import ErrorCode
 
+from logkeel.admin.group_offsets import (
+    ResetError,
+    reset_offsets,
+)
+from logkeel.admin.groups import (
+    committed,
+    coordinator,
+    describe_group,
+    group_doc,
+    list_groups,
+    partition_leaders,
+    request_type,
+)
+from logkeel.admin.partition_info import EARLIEST, LATEST, list_offsets
+from logkeel.admin.session import AdminError
 from logkeel.cli.broker_requests import (
     Admin,
     admin,
@@ -27,22 +42,14 @@ from logkeel.cli.broker_requests import (
     fail,
     nested,
 )
-from logkeel.cli.group_offsets import (
-    ResetError,
-    assigned_partitions,
-    offset_rows,
-    reset_offsets,
-)
 from logkeel.cli.kafka_style import console, one_action, table
-from logkeel.cli.partition_info import EARLIEST, LATEST, list_offsets, topics
-from logkeel.server.network.client import BrokerConnectionError
-from logkeel.server.protocol import ApiKey, request_schema
+from logkeel.server.protocol import ApiKey
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["groups_command"]
 
 _NAME = "groups"
-_COORDINATOR_WAIT_S = 15.0  # the first FindCoordinator may wait for __consumer_offsets
+T = TypeVar("T")
 _INACTIVE = ("Empty", "Dead")
 _STRATEGIES = ("to-earliest", "to-latest", "to-datetime", "shift-by", "to-offset")
 
@@ -122,79 +129,36 @@ def groups_command(
 # -- requests -------------------------------------------------------------------------------
 
 
-def _request(api: ApiKey, version: int) -> Any:
-    Request = request_schema(api, version)
-    assert Request is not None
-    return Request
+def _call(fn: Callable[..., T], *args: Any) -> T:
+    """An `admin.groups` request whose refusal ends the command."""
+    try:
+        return fn(*args)
+    except AdminError as exc:
+        fail(_NAME, str(exc))
+
+
+def _skipped(node: int, problem: str) -> None:
+    click.echo(f"logkeel {_NAME}: the groups of broker {node} are left out: {problem}", err=True)
 
 
 def _list_groups(session: Admin) -> dict[str, tuple[str, str]]:
-    """Every group of every live broker: (state, protocol type) by group id."""
-    Request = _request(ApiKey.LIST_GROUPS, 4)
-    found = {}
-    for node in sorted(session.brokers()):
-        try:
-            answer = session.send_to_node(node, Request(states_filter=()), missing_ok=True)
-        except BrokerConnectionError as exc:
-            click.echo(f"logkeel {_NAME}: the groups of broker {node} are left out: {exc}",
-                       err=True)  # fmt: skip
-            continue
-        if answer.error_code != ErrorCode.none:
-            fail(_NAME, f"broker {node} refused ListGroups: {answer.error_code.name.upper()}")
-        for g in answer.groups:
-            found[str(g.group_id)] = (str(g.group_state), str(g.protocol_type))
-    return found
+    return _call(list_groups, session, _skipped)
 
 
 def _coordinator(session: Admin, group: str) -> str:
-    """The address of the group's coordinator, waiting while it is being chosen (a first
-    FindCoordinator creates __consumer_offsets)."""
-    Request = _request(ApiKey.FIND_COORDINATOR, 4)
-    deadline = time.monotonic() + _COORDINATOR_WAIT_S
-    while True:
-        answer = session.send(Request(key_type=0, coordinator_keys=(group,)))
-        found = answer.coordinators[0]
-        if found.error_code == ErrorCode.none:
-            return f"{found.host}:{int(found.port)}"
-        retriable = found.error_code in (
-            ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress
-        )  # fmt: skip
-        if not retriable or time.monotonic() > deadline:
-            fail(_NAME, f"{group}: no coordinator: {found.error_code.name.upper()}")
-        time.sleep(0.2)
+    return _call(coordinator, session, group)
 
 
-def _describe_group(session: Admin, coordinator: str, group: str) -> Any:
-    Request = _request(ApiKey.DESCRIBE_GROUPS, 5)
-    answer = session.send_to(
-        coordinator, Request(groups=(group,), include_authorized_operations=False)
-    ).groups[0]
-    if answer.error_code != ErrorCode.none:
-        fail(_NAME, f"{group}: {answer.error_code.name.upper()}")
-    return answer
+def _describe_group(session: Admin, coordinator_address: str, group: str) -> Any:
+    return _call(describe_group, session, coordinator_address, group)
 
 
-def _committed(session: Admin, coordinator: str, group: str) -> dict[TopicPartition, int]:
-    Request = _request(ApiKey.OFFSET_FETCH, 7)
-    answer = session.send_to(
-        coordinator, Request(group_id=group, topics=None, require_stable=False)
-    )
-    if answer.error_code != ErrorCode.none:
-        fail(_NAME, f"{group}: OffsetFetch: {answer.error_code.name.upper()}")
-    return {
-        TopicPartition(str(t.name), int(p.partition_index)): int(p.committed_offset)
-        for t in answer.topics
-        for p in t.partitions
-        if p.error_code == ErrorCode.none and int(p.committed_offset) >= 0
-    }
+def _committed(session: Admin, coordinator_address: str, group: str) -> dict[TopicPartition, int]:
+    return _call(committed, session, coordinator_address, group)
 
 
-def _leaders(session: Admin, names: set[str]) -> dict[TopicPartition, int]:
-    return {
-        TopicPartition(t.name, p.partition): p.leader
-        for t in topics(session, tuple(sorted(names))).values()
-        for p in t.partitions
-    }
+def _group_doc(session: Admin, group: str) -> dict[str, Any]:
+    return _call(group_doc, session, group)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -250,55 +214,8 @@ def _describe(session: Admin, groups: list[str], members: bool, state: bool, as_
         out.print(shown)
 
 
-def _group_doc(session: Admin, group: str) -> dict[str, Any]:
-    coordinator = _coordinator(session, group)
-    described = _describe_group(session, coordinator, group)
-    if str(described.group_state) == "Dead":
-        fail(_NAME, f"consumer group {group!r} does not exist")
-    assignments = {}
-    member_docs = []
-    for m in described.members:
-        parts = (
-            assigned_partitions(bytes(m.member_assignment))
-            if described.protocol_type == "consumer" else None
-        ) or []  # fmt: skip
-        assignments[str(m.member_id)] = parts
-        member_docs.append({
-            "member_id": str(m.member_id), "group_instance_id": m.group_instance_id,
-            "client_id": str(m.client_id), "host": str(m.client_host),
-            "assignment": [str(tp) for tp in sorted(parts)],
-        })  # fmt: skip
-    committed = _committed(session, coordinator, group)
-    wanted = set(committed) | {tp for parts in assignments.values() for tp in parts}
-    leaders = {
-        tp: leader for tp, leader in _leaders(session, {tp.topic for tp in wanted}).items()
-        if tp in wanted
-    }  # fmt: skip
-    log_ends = list_offsets(session, leaders, LATEST)
-    rows = offset_rows(committed, assignments, log_ends)
-    return {
-        "group": group,
-        "coordinator": coordinator,
-        "state": str(described.group_state),
-        "protocol_type": str(described.protocol_type),
-        "assignment_strategy": str(described.protocol_data),
-        "members": member_docs,
-        "offsets": [
-            {
-                "topic": r.tp.topic,
-                "partition": r.tp.partition,
-                "current_offset": r.current,
-                "log_end_offset": r.log_end,
-                "lag": r.lag,
-                "member_id": r.member,
-            }
-            for r in rows
-        ],  # fmt: skip
-    }
-
-
 def _delete(session: Admin, groups: list[str]) -> None:
-    Request = _request(ApiKey.DELETE_GROUPS, 2)
+    Request = request_type(ApiKey.DELETE_GROUPS, 2)
     failed = False
     for group in groups:
         result = session.send_to(_coordinator(session, group), Request(groups_names=(group,)))
@@ -324,13 +241,13 @@ def _reset(
     committed = _committed(session, coordinator, group)
     if topic_specs:
         named = {s.partition(":")[0] for s in topic_specs}
-        leaders = _leaders(session, named)
+        leaders = partition_leaders(session, named)
         missing = named - {tp.topic for tp in leaders}
         if missing:
             fail(_NAME, f"unknown topic(s): {', '.join(sorted(missing))}")
         chosen = _partitions_of(topic_specs, leaders)
     else:
-        leaders = _leaders(session, {tp.topic for tp in committed})
+        leaders = partition_leaders(session, {tp.topic for tp in committed})
         chosen = [tp for tp in committed if tp in leaders]
     wanted = {tp: leaders[tp] for tp in chosen}
     try:
@@ -378,7 +295,7 @@ def _partitions_of(
 
 
 def _commit(session: Admin, coordinator: str, group: str, plan: dict[TopicPartition, int]) -> None:
-    Request = _request(ApiKey.OFFSET_COMMIT, 8)
+    Request = request_type(ApiKey.OFFSET_COMMIT, 8)
     Topic = nested(Request, "OffsetCommitRequestTopic")
     Partition = nested(Request, "OffsetCommitRequestPartition")
     by_topic: dict[str, list[Any]] = {}

@@ -4,10 +4,9 @@ offline one back on demand (``online``) instead of waiting for the broker's own 
 ``balance``: AlterReplicaLogDirs, KIP-113), with a progress bar fed by the future replicas
 DescribeLogDirs reports, until the broker swaps each one in.
 
-``online`` sends AlterReplicaLogDirs naming the dir and no replicas to the broker given by
-``--broker`` (found through the Metadata of ``--bootstrap-server``); the broker probes it and,
-if it answers IO with the directory id it had, loads it through unclean recovery. The request's
-answer has no per-dir error, so the outcome is read back with DescribeLogDirs."""
+``online`` asks the broker given by ``--broker`` (found through the Metadata of
+``--bootstrap-server``) to bring the dir back (`admin.log_dirs`, shared with `logkeel
+console`)."""
 
 from __future__ import annotations
 
@@ -22,6 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
+from logkeel.admin.log_dirs import bring_online, describe_log_dirs
+from logkeel.admin.session import AdminError
 from logkeel.cli.broker_requests import (
     admin,
     bootstrap_option,
@@ -58,12 +59,10 @@ def _broker_address(bootstrap: str, broker_id: int | None) -> str:
 
 
 def _describe(address: str) -> list[Any]:
-    Request = request_schema(ApiKey.DESCRIBE_LOG_DIRS, 4)
-    assert Request is not None
-    answer = admin("log-dirs", address).send(Request(topics=None))
-    if answer.error_code != ErrorCode.none:
-        fail("log-dirs", f"DescribeLogDirs refused: {answer.error_code.name.upper()}")
-    return list(answer.results)
+    try:
+        return describe_log_dirs(admin("log-dirs", address), address)
+    except AdminError as exc:
+        fail("log-dirs", str(exc))
 
 
 def _state(result: Any) -> str:
@@ -117,22 +116,10 @@ def online_command(log_dir: str, bootstrap_server: str, broker_id: int | None) -
     """Bring the offline LOG_DIR of a broker back now: it is probed and, if it answers IO with
     the directory id it had, loaded through unclean recovery; its replicas catch up."""
     address = _broker_address(bootstrap_server, broker_id)
-    wanted = str(Path(log_dir))
-    before = {str(r.log_dir): r for r in _describe(address)}
-    if wanted not in before:
-        fail("log-dirs", f"{log_dir} is not a log dir of that broker ({', '.join(before)})")
-    if before[wanted].error_code == ErrorCode.none:
-        click.echo(f"{log_dir} is already online")
-        return
-    Request = request_schema(ApiKey.ALTER_REPLICA_LOG_DIRS, 2)
-    assert Request is not None
-    Dir = nested(Request, "AlterReplicaLogDir")
-    admin("log-dirs", address).send(Request(dirs=(Dir(path=wanted, topics=()),)))
-    after = {str(r.log_dir): r for r in _describe(address)}[wanted]
-    if after.error_code != ErrorCode.none:
-        fail("log-dirs", f"{log_dir} is still offline; the broker's log says why")
-    partitions = sum(len(t.partitions) for t in after.topics)
-    click.echo(f"{log_dir} is online again: {partitions} partition(s)")
+    try:
+        click.echo(bring_online(admin("log-dirs", address), address, log_dir))
+    except AdminError as exc:
+        fail("log-dirs", str(exc))
 
 
 # How often a move's progress is read back (DescribeLogDirs).

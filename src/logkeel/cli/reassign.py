@@ -17,23 +17,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from logkeel.admin.partition_info import topics
+from logkeel.admin.reassignments import alter_reassignments
+from logkeel.admin.session import AdminError
 from logkeel.cli.broker_requests import (
     Admin,
     admin,
     bootstrap_option,
     command_config_option,
     fail,
-    nested,
 )
 from logkeel.cli.configs import alter_entity
 from logkeel.cli.kafka_style import console, one_action
-from logkeel.cli.partition_info import topics
 from logkeel.cli.reassign_plan import (
     Broker,
     PlanError,
@@ -136,30 +136,10 @@ def reassign_command(
 def _alter(session: Admin, changes: dict[TopicPartition, tuple[int, ...] | None]) -> dict[
     TopicPartition, str | None
 ]:  # fmt: skip
-    """AlterPartitionReassignments (to the bootstrap broker, which queues it for the
-    controller): per partition, None or the error and its message."""
-    Request = request_schema(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0)
-    assert Request is not None
-    Topic, Part = nested(Request, "ReassignableTopic"), nested(Request, "ReassignablePartition")
-    by_topic: dict[str, list[Any]] = {}
-    for tp, replicas in sorted(changes.items()):
-        by_topic.setdefault(tp.topic, []).append(Part(partition_index=tp.partition,
-                                                      replicas=replicas))  # fmt: skip
-    answer = session.send(
-        Request(topics=tuple(Topic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())),
-        timeout_ms=90_000,
-    )
-    if answer.error_code != ErrorCode.none:
-        fail(_NAME, f"AlterPartitionReassignments refused: {answer.error_code.name.upper()} "
-                    f"{answer.error_message or ''}")  # fmt: skip
-    out: dict[TopicPartition, str | None] = {}
-    for t in answer.responses:
-        for p in t.partitions:
-            error = None
-            if p.error_code != ErrorCode.none:
-                error = f"{p.error_code.name.upper()}: {p.error_message or ''}".rstrip(": ")
-            out[TopicPartition(str(t.name), int(p.partition_index))] = error
-    return out
+    try:
+        return alter_reassignments(session, changes)
+    except AdminError as exc:
+        fail(_NAME, str(exc))
 
 
 def _moving(session: Admin) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:

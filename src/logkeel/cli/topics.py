@@ -18,6 +18,7 @@ import click
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from logkeel.admin.partition_info import TopicInfo, topics
 from logkeel.cli.broker_requests import (
     Admin,
     admin,
@@ -34,7 +35,6 @@ from logkeel.cli.kafka_style import (
     parse_key_value,
     table,
 )
-from logkeel.cli.partition_info import TopicInfo, topics
 from logkeel.server.protocol import ApiKey, request_schema
 
 __all__ = ["select_topics", "topics_command"]

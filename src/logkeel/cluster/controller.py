@@ -54,6 +54,7 @@ from logkeel.cluster.reassignment_driver import ReassignmentDriver
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
 from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_history import ControllerHistory
 from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -129,6 +130,9 @@ class Controller:
         # at once rather than after its session expires.
         self.crash_detector = CrashDetector(client, broker_id)
         self.reassignments = ReassignmentDriver(client)
+        # Elections, slow leaders' step-downs, log dirs failing and back: what `logkeel
+        # console` shows of the cluster's history, written at the end of each pass.
+        self.history = ControllerHistory(client)
 
     @property
     def active(self) -> bool:
@@ -286,12 +290,14 @@ class Controller:
         if events & _REQUEST_EVENTS:
             self._run_elections(ctl)
             self.reassignments.take_requests(ctl, ctx)
+        self.history.flush()
 
     def _take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> set[TopicPartition]:
         """Deletions, notifications and preferred elections asked for; returns the partitions
         of a preferred election (asked, or by the auto rebalance)."""
         c = self.client
-        c.take_log_dir_failures()  # the offline replicas come through the context
+        for event in c.take_log_dir_failures():  # the offline replicas come through the context
+            self.history.log_dir(event)
         for topic in c.topics_to_delete():
             if c.topic_assignment(topic) is not None:
                 c.delete_topic(ctl, topic)
@@ -490,6 +496,10 @@ class Controller:
             "%s-%d: leader %d -> %d, ISR %s -> %s (%s)", tp.topic, tp.partition, reg.leader,
             after.leader, list(reg.isr), list(after.isr), decision.reason,
         )  # fmt: skip
+        if after.leader != reg.leader:
+            unclean = decision.truncate_from is not None
+            self.history.election(tp, reg.leader, after.leader, after.leader_epoch,
+                                  "unclean" if unclean else "clean", decision.reason)  # fmt: skip
         if decision.truncate_from is not None:
             self._report_loss(tp, decision)
 
@@ -626,6 +636,14 @@ class Controller:
                 continue
             if self._context is not None:
                 self._context.state_written(tp, replace(written, zk_version=version))
+            if request.kind == "resign":
+                assert request.replica is not None
+                self.history.step_down(tp, request.replica, written.leader, written.leader_epoch,
+                                       request.reason or d.reason)  # fmt: skip
+            elif written.leader != reg.leader:
+                kind = "unclean" if d.truncate_from is not None else request.kind
+                self.history.election(tp, reg.leader, written.leader, written.leader_epoch, kind,
+                                      d.reason)  # fmt: skip
             if d.truncate_from is not None:
                 self._report_loss(tp, d)
             else:

@@ -270,6 +270,7 @@ class ElectionRequest:
     replica: int | None = None
     force: bool = False
     results: Mapping[TopicPartition, tuple[str | None, str]] | None = None
+    reason: str = ""  # why the requester asks (a slow leader's resignation says why)
 
     def answered(self, results: Mapping[TopicPartition, tuple[str | None, str]]) -> ElectionRequest:
         return replace(self, results=results)

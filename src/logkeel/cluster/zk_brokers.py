@@ -110,15 +110,17 @@ class BrokerZnodes(ZkSession):
         """Every live broker's replicas that cannot serve."""
         return self._by_broker(zd.OFFLINE_REPLICAS, zd.decode_partitions)
 
-    def notify_log_dir_failure(self, broker_id: int) -> str:
+    def notify_log_dir_failure(self, event: zd.LogDirEvent) -> str:
+        """A log dir failed or came back (Kafka's notification, both ways: the controller
+        reads the broker's offline replicas again)."""
         return self._notify(
             zd.LOG_DIR_EVENT_NOTIFICATION,
             zd.LOG_DIR_EVENT_PREFIX,
-            zd.encode_log_dir_event(broker_id),
+            zd.encode_log_dir_event(event),
         )
 
-    def take_log_dir_failures(self) -> list[int]:
-        """Brokers that reported a failed log dir, in the order they reported."""
+    def take_log_dir_failures(self) -> list[zd.LogDirEvent]:
+        """Log dir notifications, in the order the brokers wrote them."""
         return self._drain(zd.LOG_DIR_EVENT_NOTIFICATION, zd.decode_log_dir_event)
 
     # The parts of this session's last report as written (None: not known, the next report

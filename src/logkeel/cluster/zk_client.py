@@ -14,6 +14,7 @@ from logkeel.cluster.zk_brokers import BrokerZnodes
 from logkeel.cluster.zk_controller import ControllerZnodes
 from logkeel.cluster.zk_elections import ElectionZnodes
 from logkeel.cluster.zk_group_configs import GroupConfigZnodes
+from logkeel.cluster.zk_history import HistoryZnodes
 from logkeel.cluster.zk_quotas import QuotaZnodes
 from logkeel.cluster.zk_reassignments import ReassignmentZnodes
 from logkeel.cluster.zk_security import SecurityZnodes
@@ -32,6 +33,7 @@ class ZkMetadataClient(
     GroupConfigZnodes,
     ReassignmentZnodes,
     BrokerConfigZnodes,
+    HistoryZnodes,
 ):
     """One broker's ZooKeeper session with every metadata operation on it (callers hold one
     object per session: the operations share its connection and its ephemeral znodes)."""

@@ -28,6 +28,8 @@ ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1
+# logkeel's own: a failed dir is back online (beyond KIP-18, without a restart).
+LOG_DIR_ONLINE_EVENT = 2
 CLUSTER_ID = "/cluster/id"
 # logkeel's own: a broker stopping on SIGTERM creates an ephemeral child named by its id and the
 # controller moves its leaderships away (Kafka used a ControlledShutdown request instead).
@@ -225,6 +227,8 @@ def encode_election(req: ElectionRequest) -> bytes:
         "replica": req.replica,
         "force": req.force,
     }
+    if req.reason:
+        obj["reason"] = req.reason
     if req.results is not None:
         obj["results"] = [
             {"topic": tp.topic, "partition": tp.partition, "error": err, "message": why}
@@ -253,6 +257,7 @@ def decode_election(data: bytes) -> ElectionRequest:
             TopicPartition(r["topic"], int(r["partition"])): (r["error"], r["message"])
             for r in results
         },
+        str(obj.get("reason", "")),
     )
 
 
@@ -580,10 +585,35 @@ def decode_partitions(data: bytes) -> set[TopicPartition]:
     return {TopicPartition(p["topic"], int(p["partition"])) for p in _load(data)["partitions"]}
 
 
-def encode_log_dir_event(broker_id: int) -> bytes:
-    return _dump({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+@dataclass(frozen=True, slots=True)
+class LogDirEvent:
+    """A broker's notification that one of its log dirs failed or (``online``) is back:
+    Kafka's notification names only the broker; logkeel's adds the dir, why and when (the
+    history `logkeel console` shows). ``log_dir`` None: not told (Kafka's own form)."""
+
+    broker: int
+    log_dir: str | None = None
+    online: bool = False
+    reason: str = ""
+    time_ms: int = 0
 
 
-def decode_log_dir_event(data: bytes) -> int:
-    """The broker that had a log dir fail."""
-    return int(_load(data)["broker"])
+def encode_log_dir_event(event: LogDirEvent) -> bytes:
+    obj: dict[str, Any] = {
+        "version": 1,
+        "broker": event.broker,
+        "event": LOG_DIR_ONLINE_EVENT if event.online else LOG_DIR_FAILURE_EVENT,
+    }
+    if event.log_dir is not None:
+        obj.update(log_dir=event.log_dir, reason=event.reason, time_ms=event.time_ms)
+    return _dump(obj)
+
+
+def decode_log_dir_event(data: bytes) -> LogDirEvent:
+    obj = _load(data)
+    log_dir = obj.get("log_dir")
+    return LogDirEvent(
+        int(obj["broker"]), None if log_dir is None else str(log_dir),
+        obj.get("event") == LOG_DIR_ONLINE_EVENT, str(obj.get("reason", "")),
+        int(obj.get("time_ms", 0)),
+    )  # fmt: skip

@@ -225,10 +225,14 @@ class ZkMetadataStore(MetadataStore):
         self.client.zk.DataWatch(zd.broker_path(self.node_id), fired)
 
     def report_offline_replicas(
-        self, partitions: Iterable[TopicPartition], offline_log_dir_ids: Iterable[str]
+        self,
+        partitions: Iterable[TopicPartition],
+        offline_log_dir_ids: Iterable[str],
+        event: zd.LogDirEvent | None = None,
     ) -> None:
         """This broker cannot serve ``partitions`` (a log dir failed): the controller elects
-        other leaders for them and drops this broker from their ISRs (KIP-18)."""
+        other leaders for them and drops this broker from their ISRs (KIP-18). ``event``: the
+        dir that failed or came back, for the controller's history."""
         self._offline = frozenset(partitions)
         self.client.set_offline_replicas(self.node_id, self._offline)
         if self._registration is not None:
@@ -236,7 +240,7 @@ class ZkMetadataStore(MetadataStore):
                 self._registration, offline_log_dir_ids=tuple(offline_log_dir_ids)
             )
             self.client.update_broker(self._registration)
-        self.client.notify_log_dir_failure(self.node_id)
+        self.client.notify_log_dir_failure(event or zd.LogDirEvent(self.node_id))
 
     def reserve_producer_ids(self, size: int) -> tuple[int, int] | None:
         return self.client.reserve_producer_ids(self.node_id, size)

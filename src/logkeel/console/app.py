@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,37 +19,42 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from logkeel.cli.broker_requests import Admin
-from logkeel.cli.cluster import status_of, zookeeper_connect
-from logkeel.cli.elect import elect_leaders_request, election_results
-from logkeel.cluster.partition_state import ElectionRequest
-from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.admin.cluster_status import status_of, zookeeper_connect
+from logkeel.admin.elections import (
+    designated_election,
+    elect_leaders_request,
+    election_results,
+)
+from logkeel.admin.log_dirs import bring_online
+from logkeel.admin.reassignments import alter_reassignments
+from logkeel.admin.session import AdminError, AdminSession
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
+from logkeel.console.actions import Action, ActionRefused, check_origin, parse_action
 from logkeel.console.browse import BrowseError, read_partition
 from logkeel.console.gather import poll_cluster, poll_groups
+from logkeel.console.history import history_rows
 from logkeel.console.samplers import BrokerRoster, LagHistory, LeaderChanges, OffsetRates
 from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
-from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["ConsoleState", "create_app"]
 
 log = logging.getLogger(__name__)
 
-# Recorded by the controller in ZooKeeper and shown; the rest of the issue's history is not
-# recorded anywhere a console can read it yet, and the page says so.
+# What the controller's history does not hold, said on the page.
 NOT_RECORDED = [
-    "clean elections before this console started (only losses are recorded in ZooKeeper)",
-    "slow-leader step-downs",
-    "log dirs failing and coming back (only their current state is shown)",
-    "the replica to designate for a partition that lost its whole ISR: not built here yet; "
-    "`logkeel audit` answers it",
+    "log dirs already offline when their broker started (they failed while it was down): "
+    "the brokers view shows them, the history does not",
+    "a slow leader's request to step down that the controller refused (no in-sync follower "
+    "to take over): only the broker's log has it",
+    "the history keeps the last 1,000 events of each kind",
 ]
 _LOSSES_EVERY = 5  # polls: election losses are read from ZooKeeper, a session each time
 _ACTION_TIMEOUT_S = 30.0
+_FROM_ZOOKEEPER = ("offline_reason", "designate")
 
 
 def _now_ms() -> int:
@@ -69,6 +75,10 @@ class ConsoleState:
     groups: list[dict[str, Any]] = field(default_factory=list)
     groups_error: str | None = "not polled yet"
     losses: list[dict[str, Any]] | None = None
+    history: dict[str, list[dict[str, Any]]] | None = None
+    # What ZooKeeper says of each offline partition (why it waits, the replica to designate),
+    # read every few polls and shown on the polls between.
+    offline_info: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     updated_ms: int = 0
     roster: BrokerRoster = field(default_factory=BrokerRoster)
     changes: LeaderChanges = field(default_factory=LeaderChanges)
@@ -101,6 +111,14 @@ class ConsoleState:
             del status["brokers"]
             if with_losses:
                 self.losses = status.pop("election_losses", None)
+                self.history = status.pop("history", None)
+                self.offline_info = {
+                    (p["topic"], p["partition"]): {k: p[k] for k in _FROM_ZOOKEEPER if k in p}
+                    for p in status["partitions"] if p["offline"]
+                }  # fmt: skip
+            for p in status["partitions"]:
+                if p["offline"]:
+                    p.update(self.offline_info.get((p["topic"], p["partition"]), {}))
             self.changes.observe(now, status["partitions"])
             self.rates.add(now, {
                 (p["topic"], p["partition"]): (p["log_end_offset"], p["leader"])
@@ -115,9 +133,9 @@ class ConsoleState:
             with self.lock:
                 self.groups_error = str(exc)
             return
-        except SystemExit:  # a command's `fail` from cli.groups; its message went to stderr
+        except AdminError as exc:
             with self.lock:
-                self.groups_error = "a broker refused ListGroups"
+                self.groups_error = str(exc)
             return
         now = _now_ms()
         lags = {
@@ -160,8 +178,8 @@ class ConsoleState:
                 log.exception("console poll failed")
             self._stop.wait(self.interval_s)
 
-    def admin(self) -> Admin:
-        return Admin(
+    def admin(self) -> AdminSession:
+        return AdminSession(
             ",".join(dict.fromkeys(self.addresses())),
             client_id="logkeel-console",
             timeout_ms=10_000,
@@ -169,9 +187,15 @@ class ConsoleState:
         )
 
 
-def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette:
-    """The console's web app over ``state`` (started and stopped with the app)."""
+def create_app(
+    state: ConsoleState, *, allow_actions: bool = False, hosts: frozenset[str] | None = None
+) -> Starlette:
+    """The console's web app over ``state`` (started and stopped with the app). ``hosts``: the
+    Host headers actions are taken for (`actions.allowed_hosts`; None: any)."""
     static = resources.files("logkeel.console") / "static"
+    # Per process: the page carries it, every action must send it back (CSRF).
+    token = secrets.token_urlsafe(32)
+    page = (static / "index.html").read_text().replace("__CONSOLE_TOKEN__", token)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -182,7 +206,7 @@ def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette
             state.stop()
 
     def index(_request: Request) -> Response:
-        return FileResponse(str(static / "index.html"))
+        return HTMLResponse(page, headers={"cache-control": "no-store"})
 
     def overview(_request: Request) -> Response:
         with state.lock:
@@ -207,10 +231,14 @@ def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette
 
     def elections(_request: Request) -> Response:
         with state.lock:
+            recorded = state.history is not None and state.losses is not None
             return JSONResponse({
                 "losses": state.losses,
                 "losses_note": None if state.losses is not None else
                 "election losses unknown: ZooKeeper not reachable, or a single node",
+                "history": history_rows(state.history or {}),
+                "history_note": None if recorded else
+                "the cluster's history is unknown: ZooKeeper not reachable, or a single node",
                 "observed": list(state.changes.changes),
                 "not_recorded": NOT_RECORDED,
             })  # fmt: skip
@@ -241,20 +269,20 @@ def create_app(state: ConsoleState, *, allow_actions: bool = False) -> Starlette
         if not allow_actions:
             return _error(403, "actions are off: this console is read-only "
                                "(start it with --allow-actions to enable them)")  # fmt: skip
+        refused = check_origin(request.headers, token, hosts)
+        if refused is not None:
+            return _error(403, refused)
         try:
             body = await request.json()
-            kind = request.path_params["kind"]
-            tp = TopicPartition(str(body["topic"]), int(body["partition"]))
-            replica = int(body["replica"]) if kind == "designated-election" else None
-        except (KeyError, ValueError, TypeError):
-            return _error(400, "give topic, partition (and replica for a designated election)")
-        if body.get("confirm") != str(tp):
-            return _error(400, f"not confirmed: send confirm={str(tp)!r} to run it")
+        except ValueError:
+            body = None
+        try:
+            act = parse_action(request.path_params["kind"], body)
+        except ActionRefused as exc:
+            return _error(exc.status, str(exc))
         operator = request.client.host if request.client else "unknown"
-        log.warning("console action %s on %s (replica %s) by %s", kind, tp, replica, operator)
-        return await run_in_threadpool(
-            _run_action, state, kind, tp, replica, bool(body.get("force"))
-        )
+        log.warning("console action %s on %s by %s: %s", act.kind, act.subject, operator, act)
+        return await run_in_threadpool(_run_action, state, act)
 
     routes = [
         Route("/", index),
@@ -274,28 +302,33 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def _run_action(
-    state: ConsoleState, kind: str, tp: TopicPartition, replica: int | None, force: bool
-) -> Response:
+def _run_action(state: ConsoleState, act: Action) -> Response:
     try:
         with state.admin() as admin:
-            if kind == "preferred-election":
-                answer = admin.send(elect_leaders_request("preferred", [tp], _ACTION_TIMEOUT_S))
+            if act.kind == "log-dir-online":
+                assert act.broker is not None and act.log_dir is not None
+                address = admin.brokers().get(act.broker)
+                if address is None:
+                    return _error(409, f"broker {act.broker} is not alive")
+                return JSONResponse({"message": bring_online(admin, address, act.log_dir)})
+            assert act.tp is not None
+            if act.kind == "reassignment":
+                error = alter_reassignments(admin, {act.tp: act.replicas}).get(act.tp)
+                return JSONResponse({"results": [{"partition": str(act.tp), "error": error,
+                                                  "message": f"replicas {list(act.replicas)}"}]})  # fmt: skip
+            if act.kind == "preferred-election":
+                answer = admin.send(elect_leaders_request("preferred", [act.tp], _ACTION_TIMEOUT_S))
                 results = election_results(answer)
-            elif kind == "designated-election":
-                assert replica is not None
+            else:
+                assert act.replica is not None
                 connect = zookeeper_connect(admin, status_of(admin, with_losses=False))
                 if connect is None:
                     return _error(409, "the bootstrap broker names no zookeeper.connect")
-                client = ZkMetadataClient(connect, session_timeout_ms=10_000)
-                client.start()
-                try:
-                    request = ElectionRequest("designated", frozenset({tp}), replica, force)
-                    results = client.run_election(request, _ACTION_TIMEOUT_S)
-                finally:
-                    client.close()
-            else:
-                return _error(404, f"no action {kind!r}: preferred-election, designated-election")
+                results = designated_election(
+                    connect, act.tp, act.replica, act.force, _ACTION_TIMEOUT_S
+                )
+    except AdminError as exc:
+        return _error(409, str(exc))
     except (BrokerConnectionError, ZooKeeperUnavailable, ValueError) as exc:
         return _error(503, str(exc))
     return JSONResponse({

@@ -12,8 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
 
-from logkeel.cli.broker_requests import Admin, nested
-from logkeel.cli.partition_info import EARLIEST, list_offsets, topics
+from logkeel.admin.partition_info import EARLIEST, list_offsets, topics
+from logkeel.admin.session import AdminSession, nested
 from logkeel.records.batch import BatchHeader
 from logkeel.records.control import ControlRecordType, decode_control_key
 from logkeel.records.record import Record, iter_batches
@@ -64,7 +64,7 @@ def committed_records(
 
 
 def read_partition(
-    admin: Admin,
+    admin: AdminSession,
     topic: str,
     partition: int,
     *,

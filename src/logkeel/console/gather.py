@@ -1,6 +1,7 @@
-"""One poll of the cluster through the admin commands' own requests: `cli.cluster.status_of`
-(brokers, log dirs, partitions, election losses from ZooKeeper), `cli.partition_info`
-(log end offsets) and `cli.groups` (each group's lag). Each poll uses an ``Admin`` of its own,
+"""One poll of the cluster through the requests the admin commands use too (`admin/`):
+`cluster_status.status_of` (brokers, log dirs, partitions; from ZooKeeper the election losses,
+the controller's history, the replica to designate), `partition_info` (log end offsets) and
+`groups` (each group's lag). Each poll uses an ``AdminSession`` of its own,
 bootstrapping from the given list and every broker seen before, so a dead bootstrap broker is
 passed over. Errors are the caller's to show: ``BrokerConnectionError``, ``ValueError``."""
 
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from logkeel.cli.broker_requests import Admin
-from logkeel.cli.cluster import status_of
-from logkeel.cli.groups import _group_doc, _list_groups
-from logkeel.cli.partition_info import LATEST, list_offsets
+from logkeel.admin.cluster_status import status_of
+from logkeel.admin.groups import group_doc, list_groups
+from logkeel.admin.partition_info import LATEST, list_offsets
+from logkeel.admin.session import AdminError, AdminSession
 from logkeel.server.network.client import BrokerConnectionError, ClientSecurity
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -20,9 +21,11 @@ __all__ = ["poll_cluster", "poll_groups"]
 _CLIENT_ID = "logkeel-console"
 
 
-def _admin(addresses: list[str], security: ClientSecurity, timeout_ms: int) -> Admin:
+def _admin(addresses: list[str], security: ClientSecurity, timeout_ms: int) -> AdminSession:
     unique = list(dict.fromkeys(addresses))
-    return Admin(",".join(unique), client_id=_CLIENT_ID, timeout_ms=timeout_ms, security=security)
+    return AdminSession(
+        ",".join(unique), client_id=_CLIENT_ID, timeout_ms=timeout_ms, security=security
+    )
 
 
 def poll_cluster(
@@ -57,11 +60,11 @@ def poll_groups(
     an ``error`` instead of its offsets (its coordinator down, say)."""
     docs = []
     with _admin(addresses, security, timeout_ms) as admin:
-        for group, (state, _) in sorted(_list_groups(admin).items()):
+        for group, (state, _) in sorted(list_groups(admin).items()):
             try:
-                docs.append(_group_doc(admin, group))
+                docs.append(group_doc(admin, group))
             except BrokerConnectionError as exc:
                 docs.append({"group": group, "state": state, "error": str(exc)})
-            except SystemExit:  # the command's `fail` (its message went to stderr)
-                docs.append({"group": group, "state": state, "error": "could not be described"})
+            except AdminError as exc:
+                docs.append({"group": group, "state": state, "error": str(exc)})
     return docs

@@ -490,7 +490,10 @@ class Broker:
         self.metrics.log_dir_online(log_dir)
         self.replica_manager.on_log_dir_online(log_dir, loaded)
         if self.cluster is not None:
-            self.cluster.report_offline(*self._replica_reports.offline_replicas())
+            self.cluster.report_offline(
+                *self._replica_reports.offline_replicas(), log_dir=log_dir, online=True,
+                reason=f"back online, {len(loaded)} partitions loaded",
+            )  # fmt: skip
             self.cluster.report_replica_logs()
 
     def _on_log_dir_failure(self, log_dir: str, reason: str) -> None:
@@ -502,7 +505,9 @@ class Broker:
         self.metrics.log_dir_failed(log_dir)
         self.replica_manager.on_log_dir_failure(log_dir, reason)
         if self.cluster is not None:
-            self.cluster.report_offline(*self._replica_reports.offline_replicas())
+            self.cluster.report_offline(
+                *self._replica_reports.offline_replicas(), log_dir=log_dir, reason=reason
+            )
 
 
 def register_api_families(registry: HandlerRegistry, broker: Broker) -> None:

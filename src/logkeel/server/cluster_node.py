@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,7 +31,7 @@ from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, PartitionState, TopicState
 from logkeel.cluster.partition_state import ElectionRequest
 from logkeel.cluster.zk_client import ZkMetadataClient
-from logkeel.cluster.zk_data import EndPoint, ReplicaLogReport
+from logkeel.cluster.zk_data import EndPoint, LogDirEvent, ReplicaLogReport
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.config import BrokerConfig
@@ -219,7 +220,7 @@ class ClusterNode:
             self._isr_writer.submit(self._resign, tp, reason)
 
     def _resign(self, tp: TopicPartition, reason: str) -> None:
-        request = ElectionRequest("resign", frozenset({tp}), self.config.node_id)
+        request = ElectionRequest("resign", frozenset({tp}), self.config.node_id, reason=reason)
         try:
             error, why = self.store.client.run_election(request, 10.0).get(
                 tp, ("REQUEST_TIMED_OUT", "no answer")
@@ -232,11 +233,20 @@ class ClusterNode:
         else:
             log.warning("%s: could not hand leadership over: %s (%s)", tp, error, why)
 
-    def report_offline(self, partitions: Iterable[TopicPartition], dir_ids: Iterable[str]) -> None:
+    def report_offline(
+        self,
+        partitions: Iterable[TopicPartition],
+        dir_ids: Iterable[str],
+        *,
+        log_dir: str | None = None,
+        online: bool = False,
+        reason: str = "",
+    ) -> None:
         """Replicas this broker cannot serve (blocking: from the IO thread that hit the error,
-        or in a thread)."""
+        or in a thread), after ``log_dir`` failed or (``online``) came back."""
+        event = LogDirEvent(self.config.node_id, log_dir, online, reason, int(time.time() * 1000))
         try:
-            self.store.report_offline_replicas(partitions, dir_ids)
+            self.store.report_offline_replicas(partitions, dir_ids, event)
         except Exception:
             log.exception("could not report offline replicas to the controller")
 

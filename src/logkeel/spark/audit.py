@@ -8,12 +8,8 @@ each replica together: log start and end offsets, last leader epoch, corrupt ran
 replica to recover from. Progress is counted from completed batches (an accumulator the tasks
 add their partitions to), never estimated.
 
-The best replica is the one whose data runs furthest without a hole: the end of the unbroken run
-of valid batches from its log start (its log end offset when nothing is corrupt or missing).
-Ties go to the higher last leader epoch, then the longer log, then the earlier log start. That
-is the recovery plan for the 0.11 index-corruption incident (docs/proposals.md): when the only
-in-sync replica lost its data, make the replica that still has it leader instead of letting it
-truncate to the empty one.
+The best replica is the one `storage.tools.replica_rank` ranks first (the one ranking, shared
+with `logkeel console`, which ranks the brokers' reports instead of scanned segments).
 
 For ``--master`` clusters the paths must be readable under the same names on every executor.
 """
@@ -41,6 +37,7 @@ from logkeel.spark.segment_scan import (
     list_segments,
     summarize_segment,
 )
+from logkeel.storage.tools.replica_rank import PartitionReport, ReplicaReport
 from logkeel.storage.topic_partition import TopicPartition
 
 Json = dict[str, Any]
@@ -56,66 +53,6 @@ PARTITIONS_PER_TASK = 500
 PROGRESS_POLL_S = 0.5
 
 Progress = Callable[[int, int], None]  # (partitions checked, partitions in all)
-
-
-@dataclass(frozen=True)
-class ReplicaReport:
-    path: str
-    log_start_offset: int
-    log_end_offset: int
-    last_leader_epoch: int
-    corrupt_ranges: list[Json]
-
-    @property
-    def intact_end_offset(self) -> int:
-        """Where the first hole starts (or the log end offset when there is none)."""
-        ends = [self.log_end_offset]
-        for r in self.corrupt_ranges:
-            first, last = r["first_offset"], r["last_offset"]
-            if last is not None and (last < first or last < self.log_start_offset):
-                continue  # no offsets lost, or only ones below the log start
-            ends.append(max(first, self.log_start_offset))
-        return min(ends)
-
-    def rank(self) -> tuple[int, int, int, int]:
-        return (
-            self.intact_end_offset,
-            self.last_leader_epoch,
-            self.log_end_offset,
-            -self.log_start_offset,
-        )
-
-    def to_json(self) -> Json:
-        return {
-            "path": self.path,
-            "log_start_offset": self.log_start_offset,
-            "log_end_offset": self.log_end_offset,
-            "last_leader_epoch": self.last_leader_epoch,
-            "corrupt_ranges": self.corrupt_ranges,
-        }
-
-
-@dataclass(frozen=True)
-class PartitionReport:
-    topic: str
-    partition: int
-    replicas: list[ReplicaReport]
-
-    @property
-    def best_replica(self) -> ReplicaReport | None:
-        if not self.replicas:
-            return None
-        # Highest rank; among equals the first path in sort order (max keeps the first it saw).
-        return max(sorted(self.replicas, key=lambda r: r.path), key=ReplicaReport.rank)
-
-    def to_json(self) -> Json:
-        best = self.best_replica
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "replicas": [r.to_json() for r in self.replicas],
-            "best_replica": best.path if best else None,
-        }
 
 
 def replica_report(

@@ -53,7 +53,7 @@ function drawBrokers(data) {
       el("td", { class: b.alive ? "ok" : "dead" }, b.alive ? "alive" : `dead (last seen ${time(b.last_seen_ms)})`),
       el("td", {}, b.rack), el("td", {}, b.controller ? "controller" : ""), dirs);
   }));
-  document.getElementById("actions").hidden = !data.actions_allowed;
+  for (const box of document.querySelectorAll(".actions")) box.hidden = !data.actions_allowed;
   document.getElementById("actions-off").hidden = data.actions_allowed;
   intervalMs = data.interval_ms || intervalMs;
 }
@@ -68,6 +68,12 @@ function drawPartitions(data) {
       el("td", { class: p.offline ? "offline" : p.under_replicated ? "under" : "ok" }, state),
       el("td", {}, p.log_end_offset), el("td", {}, bytes(p.size_bytes)));
   }));
+  const leaderless = data.partitions.filter((p) => p.offline && p.designate);
+  document.getElementById("designate-section").hidden = !leaderless.length;
+  fillTable("designate", leaderless.map((p) => el("tr", { "data-partition": `${p.topic}-${p.partition}` },
+    el("td", {}, `${p.topic}-${p.partition}`), el("td", { class: "best" }, p.designate.broker == null ? "unknown" : p.designate.broker),
+    el("td", {}, p.designate.replicas.map((r) => `${r.broker}${r.live ? "" : " (down)"}: log end ${r.log_end_offset}, epoch ${r.last_leader_epoch}`).join("; ") || "-"),
+    el("td", {}, el("code", { class: "command" }, p.designate.elect_command || "-")), el("td", {}, p.designate.note))));
 }
 
 function sparkline(points, width, height) {
@@ -126,6 +132,10 @@ function drawElections(data) {
     el("td", {}, `${x.topic}-${x.partition}`), el("td", {}, x.reason), el("td", {}, x.leader), el("td", {}, x.leader_epoch),
     el("td", {}, x.from_offset < 0 ? "not reported" : x.from_offset),
     el("td", {}, Object.entries(x.truncated).map(([r, n]) => `${r}: ${n}`).join(", ") || "-"))));
+  document.getElementById("history-note").textContent = data.history_note || (data.history.length ? "" : "nothing recorded yet");
+  fillTable("history", data.history.map((h) => el("tr", { class: h.kind.replaceAll(" ", "-") }, el("td", {}, time(h.time_ms)),
+    el("td", {}, h.kind), el("td", {}, h.broker == null ? "-" : h.broker), el("td", {}, h.subject),
+    el("td", {}, h.change), el("td", {}, h.reason))));
   document.getElementById("not-recorded").replaceChildren(...data.not_recorded.map((t) => el("li", {}, t)));
 }
 
@@ -169,14 +179,19 @@ async function browse(ev) {
     el("td", { class: "bytes" }, r.headers.map((h) => `${h.key}=${shown(h.value)}`).join("; ")))));
 }
 
+const TOKEN = document.querySelector("meta[name='logkeel-console-token']").content;
+
 async function act(ev) {
   ev.preventDefault();
   const f = new FormData(ev.target);
-  const body = { topic: f.get("topic"), partition: Number(f.get("partition")), confirm: f.get("confirm"), force: f.get("force") === "on" };
-  if (f.get("replica")) body.replica = Number(f.get("replica"));
-  const kind = ev.submitter ? ev.submitter.value : "preferred-election";
-  const r = await fetch(`/api/actions/${kind}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  document.getElementById("action-result").textContent = JSON.stringify(await r.json(), null, 2);
+  const body = { confirm: f.get("confirm") };
+  for (const k of ["topic", "log_dir", "replicas"]) if (f.get(k)) body[k] = f.get(k);
+  for (const k of ["partition", "replica", "broker"]) if (f.get(k)) body[k] = Number(f.get(k));
+  body.force = f.get("force") === "on";
+  const kind = (ev.submitter && ev.submitter.value) || ev.target.dataset.kind;
+  const r = await fetch(`/api/actions/${kind}`, { method: "POST",
+    headers: { "content-type": "application/json", "x-logkeel-console-token": TOKEN }, body: JSON.stringify(body) });
+  ev.target.parentElement.querySelector(".action-result").textContent = JSON.stringify(await r.json(), null, 2);
 }
 
 for (const b of document.querySelectorAll("nav button")) {
@@ -186,5 +201,5 @@ for (const b of document.querySelectorAll("nav button")) {
   });
 }
 document.getElementById("browse-form").addEventListener("submit", browse);
-document.getElementById("action-form").addEventListener("submit", act);
+for (const form of document.querySelectorAll("form.action")) form.addEventListener("submit", act);
 refresh();

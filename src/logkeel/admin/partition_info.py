@@ -1,5 +1,5 @@
-"""What the admin commands ask about partitions, through `broker_requests.Admin`: every topic's
-partitions as the bootstrap broker's Metadata gives them, and offsets from each partition's
+"""What the admin commands and the console ask about partitions, through an `AdminSession`:
+every topic's partitions as the bootstrap broker's Metadata gives them, and offsets from each partition's
 leader (ListOffsets: earliest, latest, or the first at or after a timestamp)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.cli.broker_requests import Admin, nested
+from logkeel.admin.session import AdminSession, nested
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.protocol import ApiKey, request_schema
 from logkeel.storage.topic_partition import TopicPartition
@@ -81,7 +81,7 @@ class TopicInfo:
     partitions: tuple[PartitionInfo, ...]
 
 
-def topics(admin: Admin, names: tuple[str, ...] | None = None) -> dict[str, TopicInfo]:
+def topics(admin: AdminSession, names: tuple[str, ...] | None = None) -> dict[str, TopicInfo]:
     """Topics by name (``names``: only those; None: every topic); a name the cluster does not
     know is left out."""
     answer = admin.metadata(names)
@@ -107,7 +107,7 @@ def topics(admin: Admin, names: tuple[str, ...] | None = None) -> dict[str, Topi
 
 
 def list_offsets(
-    admin: Admin, leaders: dict[TopicPartition, int], timestamp: int
+    admin: AdminSession, leaders: dict[TopicPartition, int], timestamp: int
 ) -> dict[TopicPartition, int | None]:
     """Each partition's offset for ``timestamp`` (LATEST, EARLIEST or milliseconds: the first
     offset whose record is at or after it), asked of its leader; None where there is no live

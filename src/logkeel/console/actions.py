@@ -1,0 +1,122 @@
+"""What the console's action endpoints accept, decided without sockets: which request may act
+(a CSRF defence: the per-process token the page carries, in a header no other site's page can
+set without reading ours, and an Origin and Host that are the console's own -- a DNS-rebound
+name is not), and what one action asks (each confirmed by repeating its subject)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from logkeel.storage.topic_partition import TopicPartition
+
+__all__ = [
+    "KINDS",
+    "TOKEN_HEADER",
+    "Action",
+    "ActionRefused",
+    "allowed_hosts",
+    "check_origin",
+    "parse_action",
+]
+
+TOKEN_HEADER = "x-logkeel-console-token"
+KINDS = ("preferred-election", "designated-election", "log-dir-online", "reassignment")
+
+
+class ActionRefused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    subject: str  # what the operator confirms by typing it again
+    tp: TopicPartition | None = None
+    replica: int | None = None
+    force: bool = False
+    broker: int | None = None
+    log_dir: str | None = None
+    replicas: tuple[int, ...] = ()
+
+
+def allowed_hosts(listen_host: str, port: int) -> frozenset[str] | None:
+    """The Host headers the console answers actions for: its listen address, and the loopback
+    names when it listens on loopback; None (any) when it listens on every interface, where
+    its names are not known (the token and the Origin check still hold)."""
+    host = listen_host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        return None
+    names = {host}
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            names |= {"127.0.0.1", "localhost", "::1"}
+    except ValueError:
+        if host == "localhost":
+            names |= {"127.0.0.1", "::1"}
+    return frozenset(f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names)
+
+
+def check_origin(
+    headers: Mapping[str, str], token: str, hosts: frozenset[str] | None
+) -> str | None:
+    """Why the request may not act (None: it may). The page sends the token it was served in
+    a header and the browser sends Origin with every POST; a form or fetch from another site
+    has neither our token nor our origin."""
+    if headers.get(TOKEN_HEADER) != token:
+        return "missing or wrong console token: reload the console's page"
+    host = headers.get("host", "")
+    if hosts is not None and host.lower() not in hosts:
+        return f"Host {host!r} is not this console's address"
+    origin = headers.get("origin")
+    if origin is None:
+        return "no Origin header: actions are taken from the console's own page"
+    if urlsplit(origin).netloc.lower() != host.lower():
+        return f"Origin {origin!r} is not this console ({host})"
+    return None
+
+
+def parse_action(kind: str, body: Any) -> Action:
+    """The action ``body`` asks for; ActionRefused (400, 404) says what is wrong with it."""
+    if kind not in KINDS:
+        raise ActionRefused(404, f"no action {kind!r}: {', '.join(KINDS)}")
+    if not isinstance(body, dict):
+        raise ActionRefused(400, "the body is a JSON object")
+    try:
+        if kind == "log-dir-online":
+            broker, log_dir = int(body["broker"]), str(body["log_dir"])
+            if not log_dir:
+                raise ValueError("empty log dir")
+            action = Action(kind, f"{broker}:{log_dir}", broker=broker, log_dir=log_dir)
+        else:
+            tp = TopicPartition(str(body["topic"]), int(body["partition"]))
+            replica = int(body["replica"]) if kind == "designated-election" else None
+            replicas = _replicas(body["replicas"]) if kind == "reassignment" else ()
+            action = Action(kind, str(tp), tp=tp, replica=replica,
+                            force=bool(body.get("force")), replicas=replicas)  # fmt: skip
+    except (KeyError, ValueError, TypeError):
+        raise ActionRefused(400, _NEEDS[kind]) from None
+    if body.get("confirm") != action.subject:
+        raise ActionRefused(400, f"not confirmed: send confirm={action.subject!r} to run it")
+    return action
+
+
+_NEEDS = {
+    "preferred-election": "give topic and partition",
+    "designated-election": "give topic, partition and replica",
+    "log-dir-online": "give broker (an id) and log_dir",
+    "reassignment": "give topic, partition and replicas (broker ids, e.g. 1,2,3)",
+}
+
+
+def _replicas(value: Any) -> tuple[int, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    replicas = tuple(int(r) for r in items)
+    if not replicas or len(set(replicas)) != len(replicas):
+        raise ValueError("replicas must be distinct broker ids")
+    return replicas
