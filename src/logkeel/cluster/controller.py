@@ -78,6 +78,9 @@ _WRITE_BATCH = 100
 # A pass writing more changes than this logs one summary line rather than one per partition.
 _LOGGED_CHANGES = 20
 # Events that read the requests in ZooKeeper (not only the partitions touched).
+# A pass over more partitions than this decides and writes those without a serving leader
+# first (`_leaderless_first`).
+_SPLIT_AT = 100
 _REQUEST_EVENTS = frozenset({"admin", "idle", "retry", "elect", "moved", "reload"})
 
 
@@ -314,7 +317,8 @@ class Controller:
                 touched |= ctx.all_partitions()
         touched |= preferred | set(self._unclean_waits)
         if touched:
-            self._reconcile_partitions(ctl, ctx, touched, preferred)
+            for part in _leaderless_first(ctx, touched):
+                self._reconcile_partitions(ctl, ctx, part, preferred)
             self.reassignments.progress(ctl, ctx, touched)
         if events & _REQUEST_EVENTS:
             self._run_elections(ctl)
@@ -717,3 +721,24 @@ def _failed(results: list[Any], index: int) -> bool:
     """Whether operation ``index`` of a transaction is the one that failed it."""
     r = results[index]
     return isinstance(r, Exception) and not isinstance(r, RolledBackError)
+
+
+def _leaderless_first(
+    ctx: ControllerContext, touched: set[TopicPartition]
+) -> list[set[TopicPartition]]:
+    """The partitions of a large pass (taking office decides all of them), those whose leader
+    cannot serve first: decided and written before the others are decided at all, a
+    leaderless partition waits for no ISR-only change (~1 s of deciding at 2,000 partitions
+    on a loaded machine). Decisions are per partition, so the split changes none of them."""
+    if len(touched) <= _SPLIT_AT:
+        return [touched]
+    with ctx.lock:
+        serving = set(ctx.brokers) - ctx.shutting_down
+        first = {
+            tp
+            for tp in touched
+            if (s := ctx.states.get(tp)) is None
+            or s.leader not in serving
+            or tp in ctx.offline_replicas.get(s.leader, ())
+        }
+    return [part for part in (first, touched - first) if part]
