@@ -78,6 +78,8 @@ _WRITE_BATCH = 100
 # A pass writing more changes than this logs one summary line rather than one per partition.
 _LOGGED_CHANGES = 20
 # Events that read the requests in ZooKeeper (not only the partitions touched).
+# How long a standby context whose watch failed waits before it is loaded again.
+_STANDBY_RETRY_S = 1.0
 # A pass over more partitions than this decides and writes those without a serving leader
 # first (`_leaderless_first`).
 _SPLIT_AT = 100
@@ -125,6 +127,7 @@ class Controller:
         # the metadata): taking office after the controller died then reads nothing (~2 s for
         # 2,000 partitions otherwise, on the failover's critical path).
         self._standby: ControllerContext | None = None
+        self._standby_not_before = 0.0  # time.monotonic()
         # Partitions the context's deliveries touched since the last pass.
         self._touched: set[TopicPartition] = set()
         self._touched_lock = threading.Lock()
@@ -217,6 +220,11 @@ class Controller:
             if "stop" in events:
                 return
             try:
+                if "reload" in events and self._standby is not None:
+                    # A watch of it failed: never taken into office; armed again only after a
+                    # pause (while ZooKeeper is unreachable every read fails at once).
+                    self._drop_standby()
+                    self._standby_not_before = time.monotonic() + _STANDBY_RETRY_S
                 if "moved" in events and self.epoch is not None:
                     current = self.client.controller()
                     if current != self.broker_id:
@@ -255,22 +263,17 @@ class Controller:
     def _keep_standby(self, events: set[str]) -> None:
         """Out of office: the standby context, loaded again after it failed or the session
         ended (its watches went with it)."""
-        if self._standby is not None and events & {"reload", "moved"}:
-            # A failed watch, or the session lost ("moved" out of office).
-            self._drop_standby()
+        self._retry_at = None  # out of office, only a paused standby asks for a wake-up
+        if "moved" in events:
+            self._drop_standby()  # out of office, "moved" is the session lost: its watches too
         if self._standby is not None or self._stopping:
             return
-        started = time.monotonic()
-        ctx = ControllerContext(self.client.zk, self._context_changed)
-        if not ctx.load(_LOAD_TIMEOUT_S):
-            ctx.close()
-            log.warning("the standby controller context did not load in %ss", _LOAD_TIMEOUT_S)
+        if time.monotonic() < self._standby_not_before:
+            self._retry_at = self._standby_not_before
             return
-        self._standby = ctx
-        with ctx.lock:
-            count = len(ctx.states)
-        log.info("standby controller context loaded: %d partitions in %.2fs", count,
-                 time.monotonic() - started)  # fmt: skip
+        # Not waited for here: this thread must stay free to take office meanwhile.
+        self._standby = ControllerContext(self.client.zk, self._context_changed)
+        self._standby.start_loading()
 
     def _drop_standby(self) -> None:
         ctx, self._standby = self._standby, None
@@ -285,11 +288,10 @@ class Controller:
             source = "standby, kept by its watches" if ctx is not None else "read"
             if ctx is None:
                 ctx = ControllerContext(self.client.zk, self._context_changed)
-                if not ctx.load(_LOAD_TIMEOUT_S):
-                    ctx.close()
-                    raise TimeoutError(
-                        f"the controller's context did not load in {_LOAD_TIMEOUT_S}s"
-                    )
+                ctx.start_loading()
+            if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
+                ctx.close()
+                raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
             self._context = ctx
             with ctx.lock:
                 everything = ctx.all_partitions()

@@ -65,6 +65,11 @@ class ControllerContext:
 
     def load(self, timeout_s: float) -> bool:
         """Reads the whole view (pipelined) and arms every watch; False if it took longer."""
+        self.start_loading()
+        return self.wait_loaded(timeout_s)
+
+    def start_loading(self) -> None:
+        """Arms every watch: the view fills in on kazoo's thread (see ``wait_loaded``)."""
         w = self._watches
         w.children(zd.BROKER_IDS, self._on_broker_ids)
         w.children(zd.CONTROLLED_SHUTDOWN, self._on_shutting_down)
@@ -72,6 +77,10 @@ class ControllerContext:
         w.children(zd.TOPICS, self._on_topics)
         w.children(zd.REPLICA_LOGS, self._on_report_brokers)
         w.children(zd.ELECTION_LOSSES, self._on_losses)
+
+    def wait_loaded(self, timeout_s: float) -> bool:
+        """Waits until the whole view has been read once; False if it took longer."""
+        w = self._watches
         deadline = time.monotonic() + timeout_s
         if not w.wait_loaded(timeout_s):
             return False
