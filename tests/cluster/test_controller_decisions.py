@@ -230,9 +230,12 @@ def test_the_reason_logged_is_that_of_the_decision_applied() -> None:
 
 def test_a_broker_is_declared_gone_only_after_refusals_in_a_row_once_it_was_reached() -> None:
     v = PeerVerdicts(refusals=2)
-    # Never reached (a listener not bound yet, an address this host cannot reach): never gone.
+    # Never reached (a listener not bound yet, an address this host cannot reach): never gone,
+    # so its refusals are not confirmed at once either.
     assert not any(v.observe(1, 10, REFUSED) for _ in range(5))
+    assert not v.counting(1) and not v.counting(2)
     assert not v.observe(1, 10, UP)
+    assert v.counting(1)
     assert not v.observe(1, 10, REFUSED)
     assert not v.observe(1, 10, UNKNOWN)  # silence (a cut, a frozen process) resets the count
     assert not v.observe(1, 10, REFUSED)
@@ -240,6 +243,7 @@ def test_a_broker_is_declared_gone_only_after_refusals_in_a_row_once_it_was_reac
     # Registered again (a new broker epoch): judged afresh.
     assert not v.observe(1, 11, REFUSED)
     assert not v.observe(1, 11, REFUSED)
+    assert not v.counting(1)
 
 
 def test_a_follower_registered_after_the_isr_was_written_leaves_it_and_never_leads() -> None:

@@ -40,6 +40,8 @@ PROBE_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 0.5
 # Refusals in a row before a broker is declared gone (one could be a listener being rebound).
 REFUSALS = 2
+# How long after a refusal the refusing broker is probed again.
+CONFIRM_S = 0.05
 # A probing round that fails (ZooKeeper unreachable) is logged at most this often.
 _FAILURE_LOG_S = 10.0
 
@@ -98,6 +100,11 @@ class PeerVerdicts:
             peer.refusals = 0
         return peer.seen_up and peer.refusals >= self.refusals
 
+    def counting(self, broker: int) -> bool:
+        """Whether ``broker``'s refusals count (it was reached since it registered)."""
+        peer = self._peers.get(broker)
+        return peer is not None and peer.seen_up
+
     def forget_except(self, brokers: Iterable[int]) -> None:
         keep = set(brokers)
         for broker in [b for b in self._peers if b not in keep]:
@@ -150,8 +157,17 @@ class CrashDetector:
         for broker, reg in list(self._registrations.items()):
             if broker == self.broker_id or self._stop.is_set():
                 continue
-            outcome = probe((e.host, e.port) for e in reg.endpoints)
-            if self.verdicts.observe(broker, reg.broker_epoch, outcome):
+            endpoints = [(e.host, e.port) for e in reg.endpoints]
+            outcome = probe(endpoints)
+            gone = self.verdicts.observe(broker, reg.broker_epoch, outcome)
+            # A first refusal is confirmed at once, not a round later (~0.2 s of every
+            # failover): the refusals in a row still have to come from separate probes.
+            while not gone and outcome == REFUSED and self.verdicts.counting(broker):
+                if self._stop.wait(CONFIRM_S):
+                    return
+                outcome = probe(endpoints)
+                gone = self.verdicts.observe(broker, reg.broker_epoch, outcome)
+            if gone:
                 self._declare_gone(reg)
                 self._stale.set()
 
