@@ -292,6 +292,9 @@ class Controller:
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
                 ctx.close()
                 raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
+            # Read now, before the first pass's writes: read after them it waited ~0.9 s behind
+            # their watches' re-reads on the one connection, between leaderships and ISRs.
+            self._offline_reasons = self.client.offline_reasons()
             self._context = ctx
             with ctx.lock:
                 everything = ctx.all_partitions()
