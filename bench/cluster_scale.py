@@ -152,15 +152,17 @@ class Sender(threading.Thread):
         self.stop = threading.Event()
         self.acked = self.failed = self.sent = 0
         self.errors: dict[str, int] = {}
+        self.failed_partitions: set[int] = set()
         self.producer = confluent_kafka.Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
         )
 
-    def _done(self, err: Any, _msg: Any) -> None:
+    def _done(self, err: Any, msg: Any) -> None:
         if err is None:
             self.acked += 1
         else:
             self.failed += 1
+            self.failed_partitions.add(msg.partition())
             self.errors[str(err.name())] = self.errors.get(str(err.name()), 0) + 1
 
     def run(self) -> None:
@@ -177,7 +179,9 @@ class Sender(threading.Thread):
         self.join()
         left = self.producer.flush(FLUSH_S)
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
-                "unacknowledged_at_end": left, "errors": self.errors}  # fmt: skip
+                "unacknowledged_at_end": left, "errors": self.errors,
+                "failed_partitions": len(self.failed_partitions),
+                "failed_partitions_first": sorted(self.failed_partitions)[:20]}  # fmt: skip
 
 
 class Profiler:

@@ -68,6 +68,9 @@ def recover(
 
     latest = epochs.latest_epoch if epochs is not None else None
     floor = -1 if latest is None else latest
+    if latest is None and recovery_from > log_start:
+        # No checkpoint to complete: the first batch rescanned is not where its epoch began.
+        epochs = None
     found: list[tuple[int, int]] = []  # (epoch, first offset) above the checkpoint's latest
     log_end = segments[first].base_offset
     for i in range(first, len(segments)):
