@@ -273,7 +273,7 @@ class Controller:
             return
         # Not waited for here: this thread must stay free to take office meanwhile.
         self._standby = ControllerContext(self.client.zk, self._context_changed)
-        self._standby.start_loading(reports=False)
+        self._standby.start_loading()
 
     def _drop_standby(self) -> None:
         ctx, self._standby = self._standby, None
@@ -289,7 +289,6 @@ class Controller:
             if ctx is None:
                 ctx = ControllerContext(self.client.zk, self._context_changed)
                 ctx.start_loading()
-            ctx.watch_reports()
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
                 ctx.close()
                 raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
