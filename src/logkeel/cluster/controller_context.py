@@ -96,6 +96,14 @@ class ControllerContext:
         """Stops every watch (each ends at its next delivery)."""
         self._watches.close()
 
+    def quiet(self) -> None:
+        """A standby's view: changes are only noted until ``wake`` (`WatchedZnodes.quiet`)."""
+        self._watches.quiet()
+
+    def wake(self) -> None:
+        """Reads what changed while quiet; ``wait_loaded`` then waits for it."""
+        self._watches.wake()
+
     # -- what the decisions read (under ``lock``) ---------------------------------------------
 
     def live_brokers(self) -> LiveBrokers:

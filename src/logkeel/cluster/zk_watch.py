@@ -33,6 +33,24 @@ class WatchedZnodes:
         # Watches set (("data" | "children", path)) and those that delivered at least once.
         self._armed: set[tuple[str, str]] = set()
         self._delivered: set[tuple[str, str]] = set()
+        # While quiet (not None): the watches that fired, each with its read, left for `wake`.
+        self._deferred: dict[tuple[str, str], Callable[[], None]] | None = None
+
+    def quiet(self) -> None:
+        """From now on a watch that fires is only noted, not read again (nor re-armed): an
+        owner that needs the view later (a standby controller) costs nothing per change."""
+        with self._lock:
+            if self._deferred is None:
+                self._deferred = {}
+
+    def wake(self) -> None:
+        """Reads again what changed while quiet, re-arming those watches (``wait_loaded``
+        waits for them), and reads every change at once from now on."""
+        with self._lock:
+            pending, self._deferred = self._deferred or {}, None
+            self._delivered.difference_update(pending)
+        for again in pending.values():
+            again()
 
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
@@ -83,7 +101,7 @@ class WatchedZnodes:
         with self._lock:
             self._armed.add(("children", path))
         self._read(path, lambda watch: self._zk.get_children_async(path, watch=watch), deliver,
-                   lambda: self.children(path, on_children))  # fmt: skip
+                   lambda: self.children(path, on_children), ("children", path))  # fmt: skip
 
     def _mark(self, key: tuple[str, str]) -> None:
         if key in self._delivered:
@@ -111,7 +129,7 @@ class WatchedZnodes:
             except NoNodeError:
                 # Watched for its creation; created meanwhile, it is read again at once.
                 self._read(path, lambda w: self._zk.exists_async(path, watch=w),
-                           created, again)  # fmt: skip
+                           created, again, ("data", path))  # fmt: skip
                 if self._live(path):
                     on_data(None, None)
                     self._mark(("data", path))
@@ -120,7 +138,13 @@ class WatchedZnodes:
                 on_data(data, stat)
                 self._mark(("data", path))
 
-        self._read(path, lambda watch: self._zk.get_async(path, watch=watch), deliver, again)
+        self._read(
+            path,
+            lambda watch: self._zk.get_async(path, watch=watch),
+            deliver,
+            again,
+            ("data", path),
+        )
 
     def _read(
         self,
@@ -128,15 +152,21 @@ class WatchedZnodes:
         start: Callable[[Callable[[object], None]], Any],
         deliver: Callable[[Any], None],
         again: Callable[[], None],
+        key: tuple[str, str],
     ) -> None:
-        """Starts one read with a one-shot watch that calls ``again``; its answer goes to
-        ``deliver`` (on kazoo's thread)."""
+        """Starts one read with a one-shot watch that calls ``again`` (or, quiet, notes it
+        under ``key``); its answer goes to ``deliver`` (on kazoo's thread)."""
         if self._closed:
             return
 
         def fired(_event: object) -> None:
-            if not self._closed:
-                again()
+            if self._closed:
+                return
+            with self._lock:
+                if self._deferred is not None:
+                    self._deferred[key] = again
+                    return
+            again()
 
         def done(result: Any) -> None:
             try:
