@@ -80,6 +80,8 @@ _LOGGED_CHANGES = 20
 # Events that read the requests in ZooKeeper (not only the partitions touched).
 # How long a standby context whose watch failed waits before it is loaded again.
 _STANDBY_RETRY_S = 1.0
+# How often a standby context reads the partition states that changed.
+_STANDBY_CATCH_UP_S = 2.0
 # A pass over more partitions than this decides and writes those without a serving leader
 # first (`_leaderless_first`).
 _SPLIT_AT = 100
@@ -266,7 +268,11 @@ class Controller:
         self._retry_at = None  # out of office, only a paused standby asks for a wake-up
         if "moved" in events:
             self._drop_standby()  # out of office, "moved" is the session lost: its watches too
-        if self._standby is not None or self._stopping:
+        if self._standby is not None:
+            self._retry_at = time.monotonic() + _STANDBY_CATCH_UP_S
+            self._standby.catch_up()
+            return
+        if self._stopping:
             return
         if time.monotonic() < self._standby_not_before:
             self._retry_at = self._standby_not_before
@@ -274,10 +280,11 @@ class Controller:
         # Not waited for here: this thread must stay free to take office meanwhile.
         self._standby = ControllerContext(self.client.zk, self._context_changed)
         self._standby.start_loading()
-        # Changes are only noted until it takes office: a standby re-reading every change
-        # (leaderships moving by the thousand under load) cost every broker enough to fail
-        # sends in the bench; taking office reads what changed.
+        # Partition states that change are read every _STANDBY_CATCH_UP_S, not at each change:
+        # a standby re-reading every change (leaderships moving by the thousand under load)
+        # cost every broker enough to fail sends in the bench; taking office reads the rest.
         self._standby.quiet()
+        self._retry_at = time.monotonic() + _STANDBY_CATCH_UP_S
 
     def _drop_standby(self) -> None:
         ctx, self._standby = self._standby, None

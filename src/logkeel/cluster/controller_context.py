@@ -97,8 +97,13 @@ class ControllerContext:
         self._watches.close()
 
     def quiet(self) -> None:
-        """A standby's view: changes are only noted until ``wake`` (`WatchedZnodes.quiet`)."""
-        self._watches.quiet()
+        """A standby's view: partition states that change are only noted, and read by
+        ``catch_up`` or ``wake`` (`WatchedZnodes.quiet`); the rest is read as it changes."""
+        self._watches.quiet(lambda path: path.endswith("/state"))
+
+    def catch_up(self) -> None:
+        """Reads the partition states that changed since (a standby, every few seconds)."""
+        self._watches.catch_up()
 
     def wake(self) -> None:
         """Reads what changed while quiet; ``wait_loaded`` then waits for it."""

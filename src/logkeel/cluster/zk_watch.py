@@ -33,19 +33,33 @@ class WatchedZnodes:
         # Watches set (("data" | "children", path)) and those that delivered at least once.
         self._armed: set[tuple[str, str]] = set()
         self._delivered: set[tuple[str, str]] = set()
-        # While quiet (not None): the watches that fired, each with its read, left for `wake`.
+        # While quiet (not None): the watches of ``_quiet_paths`` that fired, each with its
+        # read, left for `catch_up` or `wake`.
         self._deferred: dict[tuple[str, str], Callable[[], None]] | None = None
+        self._quiet_paths: Callable[[str], bool] = lambda _path: False
 
-    def quiet(self) -> None:
-        """From now on a watch that fires is only noted, not read again (nor re-armed): an
-        owner that needs the view later (a standby controller) costs nothing per change."""
+    def quiet(self, paths: Callable[[str], bool]) -> None:
+        """From now on a data watch of a znode ``paths`` takes that fires is only noted, not
+        read again (nor re-armed) until ``catch_up`` or ``wake``: an owner that needs the view
+        later (a standby controller) reads a znode that changed ten times once."""
         with self._lock:
+            self._quiet_paths = paths
             if self._deferred is None:
                 self._deferred = {}
 
+    def catch_up(self) -> None:
+        """Reads again what changed so far (``wait_loaded`` waits for it), staying quiet."""
+        with self._lock:
+            pending = self._deferred or {}
+            if self._deferred is not None:
+                self._deferred = {}
+            self._delivered.difference_update(pending)
+        for again in pending.values():
+            again()
+
     def wake(self) -> None:
-        """Reads again what changed while quiet, re-arming those watches (``wait_loaded``
-        waits for them), and reads every change at once from now on."""
+        """``catch_up``, then every change is read at once from now on."""
+        self.catch_up()
         with self._lock:
             pending, self._deferred = self._deferred or {}, None
             self._delivered.difference_update(pending)
@@ -163,7 +177,7 @@ class WatchedZnodes:
             if self._closed:
                 return
             with self._lock:
-                if self._deferred is not None:
+                if self._deferred is not None and key[0] == "data" and self._quiet_paths(path):
                     self._deferred[key] = again
                     return
             again()
