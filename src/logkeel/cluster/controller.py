@@ -77,7 +77,6 @@ _CREATE_BATCH = 500
 _WRITE_BATCH = 100
 # A pass writing more changes than this logs one summary line rather than one per partition.
 _LOGGED_CHANGES = 20
-# Events that read the requests in ZooKeeper (not only the partitions touched).
 # How long a standby context whose watch failed waits before it is loaded again.
 _STANDBY_RETRY_S = 1.0
 # How often a standby context reads the partition states that changed.
@@ -85,6 +84,7 @@ _STANDBY_CATCH_UP_S = 2.0
 # A pass over more partitions than this decides and writes those without a serving leader
 # first (`_leaderless_first`).
 _SPLIT_AT = 100
+# Events that read the requests in ZooKeeper (not only the partitions touched).
 _REQUEST_EVENTS = frozenset({"admin", "idle", "retry", "elect", "moved", "reload"})
 
 
@@ -126,8 +126,8 @@ class Controller:
         self._stopping = False
         self._context: ControllerContext | None = None
         # A broker out of office keeps a loaded context too (KRaft's standby controllers keep
-        # the metadata): taking office after the controller died then reads nothing (~2 s for
-        # 2,000 partitions otherwise, on the failover's critical path).
+        # the metadata): taking office after the controller died then reads only the partition
+        # states that changed in the last 2 s (all 2,000 otherwise: 2-3.6 s of the failover).
         self._standby: ControllerContext | None = None
         self._standby_not_before = 0.0  # time.monotonic()
         # Partitions the context's deliveries touched since the last pass.
