@@ -49,19 +49,16 @@ class WatchedZnodes:
 
     def catch_up(self) -> None:
         """Reads again what changed so far (``wait_loaded`` waits for it), staying quiet."""
-        with self._lock:
-            pending = self._deferred or {}
-            if self._deferred is not None:
-                self._deferred = {}
-            self._delivered.difference_update(pending)
-        for again in pending.values():
-            again()
+        self._read_deferred(stay_quiet=True)
 
     def wake(self) -> None:
-        """``catch_up``, then every change is read at once from now on."""
-        self.catch_up()
+        """``catch_up``, and every change is read at once from now on."""
+        self._read_deferred(stay_quiet=False)
+
+    def _read_deferred(self, *, stay_quiet: bool) -> None:
         with self._lock:
-            pending, self._deferred = self._deferred or {}, None
+            pending = self._deferred or {}
+            self._deferred = {} if stay_quiet and self._deferred is not None else None
             self._delivered.difference_update(pending)
         for again in pending.values():
             again()
