@@ -21,6 +21,12 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   still unacknowledged when the run stops waiting (FLUSH_S).
 
     .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
+    .venv/bin/python bench/cluster_scale.py --phases kill --py-spy /tmp/spy   # one phase, profiled
+
+``--phases`` runs a subset (creation, the Metadata latency and the producer always run);
+``--py-spy DIR`` records each surviving broker with py-spy for the first PROFILE_S seconds
+after each fault (folded stacks, py-spy's raw format, in DIR, one file per broker and phase;
+py-spy on PATH or in the venv).
 
 The last line printed is one JSON object (one entry per partition count).
 """
@@ -31,6 +37,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -56,6 +63,8 @@ IDLE_WINDOWS = 3
 SEND_RATE = 500  # messages per second, round-robin over the partitions
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
 PHASE_TIMEOUT_S = 180.0
+PHASES = ("idle", "shutdown", "kill")
+PROFILE_S = 20
 # Counters of ZooKeeper's `mntr` that tell its load.
 ZK_COUNTERS = ("zk_packets_received", "zk_packets_sent")
 
@@ -146,15 +155,17 @@ class Sender(threading.Thread):
         self.stop = threading.Event()
         self.acked = self.failed = self.sent = 0
         self.errors: dict[str, int] = {}
+        self.failed_partitions: set[int] = set()
         self.producer = confluent_kafka.Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
         )
 
-    def _done(self, err: Any, _msg: Any) -> None:
+    def _done(self, err: Any, msg: Any) -> None:
         if err is None:
             self.acked += 1
         else:
             self.failed += 1
+            self.failed_partitions.add(msg.partition())
             self.errors[str(err.name())] = self.errors.get(str(err.name()), 0) + 1
 
     def run(self) -> None:
@@ -171,14 +182,62 @@ class Sender(threading.Thread):
         self.join()
         left = self.producer.flush(FLUSH_S)
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
-                "unacknowledged_at_end": left, "errors": self.errors}  # fmt: skip
+                "unacknowledged_at_end": left, "errors": self.errors,
+                "failed_partitions": len(self.failed_partitions),
+                "failed_partitions_first": sorted(self.failed_partitions)[:20]}  # fmt: skip
+
+
+class Profiler:
+    """py-spy on the given brokers for PROFILE_S seconds, if asked for (``out`` set)."""
+
+    def __init__(self, out: Path | None) -> None:
+        self.out = out
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def record(self, phase: str, brokers: dict[int, LogkeelBroker]) -> None:
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        venv_spy = Path(sys.executable).with_name("py-spy")
+        spy = str(venv_spy) if venv_spy.exists() else shutil.which("py-spy") or "py-spy"
+        for i, b in brokers.items():
+            target = self.out / f"{phase}-broker{i}.txt"
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        spy,
+                        "record",
+                        "--pid",
+                        str(b.pid),
+                        "--duration",
+                        str(PROFILE_S),
+                        "--rate",
+                        "50",
+                        "--threads",
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(target),
+                        "--nonblocking",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+
+    def wait(self) -> None:
+        for p in self.procs:
+            p.wait(PROFILE_S + 60)
+        self.procs.clear()
 
 
 def controller_of(zk: KazooClient) -> int:
     return zd.decode_controller(zk.get(zd.CONTROLLER)[0])
 
 
-def run(n: int, base: Path) -> dict[str, Any]:
+def run(
+    n: int, base: Path, phases: tuple[str, ...] = PHASES, profile: Path | None = None
+) -> dict[str, Any]:
     result: dict[str, Any] = {"partitions": n}
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/scale"
@@ -201,17 +260,21 @@ def run(n: int, base: Path) -> dict[str, Any]:
         admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
         result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
 
-        # Consecutive windows: the first still holds the settling after creation (followers'
-        # first fetches, checkpoints of new logs); the last is the steady state.
-        windows = []
-        for _ in range(IDLE_WINDOWS):
-            cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
-            time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
-            windows.append(
-                {i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3) for i, b in brokers.items()}
-            )
-        result["idle_cpu_first"] = windows[0]
-        result["idle_cpu"] = windows[-1]
+        if "idle" in phases:
+            # Consecutive windows: the first still holds the settling after creation
+            # (followers' first fetches, checkpoints of new logs); the last is the steady state.
+            windows = []
+            for _ in range(IDLE_WINDOWS):
+                cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
+                time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
+                windows.append(
+                    {
+                        i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3)
+                        for i, b in brokers.items()
+                    }
+                )
+            result["idle_cpu_first"] = windows[0]
+            result["idle_cpu"] = windows[-1]
         latencies = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -228,51 +291,52 @@ def run(n: int, base: Path) -> dict[str, Any]:
         )
         zkv = ZkView(watcher, n)
         zk_use: dict[str, Any] = {}
+        profiler = Profiler(profile)
 
-        # Controlled shutdown of a broker that is not the controller.
-        ctl = controller_of(watcher)
-        victim = next(i for i in (3, 2, 1) if i != ctl)
-        other = next(i for i in brokers if i != victim)
-        before = mntr(zk)
-        started = time.monotonic()
-        proc = brokers[victim].proc
-        assert proc is not None
-        proc.terminate()
-        result["controlled_shutdown_s"] = timed(
-            lambda: zkv.none_led_by(victim), "leaderships moved (ZooKeeper)", started
-        )
-        zk_use["controlled_shutdown"] = zk_delta(before, mntr(zk))
-        result["controlled_shutdown_metadata_s"] = timed(
-            lambda: view[other].none_led_by(victim, n), "leaderships moved (Metadata)", started
-        )
-        brokers[victim].stop(120)
-        result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
-        started = time.monotonic()
-        brokers[victim].start(120)
-        result["rejoin_after_shutdown_s"] = timed(
-            lambda: zkv.in_every_isr(victim), "back in every ISR", started
-        )
+        def fault(key: str, victim: int, act: Callable[[], None], moved: str) -> float:
+            """``act`` on ``victim``, then until no partition is led by it in ZooKeeper and in
+            another broker's Metadata (``key``_s, ``key``_metadata_s); returns its start."""
+            other = next(i for i in brokers if i != victim)
+            before = mntr(zk)
+            started = time.monotonic()
+            act()
+            profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
+            result[f"{key}_s"] = timed(
+                lambda: zkv.none_led_by(victim), f"{moved} (ZooKeeper)", started
+            )
+            zk_use[key] = zk_delta(before, mntr(zk))
+            result[f"{key}_metadata_s"] = timed(
+                lambda: view[other].none_led_by(victim, n), f"{moved} (Metadata)", started
+            )
+            return started
 
-        # SIGKILL of the controller's broker.
-        ctl = controller_of(watcher)
-        other = next(i for i in brokers if i != ctl)
-        before = mntr(zk)
-        started = time.monotonic()
-        brokers[ctl].kill()
-        result["kill_controller_s"] = timed(
-            lambda: zkv.none_led_by(ctl), "every partition led (ZooKeeper)", started
-        )
-        zk_use["kill_controller"] = zk_delta(before, mntr(zk))
-        result["kill_controller_metadata_s"] = timed(
-            lambda: view[other].none_led_by(ctl, n), "every partition led (Metadata)", started
-        )
-        started = time.monotonic()
-        brokers[ctl].start(120)
-        result["rejoin_after_kill_s"] = timed(
-            lambda: zkv.in_every_isr(ctl), "back in every ISR", started
-        )
+        if "shutdown" in phases:
+            # Controlled shutdown of a broker that is not the controller.
+            ctl = controller_of(watcher)
+            victim = next(i for i in (3, 2, 1) if i != ctl)
+            proc = brokers[victim].proc
+            assert proc is not None
+            started = fault("controlled_shutdown", victim, proc.terminate, "leaderships moved")
+            brokers[victim].stop(120)
+            result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
+            started = time.monotonic()
+            brokers[victim].start(120)
+            result["rejoin_after_shutdown_s"] = timed(
+                lambda: zkv.in_every_isr(victim), "back in every ISR", started
+            )
+
+        if "kill" in phases:
+            # SIGKILL of the controller's broker.
+            ctl = controller_of(watcher)
+            fault("kill_controller", ctl, brokers[ctl].kill, "every partition led")
+            started = time.monotonic()
+            brokers[ctl].start(120)
+            result["rejoin_after_kill_s"] = timed(
+                lambda: zkv.in_every_isr(ctl), "back in every ISR", started
+            )
         result["zookeeper"] = zk_use
         result["producer"] = sender.finish()
+        profiler.wait()
         watcher.stop()
     finally:
         for b in brokers.values():
@@ -287,12 +351,23 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep each run's directory (broker logs) and print it"
     )
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}"
+    )
+    parser.add_argument(
+        "--py-spy", type=Path, default=None, metavar="DIR",
+        help=f"record the surviving brokers with py-spy for {PROFILE_S}s after each fault",
+    )  # fmt: skip
     args = parser.parse_args()
+    phases = tuple(p for p in args.phases.split(",") if p)
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases {sorted(unknown)}: choose from {', '.join(PHASES)}")
     out = []
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base))
+            out.append(run(n, base, phases, args.py_spy))
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from logkeel.cluster.controller_context import isr_joins
+from kazoo.client import KazooClient
+
+from logkeel.cluster.controller import _SPLIT_AT, _leaderless_first
+from logkeel.cluster.controller_context import ControllerContext, isr_joins
 from logkeel.cluster.controller_decisions import (
     LiveBrokers,
     decide,
@@ -14,7 +17,12 @@ from logkeel.cluster.controller_decisions import (
 )
 from logkeel.cluster.crash_detection import REFUSED, UNKNOWN, UP, PeerVerdicts
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
-from logkeel.cluster.zk_data import LeaderIsr, ReplicaLogReport, registration_of
+from logkeel.cluster.zk_data import (
+    BrokerRegistration,
+    LeaderIsr,
+    ReplicaLogReport,
+    registration_of,
+)
 from logkeel.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -222,9 +230,12 @@ def test_the_reason_logged_is_that_of_the_decision_applied() -> None:
 
 def test_a_broker_is_declared_gone_only_after_refusals_in_a_row_once_it_was_reached() -> None:
     v = PeerVerdicts(refusals=2)
-    # Never reached (a listener not bound yet, an address this host cannot reach): never gone.
+    # Never reached (a listener not bound yet, an address this host cannot reach): never gone,
+    # so its refusals are not confirmed at once either.
     assert not any(v.observe(1, 10, REFUSED) for _ in range(5))
+    assert not v.counting(1) and not v.counting(2)
     assert not v.observe(1, 10, UP)
+    assert v.counting(1)
     assert not v.observe(1, 10, REFUSED)
     assert not v.observe(1, 10, UNKNOWN)  # silence (a cut, a frozen process) resets the count
     assert not v.observe(1, 10, REFUSED)
@@ -232,6 +243,7 @@ def test_a_broker_is_declared_gone_only_after_refusals_in_a_row_once_it_was_reac
     # Registered again (a new broker epoch): judged afresh.
     assert not v.observe(1, 11, REFUSED)
     assert not v.observe(1, 11, REFUSED)
+    assert not v.counting(1)
 
 
 def test_a_follower_registered_after_the_isr_was_written_leaves_it_and_never_leads() -> None:
@@ -327,3 +339,22 @@ def test_a_leaders_later_write_keeping_a_restarted_follower_does_not_vouch_for_i
     bounced = LiveBrokers(frozenset({1, 2, 3}), frozenset(), epochs={1: 10, 2: 150, 3: 20})
     after = decide(TP, reg, bounced, unclean=False, preferred=False).state
     assert (after.leader, after.isr) == (1, (1,))
+
+
+def test_a_large_pass_decides_the_partitions_without_a_serving_leader_first() -> None:
+    """Taking office decides every partition: those led by the dead broker (1), by one shutting
+    down (2), by one whose replica there is offline, or by none, are decided and written before
+    the others are decided at all; a small pass is one part."""
+    ctx = ControllerContext(KazooClient(), lambda _kind, _tps: None)  # never started
+    ctx.brokers = {b: BrokerRegistration(b, ()) for b in (2, 3, 4)}
+    ctx.shutting_down = {2}
+    tps = [TopicPartition("t", p) for p in range(_SPLIT_AT + 10)]
+    leaders = {0: 1, 1: 2, 2: 4, 3: -1}
+    for tp in tps:
+        ctx.states[tp] = LeaderIsr(leaders.get(tp.partition, 3), 0, (3, 4), 0)
+    ctx.offline_replicas = {4: {tps[2]}}
+    del ctx.states[tps[4]]  # no state yet: its first leader is elected
+    first, rest = _leaderless_first(ctx, set(tps))
+    assert first == set(tps[:5])
+    assert rest == set(tps[5:])
+    assert _leaderless_first(ctx, set(tps[:_SPLIT_AT])) == [set(tps[:_SPLIT_AT])]

@@ -65,6 +65,13 @@ class ControllerContext:
 
     def load(self, timeout_s: float) -> bool:
         """Reads the whole view (pipelined) and arms every watch; False if it took longer."""
+        self.start_loading()
+        return self.wait_loaded(timeout_s)
+
+    def start_loading(self) -> None:
+        """Arms every watch: the view fills in on kazoo's thread (see ``wait_loaded``). A
+        standby keeps the replica-log reports too: left until it takes office, reading them
+        took 0.68 s of a failover at 2,000 partitions (load ~20)."""
         w = self._watches
         w.children(zd.BROKER_IDS, self._on_broker_ids)
         w.children(zd.CONTROLLED_SHUTDOWN, self._on_shutting_down)
@@ -72,6 +79,10 @@ class ControllerContext:
         w.children(zd.TOPICS, self._on_topics)
         w.children(zd.REPLICA_LOGS, self._on_report_brokers)
         w.children(zd.ELECTION_LOSSES, self._on_losses)
+
+    def wait_loaded(self, timeout_s: float) -> bool:
+        """Waits until the whole view has been read once; False if it took longer."""
+        w = self._watches
         deadline = time.monotonic() + timeout_s
         if not w.wait_loaded(timeout_s):
             return False
@@ -84,6 +95,19 @@ class ControllerContext:
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
         self._watches.close()
+
+    def quiet(self) -> None:
+        """A standby's view: partition states that change are only noted, and read by
+        ``catch_up`` or ``wake`` (`WatchedZnodes.quiet`); the rest is read as it changes."""
+        self._watches.quiet(lambda path: path.endswith("/state"))
+
+    def catch_up(self) -> None:
+        """Reads the partition states that changed since (a standby, every few seconds)."""
+        self._watches.catch_up()
+
+    def wake(self) -> None:
+        """Reads what changed while quiet; ``wait_loaded`` then waits for it."""
+        self._watches.wake()
 
     # -- what the decisions read (under ``lock``) ---------------------------------------------
 

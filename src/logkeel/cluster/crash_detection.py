@@ -22,10 +22,11 @@ import errno
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_client import ZkMetadataClient
@@ -39,6 +40,10 @@ PROBE_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 0.5
 # Refusals in a row before a broker is declared gone (one could be a listener being rebound).
 REFUSALS = 2
+# How long after a refusal the refusing broker is probed again.
+CONFIRM_S = 0.05
+# A probing round that fails (ZooKeeper unreachable) is logged at most this often.
+_FAILURE_LOG_S = 10.0
 
 UP, REFUSED, UNKNOWN = "up", "refused", "unknown"
 
@@ -63,6 +68,7 @@ class _Peer:
     broker_epoch: int
     seen_up: bool = False
     refusals: int = 0
+    told_unreached: bool = False  # its refusals were logged as not counting (once)
 
 
 class PeerVerdicts:
@@ -80,12 +86,24 @@ class PeerVerdicts:
         if peer is None or peer.broker_epoch != broker_epoch:
             peer = self._peers[broker] = _Peer(broker_epoch)
         if outcome == UP:
+            if not peer.seen_up:
+                log.info("broker %d reached (broker epoch %d): it is taken for crashed once its "
+                         "listeners refuse connections", broker, broker_epoch)  # fmt: skip
             peer.seen_up, peer.refusals = True, 0
         elif outcome == REFUSED:
             peer.refusals += 1
+            if not peer.seen_up and not peer.told_unreached:
+                peer.told_unreached = True
+                log.info("broker %d refuses connections but was never reached from here: "
+                         "left to its session", broker)  # fmt: skip
         else:
             peer.refusals = 0
         return peer.seen_up and peer.refusals >= self.refusals
+
+    def counting(self, broker: int) -> bool:
+        """Whether ``broker``'s refusals count (it was reached since it registered)."""
+        peer = self._peers.get(broker)
+        return peer is not None and peer.seen_up
 
     def forget_except(self, brokers: Iterable[int]) -> None:
         keep = set(brokers)
@@ -118,11 +136,17 @@ class CrashDetector:
             self._thread = None
 
     def _run(self) -> None:
+        logged = 0.0
         while not self._stop.wait(PROBE_INTERVAL_S):
             try:
                 self._probe_all()
-            except Exception:
-                log.debug("probing the other brokers failed", exc_info=True)
+            except Exception as exc:
+                # Seen: a crash nobody declared would otherwise leave no trace.
+                quiet = time.monotonic() - logged < _FAILURE_LOG_S
+                if not quiet:
+                    logged = time.monotonic()
+                log.log(logging.DEBUG if quiet else logging.WARNING,
+                        "probing the other brokers failed: %r", exc, exc_info=not quiet)  # fmt: skip
                 self._stale.set()
 
     def _probe_all(self) -> None:
@@ -133,8 +157,17 @@ class CrashDetector:
         for broker, reg in list(self._registrations.items()):
             if broker == self.broker_id or self._stop.is_set():
                 continue
-            outcome = probe((e.host, e.port) for e in reg.endpoints)
-            if self.verdicts.observe(broker, reg.broker_epoch, outcome):
+            endpoints = [(e.host, e.port) for e in reg.endpoints]
+            outcome = probe(endpoints)
+            gone = self.verdicts.observe(broker, reg.broker_epoch, outcome)
+            # A first refusal is confirmed at once, not a round later (~0.2 s of every
+            # failover): the refusals in a row still have to come from separate probes.
+            while not gone and outcome == REFUSED and self.verdicts.counting(broker):
+                if self._stop.wait(CONFIRM_S):
+                    return
+                outcome = probe(endpoints)
+                gone = self.verdicts.observe(broker, reg.broker_epoch, outcome)
+            if gone:
                 self._declare_gone(reg)
                 self._stale.set()
 
@@ -143,7 +176,9 @@ class CrashDetector:
         path = zd.broker_path(reg.broker_id)
         stat = zk.exists(path)
         if stat is None or stat.czxid != reg.broker_epoch:
-            return  # gone already, or registered again since
+            log.info("broker %d refuses connections; its registration of broker epoch %d is "
+                     "gone already or replaced", reg.broker_id, reg.broker_epoch)  # fmt: skip
+            return
         txn = zk.transaction()
         txn.delete(path, version=stat.version)
         held_office = False
@@ -155,8 +190,12 @@ class CrashDetector:
         except NoNodeError:
             pass
         results = txn.commit()
-        if any(isinstance(r, (NoNodeError, BadVersionError)) for r in results):
-            return  # another broker was first, or it changed meanwhile
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            # Another broker was first, or it changed meanwhile (probed again next round).
+            log.info("broker %d refuses connections; removing its registration failed: %r",
+                     reg.broker_id, failed[0])  # fmt: skip
+            return
         log.warning(
             "broker %d refuses connections on every listener: its process is gone; its "
             "registration%s removed (broker epoch %d)", reg.broker_id,

@@ -33,6 +33,35 @@ class WatchedZnodes:
         # Watches set (("data" | "children", path)) and those that delivered at least once.
         self._armed: set[tuple[str, str]] = set()
         self._delivered: set[tuple[str, str]] = set()
+        # While quiet (not None): the watches of ``_quiet_paths`` that fired, each with its
+        # read, left for `catch_up` or `wake`.
+        self._deferred: dict[tuple[str, str], Callable[[], None]] | None = None
+        self._quiet_paths: Callable[[str], bool] = lambda _path: False
+
+    def quiet(self, paths: Callable[[str], bool]) -> None:
+        """From now on a data watch of a znode ``paths`` takes that fires is only noted, not
+        read again (nor re-armed) until ``catch_up`` or ``wake``: an owner that needs the view
+        later (a standby controller) reads a znode that changed ten times once."""
+        with self._lock:
+            self._quiet_paths = paths
+            if self._deferred is None:
+                self._deferred = {}
+
+    def catch_up(self) -> None:
+        """Reads again what changed so far (``wait_loaded`` waits for it), staying quiet."""
+        self._read_deferred(stay_quiet=True)
+
+    def wake(self) -> None:
+        """``catch_up``, and every change is read at once from now on."""
+        self._read_deferred(stay_quiet=False)
+
+    def _read_deferred(self, *, stay_quiet: bool) -> None:
+        with self._lock:
+            pending = self._deferred or {}
+            self._deferred = {} if stay_quiet and self._deferred is not None else None
+            self._delivered.difference_update(pending)
+        for again in pending.values():
+            again()
 
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
@@ -83,7 +112,7 @@ class WatchedZnodes:
         with self._lock:
             self._armed.add(("children", path))
         self._read(path, lambda watch: self._zk.get_children_async(path, watch=watch), deliver,
-                   lambda: self.children(path, on_children))  # fmt: skip
+                   lambda: self.children(path, on_children), ("children", path))  # fmt: skip
 
     def _mark(self, key: tuple[str, str]) -> None:
         if key in self._delivered:
@@ -111,7 +140,7 @@ class WatchedZnodes:
             except NoNodeError:
                 # Watched for its creation; created meanwhile, it is read again at once.
                 self._read(path, lambda w: self._zk.exists_async(path, watch=w),
-                           created, again)  # fmt: skip
+                           created, again, ("data", path))  # fmt: skip
                 if self._live(path):
                     on_data(None, None)
                     self._mark(("data", path))
@@ -120,7 +149,13 @@ class WatchedZnodes:
                 on_data(data, stat)
                 self._mark(("data", path))
 
-        self._read(path, lambda watch: self._zk.get_async(path, watch=watch), deliver, again)
+        self._read(
+            path,
+            lambda watch: self._zk.get_async(path, watch=watch),
+            deliver,
+            again,
+            ("data", path),
+        )
 
     def _read(
         self,
@@ -128,15 +163,21 @@ class WatchedZnodes:
         start: Callable[[Callable[[object], None]], Any],
         deliver: Callable[[Any], None],
         again: Callable[[], None],
+        key: tuple[str, str],
     ) -> None:
-        """Starts one read with a one-shot watch that calls ``again``; its answer goes to
-        ``deliver`` (on kazoo's thread)."""
+        """Starts one read with a one-shot watch that calls ``again`` (or, quiet, notes it
+        under ``key``); its answer goes to ``deliver`` (on kazoo's thread)."""
         if self._closed:
             return
 
         def fired(_event: object) -> None:
-            if not self._closed:
-                again()
+            if self._closed:
+                return
+            with self._lock:
+                if self._deferred is not None and key[0] == "data" and self._quiet_paths(path):
+                    self._deferred[key] = again
+                    return
+            again()
 
         def done(result: Any) -> None:
             try:

@@ -12,7 +12,9 @@ Every checkpoint file has the same shape (Kafka's CheckpointFile)::
   ``epoch startOffset``.
 
 Like Kafka, a missing or empty file reads as no entries, and a file holding only the version
-line reads as no entries; anything else that does not parse is a CorruptCheckpointError naming
+line reads as no entries, except an empty ``leader-epoch-checkpoint``: its writes may be synced
+later (see ``LeaderEpochFileCache.assign``), so no bytes there is what a machine crash left of
+one, and the loader rebuilds the entries from the log's batches; anything else that does not parse is a CorruptCheckpointError naming
 the file and line.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from logkeel.storage.errors import CorruptCheckpointError, io_guard
-from logkeel.storage.fileio import atomic_write, read_file
+from logkeel.storage.fileio import atomic_write, fsync_path, read_file
 from logkeel.storage.topic_partition import TopicPartition
 
 T = TypeVar("T")
@@ -85,11 +87,16 @@ class CheckpointFile(Generic[T]):
         self.codec = codec
         self.log_dir = Path(log_dir)
 
-    def write(self, entries: Iterable[T]) -> None:
+    def write(self, entries: Iterable[T], *, sync: bool = True) -> None:
         lines = [self.codec.format(e) for e in entries]
         text = f"{self.version}\n{len(lines)}\n" + "".join(f"{line}\n" for line in lines)
         with io_guard(self.log_dir, f"writing checkpoint file {self.path}"):
-            atomic_write(self.path, text.encode("utf-8"))
+            atomic_write(self.path, text.encode("utf-8"), sync=sync)
+
+    def sync(self) -> None:
+        """Makes a write done without ``sync`` durable."""
+        with io_guard(self.log_dir, f"syncing checkpoint file {self.path}"):
+            fsync_path(self.path)
 
     def read(self) -> list[T]:
         with io_guard(self.log_dir, f"reading checkpoint file {self.path}"):
@@ -220,8 +227,20 @@ class LeaderEpochCheckpointFile:
     def path(self) -> Path:
         return self._file.path
 
-    def write(self, entries: Iterable[EpochEntry]) -> None:
-        self._file.write(entries)
+    def write(self, entries: Iterable[EpochEntry], *, sync: bool = True) -> None:
+        self._file.write(entries, sync=sync)
+
+    def sync(self) -> None:
+        self._file.sync()
 
     def read(self) -> list[EpochEntry]:
-        return self._file.read()
+        """The entries; a file of no bytes at all (never written so: even no entry is two
+        lines) is what a machine crash leaves of a write not yet synced, and is corrupt."""
+        with io_guard(self._file.log_dir, f"reading checkpoint file {self.path}"):
+            try:
+                data = read_file(self.path)
+            except FileNotFoundError:
+                return []
+        if not data:
+            raise CorruptCheckpointError(f"checkpoint file {self.path} is empty")
+        return self._file.parse(data)

@@ -28,10 +28,13 @@ def read_file(path: str | Path) -> bytes:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, data: bytes) -> None:
+def atomic_write(path: str | Path, data: bytes, *, sync: bool = True) -> None:
     """Writes ``data`` to ``path`` so a crash leaves either the old or the new content.
 
-    temp file, fsync, rename over the target, fsync the directory.
+    temp file, fsync, rename over the target, fsync the directory. Without ``sync`` neither
+    fsync: a process crash still leaves the old or the new content (the page cache outlives
+    the process), a machine crash may leave the old one, or an empty file on filesystems that
+    do not order the data before the rename; the caller makes it durable later (``fsync_path``).
     """
     path = Path(path)
     # A unique temp name: two threads checkpointing the same file must not share one.
@@ -42,8 +45,21 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def fsync_path(path: str | Path) -> None:
+    """What ``atomic_write(..., sync=False)`` left to do: the file, then its directory."""
+    path = Path(path)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     fsync_dir(path.parent)

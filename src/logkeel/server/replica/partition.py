@@ -210,7 +210,8 @@ class Partition:
                 plog.unflushed_lost = False  # elected knowing it: its log is the partition's now
                 latest = plog.leader_epochs.latest_epoch
                 if self.leader_epoch >= 0 and (latest is None or latest < self.leader_epoch):
-                    plog.leader_epochs.assign(self.leader_epoch, plog.log_end_offset)
+                    # Unsynced: see leader_epoch's module (hundreds of fsyncs on a failover).
+                    plog.leader_epochs.assign(self.leader_epoch, plog.log_end_offset, sync=False)
                 self.maybe_increment_high_watermark()
             else:
                 self.last_stable_offset = plog.last_stable_offset()

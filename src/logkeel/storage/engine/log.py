@@ -608,6 +608,9 @@ class PartitionLog:
     # -- durability --------------------------------------------------------------------------
     def flush(self, up_to: int | None = None) -> None:
         """fsyncs segments holding data below ``up_to`` (default: all) and moves the recovery point."""
+        # An epoch assigned without a sync is made durable before the recovery point claims
+        # its batches: an unclean start reads the epochs of the batches above it only.
+        self.leader_epochs.sync()
         with self.lock:
             target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
             if target <= self.recovery_point:

@@ -217,7 +217,7 @@ def load_partition(
         report.snapshot_offset = state.map_end_offset
     else:
         log_end, loaded_rows = recover(
-            tp, segments, first_unsafe, rp, start, state, report, touched, progress
+            tp, segments, first_unsafe, rp, start, state, report, touched, progress, epochs
         )
         if first_unsafe < len(segments) and rp > segments[first_unsafe].base_offset:
             if ctx is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from logkeel.records.walk import BatchPosition
+from logkeel.storage.engine.leader_epoch import EpochEntry, LeaderEpochFileCache
 from logkeel.storage.engine.producer_snapshot import ProducerSnapshotEntry
 from logkeel.storage.engine.producer_state import ProducerStateManager
 from logkeel.storage.engine.replay import ProducerReplay
@@ -38,8 +39,11 @@ def recover(
     report: LoadReport,
     touched: set[int],
     progress: RecoveryProgress | None,
+    epochs: LeaderEpochFileCache | None = None,
 ) -> tuple[int, list[ProducerSnapshotEntry] | None]:
-    """Unclean start: rescans from the recovery point, supplementing indexes and producer state.
+    """Unclean start: rescans from the recovery point, supplementing indexes, producer state and
+    the leader epochs (an epoch above the checkpoint's latest starts at its first batch found:
+    a checkpoint written unsynced may have lost it, as Kafka's segment recovery assigns them).
 
     Producer snapshots above the recovery point may describe data the crash lost: they are
     deleted (as Kafka does), the newest one left is loaded and the log replayed from it.
@@ -62,6 +66,12 @@ def recover(
         )
     state.update_map_end_offset(max(state.map_end_offset, recovery_from))
 
+    latest = epochs.latest_epoch if epochs is not None else None
+    floor = -1 if latest is None else latest
+    if latest is None and recovery_from > log_start:
+        # No checkpoint to complete: the first batch rescanned is not where its epoch began.
+        epochs = None
+    found: list[tuple[int, int]] = []  # (epoch, first offset) above the checkpoint's latest
     log_end = segments[first].base_offset
     for i in range(first, len(segments)):
         segment = segments[i]
@@ -83,6 +93,9 @@ def recover(
         def on_batch(batch: BatchPosition, segment: LogSegment = segment) -> None:
             if batch.header.last_offset >= recovery_from:
                 replay.feed(segment, batch)
+                epoch = batch.header.partition_leader_epoch
+                if epochs is not None and epoch > (found[-1][0] if found else floor):
+                    found.append((epoch, batch.header.base_offset))
 
         result = segment.rebuild_indexes_from(
             position,
@@ -104,6 +117,8 @@ def recover(
             cut_after(tp, segments, i, log_end, result.truncated_bytes, report)
             break
     report.replayed_batches += replay.stats.batches
+    if epochs is not None and (kept := [EpochEntry(e, o) for e, o in found if o < log_end]):
+        epochs.assign_all(kept)
     if log_end < recovery_from:
         # The rescan cut below the recovery point (damage to data it had vouched for): the
         # state replayed up to the recovery point holds producers' batches that are gone.
