@@ -175,7 +175,7 @@ def controller_of(zk: KazooClient) -> int:
     return zd.decode_controller(zk.get(zd.CONTROLLER)[0])
 
 
-def run(n: int, base: Path) -> dict[str, Any]:
+def run(n: int, base: Path, *, only_controlled_shutdown: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {"partitions": n}
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/scale"
@@ -198,17 +198,18 @@ def run(n: int, base: Path) -> dict[str, Any]:
         admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
         result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
 
-        cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
-        time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
-        result["idle_cpu"] = {
-            i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3) for i, b in brokers.items()
-        }
-        latencies = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            assert len(partitions(admin) or {}) == n
-            latencies.append((time.perf_counter() - t0) * 1000)
-        result["metadata_ms"] = round(statistics.median(latencies), 1)
+        if not only_controlled_shutdown:
+            cpu0 = {i: cpu_seconds(b.pid) for i, b in brokers.items()}
+            time.sleep(IDLE_S)  # the measurement window itself, nothing waited for
+            result["idle_cpu"] = {
+                i: round((cpu_seconds(b.pid) - cpu0[i]) / IDLE_S, 3) for i, b in brokers.items()
+            }
+            latencies = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                assert len(partitions(admin) or {}) == n
+                latencies.append((time.perf_counter() - t0) * 1000)
+            result["metadata_ms"] = round(statistics.median(latencies), 1)
 
         sender = Sender(",".join(b.bootstrap for b in brokers.values()), n)
         sender.start()
@@ -244,24 +245,25 @@ def run(n: int, base: Path) -> dict[str, Any]:
             lambda: zkv.in_every_isr(victim), "back in every ISR", started
         )
 
-        # SIGKILL of the controller's broker.
-        ctl = controller_of(watcher)
-        other = next(i for i in brokers if i != ctl)
-        before = mntr(zk)
-        started = time.monotonic()
-        brokers[ctl].kill()
-        result["kill_controller_s"] = timed(
-            lambda: zkv.none_led_by(ctl), "every partition led (ZooKeeper)", started
-        )
-        zk_use["kill_controller"] = zk_delta(before, mntr(zk))
-        result["kill_controller_metadata_s"] = timed(
-            lambda: view[other].none_led_by(ctl, n), "every partition led (Metadata)", started
-        )
-        started = time.monotonic()
-        brokers[ctl].start(120)
-        result["rejoin_after_kill_s"] = timed(
-            lambda: zkv.in_every_isr(ctl), "back in every ISR", started
-        )
+        if not only_controlled_shutdown:
+            # SIGKILL of the controller's broker.
+            ctl = controller_of(watcher)
+            other = next(i for i in brokers if i != ctl)
+            before = mntr(zk)
+            started = time.monotonic()
+            brokers[ctl].kill()
+            result["kill_controller_s"] = timed(
+                lambda: zkv.none_led_by(ctl), "every partition led (ZooKeeper)", started
+            )
+            zk_use["kill_controller"] = zk_delta(before, mntr(zk))
+            result["kill_controller_metadata_s"] = timed(
+                lambda: view[other].none_led_by(ctl, n), "every partition led (Metadata)", started
+            )
+            started = time.monotonic()
+            brokers[ctl].start(120)
+            result["rejoin_after_kill_s"] = timed(
+                lambda: zkv.in_every_isr(ctl), "back in every ISR", started
+            )
         result["zookeeper"] = zk_use
         result["producer"] = sender.finish()
         watcher.stop()
@@ -278,12 +280,18 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep each run's directory (broker logs) and print it"
     )
+    parser.add_argument(
+        "--only-controlled-shutdown",
+        action="store_true",
+        help="after creating the topic, measure only the controlled shutdown and the rejoin "
+        "after it (no idle CPU, Metadata latency or SIGKILL phase)",
+    )
     args = parser.parse_args()
     out = []
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base))
+            out.append(run(n, base, only_controlled_shutdown=args.only_controlled_shutdown))
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:

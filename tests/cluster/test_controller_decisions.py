@@ -11,6 +11,7 @@ from logkeel.cluster.controller_decisions import (
     imbalanced_partitions,
     initial_state,
     leader_moves_first,
+    leaders_leaving,
 )
 from logkeel.cluster.crash_detection import REFUSED, UNKNOWN, UP, PeerVerdicts
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
@@ -211,6 +212,30 @@ def test_a_pass_writes_new_leaderships_before_isr_only_changes() -> None:
     leaders, isr_only = leader_moves_first(changes)
     assert leaders == [TopicPartition("t", p) for p in (1, 3, 5)]
     assert isr_only == [TopicPartition("t", p) for p in (0, 2, 4)]
+
+
+def test_a_pass_decides_the_partitions_of_leaving_leaders_first() -> None:
+    """Shutting down, gone, or its log dir failed: those leaderships are decided and written
+    before the rest of a pass is decided (a controlled shutdown waits for nothing else)."""
+    tps = [TopicPartition("t", p) for p in range(6)]
+    brokers = LiveBrokers(frozenset({1, 2, 3}), frozenset({1}), {2: {tps[3]}})
+    leaders = [(tps[0], 1), (tps[1], 2), (tps[2], 4), (tps[3], 2), (tps[4], NO_LEADER),
+               (tps[5], 3)]  # fmt: skip
+    assert leaders_leaving(brokers, leaders) == {tps[0], tps[2], tps[3]}
+
+
+def test_the_views_of_a_shutdown_differ_only_in_the_shutting_down_replicas() -> None:
+    r = reg(1, (1, 2, 3))
+    brokers = LiveBrokers(
+        frozenset({1, 2}), frozenset({2}), {1: {TP}},
+        {1: {TP: ReplicaLogReport("id", 5, 90, 7, 41)}}, {1: 41, 2: 42},
+    )  # fmt: skip
+    plain, shutdown = (brokers.views(TP, r, shutdown=s, topic_id="id") for s in (False, True))
+    assert shutdown == {**plain, 2: replace(plain[2], shutting_down=True)}
+    assert not plain[2].shutting_down and not plain[3].live and not plain[1].log_dir_online
+    # A shutting-down follower leaves the ISR (the decision sees it shutting down).
+    shutting = cluster({1, 2, 3}, {2})
+    assert decide(TP, r, shutting, unclean=False, preferred=False).state.isr == (1, 3)
 
 
 def test_the_reason_logged_is_that_of_the_decision_applied() -> None:

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
@@ -37,6 +37,7 @@ from logkeel.cluster.controller_decisions import (
     imbalanced_partitions,
     initial_state,
     leader_moves_first,
+    leaders_leaving,
 )
 from logkeel.cluster.crash_detection import CrashDetector
 from logkeel.cluster.elections import (
@@ -330,14 +331,48 @@ class Controller:
         touched: set[TopicPartition],
         preferred: set[TopicPartition],
     ) -> None:
-        new: dict[str, dict[int, LeaderIsr]] = {}
-        changes: dict[
-            TopicPartition, tuple[LeaderIsr, LeaderIsr, Decision, PartitionRegistration]
-        ] = {}
-        # Each decided partition with its decision's reason (offline ones say why they wait).
-        outcomes: list[tuple[TopicPartition, PartitionRegistration, str]] = []
-        now_ms = int(time.time() * 1000)
+        """Decides ``touched`` and writes what changed. The partitions whose leader is leaving
+        (shutting down, gone, its log dir offline) are decided and their new leaderships
+        written first, before the rest is even decided: a controlled shutdown is over, and
+        clients find a leader again, as soon as those are in ZooKeeper."""
         started = time.monotonic()
+        with ctx.lock:
+            leaving = leaders_leaving(
+                ctx.live_brokers(),
+                ((tp, s.leader) for tp in touched if (s := ctx.states.get(tp)) is not None),
+            )
+        first = self._decide_partitions(ctl, ctx, leaving, preferred)
+        decided_first = time.monotonic()
+        self._write_changes(ctl, ctx, first)
+        moved = time.monotonic()
+        rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
+        for topic, states in sorted(rest.new.items()):
+            self._create_first_states(ctl, ctx, topic, states)
+        decided = time.monotonic()
+        leaders, isr_only = self._write_changes(ctl, ctx, rest)
+        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
+        for tp, decided_state, reason in first.outcomes + rest.outcomes:
+            self._note_offline(tp, decided_state, reason)
+        if first.changes or rest.changes:
+            log.info(
+                "controller pass: %d partitions of leaving leaders decided in %.3fs, %d changes "
+                "written in %.3fs; %d others decided in %.3fs, %d new leaderships and %d ISR "
+                "changes written in %.3fs", len(leaving), decided_first - started,
+                len(first.changes), moved - decided_first, len(touched) - len(leaving),
+                decided - moved, leaders, isr_only, time.monotonic() - decided,
+            )  # fmt: skip
+
+    def _decide_partitions(
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        touched: set[TopicPartition],
+        preferred: set[TopicPartition],
+    ) -> _Decided:
+        out = _Decided()
+        if not touched:
+            return out
+        now_ms = int(time.time() * 1000)
         with ctx.lock:
             cluster = ctx.live_brokers()
             for tp in sorted(touched):
@@ -349,7 +384,9 @@ class Controller:
                 current = ctx.states.get(tp)
                 if current is None:
                     first = cluster.stamp(initial_state(replicas, cluster))
-                    new.setdefault(tp.topic, {})[tp.partition] = zd.leader_isr_of(first, ctl.epoch)
+                    out.new.setdefault(tp.topic, {})[tp.partition] = zd.leader_isr_of(
+                        first, ctl.epoch
+                    )
                     continue
                 reg = zd.registration_of(replicas, current)
                 decision = decide(
@@ -365,28 +402,24 @@ class Controller:
                 )
                 self._note_wait(tp, decision, now_ms)
                 decided = cluster.stamp(decision.state, reg)
-                outcomes.append((tp, decided, decision.reason))
+                out.outcomes.append((tp, decided, decision.reason))
                 if decided != reg:
-                    changes[tp] = (current, zd.leader_isr_of(decided, ctl.epoch), decision, reg)
-        for topic, states in sorted(new.items()):
-            self._create_first_states(ctl, ctx, topic, states)
+                    out.changes[tp] = (current, zd.leader_isr_of(decided, ctl.epoch), decision, reg)
+        return out
+
+    def _write_changes(
+        self, ctl: ControllerEpoch, ctx: ControllerContext, decided: _Decided
+    ) -> tuple[int, int]:
+        """Writes the new leaderships, then the changes of the ISR alone; returns how many of
+        each."""
+        changes = decided.changes
         leaders, isr_only = leader_moves_first(
             (tp, reg, zd.registration_of(reg.replicas, after))
             for tp, (_before, after, _d, reg) in changes.items()
         )
-        decided_at = time.monotonic()
         self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
-        led = time.monotonic()
         self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in isr_only])
-        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
-        for tp, decided_state, reason in outcomes:
-            self._note_offline(tp, decided_state, reason)
-        if changes:
-            log.info(
-                "controller pass: %d partitions decided in %.3fs; %d new leaderships written in "
-                "%.3fs, then %d ISR changes in %.3fs", len(touched), decided_at - started,
-                len(leaders), led - decided_at, len(isr_only), time.monotonic() - led,
-            )  # fmt: skip
+        return len(leaders), len(isr_only)
 
     def _create_first_states(
         self, ctl: ControllerEpoch, ctx: ControllerContext, topic: str, states: dict[int, LeaderIsr]
@@ -672,6 +705,19 @@ class Controller:
                             _REPORT_WAIT_S)  # fmt: skip
                 return self._cluster()
             time.sleep(0.05)
+
+
+@dataclass
+class _Decided:
+    """What a pass decided for some partitions: first states of new partitions (by topic),
+    changed states (before, after, decision, registration decided from) and every decided
+    partition with its reason."""
+
+    new: dict[str, dict[int, LeaderIsr]] = field(default_factory=dict)
+    changes: dict[TopicPartition, tuple[LeaderIsr, LeaderIsr, Decision, PartitionRegistration]] = (
+        field(default_factory=dict)
+    )
+    outcomes: list[tuple[TopicPartition, PartitionRegistration, str]] = field(default_factory=list)
 
 
 def _failed(results: list[Any], index: int) -> bool:

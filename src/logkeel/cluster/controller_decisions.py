@@ -34,6 +34,7 @@ __all__ = [
     "imbalanced_partitions",
     "initial_state",
     "leader_moves_first",
+    "leaders_leaving",
 ]
 
 
@@ -53,6 +54,9 @@ class LiveBrokers:
     epochs: Mapping[int, int] = field(default_factory=dict)
     # Each partition's last election that gave records up: (leader epoch, from offset).
     losses: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    # `_unreported_since_restart` per broker, worked out once per pass (it reads every report
+    # of the broker, and a pass asks it for every replica of thousands of partitions).
+    _unreported: dict[int, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def views(
         self,
@@ -118,9 +122,13 @@ class LiveBrokers:
 
     def _unreported_since_restart(self, broker: int) -> bool:
         """The broker reported before (in an earlier run) but not in this one."""
-        reports = (self.logs or {}).get(broker, {})
-        epoch = self.epochs.get(broker)
-        return bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
+        known = self._unreported.get(broker)
+        if known is None:
+            reports = (self.logs or {}).get(broker, {})
+            epoch = self.epochs.get(broker)
+            known = bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
+            self._unreported[broker] = known
+        return known
 
     def stamp(
         self, decided: PartitionRegistration, before: PartitionRegistration | None = None
@@ -232,9 +240,10 @@ def decide(
     requested preferred election."""
     had_data = cluster.had_data(tp, topic_id)
     acked = cluster.acked(tp, topic_id)
+    views = cluster.views(tp, reg, shutdown=False, topic_id=topic_id)
     first = on_replicas_offline(
         reg,
-        cluster.views(tp, reg, shutdown=False, topic_id=topic_id),
+        views,
         unclean_allowed=unclean,
         partition_had_data=had_data,
         acked=acked,
@@ -245,7 +254,11 @@ def decide(
     state = first.state
     # The reasons of the decisions that changed something, in the order they were applied.
     reasons = [first.reason] if first.changed else []
-    shutdown_views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
+    # The same views, with the shutting-down replicas marked (they differ in nothing else).
+    shutdown_views = {
+        r: replace(v, shutting_down=True) if r in cluster.shutting_down else v
+        for r, v in views.items()
+    }
     later: list[Callable[[PartitionRegistration], Decision]] = [
         partial(
             controlled_shutdown,
@@ -270,6 +283,24 @@ def decide(
     if state is first.state:
         return first
     return replace(first, state=state, changed=state != reg, reason="; ".join(reasons))
+
+
+def leaders_leaving(
+    cluster: LiveBrokers, leaders: Iterable[tuple[TopicPartition, int]]
+) -> set[TopicPartition]:
+    """Of the partitions and their current leaders, those whose leadership must move: the
+    leader asked for a controlled shutdown, is no longer registered, or cannot serve the
+    partition (failed log dir). A pass decides and writes these before any other change."""
+    return {
+        tp
+        for tp, leader in leaders
+        if leader != NO_LEADER
+        and (
+            leader in cluster.shutting_down
+            or leader not in cluster.live
+            or tp in cluster.offline_replicas.get(leader, ())
+        )
+    }
 
 
 def leader_moves_first(

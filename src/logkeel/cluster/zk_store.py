@@ -309,6 +309,11 @@ class ZkMetadataStore(MetadataStore):
             self._tasks.put(("stop", ""))
             self._worker.join(10)
             self._worker = None
+        # Before the session ends: kazoo fires every watch when its connection drops (which
+        # the server's close of a session can look like), and each of thousands re-armed then
+        # wakes the connection through a socket nobody drains any more, whose buffer fills and
+        # blocks kazoo's callback thread, which kazoo's stop waits for (a stop hung for ever).
+        self._states.close()
         self.client.close()
 
     # -- reads ----------------------------------------------------------------------------------
