@@ -152,11 +152,15 @@ class Controller:
         self._stopping = True
         self.crash_detector.stop()
         self._events.put("stop")
+        ended = True
         if self._thread is not None:
+            # A pass under way gives up at its next step (`_check_stopping`).
             self._thread.join(10)
+            ended = not self._thread.is_alive()
             self._thread = None
         ctl, self.epoch = self.epoch, None
-        self._leave_office()
+        if ended:  # else the thread still owns the context; its writes fail on the epoch
+            self._leave_office()
         if ctl is not None:
             try:
                 self.client.resign_controller(ctl)
@@ -220,6 +224,8 @@ class Controller:
                     if "reload" in events:
                         self._leave_office()
                     self.reconcile(self.epoch, events)
+            except _Stopping:
+                return
             except ControllerMoved:
                 log.warning("controller epoch moved on; broker %d resigns", self.broker_id)
                 self.epoch = None
@@ -228,6 +234,13 @@ class Controller:
                 log.exception("controller pass failed; retrying")
                 self._events.put("retry")
                 threading.Event().wait(0.5)
+
+    def _check_stopping(self) -> None:
+        """Ends the pass under way once `stop` was called: the broker is leaving, and what is
+        left of the pass is decided by the next controller (nothing written is undone; every
+        write is a whole transaction)."""
+        if self._stopping:
+            raise _Stopping
 
     def _elect(self) -> None:
         ctl = self.client.try_become_controller(self.broker_id)
@@ -244,6 +257,7 @@ class Controller:
     def _take_office(self) -> ControllerContext:
         """The context, loaded (every partition is decided on the first pass)."""
         if self._context is None:
+            self._check_stopping()
             started = time.monotonic()
             ctx = ControllerContext(self.client.zk, self._context_changed)
             if not ctx.load(_LOAD_TIMEOUT_S):
@@ -345,14 +359,14 @@ class Controller:
         decided_first = time.monotonic()
         self._write_changes(ctl, ctx, first)
         moved = time.monotonic()
+        self._check_stopping()
         rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
         for topic, states in sorted(rest.new.items()):
             self._create_first_states(ctl, ctx, topic, states)
         decided = time.monotonic()
         leaders, isr_only = self._write_changes(ctl, ctx, rest)
         # After the leaderships: a reason changes rarely, and is written (one by one) only then.
-        for tp, decided_state, reason in first.outcomes + rest.outcomes:
-            self._note_offline(tp, decided_state, reason)
+        self._note_offline(first.outcomes + rest.outcomes)
         if first.changes or rest.changes:
             log.info(
                 "controller pass: %d partitions of leaving leaders decided in %.3fs, %d changes "
@@ -525,23 +539,35 @@ class Controller:
             self._touched.add(tp)
         self._events.put("partitions")
 
-    def _note_offline(self, tp: TopicPartition, decided: PartitionRegistration, why: str) -> None:
-        """Records in ZooKeeper why an offline partition waits (for `logkeel cluster status`)
-        when that changes, and drops the record once it leads; logged when it changes."""
+    def _note_offline(
+        self, outcomes: list[tuple[TopicPartition, PartitionRegistration, str]]
+    ) -> None:
+        """Records in ZooKeeper why each offline partition waits (for `logkeel cluster status`)
+        when that changes, and drops the record once it leads (all of a pass at once);
+        logged when it changes."""
         if self._offline_reasons is None:
             self._offline_reasons = self.client.offline_reasons()
-        reason = why if decided.offline else None
-        if self._offline_reasons.get(tp) == reason:
+        known = self._offline_reasons
+        changed: dict[TopicPartition, str | None] = {}
+        for tp, decided, why in outcomes:
+            reason = why if decided.offline else None
+            if known.get(tp) != reason:
+                changed[tp] = reason
+        if not changed:
             return
-        try:
-            self.client.set_offline_reason(tp, reason)
-        except NoNodeError:
-            return
-        if reason is None:
-            self._offline_reasons.pop(tp, None)
+        self.client.set_offline_reasons(changed)
+        went_offline = {tp: r for tp, r in changed.items() if r is not None}
+        for tp, reason in changed.items():
+            if reason is None:
+                known.pop(tp, None)
+            else:
+                known[tp] = reason
+        if len(went_offline) <= _LOGGED_CHANGES:
+            for tp, reason in went_offline.items():
+                log.warning("%s: %s", tp, reason)
         else:
-            self._offline_reasons[tp] = reason
-            log.warning("%s: %s", tp, reason)
+            tp, reason = next(iter(went_offline.items()))
+            log.warning("%d partitions offline, %s among them: %s", len(went_offline), tp, reason)
 
     def _note_wait(self, tp: TopicPartition, decision: Decision, now_ms: int) -> None:
         """Remembers when an unclean election began waiting for reports, and wakes the
@@ -705,6 +731,10 @@ class Controller:
                             _REPORT_WAIT_S)  # fmt: skip
                 return self._cluster()
             time.sleep(0.05)
+
+
+class _Stopping(Exception):
+    """The controller is stopping: the pass under way ends here."""
 
 
 @dataclass

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -245,19 +246,31 @@ class ClusterNode:
         if self._left:
             return
         self._left = True
+        steps: list[tuple[str, float]] = []
+        started = time.monotonic()
+
+        def step(name: str) -> None:
+            nonlocal started
+            now = time.monotonic()
+            steps.append((name, now - started))
+            started = now
+
         if self._joined and self.config.controlled_shutdown_enable:
             timeout_s = self.config.zookeeper_session_timeout_ms / 1000
             moved = await asyncio.to_thread(self.store.controlled_shutdown, timeout_s)
-            if moved:
-                log.info("controlled shutdown: leaderships moved to other brokers")
-            else:
+            if not moved:
                 log.warning(
                     "controlled shutdown: leaderships not all moved within %.0fs", timeout_s
                 )
+            step("controlled shutdown")
         if self._report_task is not None:
             self._report_task.cancel()
         if self._joined:
             await asyncio.to_thread(self.controller.stop)
+            step("controller")
         await asyncio.to_thread(self.isr_manager.stop)
         await asyncio.to_thread(self._isr_writer.shutdown, wait=True, cancel_futures=True)
+        step("ISR and report writers")
         await asyncio.to_thread(self.store.close)
+        step("session")
+        log.info("left the cluster: %s", ", ".join(f"{name} {took:.3f}s" for name, took in steps))
