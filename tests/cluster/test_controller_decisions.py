@@ -12,6 +12,7 @@ from logkeel.cluster.controller_decisions import (
     initial_state,
     leader_moves_first,
     leaders_leaving,
+    shutdown_remaining,
 )
 from logkeel.cluster.crash_detection import REFUSED, UNKNOWN, UP, PeerVerdicts
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
@@ -222,6 +223,22 @@ def test_a_pass_decides_the_partitions_of_leaving_leaders_first() -> None:
     leaders = [(tps[0], 1), (tps[1], 2), (tps[2], 4), (tps[3], 2), (tps[4], NO_LEADER),
                (tps[5], 3)]  # fmt: skip
     assert leaders_leaving(brokers, leaders) == {tps[0], tps[2], tps[3]}
+
+
+def test_a_controlled_shutdown_waits_only_for_leaderships_another_replica_can_take() -> None:
+    """Kafka's partitionsRemaining, less those no other replica could lead: one in the ISR,
+    registered, not shutting down, its log dir serving the partition."""
+    tps = [TopicPartition("t", p) for p in range(6)]
+    brokers = LiveBrokers(frozenset({1, 2, 3}), frozenset({1, 2}), {3: {tps[4]}})
+    states = [
+        (tps[0], 1, (1, 3)),  # 3 can take it
+        (tps[1], 1, (1,)),  # nobody else in sync
+        (tps[2], 1, (1, 2)),  # 2 is shutting down too
+        (tps[3], 1, (1, 4)),  # 4 is not registered
+        (tps[4], 1, (1, 3)),  # 3 cannot serve it
+        (tps[5], 3, (3, 1)),  # led by a broker staying
+    ]
+    assert shutdown_remaining(brokers, states) == {1: 1, 2: 0}
 
 
 def test_the_views_of_a_shutdown_differ_only_in_the_shutting_down_replicas() -> None:

@@ -38,6 +38,7 @@ from logkeel.cluster.controller_decisions import (
     initial_state,
     leader_moves_first,
     leaders_leaving,
+    shutdown_remaining,
 )
 from logkeel.cluster.crash_detection import CrashDetector
 from logkeel.cluster.elections import (
@@ -122,6 +123,8 @@ class Controller:
         # Partitions the context's deliveries touched since the last pass.
         self._touched: set[TopicPartition] = set()
         self._touched_lock = threading.Lock()
+        # The last answer written to each controlled shutdown: (broker epoch, remaining).
+        self._shutdown_answers: dict[int, tuple[int, int]] = {}
         # Every broker probes the others: a crashed one (the controller's included) is removed
         # at once rather than after its session expires.
         self.crash_detector = CrashDetector(client, broker_id)
@@ -251,6 +254,7 @@ class Controller:
     def _leave_office(self) -> None:
         ctx, self._context = self._context, None
         self._offline_reasons = None  # a controller meanwhile may change them
+        self._shutdown_answers.clear()
         if ctx is not None:
             ctx.close()
 
@@ -292,9 +296,30 @@ class Controller:
         if touched:
             self._reconcile_partitions(ctl, ctx, touched, preferred)
             self.reassignments.progress(ctl, ctx, touched)
+        self._answer_shutdowns(ctx)
         if events & _REQUEST_EVENTS:
             self._run_elections(ctl)
             self.reassignments.take_requests(ctl, ctx)
+
+    def _answer_shutdowns(self, ctx: ControllerContext) -> None:
+        """Tells each broker in a controlled shutdown how many of its leaderships are left to
+        move, when that changed (it stops waiting at 0, without waiting for its own view of
+        the metadata to catch up: Kafka's ControlledShutdown response)."""
+        with ctx.lock:
+            if not ctx.shutting_down:
+                self._shutdown_answers.clear()
+                return
+            remaining = shutdown_remaining(
+                ctx.live_brokers(), ((tp, s.leader, s.isr) for tp, s in ctx.states.items())
+            )
+            epochs = {b: reg.broker_epoch for b, reg in ctx.brokers.items()}
+        for broker, left in sorted(remaining.items()):
+            epoch = epochs.get(broker)
+            if epoch is None or self._shutdown_answers.get(broker) == (epoch, left):
+                continue
+            self.client.answer_controlled_shutdown(broker, epoch, left)
+            self._shutdown_answers[broker] = (epoch, left)
+            log.info("controlled shutdown of broker %d: %d leaderships left to move", broker, left)
 
     def _take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> set[TopicPartition]:
         """Deletions, notifications and preferred elections asked for; returns the partitions
@@ -359,6 +384,7 @@ class Controller:
         decided_first = time.monotonic()
         self._write_changes(ctl, ctx, first)
         moved = time.monotonic()
+        self._answer_shutdowns(ctx)
         self._check_stopping()
         rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
         for topic, states in sorted(rest.new.items()):

@@ -35,6 +35,7 @@ __all__ = [
     "initial_state",
     "leader_moves_first",
     "leaders_leaving",
+    "shutdown_remaining",
 ]
 
 
@@ -301,6 +302,27 @@ def leaders_leaving(
             or tp in cluster.offline_replicas.get(leader, ())
         )
     }
+
+
+def shutdown_remaining(
+    cluster: LiveBrokers, states: Iterable[tuple[TopicPartition, int, Iterable[int]]]
+) -> dict[int, int]:
+    """The controller's answer to each controlled shutdown (Kafka's partitionsRemaining, as a
+    count): of the partitions (leader, ISR) the broker still leads, those another replica could
+    take, one in the ISR, registered, not shutting down and able to serve the partition. A
+    partition no other replica can lead stays with the broker, as in Kafka, and is not waited
+    for."""
+    out = dict.fromkeys(cluster.shutting_down, 0)
+    for tp, leader, isr in states:
+        if leader in out and any(
+            r != leader
+            and r in cluster.live
+            and r not in cluster.shutting_down
+            and tp not in cluster.offline_replicas.get(r, ())
+            for r in isr
+        ):
+            out[leader] += 1
+    return out
 
 
 def leader_moves_first(

@@ -86,10 +86,37 @@ class BrokerZnodes(ZkSession):
                 found[reg.broker_id] = reg
         return found
 
-    def request_controlled_shutdown(self, broker_id: int) -> None:
-        """Ephemeral, so a broker that dies mid-shutdown leaves no stale request behind."""
-        with contextlib.suppress(NodeExistsError):
-            self.zk.create(zd.controlled_shutdown_path(broker_id), ephemeral=True)
+    def request_controlled_shutdown(
+        self, broker_id: int, broker_epoch: int, answered: Callable[[int, int | None], None]
+    ) -> None:
+        """Asks the controller to move this incarnation's leaderships away; ``answered(epoch,
+        remaining)`` on kazoo's thread with each answer the controller writes (and at once with
+        the request itself, unanswered). Ephemeral, so a broker that dies mid-shutdown leaves
+        no stale request behind; one left by an earlier incarnation whose session lives on is
+        overwritten (its answer is not this one's)."""
+        path = zd.controlled_shutdown_path(broker_id)
+        data = zd.encode_controlled_shutdown(broker_epoch)
+        try:
+            self.zk.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            self.zk.set(path, data)
+
+        def fired(data: bytes | None, _stat: object) -> bool:
+            if data is None:
+                return False  # the session ended
+            answered(*zd.decode_controlled_shutdown(data))
+            return True
+
+        self.zk.DataWatch(path, fired)
+
+    def answer_controlled_shutdown(self, broker_id: int, broker_epoch: int, remaining: int) -> None:
+        """The controller's answer to a controlled shutdown: how many of that incarnation's
+        leaderships it could still move (0: done)."""
+        with contextlib.suppress(NoNodeError):  # the broker is gone
+            self.zk.set(
+                zd.controlled_shutdown_path(broker_id),
+                zd.encode_controlled_shutdown(broker_epoch, remaining),
+            )
 
     def shutting_down(self, watch: Callable[[set[int]], None] | None = None) -> set[int]:
         """Brokers with a controlled shutdown under way."""

@@ -786,10 +786,19 @@ class ZkMetadataStore(MetadataStore):
         """Asks the controller to move this broker's leaderships away and waits until none is
         left that another in-sync replica could take; False when ``timeout_s`` passed first."""
         self._leaving = True
-        self.client.request_controlled_shutdown(self.node_id)
+        done = threading.Event()
+
+        def answered(epoch: int, remaining: int | None) -> None:
+            if epoch == self.broker_epoch and remaining == 0:
+                done.set()
+                self._signal()
+
+        self.client.request_controlled_shutdown(self.node_id, self.broker_epoch, answered)
 
         def moved() -> bool:
-            return all(
+            """The controller says so (as soon as its writes are in ZooKeeper), or this
+            broker's own view shows it (a controller that does not answer)."""
+            return done.is_set() or all(
                 p.leader != self.node_id or p.isr == [self.node_id]
                 for t in self._snapshot.values()
                 for p in t.partitions.values()

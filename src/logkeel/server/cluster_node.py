@@ -258,7 +258,9 @@ class ClusterNode:
         if self._joined and self.config.controlled_shutdown_enable:
             timeout_s = self.config.zookeeper_session_timeout_ms / 1000
             moved = await asyncio.to_thread(self.store.controlled_shutdown, timeout_s)
-            if not moved:
+            if moved:
+                log.info("controlled shutdown: leaderships moved to other brokers")
+            else:
                 log.warning(
                     "controlled shutdown: leaderships not all moved within %.0fs", timeout_s
                 )
