@@ -14,7 +14,9 @@ asked through /logkeel/elections) are read when their watch fires and every few 
 
 Controlled shutdown is requested through an ephemeral /admin/controlled_shutdown/<id> znode
 (logkeel's choice, instead of Kafka's ControlledShutdown request): the controller moves every
-leadership of that broker to another in-sync replica and then drops it from the ISRs.
+leadership of that broker to another in-sync replica, and then drops it from the ISRs. A pass
+decides and writes the partitions whose leader is leaving first, and answers each controlled
+shutdown in its znode with how many leaderships are left to move (the broker stops at 0).
 """
 
 from __future__ import annotations
@@ -313,12 +315,16 @@ class Controller:
                 ctx.live_brokers(), ((tp, s.leader, s.isr) for tp, s in ctx.states.items())
             )
             epochs = {b: reg.broker_epoch for b, reg in ctx.brokers.items()}
-        for broker, left in sorted(remaining.items()):
-            epoch = epochs.get(broker)
-            if epoch is None or self._shutdown_answers.get(broker) == (epoch, left):
-                continue
-            self.client.answer_controlled_shutdown(broker, epoch, left)
-            self._shutdown_answers[broker] = (epoch, left)
+        answers = {
+            broker: (epochs[broker], left)
+            for broker, left in sorted(remaining.items())
+            if broker in epochs and self._shutdown_answers.get(broker) != (epochs[broker], left)
+        }
+        if not answers:
+            return
+        self.client.answer_controlled_shutdowns(answers)
+        self._shutdown_answers.update(answers)
+        for broker, (_epoch, left) in answers.items():
             log.info("controlled shutdown of broker %d: %d leaderships left to move", broker, left)
 
     def _take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> set[TopicPartition]:

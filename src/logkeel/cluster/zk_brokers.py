@@ -109,14 +109,18 @@ class BrokerZnodes(ZkSession):
 
         self.zk.DataWatch(path, fired)
 
-    def answer_controlled_shutdown(self, broker_id: int, broker_epoch: int, remaining: int) -> None:
-        """The controller's answer to a controlled shutdown: how many of that incarnation's
-        leaderships it could still move (0: done)."""
-        with contextlib.suppress(NoNodeError):  # the broker is gone
-            self.zk.set(
-                zd.controlled_shutdown_path(broker_id),
-                zd.encode_controlled_shutdown(broker_epoch, remaining),
+    def answer_controlled_shutdowns(self, answers: Mapping[int, tuple[int, int]]) -> None:
+        """The controller's answers to controlled shutdowns, pipelined: broker -> (its epoch,
+        how many of its leaderships could still move; 0: done)."""
+        sent = [
+            self.zk.set_async(
+                zd.controlled_shutdown_path(broker), zd.encode_controlled_shutdown(epoch, left)
             )
+            for broker, (epoch, left) in answers.items()
+        ]
+        for pending in sent:
+            with contextlib.suppress(NoNodeError):  # the broker is gone
+                pending.get()
 
     def shutting_down(self, watch: Callable[[set[int]], None] | None = None) -> set[int]:
         """Brokers with a controlled shutdown under way."""

@@ -804,7 +804,10 @@ class ZkMetadataStore(MetadataStore):
                 for p in t.partitions.values()
             )
 
-        return self.wait_for(moved, timeout_s)
+        if not self.wait_for(moved, timeout_s):
+            return False
+        self.write_fence.left()
+        return True
 
 
 def _until_connected(deadline: float, fn: Callable[..., _T], *args: Any) -> _T:

@@ -5,16 +5,18 @@ Order matters at both ends: the cache is loaded before the partitions are built 
 registration is written once the listener is bound (others may route clients here from then
 on) and only then does the broker stand for controller. At shutdown (`leave`):
 
-1. the controlled-shutdown request (ZooKeeper's /admin/controlled_shutdown/<id>, which every
-   broker watches: KIP-841, no leader proposes this broker for an ISR from then on) and the
-   wait until the controller moved this broker's leaderships away; ISR writes still go out;
+1. the controlled-shutdown request (ZooKeeper's /admin/controlled_shutdown/<id>, with this
+   broker's epoch, which every broker watches: KIP-841, no leader proposes this broker for an
+   ISR from then on) and the wait until the controller answers that none of this broker's
+   leaderships is left to move (or this broker's own view shows it); ISR writes still go out;
 2. the periodic replica-log report is cancelled and the controller stops (resigns);
 3. the ISR manager stops: proposals made after this are answered STOPPED, never written;
 4. the report writer's executor shuts down (a report asked for later is skipped);
-5. the ZooKeeper session ends.
+5. the metadata worker stops, the partition-state watches close, the ZooKeeper session ends.
 
 Nothing is submitted to an executor after it stopped: the ISR manager has its own thread and
-refuses work once stopped; report and resign submissions after step 4 are skipped.
+refuses work once stopped; report and resign submissions after step 4 are skipped. The broker's
+whole order is in ARCHITECTURE.md ("Shutdown order").
 """
 
 from __future__ import annotations
