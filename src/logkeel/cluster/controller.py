@@ -164,8 +164,12 @@ class Controller:
             ended = not self._thread.is_alive()
             self._thread = None
         ctl, self.epoch = self.epoch, None
-        if ended:  # else the thread still owns the context; its writes fail on the epoch
+        if ended:
             self._leave_office()
+        elif self._context is not None:
+            # The thread still uses the context (its writes fail on the epoch from now on);
+            # only its watches end, before the session does (see `ZkMetadataStore.close`).
+            self._context.close()
         if ctl is not None:
             try:
                 self.client.resign_controller(ctl)
