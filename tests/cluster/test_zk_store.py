@@ -5,6 +5,7 @@ session expired."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -222,7 +223,10 @@ def test_group_configs_written_through_one_broker_apply_on_the_other(nodes) -> N
     )
 
 
-def test_a_controlled_shutdown_is_answered_by_the_controller_and_fences_writes(nodes) -> None:
+def test_a_controlled_shutdown_is_answered_by_the_controller_and_fences_writes(
+    nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="logkeel.cluster.controller")
     a, b = nodes(1), nodes(2)
     wait_until(lambda: len(a.store.brokers()) == 2, WAIT, "both live")
     wait_until(lambda: a.store.controller_id in (1, 2), WAIT, "a controller")
@@ -239,3 +243,5 @@ def test_a_controlled_shutdown_is_answered_by_the_controller_and_fences_writes(n
         "broker 2 to lead every partition",
     )
     assert "shutting down" in (a.store.write_fence.why_fenced() or "")
+    # Written in one transaction right behind the leaderships' writes, conditional on them.
+    assert "broker 1: 0 leaderships left to move (answered behind the writes)" in caplog.text

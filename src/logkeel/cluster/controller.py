@@ -307,6 +307,56 @@ class Controller:
             self._run_elections(ctl)
             self.reassignments.take_requests(ctl, ctx)
 
+    def _early_answers(
+        self, ctx: ControllerContext, decided: _Decided
+    ) -> dict[int, tuple[int, list[tuple[str, int]]]]:
+        """The brokers in a controlled shutdown that the leaderships just decided leave with
+        nothing to move, each with its epoch and the (state path, version) each of its moved
+        leaderships will have once written. Their answer is sent right behind those writes,
+        conditional on those versions: ZooKeeper applies it after them or not at all, and
+        ahead of the reads the writes' watches set off on every broker."""
+        with ctx.lock:
+            if not ctx.shutting_down or not decided.changes:
+                return {}
+            states = dict(ctx.states)
+            for tp, (_before, after, _d, _reg) in decided.changes.items():
+                states[tp] = after
+            remaining = shutdown_remaining(
+                ctx.live_brokers(), ((tp, s.leader, s.isr) for tp, s in states.items())
+            )
+            epochs = {b: reg.broker_epoch for b, reg in ctx.brokers.items()}
+        out = {}
+        for broker, left in sorted(remaining.items()):
+            if (
+                left
+                or broker not in epochs
+                or self._shutdown_answers.get(broker)
+                == (
+                    epochs[broker],
+                    0,
+                )
+            ):
+                continue
+            checks = [
+                (zd.partition_state_path(tp.topic, tp.partition), before.zk_version + 1)
+                for tp, (before, after, _d, _reg) in decided.changes.items()
+                if before.leader == broker and after.leader != broker
+            ]
+            if checks:  # else nothing of it moves now: `_answer_shutdowns` answers
+                out[broker] = (epochs[broker], checks)
+        return out
+
+    def _take_early_answers(self, sent: Mapping[int, tuple[int, Any]]) -> None:
+        for broker, (epoch, pending) in sent.items():
+            try:
+                results = pending.get()
+            except Exception:  # noqa: BLE001 - answered by `_answer_shutdowns` instead
+                continue
+            if not any(isinstance(r, Exception) for r in results):
+                self._shutdown_answers[broker] = (epoch, 0)
+                log.info("controlled shutdown of broker %d: 0 leaderships left to move "
+                         "(answered behind the writes)", broker)  # fmt: skip
+
     def _answer_shutdowns(self, ctx: ControllerContext) -> None:
         """Tells each broker in a controlled shutdown how many of its leaderships are left to
         move, when that changed (it stops waiting at 0, without waiting for its own view of
@@ -392,8 +442,17 @@ class Controller:
             )
         first = self._decide_partitions(ctl, ctx, leaving, preferred)
         decided_first = time.monotonic()
-        self._write_changes(ctl, ctx, first)
+        early = self._early_answers(ctx, first)
+        sent: dict[int, tuple[int, Any]] = {}
+
+        def answer() -> None:
+            for broker, (epoch, checks) in early.items():
+                sent[broker] = (epoch, self.client.answer_controlled_shutdown_after(
+                    broker, epoch, checks))  # fmt: skip
+
+        self._write_changes(ctl, ctx, first, answer if early else None)
         moved = time.monotonic()
+        self._take_early_answers(sent)
         self._answer_shutdowns(ctx)
         self._check_stopping()
         rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
@@ -458,16 +517,20 @@ class Controller:
         return out
 
     def _write_changes(
-        self, ctl: ControllerEpoch, ctx: ControllerContext, decided: _Decided
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        decided: _Decided,
+        after_send: Callable[[], None] | None = None,
     ) -> tuple[int, int]:
-        """Writes the new leaderships, then the changes of the ISR alone; returns how many of
-        each."""
+        """Writes the new leaderships (``after_send`` once they are sent), then the changes of
+        the ISR alone; returns how many of each."""
         changes = decided.changes
         leaders, isr_only = leader_moves_first(
             (tp, reg, zd.registration_of(reg.replicas, after))
             for tp, (_before, after, _d, reg) in changes.items()
         )
-        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders], after_send)
         self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in isr_only])
         return len(leaders), len(isr_only)
 
@@ -511,16 +574,20 @@ class Controller:
         ctl: ControllerEpoch,
         ctx: ControllerContext,
         writes: list[tuple[TopicPartition, LeaderIsr, LeaderIsr, Decision, PartitionRegistration]],
+        after_send: Callable[[], None] | None = None,
     ) -> None:
         """Writes in transactions of up to _WRITE_BATCH partitions (the controller epoch
         checked first, then each state over the version it was decided against), every one
-        sent before the first answer is awaited. A transaction refused for one partition that
-        changed meanwhile (a leader's ISR change) is sent again without it; that partition is
-        decided again on its new state."""
+        sent before the first answer is awaited (and ``after_send`` called once they are). A
+        transaction refused for one partition that changed meanwhile (a leader's ISR change)
+        is sent again without it; that partition is decided again on its new state."""
         pending = [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
         moved = False
         while pending and not moved:
             sent = [(batch, self._commit(ctl, batch)) for batch in pending]
+            if after_send is not None:
+                after_send()
+                after_send = None
             pending = []
             for batch, answer in sent:
                 try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -108,6 +109,20 @@ class BrokerZnodes(ZkSession):
             return True
 
         self.zk.DataWatch(path, fired)
+
+    def answer_controlled_shutdown_after(
+        self, broker_id: int, broker_epoch: int, checks: Iterable[tuple[str, int]]
+    ) -> Any:
+        """Answers 0 (nothing left to move) in one transaction that first checks each
+        (path, version): sent right behind the writes that give those versions, it applies
+        after them or not at all. Returns the pending transaction (kazoo's async result)."""
+        txn = self.zk.transaction()
+        for path, version in checks:
+            txn.check(path, version)
+        txn.set_data(
+            zd.controlled_shutdown_path(broker_id), zd.encode_controlled_shutdown(broker_epoch, 0)
+        )
+        return txn.commit_async()
 
     def answer_controlled_shutdowns(self, answers: Mapping[int, tuple[int, int]]) -> None:
         """The controller's answers to controlled shutdowns, pipelined: broker -> (its epoch,
