@@ -310,13 +310,14 @@ class Controller:
     def _early_answers(
         self, ctx: ControllerContext, decided: _Decided
     ) -> dict[int, tuple[int, list[tuple[str, int]]]]:
-        """The brokers in a controlled shutdown that the leaderships just decided leave with
-        nothing to move, each with its epoch and the (state path, version) each of its moved
+        """The brokers in a controlled shutdown that the states just decided leave with nothing
+        to move, each with its epoch and the (state path, version) each of its moved
         leaderships will have once written. Their answer is sent right behind those writes,
         conditional on those versions: ZooKeeper applies it after them or not at all, and
-        ahead of the reads the writes' watches set off on every broker."""
+        ahead of the reads the writes' watches set off on every broker (and on the broker
+        waiting for it, whose session reads in order)."""
         with ctx.lock:
-            if not ctx.shutting_down or not decided.changes:
+            if not ctx.shutting_down:
                 return {}
             states = dict(ctx.states)
             for tp, (_before, after, _d, _reg) in decided.changes.items():
@@ -327,23 +328,17 @@ class Controller:
             epochs = {b: reg.broker_epoch for b, reg in ctx.brokers.items()}
         out = {}
         for broker, left in sorted(remaining.items()):
-            if (
-                left
-                or broker not in epochs
-                or self._shutdown_answers.get(broker)
-                == (
-                    epochs[broker],
-                    0,
-                )
-            ):
+            done = (epochs.get(broker), 0)
+            if left or broker not in epochs or self._shutdown_answers.get(broker) == done:
                 continue
             checks = [
                 (zd.partition_state_path(tp.topic, tp.partition), before.zk_version + 1)
                 for tp, (before, after, _d, _reg) in decided.changes.items()
                 if before.leader == broker and after.leader != broker
             ]
-            if checks:  # else nothing of it moves now: `_answer_shutdowns` answers
-                out[broker] = (epochs[broker], checks)
+            # No checks: nothing it leads can move (every other replica is leaving too, or
+            # out of the ISR), which these writes do not change.
+            out[broker] = (epochs[broker], checks)
         return out
 
     def _take_early_answers(self, sent: Mapping[int, tuple[int, Any]]) -> None:
@@ -582,6 +577,8 @@ class Controller:
         transaction refused for one partition that changed meanwhile (a leader's ISR change)
         is sent again without it; that partition is decided again on its new state."""
         pending = [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
+        if not pending and after_send is not None:
+            after_send()
         moved = False
         while pending and not moved:
             sent = [(batch, self._commit(ctl, batch)) for batch in pending]
