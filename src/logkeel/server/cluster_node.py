@@ -7,8 +7,9 @@ on) and only then does the broker stand for controller. At shutdown (`leave`):
 
 1. the controlled-shutdown request (ZooKeeper's /admin/controlled_shutdown/<id>, with this
    broker's epoch, which every broker watches: KIP-841, no leader proposes this broker for an
-   ISR from then on) and the wait until the controller answers that none of this broker's
-   leaderships is left to move (or this broker's own view shows it); ISR writes still go out;
+   ISR from then on) and the wait until this broker's own view shows its leaderships moved
+   (after the controller answered that none is left to move, those no live replica outside
+   the shutdown could take are not waited for); ISR writes still go out;
 2. the periodic replica-log report is cancelled and the controller stops (resigns);
 3. the ISR manager stops: proposals made after this are answered STOPPED, never written;
 4. the report writer's executor shuts down (a report asked for later is skipped);
@@ -259,7 +260,9 @@ class ClusterNode:
 
         if self._joined and self.config.controlled_shutdown_enable:
             timeout_s = self.config.zookeeper_session_timeout_ms / 1000
-            moved = await asyncio.to_thread(self.store.controlled_shutdown, timeout_s)
+            moved = await asyncio.to_thread(
+                self.store.controlled_shutdown, timeout_s, self.shutting_down
+            )
             if moved:
                 log.info("controlled shutdown: leaderships moved to other brokers")
             else:
