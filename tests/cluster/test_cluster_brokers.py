@@ -275,6 +275,9 @@ def test_sigterm_moves_leaderships_before_the_broker_exits(running: Cluster) -> 
     stopped_in = time.monotonic() - started
     # Moved by the controlled shutdown, not by the session expiring after the exit.
     assert "controlled shutdown: leaderships moved" in running.brokers[leaving].output()
+    # The controller answered it (the broker need not wait for its own view to catch up).
+    answer = f"controlled shutdown of broker {leaving}: 0 leaderships left to move"
+    assert any(answer in b.output() for b in running.brokers.values())
     assert stopped_in < SESSION_TIMEOUT_MS / 1000
     for p in running.partitions("moved", 1).values():
         assert p.leader_id in (1, 3)

@@ -33,9 +33,11 @@ from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brok
 from tests.waiting import wait_until
 
 PARTITIONS = int(os.environ.get("LOGKEEL_SHUTDOWN_PARTITIONS", "300"))
-# Controlled shutdown waits at most the session timeout (6 s here) for leaderships to move;
-# the rest is the brokers' own stop.
-STOP_BOUND_S = 30.0
+# The controller answers each controlled shutdown within a pass (2.7 s for the whole stop at
+# 300 partitions on a lightly loaded 2-core machine, 8-14 s at 2,000 under a load of 15); the
+# bound leaves room for a loaded CI machine but not for a controlled shutdown that waits out
+# its 6 s session timeout on every broker.
+STOP_BOUND_S = 15.0
 ISR_WRITE = re.compile(r"(\S+-\d+): ISR -> \[")
 # How soon after an acks=1 acknowledgement the leader's high watermark must cover the send;
 # followers park their fetches for up to FETCH_WAIT_MS.
@@ -177,4 +179,6 @@ def test_sigterm_to_every_broker_at_once(cluster: Cluster) -> None:
         churn = {tp: n for tp, n in per_partition.items() if n > 1}
         assert not churn, f"broker {i} changed these ISRs more than once: {churn}"
         assert tail.count("refused") < PARTITIONS, f"broker {i} churned refused ISR writes"
+        # The controller answered its controlled shutdown: it did not wait out its timeout.
+        assert "controlled shutdown: leaderships moved" in tail, tail[-5000:]
     assert elapsed < STOP_BOUND_S, f"stopping took {elapsed:.1f}s"

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kazoo.client import KazooClient
-
-from logkeel.cluster.controller import _SPLIT_AT, _leaderless_first
-from logkeel.cluster.controller_context import ControllerContext, isr_joins
+from logkeel.cluster.controller_context import isr_joins
 from logkeel.cluster.controller_decisions import (
     LiveBrokers,
     decide,
     imbalanced_partitions,
     initial_state,
     leader_moves_first,
+    leaders_leaving,
+    shutdown_remaining,
 )
 from logkeel.cluster.crash_detection import REFUSED, UNKNOWN, UP, PeerVerdicts
 from logkeel.cluster.partition_state import NO_LEADER, PartitionRegistration
 from logkeel.cluster.zk_data import (
-    BrokerRegistration,
     LeaderIsr,
     ReplicaLogReport,
     registration_of,
@@ -221,6 +219,47 @@ def test_a_pass_writes_new_leaderships_before_isr_only_changes() -> None:
     assert isr_only == [TopicPartition("t", p) for p in (0, 2, 4)]
 
 
+def test_a_pass_decides_the_partitions_of_leaving_leaders_first() -> None:
+    """Shutting down, gone, its log dir failed, or no leader at all: those leaderships are
+    decided and written before the rest of a pass is decided (a controlled shutdown waits for
+    nothing else, nor does a partition whose leader crashed)."""
+    tps = [TopicPartition("t", p) for p in range(6)]
+    brokers = LiveBrokers(frozenset({1, 2, 3}), frozenset({1}), {2: {tps[3]}})
+    leaders = [(tps[0], 1), (tps[1], 2), (tps[2], 4), (tps[3], 2), (tps[4], NO_LEADER),
+               (tps[5], 3)]  # fmt: skip
+    assert leaders_leaving(brokers, leaders) == {tps[0], tps[2], tps[3], tps[4]}
+
+
+def test_a_controlled_shutdown_waits_only_for_leaderships_another_replica_can_take() -> None:
+    """Kafka's partitionsRemaining, less those no other replica could lead: one in the ISR,
+    registered, not shutting down, its log dir serving the partition."""
+    tps = [TopicPartition("t", p) for p in range(6)]
+    brokers = LiveBrokers(frozenset({1, 2, 3}), frozenset({1, 2}), {3: {tps[4]}})
+    states = [
+        (tps[0], 1, (1, 3)),  # 3 can take it
+        (tps[1], 1, (1,)),  # nobody else in sync
+        (tps[2], 1, (1, 2)),  # 2 is shutting down too
+        (tps[3], 1, (1, 4)),  # 4 is not registered
+        (tps[4], 1, (1, 3)),  # 3 cannot serve it
+        (tps[5], 3, (3, 1)),  # led by a broker staying
+    ]
+    assert shutdown_remaining(brokers, states) == {1: 1, 2: 0}
+
+
+def test_the_views_of_a_shutdown_differ_only_in_the_shutting_down_replicas() -> None:
+    r = reg(1, (1, 2, 3))
+    brokers = LiveBrokers(
+        frozenset({1, 2}), frozenset({2}), {1: {TP}},
+        {1: {TP: ReplicaLogReport("id", 5, 90, 7, 41)}}, {1: 41, 2: 42},
+    )  # fmt: skip
+    plain, shutdown = (brokers.views(TP, r, shutdown=s, topic_id="id") for s in (False, True))
+    assert shutdown == {**plain, 2: replace(plain[2], shutting_down=True)}
+    assert not plain[2].shutting_down and not plain[3].live and not plain[1].log_dir_online
+    # A shutting-down follower leaves the ISR (the decision sees it shutting down).
+    shutting = cluster({1, 2, 3}, {2})
+    assert decide(TP, r, shutting, unclean=False, preferred=False).state.isr == (1, 3)
+
+
 def test_the_reason_logged_is_that_of_the_decision_applied() -> None:
     d = decide(TP, reg(3, (3, 1, 2), (3, 1, 2)), cluster({1, 2, 3}, {3}), unclean=False,
                preferred=False)  # fmt: skip
@@ -339,22 +378,3 @@ def test_a_leaders_later_write_keeping_a_restarted_follower_does_not_vouch_for_i
     bounced = LiveBrokers(frozenset({1, 2, 3}), frozenset(), epochs={1: 10, 2: 150, 3: 20})
     after = decide(TP, reg, bounced, unclean=False, preferred=False).state
     assert (after.leader, after.isr) == (1, (1,))
-
-
-def test_a_large_pass_decides_the_partitions_without_a_serving_leader_first() -> None:
-    """Taking office decides every partition: those led by the dead broker (1), by one shutting
-    down (2), by one whose replica there is offline, or by none, are decided and written before
-    the others are decided at all; a small pass is one part."""
-    ctx = ControllerContext(KazooClient(), lambda _kind, _tps: None)  # never started
-    ctx.brokers = {b: BrokerRegistration(b, ()) for b in (2, 3, 4)}
-    ctx.shutting_down = {2}
-    tps = [TopicPartition("t", p) for p in range(_SPLIT_AT + 10)]
-    leaders = {0: 1, 1: 2, 2: 4, 3: -1}
-    for tp in tps:
-        ctx.states[tp] = LeaderIsr(leaders.get(tp.partition, 3), 0, (3, 4), 0)
-    ctx.offline_replicas = {4: {tps[2]}}
-    del ctx.states[tps[4]]  # no state yet: its first leader is elected
-    first, rest = _leaderless_first(ctx, set(tps))
-    assert first == set(tps[:5])
-    assert rest == set(tps[5:])
-    assert _leaderless_first(ctx, set(tps[:_SPLIT_AT])) == [set(tps[:_SPLIT_AT])]

@@ -45,3 +45,14 @@ def test_an_expired_session_fences_until_registered_again() -> None:
     assert "session expired" in (fence.why_fenced() or "")
     fence.registered()
     assert fence.why_fenced() is None
+
+
+def test_a_broker_whose_controlled_shutdown_is_done_takes_no_more_writes() -> None:
+    """The controller's answer may come before this broker applied every move: a write it took
+    as a leader it no longer is would be truncated away."""
+    fence = SessionFence(6000, Clock())
+    fence.left()
+    assert "shutting down" in (fence.why_fenced() or "")
+    fence.on_state("CONNECTED")
+    fence.registered()
+    assert fence.why_fenced() is not None

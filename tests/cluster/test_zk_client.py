@@ -273,3 +273,12 @@ def test_replica_log_reports_are_stored_in_bounded_parts_rewritten_only_when_cha
     fewer = {tp: r for tp, r in changed.items() if tp.partition < 100}
     assert a.set_replica_logs(1, 1, fewer) == 3  # two parts removed, then the report
     assert b.replica_logs()[1] == (1, fewer)
+
+
+def test_offline_reasons_are_written_and_removed_all_at_once(clients) -> None:
+    c = clients()
+    a, b, gone = (TopicPartition("t", p) for p in range(3))
+    c.set_offline_reasons({a: "waiting for 3", b: "no eligible replica", gone: None})
+    assert c.offline_reasons() == {a: "waiting for 3", b: "no eligible replica"}
+    c.set_offline_reasons({a: "waiting for 2", b: None})
+    assert c.offline_reasons() == {a: "waiting for 2"}

@@ -136,3 +136,9 @@ def test_partition_state_round_trip_property(leader, epoch, isr, ctl_epoch, vers
 def test_election_loss_round_trips() -> None:
     loss = zd.ElectionLoss(TopicPartition("t", 2), 3, 7, 1200, {1: 40, 2: 5}, "why", 99)
     assert zd.decode_election_loss(zd.encode_election_loss(loss)) == loss
+
+
+def test_a_controlled_shutdown_request_and_its_answer() -> None:
+    assert zd.decode_controlled_shutdown(zd.encode_controlled_shutdown(42)) == (42, None)
+    assert zd.decode_controlled_shutdown(zd.encode_controlled_shutdown(42, 0)) == (42, 0)
+    assert zd.decode_controlled_shutdown(b"") == (-1, None)  # an older broker's empty request

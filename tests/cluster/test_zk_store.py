@@ -5,11 +5,13 @@ session expired."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from logkeel.cluster import zk_data as zd
 from logkeel.cluster.acls import (
     AclBinding,
     AclOperation,
@@ -219,3 +221,27 @@ def test_group_configs_written_through_one_broker_apply_on_the_other(nodes) -> N
     wait_until(
         lambda: "g1" not in a.store.group_configs(), WAIT, "the removal reaches the other broker"
     )
+
+
+def test_a_controlled_shutdown_is_answered_by_the_controller_and_fences_writes(
+    nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="logkeel.cluster.controller")
+    a, b = nodes(1), nodes(2)
+    wait_until(lambda: len(a.store.brokers()) == 2, WAIT, "both live")
+    wait_until(lambda: a.store.controller_id in (1, 2), WAIT, "a controller")
+    created = a.store.create_topic("leaving", 4, 2, {})
+    assert {p.leader for p in created.partitions.values()} == {1, 2}
+    assert a.store.write_fence.why_fenced() is None
+    assert a.store.controlled_shutdown(WAIT)
+    # The controller's answer, for this incarnation of broker 1: nothing left to move.
+    data, _stat = a.store.client.zk.get(zd.controlled_shutdown_path(1))
+    assert zd.decode_controlled_shutdown(data) == (a.store.broker_epoch, 0)
+    wait_until(
+        lambda: all(p.leader == 2 for p in b.store.topic("leaving").partitions.values()),
+        WAIT,
+        "broker 2 to lead every partition",
+    )
+    assert "shutting down" in (a.store.write_fence.why_fenced() or "")
+    # Written in one transaction right behind the leaderships' writes, conditional on them.
+    assert "broker 1: 0 leaderships left to move (answered behind the writes)" in caplog.text

@@ -175,6 +175,38 @@ class Flag(DelayedOperation):
         return self.force_complete() if self.ready else False
 
 
+class Counted(Flag):
+    def __init__(self, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.checks = 0
+
+    def try_complete(self) -> bool:
+        self.checks += 1
+        return super().try_complete()
+
+
+def test_an_operation_watching_many_changed_keys_is_checked_once() -> None:
+    """A follower's fetch watches every partition it replicates; thousands of leaderships
+    changing at once re-check it once, not once per partition."""
+
+    async def main() -> None:
+        purgatory: DelayedOperationPurgatory[int] = DelayedOperationPurgatory("test")
+        many, one = Counted(10_000), Counted(10_000)
+        waits = [asyncio.create_task(purgatory.wait(many, range(1000))),
+                 asyncio.create_task(purgatory.wait(one, [5]))]  # fmt: skip
+        while purgatory.pending < 2:
+            await asyncio.sleep(0)
+        parked = many.checks, one.checks
+        assert purgatory.check_and_complete_keys(range(2000)) == 0
+        assert (many.checks, one.checks) == (parked[0] + 1, parked[1] + 1)
+        many.ready = one.ready = True
+        assert purgatory.check_and_complete_keys([5, 7]) == 2
+        await asyncio.gather(*waits)
+        assert purgatory.watched_keys() == 0
+
+    asyncio.run(main())
+
+
 def test_purgatory_completes_on_check_expires_and_forgets_cancelled_waits() -> None:
     async def main() -> None:
         purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory("test")

@@ -14,7 +14,9 @@ asked through /logkeel/elections) are read when their watch fires and every few 
 
 Controlled shutdown is requested through an ephemeral /admin/controlled_shutdown/<id> znode
 (logkeel's choice, instead of Kafka's ControlledShutdown request): the controller moves every
-leadership of that broker to another in-sync replica and then drops it from the ISRs.
+leadership of that broker to another in-sync replica, and then drops it from the ISRs. A pass
+decides and writes the partitions whose leader is leaving first, and answers each controlled
+shutdown in its znode with how many leaderships are left to move (the broker stops at 0).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
@@ -37,6 +39,8 @@ from logkeel.cluster.controller_decisions import (
     imbalanced_partitions,
     initial_state,
     leader_moves_first,
+    leaders_leaving,
+    shutdown_remaining,
 )
 from logkeel.cluster.crash_detection import CrashDetector
 from logkeel.cluster.elections import (
@@ -85,9 +89,6 @@ _LOGGED_CHANGES = 20
 _STANDBY_RETRY_S = 1.0
 # How often a standby context reads the partition states that changed.
 _STANDBY_CATCH_UP_S = 2.0
-# A pass over more partitions than this decides and writes those without a serving leader
-# first (`_leaderless_first`).
-_SPLIT_AT = 100
 # Events that read the requests in ZooKeeper (not only the partitions touched).
 _REQUEST_EVENTS = frozenset({"admin", "idle", "retry", "elect", "moved", "reload"})
 
@@ -138,6 +139,8 @@ class Controller:
         self._touched: set[TopicPartition] = set()
         self._touched_lock = threading.Lock()
         self._next_sweep = 0.0
+        # The last answer written to each controlled shutdown: (broker epoch, remaining).
+        self._shutdown_answers: dict[int, tuple[int, int]] = {}
         # Every broker probes the others: a crashed one (the controller's included) is removed
         # at once rather than after its session expires.
         self.crash_detector = CrashDetector(client, broker_id)
@@ -171,11 +174,19 @@ class Controller:
         self._stopping = True
         self.crash_detector.stop()
         self._events.put("stop")
+        ended = True
         if self._thread is not None:
+            # A pass under way gives up at its next step (`_check_stopping`).
             self._thread.join(10)
+            ended = not self._thread.is_alive()
             self._thread = None
         ctl, self.epoch = self.epoch, None
-        self._leave_office()
+        if ended:
+            self._leave_office()
+        elif self._context is not None:
+            # The thread still uses the context (its writes fail on the epoch from now on);
+            # only its watches end, before the session does (see `ZkMetadataStore.close`).
+            self._context.close()
         self._drop_standby()
         if ctl is not None:
             try:
@@ -249,6 +260,8 @@ class Controller:
                     if "reload" in events:
                         self._leave_office()
                     self.reconcile(self.epoch, events)
+            except _Stopping:
+                return
             except ControllerMoved:
                 log.warning("controller epoch moved on; broker %d resigns", self.broker_id)
                 self.epoch = None
@@ -257,6 +270,13 @@ class Controller:
                 log.exception("controller pass failed; retrying")
                 self._events.put("retry")
                 threading.Event().wait(0.5)
+
+    def _check_stopping(self) -> None:
+        """Ends the pass under way once `stop` was called: the broker is leaving, and what is
+        left of the pass is decided by the next controller (nothing written is undone; every
+        write is a whole transaction)."""
+        if self._stopping:
+            raise _Stopping
 
     def _elect(self) -> None:
         ctl = self.client.try_become_controller(self.broker_id)
@@ -267,6 +287,7 @@ class Controller:
     def _leave_office(self) -> None:
         ctx, self._context = self._context, None
         self._offline_reasons = None  # a controller meanwhile may change them
+        self._shutdown_answers.clear()
         if ctx is not None:
             ctx.close()
 
@@ -302,6 +323,7 @@ class Controller:
     def _take_office(self) -> ControllerContext:
         """The context, loaded (every partition is decided on the first pass)."""
         if self._context is None:
+            self._check_stopping()
             started = time.monotonic()
             ctx, self._standby = self._standby, None
             source = "standby, kept by its watches" if ctx is not None else "read"
@@ -344,13 +366,82 @@ class Controller:
                 touched |= ctx.all_partitions()
         touched |= preferred | set(self._unclean_waits)
         if touched:
-            for part in _leaderless_first(ctx, touched):
-                self._reconcile_partitions(ctl, ctx, part, preferred)
+            self._reconcile_partitions(ctl, ctx, touched, preferred)
             self.reassignments.progress(ctl, ctx, touched)
+        self._answer_shutdowns(ctx)
         if events & _REQUEST_EVENTS:
             self._run_elections(ctl)
             self.reassignments.take_requests(ctl, ctx)
         self.history.flush()
+
+    def _early_answers(
+        self, ctx: ControllerContext, decided: _Decided
+    ) -> dict[int, tuple[int, list[tuple[str, int]]]]:
+        """The brokers in a controlled shutdown that the states just decided leave with nothing
+        to move, each with its epoch and the (state path, version) each of its moved
+        leaderships will have once written. Their answer is sent right behind those writes,
+        conditional on those versions: ZooKeeper applies it after them or not at all, and
+        ahead of the reads the writes' watches set off on every broker (and on the broker
+        waiting for it, whose session reads in order)."""
+        with ctx.lock:
+            if not ctx.shutting_down:
+                return {}
+            states = dict(ctx.states)
+            for tp, (_before, after, _d, _reg) in decided.changes.items():
+                states[tp] = after
+            remaining = shutdown_remaining(
+                ctx.live_brokers(), ((tp, s.leader, s.isr) for tp, s in states.items())
+            )
+            epochs = {b: reg.broker_epoch for b, reg in ctx.brokers.items()}
+        out = {}
+        for broker, left in sorted(remaining.items()):
+            done = (epochs.get(broker), 0)
+            if left or broker not in epochs or self._shutdown_answers.get(broker) == done:
+                continue
+            checks = [
+                (zd.partition_state_path(tp.topic, tp.partition), before.zk_version + 1)
+                for tp, (before, after, _d, _reg) in decided.changes.items()
+                if before.leader == broker and after.leader != broker
+            ]
+            # No checks: nothing it leads can move (every other replica is leaving too, or
+            # out of the ISR), which these writes do not change.
+            out[broker] = (epochs[broker], checks)
+        return out
+
+    def _take_early_answers(self, sent: Mapping[int, tuple[int, Any]]) -> None:
+        for broker, (epoch, pending) in sent.items():
+            try:
+                results = pending.get()
+            except Exception:  # noqa: BLE001 - answered by `_answer_shutdowns` instead
+                continue
+            if not any(isinstance(r, Exception) for r in results):
+                self._shutdown_answers[broker] = (epoch, 0)
+                log.info("controlled shutdown of broker %d: 0 leaderships left to move "
+                         "(answered behind the writes)", broker)  # fmt: skip
+
+    def _answer_shutdowns(self, ctx: ControllerContext) -> None:
+        """Tells each broker in a controlled shutdown how many of its leaderships are left to
+        move, when that changed (it stops waiting at 0, without waiting for its own view of
+        the metadata to catch up: Kafka's ControlledShutdown response)."""
+        with ctx.lock:
+            if not ctx.shutting_down:
+                self._shutdown_answers.clear()
+                return
+            remaining = shutdown_remaining(
+                ctx.live_brokers(), ((tp, s.leader, s.isr) for tp, s in ctx.states.items())
+            )
+            epochs = {b: reg.broker_epoch for b, reg in ctx.brokers.items()}
+        answers = {
+            broker: (epochs[broker], left)
+            for broker, left in sorted(remaining.items())
+            if broker in epochs and self._shutdown_answers.get(broker) != (epochs[broker], left)
+        }
+        if not answers:
+            return
+        self.client.answer_controlled_shutdowns(answers)
+        self._shutdown_answers.update(answers)
+        for broker, (_epoch, left) in answers.items():
+            log.info("controlled shutdown of broker %d: %d leaderships left to move", broker, left)
 
     def _take_requests(self, ctl: ControllerEpoch, ctx: ControllerContext) -> set[TopicPartition]:
         """Deletions, notifications and preferred elections asked for; returns the partitions
@@ -402,14 +493,58 @@ class Controller:
         touched: set[TopicPartition],
         preferred: set[TopicPartition],
     ) -> None:
-        new: dict[str, dict[int, LeaderIsr]] = {}
-        changes: dict[
-            TopicPartition, tuple[LeaderIsr, LeaderIsr, Decision, PartitionRegistration]
-        ] = {}
-        # Each decided partition with its decision's reason (offline ones say why they wait).
-        outcomes: list[tuple[TopicPartition, PartitionRegistration, str]] = []
-        now_ms = int(time.time() * 1000)
+        """Decides ``touched`` and writes what changed. The partitions whose leader is leaving
+        (shutting down, gone, its log dir offline) are decided and their new leaderships
+        written first, before the rest is even decided: a controlled shutdown is over, and
+        clients find a leader again, as soon as those are in ZooKeeper."""
         started = time.monotonic()
+        with ctx.lock:
+            leaving = leaders_leaving(
+                ctx.live_brokers(),
+                ((tp, s.leader) for tp in touched if (s := ctx.states.get(tp)) is not None),
+            )
+        first = self._decide_partitions(ctl, ctx, leaving, preferred)
+        decided_first = time.monotonic()
+        early = self._early_answers(ctx, first)
+        sent: dict[int, tuple[int, Any]] = {}
+
+        def answer() -> None:
+            for broker, (epoch, checks) in early.items():
+                sent[broker] = (epoch, self.client.answer_controlled_shutdown_after(
+                    broker, epoch, checks))  # fmt: skip
+
+        self._write_changes(ctl, ctx, first, answer if early else None)
+        moved = time.monotonic()
+        self._take_early_answers(sent)
+        self._answer_shutdowns(ctx)
+        self._check_stopping()
+        rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
+        for topic, states in sorted(rest.new.items()):
+            self._create_first_states(ctl, ctx, topic, states)
+        decided = time.monotonic()
+        leaders, isr_only = self._write_changes(ctl, ctx, rest)
+        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
+        self._note_offline(first.outcomes + rest.outcomes)
+        if first.changes or rest.changes:
+            log.info(
+                "controller pass: %d partitions of leaving leaders decided in %.3fs, %d changes "
+                "written in %.3fs; %d others decided in %.3fs, %d new leaderships and %d ISR "
+                "changes written in %.3fs", len(leaving), decided_first - started,
+                len(first.changes), moved - decided_first, len(touched) - len(leaving),
+                decided - moved, leaders, isr_only, time.monotonic() - decided,
+            )  # fmt: skip
+
+    def _decide_partitions(
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        touched: set[TopicPartition],
+        preferred: set[TopicPartition],
+    ) -> _Decided:
+        out = _Decided()
+        if not touched:
+            return out
+        now_ms = int(time.time() * 1000)
         with ctx.lock:
             cluster = ctx.live_brokers()
             for tp in sorted(touched):
@@ -421,7 +556,9 @@ class Controller:
                 current = ctx.states.get(tp)
                 if current is None:
                     first = cluster.stamp(initial_state(replicas, cluster))
-                    new.setdefault(tp.topic, {})[tp.partition] = zd.leader_isr_of(first, ctl.epoch)
+                    out.new.setdefault(tp.topic, {})[tp.partition] = zd.leader_isr_of(
+                        first, ctl.epoch
+                    )
                     continue
                 reg = zd.registration_of(replicas, current)
                 decision = decide(
@@ -437,28 +574,28 @@ class Controller:
                 )
                 self._note_wait(tp, decision, now_ms)
                 decided = cluster.stamp(decision.state, reg)
-                outcomes.append((tp, decided, decision.reason))
+                out.outcomes.append((tp, decided, decision.reason))
                 if decided != reg:
-                    changes[tp] = (current, zd.leader_isr_of(decided, ctl.epoch), decision, reg)
-        for topic, states in sorted(new.items()):
-            self._create_first_states(ctl, ctx, topic, states)
+                    out.changes[tp] = (current, zd.leader_isr_of(decided, ctl.epoch), decision, reg)
+        return out
+
+    def _write_changes(
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        decided: _Decided,
+        after_send: Callable[[], None] | None = None,
+    ) -> tuple[int, int]:
+        """Writes the new leaderships (``after_send`` once they are sent), then the changes of
+        the ISR alone; returns how many of each."""
+        changes = decided.changes
         leaders, isr_only = leader_moves_first(
             (tp, reg, zd.registration_of(reg.replicas, after))
             for tp, (_before, after, _d, reg) in changes.items()
         )
-        decided_at = time.monotonic()
-        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
-        led = time.monotonic()
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders], after_send)
         self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in isr_only])
-        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
-        for tp, decided_state, reason in outcomes:
-            self._note_offline(tp, decided_state, reason)
-        if changes:
-            log.info(
-                "controller pass: %d partitions decided in %.3fs; %d new leaderships written in "
-                "%.3fs, then %d ISR changes in %.3fs", len(touched), decided_at - started,
-                len(leaders), led - decided_at, len(isr_only), time.monotonic() - led,
-            )  # fmt: skip
+        return len(leaders), len(isr_only)
 
     def _create_first_states(
         self, ctl: ControllerEpoch, ctx: ControllerContext, topic: str, states: dict[int, LeaderIsr]
@@ -500,16 +637,22 @@ class Controller:
         ctl: ControllerEpoch,
         ctx: ControllerContext,
         writes: list[tuple[TopicPartition, LeaderIsr, LeaderIsr, Decision, PartitionRegistration]],
+        after_send: Callable[[], None] | None = None,
     ) -> None:
         """Writes in transactions of up to _WRITE_BATCH partitions (the controller epoch
         checked first, then each state over the version it was decided against), every one
-        sent before the first answer is awaited. A transaction refused for one partition that
-        changed meanwhile (a leader's ISR change) is sent again without it; that partition is
-        decided again on its new state."""
+        sent before the first answer is awaited (and ``after_send`` called once they are). A
+        transaction refused for one partition that changed meanwhile (a leader's ISR change)
+        is sent again without it; that partition is decided again on its new state."""
         pending = [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
+        if not pending and after_send is not None:
+            after_send()
         moved = False
         while pending and not moved:
             sent = [(batch, self._commit(ctl, batch)) for batch in pending]
+            if after_send is not None:
+                after_send()
+                after_send = None
             pending = []
             for batch, answer in sent:
                 try:
@@ -568,23 +711,35 @@ class Controller:
             self._touched.add(tp)
         self._events.put("partitions")
 
-    def _note_offline(self, tp: TopicPartition, decided: PartitionRegistration, why: str) -> None:
-        """Records in ZooKeeper why an offline partition waits (for `logkeel cluster status`)
-        when that changes, and drops the record once it leads; logged when it changes."""
+    def _note_offline(
+        self, outcomes: list[tuple[TopicPartition, PartitionRegistration, str]]
+    ) -> None:
+        """Records in ZooKeeper why each offline partition waits (for `logkeel cluster status`)
+        when that changes, and drops the record once it leads (all of a pass at once);
+        logged when it changes."""
         if self._offline_reasons is None:
             self._offline_reasons = self.client.offline_reasons()
-        reason = why if decided.offline else None
-        if self._offline_reasons.get(tp) == reason:
+        known = self._offline_reasons
+        changed: dict[TopicPartition, str | None] = {}
+        for tp, decided, why in outcomes:
+            reason = why if decided.offline else None
+            if known.get(tp) != reason:
+                changed[tp] = reason
+        if not changed:
             return
-        try:
-            self.client.set_offline_reason(tp, reason)
-        except NoNodeError:
-            return
-        if reason is None:
-            self._offline_reasons.pop(tp, None)
+        self.client.set_offline_reasons(changed)
+        went_offline = {tp: r for tp, r in changed.items() if r is not None}
+        for tp, reason in changed.items():
+            if reason is None:
+                known.pop(tp, None)
+            else:
+                known[tp] = reason
+        if len(went_offline) <= _LOGGED_CHANGES:
+            for tp, reason in went_offline.items():
+                log.warning("%s: %s", tp, reason)
         else:
-            self._offline_reasons[tp] = reason
-            log.warning("%s: %s", tp, reason)
+            tp, reason = next(iter(went_offline.items()))
+            log.warning("%d partitions offline, %s among them: %s", len(went_offline), tp, reason)
 
     def _note_wait(self, tp: TopicPartition, decision: Decision, now_ms: int) -> None:
         """Remembers when an unclean election began waiting for reports, and wakes the
@@ -758,28 +913,24 @@ class Controller:
             time.sleep(0.05)
 
 
+class _Stopping(Exception):
+    """The controller is stopping: the pass under way ends here."""
+
+
+@dataclass
+class _Decided:
+    """What a pass decided for some partitions: first states of new partitions (by topic),
+    changed states (before, after, decision, registration decided from) and every decided
+    partition with its reason."""
+
+    new: dict[str, dict[int, LeaderIsr]] = field(default_factory=dict)
+    changes: dict[TopicPartition, tuple[LeaderIsr, LeaderIsr, Decision, PartitionRegistration]] = (
+        field(default_factory=dict)
+    )
+    outcomes: list[tuple[TopicPartition, PartitionRegistration, str]] = field(default_factory=list)
+
+
 def _failed(results: list[Any], index: int) -> bool:
     """Whether operation ``index`` of a transaction is the one that failed it."""
     r = results[index]
     return isinstance(r, Exception) and not isinstance(r, RolledBackError)
-
-
-def _leaderless_first(
-    ctx: ControllerContext, touched: set[TopicPartition]
-) -> list[set[TopicPartition]]:
-    """The partitions of a large pass (taking office decides all of them), those whose leader
-    cannot serve first: decided and written before the others are decided at all, a
-    leaderless partition waits for no ISR-only change (~1 s of deciding at 2,000 partitions
-    on a loaded machine). Decisions are per partition, so the split changes none of them."""
-    if len(touched) <= _SPLIT_AT:
-        return [touched]
-    with ctx.lock:
-        serving = set(ctx.brokers) - ctx.shutting_down
-        first = {
-            tp
-            for tp in touched
-            if (s := ctx.states.get(tp)) is None
-            or s.leader not in serving
-            or tp in ctx.offline_replicas.get(s.leader, ())
-        }
-    return [part for part in (first, touched - first) if part]

@@ -34,6 +34,8 @@ __all__ = [
     "imbalanced_partitions",
     "initial_state",
     "leader_moves_first",
+    "leaders_leaving",
+    "shutdown_remaining",
 ]
 
 
@@ -53,6 +55,9 @@ class LiveBrokers:
     epochs: Mapping[int, int] = field(default_factory=dict)
     # Each partition's last election that gave records up: (leader epoch, from offset).
     losses: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    # `_unreported_since_restart` per broker, worked out once per pass (it reads every report
+    # of the broker, and a pass asks it for every replica of thousands of partitions).
+    _unreported: dict[int, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def views(
         self,
@@ -118,9 +123,13 @@ class LiveBrokers:
 
     def _unreported_since_restart(self, broker: int) -> bool:
         """The broker reported before (in an earlier run) but not in this one."""
-        reports = (self.logs or {}).get(broker, {})
-        epoch = self.epochs.get(broker)
-        return bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
+        known = self._unreported.get(broker)
+        if known is None:
+            reports = (self.logs or {}).get(broker, {})
+            epoch = self.epochs.get(broker)
+            known = bool(reports) and all(rep.broker_epoch != epoch for rep in reports.values())
+            self._unreported[broker] = known
+        return known
 
     def stamp(
         self, decided: PartitionRegistration, before: PartitionRegistration | None = None
@@ -232,9 +241,10 @@ def decide(
     requested preferred election."""
     had_data = cluster.had_data(tp, topic_id)
     acked = cluster.acked(tp, topic_id)
+    views = cluster.views(tp, reg, shutdown=False, topic_id=topic_id)
     first = on_replicas_offline(
         reg,
-        cluster.views(tp, reg, shutdown=False, topic_id=topic_id),
+        views,
         unclean_allowed=unclean,
         partition_had_data=had_data,
         acked=acked,
@@ -245,7 +255,11 @@ def decide(
     state = first.state
     # The reasons of the decisions that changed something, in the order they were applied.
     reasons = [first.reason] if first.changed else []
-    shutdown_views = cluster.views(tp, reg, shutdown=True, topic_id=topic_id)
+    # The same views, with the shutting-down replicas marked (they differ in nothing else).
+    shutdown_views = {
+        r: replace(v, shutting_down=True) if r in cluster.shutting_down else v
+        for r, v in views.items()
+    }
     later: list[Callable[[PartitionRegistration], Decision]] = [
         partial(
             controlled_shutdown,
@@ -270,6 +284,46 @@ def decide(
     if state is first.state:
         return first
     return replace(first, state=state, changed=state != reg, reason="; ".join(reasons))
+
+
+def leaders_leaving(
+    cluster: LiveBrokers, leaders: Iterable[tuple[TopicPartition, int]]
+) -> set[TopicPartition]:
+    """Of the partitions and their current leaders, those without a serving leader: none
+    (offline: a replica back may lead it), or one that asked for a controlled shutdown, is no
+    longer registered, or cannot serve the partition (failed log dir). A pass decides and
+    writes these before any other change is even decided: a controlled shutdown waits for
+    nothing else, and after a crash clients find leaders without waiting for the ISR-only
+    changes of every other partition (~1 s of deciding at 2,000 partitions, loaded)."""
+    return {
+        tp
+        for tp, leader in leaders
+        if leader == NO_LEADER
+        or leader in cluster.shutting_down
+        or leader not in cluster.live
+        or tp in cluster.offline_replicas.get(leader, ())
+    }
+
+
+def shutdown_remaining(
+    cluster: LiveBrokers, states: Iterable[tuple[TopicPartition, int, Iterable[int]]]
+) -> dict[int, int]:
+    """The controller's answer to each controlled shutdown (Kafka's partitionsRemaining, as a
+    count): of the partitions (leader, ISR) the broker still leads, those another replica could
+    take, one in the ISR, registered, not shutting down and able to serve the partition. A
+    partition no other replica can lead stays with the broker, as in Kafka, and is not waited
+    for."""
+    out = dict.fromkeys(cluster.shutting_down, 0)
+    for tp, leader, isr in states:
+        if leader in out and any(
+            r != leader
+            and r in cluster.live
+            and r not in cluster.shutting_down
+            and tp not in cluster.offline_replicas.get(r, ())
+            for r in isr
+        ):
+            out[leader] += 1
+    return out
 
 
 def leader_moves_first(

@@ -5,7 +5,8 @@ another broker: once its session has expired (or, while disconnected, once the s
 has passed without a word from ZooKeeper, since an expiry is only learnt on reconnecting) it
 refuses writes, so that a client moves to the leader the controller elected meanwhile instead
 of writing to a log that the new leader will make it truncate. Reads go on. Writes resume when
-the broker is registered again in a new session (or its old session turns out alive).
+the broker is registered again in a new session (or its old session turns out alive). A broker
+whose controlled shutdown is done refuses writes for the same reason until it exits.
 
 Pure: fed the session states kazoo reports and a clock; tests drive it without ZooKeeper.
 """
@@ -30,6 +31,7 @@ class SessionFence:
         self._lock = threading.Lock()
         self._suspended_since: float | None = None
         self._expired = False
+        self._left = False
 
     def on_state(self, state: str) -> None:
         """kazoo's "CONNECTED", "SUSPENDED" or "LOST" (any thread)."""
@@ -48,9 +50,18 @@ class SessionFence:
             self._expired = False
             self._suspended_since = None
 
+    def left(self) -> None:
+        """The controller moved this broker's leaderships away (its controlled shutdown is
+        done): writes are refused until it exits, since this broker may not have applied every
+        move yet and a write it took as a leader it no longer is would be truncated away."""
+        with self._lock:
+            self._left = True
+
     def why_fenced(self) -> str | None:
         """Why writes are refused now, or None."""
         with self._lock:
+            if self._left:
+                return "this broker is shutting down; its leaderships moved to other brokers"
             if self._expired:
                 return "this broker's ZooKeeper session expired; it is not registered again yet"
             since = self._suspended_since

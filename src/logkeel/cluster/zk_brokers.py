@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -86,10 +87,55 @@ class BrokerZnodes(ZkSession):
                 found[reg.broker_id] = reg
         return found
 
-    def request_controlled_shutdown(self, broker_id: int) -> None:
-        """Ephemeral, so a broker that dies mid-shutdown leaves no stale request behind."""
-        with contextlib.suppress(NodeExistsError):
-            self.zk.create(zd.controlled_shutdown_path(broker_id), ephemeral=True)
+    def request_controlled_shutdown(
+        self, broker_id: int, broker_epoch: int, answered: Callable[[int, int | None], None]
+    ) -> None:
+        """Asks the controller to move this incarnation's leaderships away; ``answered(epoch,
+        remaining)`` on kazoo's thread with each answer the controller writes (and at once with
+        the request itself, unanswered). Ephemeral, so a broker that dies mid-shutdown leaves
+        no stale request behind; one left by an earlier incarnation whose session lives on is
+        overwritten (its answer is not this one's)."""
+        path = zd.controlled_shutdown_path(broker_id)
+        data = zd.encode_controlled_shutdown(broker_epoch)
+        try:
+            self.zk.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            self.zk.set(path, data)
+
+        def fired(data: bytes | None, _stat: object) -> bool:
+            if data is None:
+                return False  # the session ended
+            answered(*zd.decode_controlled_shutdown(data))
+            return True
+
+        self.zk.DataWatch(path, fired)
+
+    def answer_controlled_shutdown_after(
+        self, broker_id: int, broker_epoch: int, checks: Iterable[tuple[str, int]]
+    ) -> Any:
+        """Answers 0 (nothing left to move) in one transaction that first checks each
+        (path, version): sent right behind the writes that give those versions, it applies
+        after them or not at all. Returns the pending transaction (kazoo's async result)."""
+        txn = self.zk.transaction()
+        for path, version in checks:
+            txn.check(path, version)
+        txn.set_data(
+            zd.controlled_shutdown_path(broker_id), zd.encode_controlled_shutdown(broker_epoch, 0)
+        )
+        return txn.commit_async()
+
+    def answer_controlled_shutdowns(self, answers: Mapping[int, tuple[int, int]]) -> None:
+        """The controller's answers to controlled shutdowns, pipelined: broker -> (its epoch,
+        how many of its leaderships could still move; 0: done)."""
+        sent = [
+            self.zk.set_async(
+                zd.controlled_shutdown_path(broker), zd.encode_controlled_shutdown(epoch, left)
+            )
+            for broker, (epoch, left) in answers.items()
+        ]
+        for pending in sent:
+            with contextlib.suppress(NoNodeError):  # the broker is gone
+                pending.get()
 
     def shutting_down(self, watch: Callable[[set[int]], None] | None = None) -> set[int]:
         """Brokers with a controlled shutdown under way."""

@@ -136,6 +136,27 @@ def controlled_shutdown_path(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
+def encode_controlled_shutdown(broker_epoch: int, remaining: int | None = None) -> bytes:
+    """A controlled-shutdown request of the broker incarnation ``broker_epoch`` (logkeel's
+    znode in place of Kafka's ControlledShutdown request) and, once the controller answered,
+    how many of its leaderships the controller could still move (Kafka's
+    partitionsRemaining, as a count)."""
+    body: dict[str, object] = {"version": 1, "broker_epoch": broker_epoch}
+    if remaining is not None:
+        body["remaining"] = remaining
+    return _dump(body)
+
+
+def decode_controlled_shutdown(data: bytes | None) -> tuple[int, int | None]:
+    """(broker epoch, leaderships remaining; None: not answered yet). An empty request (an
+    older broker's) is of no known epoch."""
+    if not data:
+        return -1, None
+    body = _load(data)
+    remaining = body.get("remaining")
+    return int(body.get("broker_epoch", -1)), None if remaining is None else int(remaining)
+
+
 def offline_replicas_path(broker_id: int) -> str:
     return f"{OFFLINE_REPLICAS}/{broker_id}"
 

@@ -18,6 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -313,6 +314,11 @@ class ZkMetadataStore(MetadataStore):
             self._tasks.put(("stop", ""))
             self._worker.join(10)
             self._worker = None
+        # Before the session ends: kazoo fires every watch when its connection drops (which
+        # the server's close of a session can look like), and each of thousands re-armed then
+        # wakes the connection through a socket nobody drains any more, whose buffer fills and
+        # blocks kazoo's callback thread, which kazoo's stop waits for (a stop hung for ever).
+        self._states.close()
         self.client.close()
 
     # -- reads ----------------------------------------------------------------------------------
@@ -781,20 +787,41 @@ class ZkMetadataStore(MetadataStore):
 
     # -- controlled shutdown --------------------------------------------------------------------
 
-    def controlled_shutdown(self, timeout_s: float) -> bool:
+    def controlled_shutdown(
+        self, timeout_s: float, leaving: Callable[[], AbstractSet[int]] = frozenset
+    ) -> bool:
         """Asks the controller to move this broker's leaderships away and waits until none is
-        left that another in-sync replica could take; False when ``timeout_s`` passed first."""
+        left that another in-sync replica could take, as this broker's own view shows it (so
+        that it has stopped leading them, and unloaded their coordinators, before it stops);
+        False when ``timeout_s`` passed first. ``leaving``: the brokers in a controlled
+        shutdown, this one's included."""
         self._leaving = True
-        self.client.request_controlled_shutdown(self.node_id)
+        answered = threading.Event()
+
+        def on_answer(epoch: int, remaining: int | None) -> None:
+            if epoch == self.broker_epoch and remaining == 0:
+                answered.set()
+                self._signal()
+
+        self.client.request_controlled_shutdown(self.node_id, self.broker_epoch, on_answer)
+        me = self.node_id
 
         def moved() -> bool:
-            return all(
-                p.leader != self.node_id or p.isr == [self.node_id]
-                for t in self._snapshot.values()
-                for p in t.partitions.values()
-            )
+            """Every leadership here moved or alone in the ISR, or -- once the controller
+            answered that nothing is left to move -- every one that another live replica not
+            leaving could take moved (when every broker stops at once, none can: nothing to
+            wait for, where waiting for the ISRs to shrink to this broker took seconds)."""
+            led = [p for t in self._snapshot.values() for p in t.partitions.values()
+                   if p.leader == me and p.isr != [me]]  # fmt: skip
+            if not led or not answered.is_set():
+                return not led
+            live, gone = self._live, leaving()
+            return not any(r != me and r in live and r not in gone for p in led for r in p.isr)
 
-        return self.wait_for(moved, timeout_s)
+        if not self.wait_for(moved, timeout_s):
+            return False
+        self.write_fence.left()
+        return True
 
 
 def _until_connected(deadline: float, fn: Callable[..., _T], *args: Any) -> _T:

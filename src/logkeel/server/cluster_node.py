@@ -5,16 +5,19 @@ Order matters at both ends: the cache is loaded before the partitions are built 
 registration is written once the listener is bound (others may route clients here from then
 on) and only then does the broker stand for controller. At shutdown (`leave`):
 
-1. the controlled-shutdown request (ZooKeeper's /admin/controlled_shutdown/<id>, which every
-   broker watches: KIP-841, no leader proposes this broker for an ISR from then on) and the
-   wait until the controller moved this broker's leaderships away; ISR writes still go out;
+1. the controlled-shutdown request (ZooKeeper's /admin/controlled_shutdown/<id>, with this
+   broker's epoch, which every broker watches: KIP-841, no leader proposes this broker for an
+   ISR from then on) and the wait until this broker's own view shows its leaderships moved
+   (after the controller answered that none is left to move, those no live replica outside
+   the shutdown could take are not waited for); ISR writes still go out;
 2. the periodic replica-log report is cancelled and the controller stops (resigns);
 3. the ISR manager stops: proposals made after this are answered STOPPED, never written;
 4. the report writer's executor shuts down (a report asked for later is skipped);
-5. the ZooKeeper session ends.
+5. the metadata worker stops, the partition-state watches close, the ZooKeeper session ends.
 
 Nothing is submitted to an executor after it stopped: the ISR manager has its own thread and
-refuses work once stopped; report and resign submissions after step 4 are skipped.
+refuses work once stopped; report and resign submissions after step 4 are skipped. The broker's
+whole order is in ARCHITECTURE.md ("Shutdown order").
 """
 
 from __future__ import annotations
@@ -255,19 +258,35 @@ class ClusterNode:
         if self._left:
             return
         self._left = True
+        steps: list[tuple[str, float]] = []
+        started = time.monotonic()
+
+        def step(name: str) -> None:
+            nonlocal started
+            now = time.monotonic()
+            steps.append((name, now - started))
+            started = now
+
         if self._joined and self.config.controlled_shutdown_enable:
             timeout_s = self.config.zookeeper_session_timeout_ms / 1000
-            moved = await asyncio.to_thread(self.store.controlled_shutdown, timeout_s)
+            moved = await asyncio.to_thread(
+                self.store.controlled_shutdown, timeout_s, self.shutting_down
+            )
             if moved:
                 log.info("controlled shutdown: leaderships moved to other brokers")
             else:
                 log.warning(
                     "controlled shutdown: leaderships not all moved within %.0fs", timeout_s
                 )
+            step("controlled shutdown")
         if self._report_task is not None:
             self._report_task.cancel()
         if self._joined:
             await asyncio.to_thread(self.controller.stop)
+            step("controller")
         await asyncio.to_thread(self.isr_manager.stop)
         await asyncio.to_thread(self._isr_writer.shutdown, wait=True, cancel_futures=True)
+        step("ISR and report writers")
         await asyncio.to_thread(self.store.close)
+        step("session")
+        log.info("left the cluster: %s", ", ".join(f"{name} {took:.3f}s" for name, took in steps))

@@ -106,11 +106,18 @@ class DelayedOperationPurgatory(Generic[K]):
 
     def check_and_complete(self, key: K) -> int:
         """Re-checks the operations watching ``key``; returns how many completed."""
-        ops = self._watchers.get(key)
-        if not ops:
-            return 0
+        return self.check_and_complete_keys((key,))
+
+    def check_and_complete_keys(self, keys: Iterable[K]) -> int:
+        """Re-checks each operation watching any of ``keys`` once (a follower's fetch watches
+        every partition it replicates: checked once per key after thousands of leaderships
+        changed, its thousands of partitions were walked thousands of times, seconds of the
+        event loop); returns how many completed."""
+        ops: dict[DelayedOperation, None] = {}
+        for key in keys:
+            ops.update(dict.fromkeys(self._watchers.get(key, ())))
         done = 0
-        for op in list(ops):
+        for op in ops:
             if op.completed:
                 continue
             try:

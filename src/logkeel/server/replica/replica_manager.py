@@ -232,9 +232,8 @@ class ReplicaManager:
         def wake() -> None:
             if not self._stopped:
                 self.fetcher_manager.partitions_changed(tps, self._table.get)
-            for tp in tps:
-                self.produce_purgatory.check_and_complete(tp)
-                self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete_keys(tps)
+            self.fetch_purgatory.check_and_complete_keys(tps)
             for fn in self._partition_listeners:
                 try:
                     fn(tps)
