@@ -6,6 +6,9 @@ booleans: answered 400, never a 500 or a silently truncated action)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -155,6 +158,39 @@ def test_numbers_an_action_cannot_mean_are_refused(
         TOKEN_HEADER: _token(everywhere), "origin": f"http://{everywhere}"})  # fmt: skip
     assert r.status_code == 400, r.text
     assert r.json()["error"].startswith("give ")
+
+
+def test_a_burst_of_reads_from_a_stuck_broker_leaves_the_views_answering(
+    broker: BrokerProcess, read_only: str
+) -> None:
+    # The broker stopped (SIGSTOP): every read waits for the admin timeout (10 s) in the
+    # threadpool the views shared; 100 reads made the overview wait 19 s. Now the views answer
+    # on the event loop, and reads past 8 at once are refused at once.
+    assert broker.pid is not None
+    base = f"http://{read_only}"
+
+    async def attack() -> tuple[list[httpx.Response], httpx.Response]:
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=60)) as c:
+            reads = [
+                asyncio.create_task(c.get(f"{base}/api/messages?topic={TOPIC}&partition=0"))
+                for _ in range(40)
+            ]
+            await asyncio.sleep(0.5)
+            overview = await c.get(f"{base}/api/overview", timeout=5)
+            return list(await asyncio.gather(*reads)), overview
+
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        reads, overview = asyncio.run(attack())
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+    assert overview.status_code == 200
+    assert {r.status_code for r in reads} == {503}
+    busy = [r for r in reads if "reads of messages are under way" in r.json()["error"]]
+    assert len(busy) >= 40 - 8
+    assert (
+        httpx.get(f"{base}/api/messages?topic={TOPIC}&partition=0", timeout=30).status_code == 200
+    )
 
 
 def test_which_hosts_are_the_consoles_when_it_listens_everywhere() -> None:

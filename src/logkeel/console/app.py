@@ -66,6 +66,7 @@ NOT_RECORDED = [
 ]
 _LOSSES_EVERY = 5  # polls: election losses are read from ZooKeeper, a session each time
 _ACTION_TIMEOUT_S = 30.0
+_BROWSE_READS = 8  # at once; more are refused (the threadpool has 40 threads)
 _FROM_ZOOKEEPER = ("offline_reason", "designate")
 
 
@@ -209,6 +210,11 @@ def create_app(
     token = secrets.token_urlsafe(32)
     page = (static / "index.html").read_text().replace("__CONSOLE_TOKEN__", token)
 
+    # The views above answer on the event loop (memory only); the reads below ask a broker
+    # from the threadpool, which a stuck broker and a burst of reads must not fill: the views
+    # and the actions share it.
+    reading = threading.BoundedSemaphore(_BROWSE_READS)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         state.start()
@@ -217,10 +223,10 @@ def create_app(
         finally:
             state.stop()
 
-    def index(_request: Request) -> Response:
+    async def index(_request: Request) -> Response:
         return HTMLResponse(page, headers={"cache-control": "no-store"})
 
-    def overview(_request: Request) -> Response:
+    async def overview(_request: Request) -> Response:
         with state.lock:
             c = state.cluster
             return JSONResponse({
@@ -230,18 +236,18 @@ def create_app(
                 "actions_allowed": allow_actions, "interval_ms": int(state.interval_s * 1000),
             })  # fmt: skip
 
-    def partitions(_request: Request) -> Response:
+    async def partitions(_request: Request) -> Response:
         with state.lock:
             return JSONResponse({
                 "updated_ms": state.updated_ms, "error": state.cluster_error,
                 "partitions": state.cluster.get("partitions", []),
             })  # fmt: skip
 
-    def groups(_request: Request) -> Response:
+    async def groups(_request: Request) -> Response:
         with state.lock:
             return JSONResponse({"error": state.groups_error, "groups": state.groups})
 
-    def elections(_request: Request) -> Response:
+    async def elections(_request: Request) -> Response:
         with state.lock:
             recorded = state.history is not None and state.losses is not None
             return JSONResponse({
@@ -255,7 +261,7 @@ def create_app(
                 "not_recorded": NOT_RECORDED,
             })  # fmt: skip
 
-    def throughput(_request: Request) -> Response:
+    async def throughput(_request: Request) -> Response:
         with state.lock:
             return JSONResponse(state.rates.series())
 
@@ -270,6 +276,8 @@ def create_app(
         except (KeyError, ValueError):
             return _error(400, "give topic, partition and offset or timestamp_ms "
                                "(integers from 0)")  # fmt: skip
+        if not reading.acquire(blocking=False):
+            return _error(503, f"{_BROWSE_READS} reads of messages are under way: try again")
         try:
             with state.admin() as admin:
                 return JSONResponse(read_partition(
@@ -277,6 +285,8 @@ def create_app(
                 ))  # fmt: skip
         except (BrowseError, BrokerConnectionError, ValueError) as exc:
             return _error(503 if isinstance(exc, BrokerConnectionError) else 404, str(exc))
+        finally:
+            reading.release()
 
     async def action(request: Request) -> Response:
         if not allow_actions:
