@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from logkeel.storage.topic_partition import TopicPartition
+from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = [
     "ANY_ADDRESS",
@@ -28,6 +28,7 @@ __all__ = [
     "host_allowed",
     "parse_action",
     "served_hosts",
+    "topic_name",
 ]
 
 TOKEN_HEADER = "x-logkeel-console-token"
@@ -121,6 +122,14 @@ def check_origin(
     return None
 
 
+def topic_name(value: Any) -> str:
+    """``value`` if it is a legal topic name (ValueError): the broker closes the connection of a
+    request naming a longer one, which the page would tell as the broker failing."""
+    if not isinstance(value, str) or validate_topic_name(value) is not None:
+        raise ValueError("a topic name is 1 to 249 of ASCII alphanumerics, '.', '_' and '-'")
+    return value
+
+
 def bounded_int(value: Any, high: int) -> int:
     """``value`` as an integer in [0, ``high``]: a JSON integer or its decimal text, never a
     float, a boolean or a number out of the wire's range (ValueError)."""
@@ -144,7 +153,9 @@ def parse_action(kind: str, body: Any) -> Action:
                 raise ValueError("empty log dir")
             action = Action(kind, f"{broker}:{log_dir}", broker=broker, log_dir=log_dir)
         else:
-            tp = TopicPartition(str(body["topic"]), bounded_int(body["partition"], INT32_MAX))
+            tp = TopicPartition(
+                topic_name(body["topic"]), bounded_int(body["partition"], INT32_MAX)
+            )
             replica = (
                 bounded_int(body["replica"], INT32_MAX) if kind == "designated-election" else None
             )

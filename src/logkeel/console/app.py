@@ -45,6 +45,7 @@ from logkeel.console.actions import (
     check_origin,
     host_allowed,
     parse_action,
+    topic_name,
 )
 from logkeel.console.browse import BrowseError, read_partition
 from logkeel.console.gather import poll_cluster, poll_groups
@@ -268,14 +269,14 @@ def create_app(
     def messages(request: Request) -> Response:
         q = request.query_params
         try:
-            topic = q["topic"]
+            topic = topic_name(q["topic"])
             partition = bounded_int(q.get("partition", "0"), INT32_MAX)
             offset = bounded_int(q["offset"], INT64_MAX) if q.get("offset") else None
             timestamp = bounded_int(q["timestamp_ms"], INT64_MAX) if q.get("timestamp_ms") else None
             limit = min(max(int(q.get("limit", "50")), 1), 500)
         except (KeyError, ValueError):
-            return _error(400, "give topic, partition and offset or timestamp_ms "
-                               "(integers from 0)")  # fmt: skip
+            return _error(400, "give topic (a legal topic name), partition and offset or "
+                               "timestamp_ms (integers from 0)")  # fmt: skip
         if not reading.acquire(blocking=False):
             return _error(503, f"{_BROWSE_READS} reads of messages are under way: try again")
         try:
