@@ -7,21 +7,26 @@ booleans: answered 400, never a 500 or a silently truncated action)."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTP
 
 from logkeel.console.actions import ANY_ADDRESS, TOKEN_HEADER, host_allowed, served_hosts
 from logkeel.testing.broker_process import wait_listening
 from tests.brokerproc import BrokerProcess, free_port
+from tests.waiting import wait_until
 
 TOPIC = "attacked"
 
@@ -215,3 +220,81 @@ def test_which_hosts_are_the_consoles_when_it_listens_everywhere() -> None:
     assert host_allowed("localhost:8080", loopback)
     assert not host_allowed("10.1.2.3:8080", loopback)
     assert not host_allowed("rebind.attacker.test:8080", loopback)
+
+
+class _Listener(http.server.BaseHTTPRequestHandler):
+    """What an injected script would call home to."""
+
+    hits: list[str] = []
+
+    def do_GET(self) -> None:
+        self.hits.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_records_groups_and_clients_carrying_html_run_no_script(
+    broker: BrokerProcess, read_only: str
+) -> None:
+    if shutil.which("chromedriver") is None:
+        pytest.skip("no chromedriver on this machine")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.common.by import By
+
+    listener = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    home = f"http://127.0.0.1:{listener.server_port}/xss"
+    payloads = [
+        f"<img src=x onerror=\"window.pwned=1;fetch('{home}')\">",
+        "</script><script>window.pwned=2</script>",
+        f"<svg onload=\"window.pwned=3;fetch('{home}')\">",
+        "javascript:window.pwned=4",
+    ]
+    topic = "html-payloads"
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for text in payloads:
+        p.produce(topic, key=text.encode(), value=text.encode(), headers=[(text, text.encode())])
+    assert p.flush(30) == 0
+    group = '<img src=x onerror="window.pwned=5">'
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "client.id": "<script>window.pwned=6</script>"})  # fmt: skip
+    try:
+        consumer.commit(offsets=[KafkaTP(topic, 0, 2)], asynchronous=False)
+    finally:
+        consumer.close()
+    options = Options()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options)
+    try:
+        driver.get(f"http://{read_only}/")
+        wait_until(
+            lambda: group in driver.find_element(By.ID, "groups").get_attribute("textContent"),
+            30, "the group with an HTML id listed",
+        )  # fmt: skip
+        for view in ("brokers", "partitions", "groups", "elections", "throughput", "browser"):
+            driver.find_element(By.CSS_SELECTOR, f"nav button[data-view={view}]").click()
+        driver.find_element(By.CSS_SELECTOR, "#browse-form input[name=topic]").send_keys(topic)
+        driver.find_element(By.CSS_SELECTOR, "#browse-form button").click()
+        rows = wait_until(
+            lambda: driver.find_elements(By.CSS_SELECTOR, "#messages tbody tr"), 30, "records"
+        )
+        assert len(rows) == len(payloads)
+        cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#messages td.bytes")]
+        assert cells[:2] == [payloads[0], payloads[0]]  # shown as text, not parsed
+        assert f"{payloads[1]}={payloads[1]}" in cells
+        assert driver.execute_script("return window.pwned") is None
+        assert (
+            driver.execute_script(
+                "return document.querySelectorAll('main img, main svg[onload], main script').length"
+            )
+            == 0
+        )
+    finally:
+        driver.quit()
+        listener.shutdown()
+    assert _Listener.hits == []
