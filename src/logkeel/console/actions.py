@@ -73,33 +73,36 @@ def allowed_hosts(listen_host: str, port: int) -> frozenset[str] | None:
     return frozenset(f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names)
 
 
-# In a set of allowed hosts: listening on every interface, whose names are not known; any IP
-# address then (a DNS-rebound page sends its own name, never an address) and this machine's.
+# In a set of allowed hosts: listening on every interface, whose names are not all known; any
+# IP address then (a DNS-rebound page sends its own name, never an address).
 ANY_ADDRESS = "*"
 
 
 def served_hosts(listen_host: str, port: int) -> frozenset[str]:
     """The Host headers a console listening on ``listen_host``:``port`` answers: its
-    `allowed_hosts`, or `ANY_ADDRESS` when it listens on every interface."""
-    return allowed_hosts(listen_host, port) or frozenset({ANY_ADDRESS})
+    `allowed_hosts`; listening on every interface, `ANY_ADDRESS`, localhost and this machine's
+    names (asked once, here: the FQDN may take a DNS lookup)."""
+    listed = allowed_hosts(listen_host, port)
+    if listed is not None:
+        return listed
+    names = {"localhost", socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset({ANY_ADDRESS} | {f"{n}:{port}" for n in names})
 
 
 def host_allowed(host: str, hosts: frozenset[str] | None) -> bool:
     """Whether the console answers a request whose Host header is ``host``: one of ``hosts``
-    (None: any), or with `ANY_ADDRESS` an IP address or this machine's name. A DNS-rebound
-    name is none of them: the attacker's page reads the console as its own origin, token
-    included, so a Host that is any name would let it read every view and act."""
+    (None: any), or with `ANY_ADDRESS` any IP address. A DNS-rebound name is none of them: the
+    attacker's page reads the console as its own origin, token included, so a Host that is any
+    name would let it read every view and act."""
     host = host.lower()
     if hosts is None or host in hosts:
         return True
     if ANY_ADDRESS not in hosts:
         return False
-    name = ""
     try:
-        name = urlsplit(f"//{host}").hostname or ""
-        ipaddress.ip_address(name)
+        ipaddress.ip_address(urlsplit(f"//{host}").hostname or "")
     except ValueError:
-        return name in ("localhost", socket.gethostname().lower())
+        return False
     return True
 
 
