@@ -39,7 +39,7 @@ def console_command(
     import uvicorn
 
     from logkeel.cli.broker_requests import _current_security
-    from logkeel.console.actions import allowed_hosts
+    from logkeel.console.actions import served_hosts
     from logkeel.console.app import ConsoleState, create_app
 
     try:
@@ -55,7 +55,7 @@ def console_command(
         err=True,
     )
     uvicorn.run(
-        create_app(state, allow_actions=allow_actions, hosts=allowed_hosts(host, int(port))),
+        create_app(state, allow_actions=allow_actions, hosts=served_hosts(host, int(port))),
         host=host,
         port=int(port),
         log_level="warning",

@@ -18,10 +18,13 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from logkeel.admin.cluster_status import status_of, zookeeper_connect
 from logkeel.admin.elections import (
@@ -33,7 +36,17 @@ from logkeel.admin.log_dirs import bring_online
 from logkeel.admin.reassignments import alter_reassignments
 from logkeel.admin.session import AdminError, AdminSession
 from logkeel.cluster.zk_session import ZooKeeperUnavailable
-from logkeel.console.actions import Action, ActionRefused, check_origin, parse_action
+from logkeel.console.actions import (
+    INT32_MAX,
+    INT64_MAX,
+    Action,
+    ActionRefused,
+    bounded_int,
+    check_origin,
+    host_allowed,
+    parse_action,
+    topic_name,
+)
 from logkeel.console.browse import BrowseError, read_partition
 from logkeel.console.gather import poll_cluster, poll_groups
 from logkeel.console.history import history_rows
@@ -54,6 +67,7 @@ NOT_RECORDED = [
 ]
 _LOSSES_EVERY = 5  # polls: election losses are read from ZooKeeper, a session each time
 _ACTION_TIMEOUT_S = 30.0
+_BROWSE_READS = 8  # at once; more are refused (the threadpool has 40 threads)
 _FROM_ZOOKEEPER = ("offline_reason", "designate")
 
 
@@ -191,11 +205,16 @@ def create_app(
     state: ConsoleState, *, allow_actions: bool = False, hosts: frozenset[str] | None = None
 ) -> Starlette:
     """The console's web app over ``state`` (started and stopped with the app). ``hosts``: the
-    Host headers actions are taken for (`actions.allowed_hosts`; None: any)."""
+    Host headers it answers (`actions.served_hosts`; None: any)."""
     static = resources.files("logkeel.console") / "static"
     # Per process: the page carries it, every action must send it back (CSRF).
     token = secrets.token_urlsafe(32)
     page = (static / "index.html").read_text().replace("__CONSOLE_TOKEN__", token)
+
+    # The views above answer on the event loop (memory only); the reads below ask a broker
+    # from the threadpool, which a stuck broker and a burst of reads must not fill: the views
+    # and the actions share it.
+    reading = threading.BoundedSemaphore(_BROWSE_READS)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -205,10 +224,10 @@ def create_app(
         finally:
             state.stop()
 
-    def index(_request: Request) -> Response:
+    async def index(_request: Request) -> Response:
         return HTMLResponse(page, headers={"cache-control": "no-store"})
 
-    def overview(_request: Request) -> Response:
+    async def overview(_request: Request) -> Response:
         with state.lock:
             c = state.cluster
             return JSONResponse({
@@ -218,18 +237,18 @@ def create_app(
                 "actions_allowed": allow_actions, "interval_ms": int(state.interval_s * 1000),
             })  # fmt: skip
 
-    def partitions(_request: Request) -> Response:
+    async def partitions(_request: Request) -> Response:
         with state.lock:
             return JSONResponse({
                 "updated_ms": state.updated_ms, "error": state.cluster_error,
                 "partitions": state.cluster.get("partitions", []),
             })  # fmt: skip
 
-    def groups(_request: Request) -> Response:
+    async def groups(_request: Request) -> Response:
         with state.lock:
             return JSONResponse({"error": state.groups_error, "groups": state.groups})
 
-    def elections(_request: Request) -> Response:
+    async def elections(_request: Request) -> Response:
         with state.lock:
             recorded = state.history is not None and state.losses is not None
             return JSONResponse({
@@ -243,20 +262,23 @@ def create_app(
                 "not_recorded": NOT_RECORDED,
             })  # fmt: skip
 
-    def throughput(_request: Request) -> Response:
+    async def throughput(_request: Request) -> Response:
         with state.lock:
             return JSONResponse(state.rates.series())
 
     def messages(request: Request) -> Response:
         q = request.query_params
         try:
-            topic = q["topic"]
-            partition = int(q.get("partition", "0"))
-            offset = int(q["offset"]) if q.get("offset") else None
-            timestamp = int(q["timestamp_ms"]) if q.get("timestamp_ms") else None
+            topic = topic_name(q["topic"])
+            partition = bounded_int(q.get("partition", "0"), INT32_MAX)
+            offset = bounded_int(q["offset"], INT64_MAX) if q.get("offset") else None
+            timestamp = bounded_int(q["timestamp_ms"], INT64_MAX) if q.get("timestamp_ms") else None
             limit = min(max(int(q.get("limit", "50")), 1), 500)
         except (KeyError, ValueError):
-            return _error(400, "give topic, partition and offset or timestamp_ms (integers)")
+            return _error(400, "give topic (a legal topic name), partition and offset or "
+                               "timestamp_ms (integers from 0)")  # fmt: skip
+        if not reading.acquire(blocking=False):
+            return _error(503, f"{_BROWSE_READS} reads of messages are under way: try again")
         try:
             with state.admin() as admin:
                 return JSONResponse(read_partition(
@@ -264,6 +286,8 @@ def create_app(
                 ))  # fmt: skip
         except (BrowseError, BrokerConnectionError, ValueError) as exc:
             return _error(503 if isinstance(exc, BrokerConnectionError) else 404, str(exc))
+        finally:
+            reading.release()
 
     async def action(request: Request) -> Response:
         if not allow_actions:
@@ -295,7 +319,43 @@ def create_app(
         Route("/api/actions/{kind:str}", action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Guard, hosts=hosts)])
+
+
+# Every answer: not to be framed by another site's page (clickjacking: a transparent frame of
+# the action forms under the attacker's buttons), its scripts and styles from the console only.
+_SECURITY_HEADERS = {
+    "x-frame-options": "DENY",
+    "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+class _Guard:
+    """Refuses a request whose Host is not the console's (`host_allowed`): a DNS-rebound page
+    would otherwise read every view, the messages and the token as its own origin's; and adds
+    `_SECURITY_HEADERS` to every answer."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).update(_SECURITY_HEADERS)
+            await send(message)
+
+        host = Headers(scope=scope).get("host", "")
+        if not host_allowed(host, self.hosts):
+            answer = _error(403, f"Host {host!r} is not this console's address")
+            await answer(scope, receive, secured)
+            return
+        await self.app(scope, receive, secured)
 
 
 def _error(status: int, message: str) -> JSONResponse:
