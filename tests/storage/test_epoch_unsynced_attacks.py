@@ -189,17 +189,15 @@ def test_a_follower_truncation_rewrites_the_checkpoint_synced(
 def test_a_flush_racing_a_new_epoch_leaves_its_batches_below_the_recovery_point_unsynced(
     tmp_path: Path,
 ) -> None:
-    """PartitionLog.flush syncs the epochs before it takes the log's lock and reads the log
-    end it moves the recovery point to. A leadership change (metadata thread) and a produce
-    (request handler) landing in between -- the flusher waits on the lock an append holds --
-    put an unsynced epoch's batches below the new recovery point. A machine crash then loses
-    the epoch for good: the unclean start reads only the batches above the recovery point."""
+    """A leadership change (metadata thread) and a produce (request handler) landing while
+    the flusher is between its sync of the epochs and its read of the log end it moves the
+    recovery point to (it waits on the lock an append holds). 555cf68 synced the epochs
+    first: the unsynced epoch's batches went below the new recovery point, and a machine
+    crash lost the epoch for good (the unclean start reads the batches above it only)."""
     path = tmp_path / "d"
     m, plog = _start(path)
     # Leader A of epoch 1 wrote offsets 0..9; this replica (B) has 0..5 (three batches).
-    _produce(plog, 1, 3)
-    plog.flush()
-    m.checkpoint_all()
+    _produce(plog, 1, 3)  # not flushed yet
     previous = (path / TP.dir_name / CHECKPOINT).read_bytes()
     cache = plog.leader_epochs
     real_sync = cache.sync
@@ -212,7 +210,7 @@ def test_a_flush_racing_a_new_epoch_leaves_its_batches_below_the_recovery_point_
 
     cache.sync = sync_then_interleave  # type: ignore[method-assign]
     plog.flush()
-    assert plog.recovery_point == plog.log_end_offset == 10
+    assert plog.log_end_offset == 10
     m.checkpoint_all()
     crash(m)
     _lose(path, previous, "previous")
