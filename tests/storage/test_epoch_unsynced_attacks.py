@@ -235,3 +235,46 @@ def test_a_flush_racing_a_new_epoch_leaves_its_batches_below_the_recovery_point_
         _assert_cache_matches_batches(plog2)
     finally:
         m2.shutdown()
+
+
+@pytest.mark.parametrize("content", [b"", b"0\n2\n1 0\n2 6\n"])
+def test_a_temp_file_the_lost_rename_left_behind(tmp_path: Path, content: bytes) -> None:
+    """An unsynced atomic_write whose rename the crash lost can leave its temp file."""
+    path = tmp_path / "d"
+    m, plog = _start(path)
+    _produce(plog, 1, 3)
+    _become_leader(plog, 2)
+    _produce(plog, 2, 2)
+    crash(m)
+    part = path / TP.dir_name
+    (part / f"{CHECKPOINT}.4242-4242.tmp").write_bytes(content)
+    _lose(path, (part / CHECKPOINT).read_bytes(), "empty")
+    m2 = load(path)
+    try:
+        plog2 = m2.get_log(TP)
+        assert plog2.log_end_offset == 10
+        _assert_cache_matches_batches(plog2)
+    finally:
+        m2.shutdown()
+
+
+def test_a_clean_shutdown_syncs_an_epoch_without_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean start trusts the checkpoint (no rescan): the clean-shutdown marker must not
+    reach the disk ahead of an epoch written unsynced, even one with nothing to flush."""
+    path = tmp_path / "d"
+    m, plog = _start(path)
+    _produce(plog, 1, 3)
+    plog.flush()
+    _become_leader(plog, 2)
+    synced: list[str] = []
+    real = checkpoints.fsync_path
+
+    def spy(p: Path) -> None:
+        synced.append(Path(p).name)
+        real(p)
+
+    monkeypatch.setattr(checkpoints, "fsync_path", spy)
+    m.shutdown()
+    assert CHECKPOINT in synced

@@ -670,6 +670,8 @@ class PartitionLog:
         """Flushes, snapshots producer state at the log end and closes every file."""
         with self.lock:
             self.flush()
+            # A clean start trusts the checkpoint: an epoch with nothing to flush is synced too.
+            self.leader_epochs.sync()
             self.producer_state.take_snapshot(self.log_end_offset)
             for segment in self._segments:
                 segment.close()
