@@ -608,15 +608,16 @@ class PartitionLog:
     # -- durability --------------------------------------------------------------------------
     def flush(self, up_to: int | None = None) -> None:
         """fsyncs segments holding data below ``up_to`` (default: all) and moves the recovery point."""
-        # An epoch assigned without a sync is made durable before the recovery point claims
-        # its batches: an unclean start reads the epochs of the batches above it only.
-        self.leader_epochs.sync()
         with self.lock:
             target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
             if target <= self.recovery_point:
                 return
             start = self._segment_for(self.recovery_point)
             segments = self._segments[start:]
+        # An epoch assigned without a sync is made durable before the recovery point claims
+        # its batches (an unclean start reads the epochs of the batches above it only), and
+        # after the target is read: an epoch assigned later starts at or above it.
+        self.leader_epochs.sync()
         for segment in segments:
             if segment.base_offset >= target:
                 break
@@ -669,6 +670,8 @@ class PartitionLog:
         """Flushes, snapshots producer state at the log end and closes every file."""
         with self.lock:
             self.flush()
+            # A clean start trusts the checkpoint: an epoch with nothing to flush is synced too.
+            self.leader_epochs.sync()
             self.producer_state.take_snapshot(self.log_end_offset)
             for segment in self._segments:
                 segment.close()
