@@ -32,7 +32,9 @@ class Log:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.high_watermark = 5
+        self.log_end_offset = 5
         self.log_start_offset = 0
+        self.lock = threading.RLock()
 
 
 class Part:
