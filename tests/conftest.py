@@ -20,7 +20,10 @@ settings.load_profile("logkeel")
 # network cuts) on a shared 2-core machine: one that fails is run once more, and the run's
 # summary names it ("RERUN"). A rerun is a finding, not a pass to forget: it goes in the
 # issue notes with what failed the first time.
-_SCENARIO_MODULES = {"test_cluster_up.py", "test_standalone.py"}
+# test_kafka_streaming.py: Spark streaming queries on a real broker; two of its tests failed
+# once each under load (a query's result empty or short) and passed in every run after:
+# undiagnosed, in issue 28's note.
+_SCENARIO_MODULES = {"test_cluster_up.py", "test_standalone.py", "test_kafka_streaming.py"}
 
 
 _RERUNS: list[tuple[str, str]] = []

@@ -128,7 +128,7 @@ def test_topic_to_topic_through_the_streaming_sink(spark, broker, tmp_path):
         .trigger(availableNow=True)
         .start()
     )
-    q.awaitTermination(180)
+    assert q.awaitTermination(180), "the availableNow query did not end within 180 s"
     assert q.exception() is None
     got = consume_all(broker.bootstrap, target, 2)
     assert sorted(m.value() for m in got) == sorted(b"VALUE-%d" % i for i in range(500))
