@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -70,3 +72,28 @@ def faulty_fs(tmp_path) -> Iterator[FaultyFs]:
         yield fs
     finally:
         fs.unmount()
+
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Selenium (the console's browser tests)."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} missing: install Debian's chromium and "
+                    "chromium-driver (scripts/test does when it can)")  # fmt: skip
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1100,720"):  # fmt: skip
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -7,7 +7,6 @@ each view is kept in the test's tmp_path."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -23,7 +22,6 @@ from logkeel.ports import free_port
 from tests.cluster.test_cluster_brokers import FAILOVER_BOUND_S, Cluster, three_brokers
 from tests.waiting import wait_until
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TOPIC = "browsed"
 VIEWS = ("brokers", "partitions", "groups", "elections", "throughput", "browser")
 
@@ -55,27 +53,6 @@ def console(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
         proc.terminate()
         proc.wait(15)
         log.close()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
-    if missing:
-        pytest.fail(f"{' and '.join(missing)} missing: install Debian's chromium and "
-                    "chromium-driver (scripts/test does when it can)")  # fmt: skip
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1100,720"):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_a_designated_election_runs_only_confirmed_with_actions_allowed(cluster: Cluster) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import http.server
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -239,12 +239,8 @@ class _Listener(http.server.BaseHTTPRequestHandler):
 
 
 def test_records_groups_and_clients_carrying_html_run_no_script(
-    broker: BrokerProcess, read_only: str
+    broker: BrokerProcess, read_only: str, browser: Any
 ) -> None:
-    if shutil.which("chromedriver") is None:
-        pytest.skip("no chromedriver on this machine")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.common.by import By
 
     listener = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
@@ -268,10 +264,7 @@ def test_records_groups_and_clients_carrying_html_run_no_script(
         consumer.commit(offsets=[KafkaTP(topic, 0, 2)], asynchronous=False)
     finally:
         consumer.close()
-    options = Options()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options)
+    driver = browser
     try:
         driver.get(f"http://{read_only}/")
         wait_until(
@@ -297,6 +290,5 @@ def test_records_groups_and_clients_carrying_html_run_no_script(
             == 0
         )
     finally:
-        driver.quit()
         listener.shutdown()
     assert _Listener.hits == []
