@@ -21,7 +21,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   bytes);
 - producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
   timeout) sends to every partition in turn through both failures: acknowledged, failed, and
-  still unacknowledged when the run stops waiting (FLUSH_S).
+  still unacknowledged when the run stops waiting (FLUSH_S, or ``--flush-s``: a shorter wait
+  leaves the sends a fault delayed past it counted as unacknowledged, not failed).
 
     .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
     .venv/bin/python bench/cluster_scale.py --phases kill --py-spy /tmp/spy   # one phase, profiled
@@ -197,10 +198,10 @@ class Sender(threading.Thread):
             self.producer.poll(0)
             self.stop.wait(1 / SEND_RATE)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, flush_s: float = FLUSH_S) -> dict[str, Any]:
         self.stop.set()
         self.join()
-        left = self.producer.flush(FLUSH_S)
+        left = self.producer.flush(flush_s)
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
                 "unacknowledged_at_end": left, "errors": self.errors,
                 "failed_partitions": len(self.failed_partitions),
@@ -256,7 +257,11 @@ def controller_of(zk: KazooClient) -> int:
 
 
 def run(
-    n: int, base: Path, phases: tuple[str, ...] = PHASES, profile: Path | None = None
+    n: int,
+    base: Path,
+    phases: tuple[str, ...] = PHASES,
+    profile: Path | None = None,
+    flush_s: float = FLUSH_S,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"partitions": n}
     zk = ZooKeeperServer(base / "zookeeper").start()
@@ -384,7 +389,7 @@ def run(
                 lambda: zkv.in_every_isr(ctl), "back in every ISR", started
             )
         result["zookeeper"] = zk_use
-        result["producer"] = sender.finish()
+        result["producer"] = sender.finish(flush_s)
         profiler.wait()
         watcher.stop()
     finally:
@@ -407,6 +412,10 @@ def main() -> None:
         "--py-spy", type=Path, default=None, metavar="DIR",
         help=f"record the surviving brokers with py-spy for {PROFILE_S}s after each fault",
     )  # fmt: skip
+    parser.add_argument(
+        "--flush-s", type=float, default=FLUSH_S,
+        help="how long the producer's last sends are waited for at the end",
+    )  # fmt: skip
     args = parser.parse_args()
     phases = tuple(p for p in args.phases.split(",") if p)
     unknown = set(phases) - set(PHASES)
@@ -416,7 +425,7 @@ def main() -> None:
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base, phases, args.py_spy))
+            out.append(run(n, base, phases, args.py_spy, args.flush_s))
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:
