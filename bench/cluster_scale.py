@@ -8,8 +8,11 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
-  broker's Metadata shows it (that broker has applied them); then its restart until it is back
-  in every ISR in ZooKeeper (rejoin_after_shutdown_s);
+  broker's Metadata shows it (librdkafka's list_topics, which asks whichever broker it picks,
+  the stopping one included); ..._broker_metadata_s: until each surviving broker's own
+  Metadata shows it (one connection to that broker alone: it has applied them); all probes run
+  at once from the signal; then its restart until it is back in every ISR in ZooKeeper
+  (rejoin_after_shutdown_s);
 - kill_controller_s (and ..._metadata_s): SIGKILL of the controller's broker, until every
   partition has a live leader; then its restart until it is back in every ISR
   (rejoin_after_kill_s);
@@ -18,7 +21,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   bytes);
 - producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
   timeout) sends to every partition in turn through both failures: acknowledged, failed, and
-  still unacknowledged when the run stops waiting (FLUSH_S).
+  still unacknowledged when the run stops waiting (FLUSH_S, or ``--flush-s``: a shorter wait
+  leaves the sends a fault delayed past it counted as unacknowledged, not failed).
 
     .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
     .venv/bin/python bench/cluster_scale.py --phases kill --py-spy /tmp/spy   # one phase, profiled
@@ -50,6 +54,7 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
+from logkeel.admin.session import AdminSession
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_server import ZooKeeperServer, four_letter_word
 from logkeel.testing.broker_process import LogkeelBroker
@@ -102,6 +107,22 @@ class View:
         return (
             parts is not None and len(parts) == n and all(broker in p.isrs for p in parts.values())
         )
+
+
+class BrokerView:
+    """Metadata as one broker answers it, on a connection to that broker alone."""
+
+    def __init__(self, broker: LogkeelBroker) -> None:
+        self.bootstrap = broker.bootstrap
+
+    def none_led_by(self, broker: int, n: int) -> bool:
+        with AdminSession(self.bootstrap, client_id="cluster-scale", timeout_ms=30_000) as s:
+            try:
+                [topic] = s.metadata((TOPIC,)).topics
+            except Exception:  # noqa: BLE001 - a loaded broker or a dropped connection: again
+                return False
+        parts = topic.partitions
+        return len(parts) == n and all(int(p.leader_id) not in (broker, -1) for p in parts)
 
 
 class ZkView:
@@ -177,10 +198,10 @@ class Sender(threading.Thread):
             self.producer.poll(0)
             self.stop.wait(1 / SEND_RATE)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, flush_s: float = FLUSH_S) -> dict[str, Any]:
         self.stop.set()
         self.join()
-        left = self.producer.flush(FLUSH_S)
+        left = self.producer.flush(flush_s)
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
                 "unacknowledged_at_end": left, "errors": self.errors,
                 "failed_partitions": len(self.failed_partitions),
@@ -236,7 +257,11 @@ def controller_of(zk: KazooClient) -> int:
 
 
 def run(
-    n: int, base: Path, phases: tuple[str, ...] = PHASES, profile: Path | None = None
+    n: int,
+    base: Path,
+    phases: tuple[str, ...] = PHASES,
+    profile: Path | None = None,
+    flush_s: float = FLUSH_S,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"partitions": n}
     zk = ZooKeeperServer(base / "zookeeper").start()
@@ -294,20 +319,49 @@ def run(
         profiler = Profiler(profile)
 
         def fault(key: str, victim: int, act: Callable[[], None], moved: str) -> float:
-            """``act`` on ``victim``, then until no partition is led by it in ZooKeeper and in
-            another broker's Metadata (``key``_s, ``key``_metadata_s); returns its start."""
+            """``act`` on ``victim``, then until no partition is led by it in ZooKeeper, in
+            librdkafka's Metadata and in each surviving broker's own (``key``_s,
+            ``key``_metadata_s, ``key``_broker_metadata_s), every probe at once from the
+            signal; returns its start."""
             other = next(i for i in brokers if i != victim)
+            survivors = [i for i in brokers if i != victim]
+            pinned = {i: BrokerView(brokers[i]) for i in survivors}
+            # A probe's own clients connected before the signal: the first poll's set-up is
+            # not counted.
+            view[other].none_led_by(victim, n)
             before = mntr(zk)
             started = time.monotonic()
             act()
             profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
-            result[f"{key}_s"] = timed(
-                lambda: zkv.none_led_by(victim), f"{moved} (ZooKeeper)", started
-            )
-            zk_use[key] = zk_delta(before, mntr(zk))
-            result[f"{key}_metadata_s"] = timed(
-                lambda: view[other].none_led_by(victim, n), f"{moved} (Metadata)", started
-            )
+            found: dict[str, Any] = {}
+            probes = {
+                "zk": (lambda: zkv.none_led_by(victim), f"{moved} (ZooKeeper)"),
+                "metadata": (lambda: view[other].none_led_by(victim, n), f"{moved} (Metadata)"),
+                **{
+                    f"broker{i}": (
+                        lambda i=i: pinned[i].none_led_by(victim, n),
+                        f"{moved} (broker {i}'s own Metadata)",
+                    )
+                    for i in survivors
+                },
+            }
+
+            def probe(name: str, check: Callable[[], bool], what: str) -> None:
+                found[name] = timed(check, what, started)
+                if name == "zk":
+                    zk_use[key] = zk_delta(before, mntr(zk))
+
+            threads = [
+                threading.Thread(target=probe, args=(name, *p), daemon=True)
+                for name, p in probes.items()
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            result[f"{key}_s"] = found["zk"]
+            result[f"{key}_metadata_s"] = found["metadata"]
+            result[f"{key}_broker_metadata_s"] = {i: found[f"broker{i}"] for i in survivors}
             return started
 
         if "shutdown" in phases:
@@ -335,7 +389,7 @@ def run(
                 lambda: zkv.in_every_isr(ctl), "back in every ISR", started
             )
         result["zookeeper"] = zk_use
-        result["producer"] = sender.finish()
+        result["producer"] = sender.finish(flush_s)
         profiler.wait()
         watcher.stop()
     finally:
@@ -358,6 +412,10 @@ def main() -> None:
         "--py-spy", type=Path, default=None, metavar="DIR",
         help=f"record the surviving brokers with py-spy for {PROFILE_S}s after each fault",
     )  # fmt: skip
+    parser.add_argument(
+        "--flush-s", type=float, default=FLUSH_S,
+        help="how long the producer's last sends are waited for at the end",
+    )  # fmt: skip
     args = parser.parse_args()
     phases = tuple(p for p in args.phases.split(",") if p)
     unknown = set(phases) - set(PHASES)
@@ -367,7 +425,7 @@ def main() -> None:
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base, phases, args.py_spy))
+            out.append(run(n, base, phases, args.py_spy, args.flush_s))
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:

@@ -22,7 +22,9 @@ from logkeel.cluster.acls import (
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.metadata import MetadataError, TopicState
 from logkeel.cluster.zk_client import ZkMetadataClient
+from logkeel.cluster.zk_data import LeaderIsr
 from logkeel.cluster.zk_store import ZkMetadataStore
+from logkeel.storage.topic_partition import TopicPartition
 from tests.cluster.test_zk_client import WAIT, expire_session
 from tests.waiting import wait_until
 
@@ -32,6 +34,14 @@ class Node:
         client = ZkMetadataClient(connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
         self.store = ZkMetadataStore(client, broker_id, rack=None)
         self.controller = Controller(client, broker_id, rebalance_interval_s=rebalance_s)
+        # As `ClusterNode` wires them: the controller's writes reach its own broker at once.
+        self.handed: list[tuple[TopicPartition, LeaderIsr]] = []
+
+        def handed(states: list[tuple[TopicPartition, LeaderIsr]]) -> None:
+            self.handed.extend(states)
+            self.store.states_written(states)
+
+        self.controller.on_states_written = handed
         self.events: list[tuple[str, TopicState | None]] = []
         self.store.add_listener(lambda name, state: self.events.append((name, state)))
         self.store.start()
@@ -245,3 +255,42 @@ def test_a_controlled_shutdown_is_answered_by_the_controller_and_fences_writes(
     assert "shutting down" in (a.store.write_fence.why_fenced() or "")
     # Written in one transaction right behind the leaderships' writes, conditional on them.
     assert "broker 1: 0 leaderships left to move (answered behind the writes)" in caplog.text
+
+
+def test_the_controllers_own_broker_takes_the_states_it_wrote(nodes) -> None:
+    """The controller hands each answered transaction's states to its own broker's store; what
+    it hands is what ZooKeeper holds, and a state older than the store's is never taken."""
+    a = nodes(1)
+    wait_until(lambda: a.store.controller_id == 1, WAIT, "broker 1 the controller")
+    b = nodes(2)
+    wait_until(lambda: len(a.store.brokers()) == 2, WAIT, "both live")
+    created = a.store.create_topic("t", 6, 2, {})
+    led_by_b = {p.tp for p in created.partitions.values() if p.leader == 2}
+    assert led_by_b
+    b.close()  # its session ends: the controller moves its leaderships to broker 1
+    wait_until(lambda: {tp for tp, _ in a.handed} >= led_by_b, WAIT, "the moves handed over")
+    zk = a.store.client.zk
+    for tp, state in a.handed:
+        data, stat = zk.get(zd.partition_state_path(tp.topic, tp.partition))
+        written = zd.decode_partition_state(data, stat.version)
+        if written.zk_version == state.zk_version:  # not changed again since
+            assert (written.leader, written.leader_epoch, written.isr) == (
+                state.leader, state.leader_epoch, state.isr,
+            )  # fmt: skip
+    wait_until(
+        lambda: all(a.store.partition(tp).leader == 1 for tp in led_by_b),  # type: ignore[union-attr]
+        WAIT,
+        "broker 1 leading what broker 2 led",
+    )
+    # A state older than the one the store holds (a watch brought a newer one first) is
+    # dropped: the store keeps the newer.
+    tp = sorted(led_by_b)[0]
+    held = a.store.partition(tp)
+    assert held is not None
+    data, stat = zk.get(zd.partition_state_path(tp.topic, tp.partition))
+    older = zd.decode_partition_state(data, stat.version - 1)
+    a.store.states_written([(tp, LeaderIsr(2, 0, (2,), older.controller_epoch,
+                                           zk_version=older.zk_version))])  # fmt: skip
+    # A config change rebuilds the whole topic from the cached states once it is seen.
+    assert a.store.set_topic_configs("t", {"retention.ms": "5"}).configs == {"retention.ms": "5"}
+    assert a.store.partition(tp) == held

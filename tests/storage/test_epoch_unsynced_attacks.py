@@ -262,19 +262,21 @@ def test_a_clean_shutdown_syncs_an_epoch_without_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A clean start trusts the checkpoint (no rescan): the clean-shutdown marker must not
-    reach the disk ahead of an epoch written unsynced, even one with nothing to flush."""
+    reach the disk ahead of an epoch not yet written, even one with nothing to flush."""
     path = tmp_path / "d"
     m, plog = _start(path)
     _produce(plog, 1, 3)
     plog.flush()
     _become_leader(plog, 2)
     synced: list[str] = []
-    real = checkpoints.fsync_path
+    real = checkpoints.atomic_write
 
-    def spy(p: Path) -> None:
-        synced.append(Path(p).name)
-        real(p)
+    def spy(p: Path, data: bytes, *, sync: bool = True) -> None:
+        if sync:
+            synced.append(Path(p).name)
+        real(p, data, sync=sync)
 
-    monkeypatch.setattr(checkpoints, "fsync_path", spy)
+    monkeypatch.setattr(checkpoints, "atomic_write", spy)
     m.shutdown()
     assert CHECKPOINT in synced
+    assert (path / TP.dir_name / CHECKPOINT).read_text().splitlines()[-1] == "2 6"

@@ -122,6 +122,14 @@ class Controller:
         # Told of every election after which replicas lose records (an unclean leader, a
         # designated one out of the ISR): partition, replica -> offsets it is known to lose.
         self.on_truncation: Callable[[TopicPartition, Mapping[int, int]], None] | None = None
+        # Told of each transaction's states once ZooKeeper answered it (the states with their
+        # new versions): this broker's own metadata store takes them at once instead of after
+        # its watches' re-reads, queued on this same connection behind the controller's own
+        # writes and its context's re-reads (the controller's broker lagged the others by
+        # seconds in showing the leaderships it had just moved).
+        self.on_states_written: Callable[[list[tuple[TopicPartition, LeaderIsr]]], None] | None = (
+            None
+        )
         self.rebalance_interval_s = rebalance_interval_s
         self.imbalance_percentage = imbalance_percentage
         self._next_rebalance = 0.0
@@ -673,6 +681,7 @@ class Controller:
                 else:
                     for w, stat in zip(batch, results[1:], strict=True):
                         self._written(ctx, w, stat, logged=len(writes) <= _LOGGED_CHANGES)
+                    self._tell_written(batch, results[1:])
         if moved:
             raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
 
@@ -705,6 +714,16 @@ class Controller:
                                   "unclean" if unclean else "clean", decision.reason)  # fmt: skip
         if decision.truncate_from is not None:
             self._report_loss(tp, decision)
+
+    def _tell_written(self, batch: list[Any], stats: list[Any]) -> None:
+        if self.on_states_written is None:
+            return
+        written = [(w[0], replace(w[2], zk_version=int(stat.version)))
+                   for w, stat in zip(batch, stats, strict=True)]  # fmt: skip
+        try:
+            self.on_states_written(written)
+        except Exception:  # its watches still bring them
+            log.exception("handing %d written partition states to this broker failed", len(batch))
 
     def _retry(self, tp: TopicPartition) -> None:
         with self._touched_lock:

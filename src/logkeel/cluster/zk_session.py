@@ -15,6 +15,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kazoo.handlers.threading import KazooTimeoutError
 
 from logkeel.cluster import zk_data as zd
+from logkeel.cluster.zk_handler import PollingHandler
 
 __all__ = ["ZkSession", "ZooKeeperUnavailable", "raise_first_failure"]
 
@@ -49,7 +50,9 @@ class ZkSession:
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
-        self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.zk = KazooClient(
+            hosts=connect, timeout=session_timeout_ms / 1000, handler=PollingHandler()
+        )
 
     def start(self) -> Self:
         try:

@@ -102,6 +102,9 @@ class ZkMetadataStore(MetadataStore):
         # Partitions whose state a watch delivered since their topic was last rebuilt.
         self._changed_states: dict[str, set[int]] = {}
         self._changed_lock = threading.Lock()
+        # A state comes from its watch (kazoo's thread) or from this broker's controller
+        # (`states_written`): the newer version wins, whichever comes first.
+        self._states_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._watched: set[str] = set()
         self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
@@ -467,17 +470,38 @@ class ZkMetadataStore(MetadataStore):
 
         def on_state(data: bytes | None, stat: Any) -> None:
             if data is None:
-                self._leader_isr.pop(key, None)
-            else:
-                cached = self._leader_isr.get(key)
-                if cached is not None and cached.zk_version >= stat.version:
-                    return
-                self._leader_isr[key] = zd.decode_partition_state(data, stat.version)
-            with self._changed_lock:
-                self._changed_states.setdefault(topic, set()).add(partition)
-            self._tasks.put(("state", topic))
+                with self._states_lock:
+                    self._leader_isr.pop(key, None)
+            elif not self._put_state(key, zd.decode_partition_state(data, stat.version)):
+                return
+            self._state_changed(topic, [partition])
 
         return self._states.data(zd.partition_state_path(topic, partition), on_state)
+
+    def _put_state(self, key: tuple[str, int], state: LeaderIsr) -> bool:
+        with self._states_lock:
+            cached = self._leader_isr.get(key)
+            if cached is not None and cached.zk_version >= state.zk_version:
+                return False
+            self._leader_isr[key] = state
+            return True
+
+    def _state_changed(self, topic: str, partitions: Iterable[int]) -> None:
+        with self._changed_lock:
+            self._changed_states.setdefault(topic, set()).update(partitions)
+        self._tasks.put(("state", topic))
+
+    def states_written(self, states: Iterable[tuple[TopicPartition, LeaderIsr]]) -> None:
+        """States this broker's controller has just written (ZooKeeper answered the
+        transaction; each with its new version): taken at once, as their watches would bring
+        them. Only partitions already watched: a new one's first state comes from its watch."""
+        changed: dict[str, list[int]] = {}
+        for tp, state in states:
+            key = (tp.topic, tp.partition)
+            if key in self._leader_isr and self._put_state(key, state):
+                changed.setdefault(tp.topic, []).append(tp.partition)
+        for topic, partitions in changed.items():
+            self._state_changed(topic, partitions)
 
     def _take_changed_states(self, topic: str) -> set[int]:
         with self._changed_lock:

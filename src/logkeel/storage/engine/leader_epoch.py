@@ -2,14 +2,15 @@
 
 Followers use it to truncate after a leader change (OffsetsForLeaderEpoch) instead of the high
 watermark, which is what lets logkeel keep every acknowledged record across elections. Every
-change is written through to ``leader-epoch-checkpoint`` before the call returns, and synced to
-disk then too, except an assignment made with ``sync=False`` (a new leader's epoch: a broker
-taking over hundreds of leaderships would otherwise spend seconds in two fsyncs each before
-serving them). That write survives a process crash (the page cache does); a machine crash may
-lose it, which loses nothing: ``PartitionLog.flush`` syncs the checkpoint before the recovery
-point moves past the data of that epoch, an unclean start adds the epochs of the batches above
+change is written through to ``leader-epoch-checkpoint`` and synced before the call returns,
+except an assignment made with ``sync=False`` (a new leader's epoch): that one is only written,
+and synced, by the next ``sync()`` (``PartitionLog.flush`` before the recovery point moves past
+the epoch's batches, and closing the log). A broker taking over hundreds of leaderships spent
+seconds in two fsyncs each before serving them, and seconds more, on a busy machine, in the
+writes alone (a file created and renamed per partition, on the thread applying the metadata).
+A crash before that sync loses nothing: an unclean start adds the epochs of the batches above
 the recovery point (``recovery.unclean.recover``), an empty checkpoint is rebuilt from the log,
-and an epoch with no batch yet ends where the one before it ends.
+and an epoch with no batch yet ends where the one before it ends (it is dropped at load).
 
 Semantics are Kafka's LeaderEpochFileCache. In particular the entries always have strictly
 increasing epochs *and* strictly increasing start offsets: an assignment that breaks either
@@ -50,7 +51,7 @@ class LeaderEpochFileCache:
         self._checkpoint = checkpoint
         self._lock = threading.RLock()
         self._entries: list[EpochEntry] = []  # ascending in both epoch and start offset
-        self._unsynced = False  # the checkpoint was written without a sync since the last one
+        self._unwritten = False  # entries assigned without sync: the checkpoint lags them
         source = entries if entries is not None else (checkpoint.read() if checkpoint else [])
         for entry in source:
             self._assign(EpochEntry(*entry))
@@ -63,7 +64,8 @@ class LeaderEpochFileCache:
         The same epoch again at an equal or later offset is a no-op (the epoch's start is fixed
         once known). An entry that is not beyond the tail in both epoch and offset truncates the
         tail entries it conflicts with, as Kafka does: e.g. after a follower truncation.
-        Without ``sync`` the checkpoint is written but synced only by ``sync()`` (see the module).
+        Without ``sync`` the checkpoint is written (and synced) only by ``sync()`` (see the
+        module).
         """
         with self._lock:
             changed = self._assign(EpochEntry(epoch, start_offset))
@@ -72,11 +74,10 @@ class LeaderEpochFileCache:
             return changed
 
     def sync(self) -> None:
-        """Makes the checkpoint durable if a write left it unsynced."""
+        """Writes and syncs the checkpoint if an assignment without sync left it behind."""
         with self._lock:
-            if self._unsynced and self._checkpoint is not None:
-                self._checkpoint.sync()
-            self._unsynced = False
+            if self._unwritten:
+                self._flush()
 
     def assign_all(self, entries: Iterable[EpochEntry]) -> None:
         with self._lock:
@@ -236,9 +237,9 @@ class LeaderEpochFileCache:
         return True
 
     def _flush(self, sync: bool = True) -> None:
-        if self._checkpoint is not None:
-            self._checkpoint.write(self._entries, sync=sync)
-            self._unsynced = not sync
+        if sync and self._checkpoint is not None:
+            self._checkpoint.write(self._entries)
+        self._unwritten = not sync
 
 
 def _truncated_from_end(entries: list[EpochEntry], end_offset: int) -> list[EpochEntry]:
