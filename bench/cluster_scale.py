@@ -25,7 +25,7 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 
 ``--phases`` runs a subset (creation, the Metadata latency and the producer always run);
 ``--py-spy DIR`` records each surviving broker with py-spy for the first PROFILE_S seconds
-after each fault (folded stacks, py-spy's raw format, in DIR, one file per broker and phase;
+after each fault, and every broker for PROFILE_S seconds after the idle windows (folded stacks, py-spy's raw format, in DIR, one file per broker and phase;
 py-spy on PATH or in the venv).
 
 The last line printed is one JSON object (one entry per partition count).
@@ -275,6 +275,10 @@ def run(
                 )
             result["idle_cpu_first"] = windows[0]
             result["idle_cpu"] = windows[-1]
+            # Profiled after the measured windows, so that py-spy's sampling is not counted.
+            idle_profile = Profiler(profile)
+            idle_profile.record("idle", brokers)
+            idle_profile.wait()
         latencies = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -356,7 +360,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--py-spy", type=Path, default=None, metavar="DIR",
-        help=f"record the surviving brokers with py-spy for {PROFILE_S}s after each fault",
+        help=f"record the brokers with py-spy for {PROFILE_S}s after the idle windows and each fault",
     )  # fmt: skip
     args = parser.parse_args()
     phases = tuple(p for p in args.phases.split(",") if p)
