@@ -194,7 +194,9 @@ class Profiler:
         self.out = out
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def record(self, phase: str, brokers: dict[int, LogkeelBroker]) -> None:
+    def record(self, phase: str, brokers: dict[int, LogkeelBroker], gil: bool = False) -> None:
+        """``gil``: only the samples of the thread holding the GIL (where CPU goes, rather than
+        what waits: on a loaded machine threads waiting for the GIL fill the samples)."""
         if self.out is None:
             return
         self.out.mkdir(parents=True, exist_ok=True)
@@ -219,6 +221,7 @@ class Profiler:
                         "--output",
                         str(target),
                         "--nonblocking",
+                        *(["--gil"] if gil else []),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -277,7 +280,7 @@ def run(
             result["idle_cpu"] = windows[-1]
             # Profiled after the measured windows, so that py-spy's sampling is not counted.
             idle_profile = Profiler(profile)
-            idle_profile.record("idle", brokers)
+            idle_profile.record("idle", brokers, gil=True)
             idle_profile.wait()
         latencies = []
         for _ in range(5):
