@@ -3,10 +3,10 @@ fetch of a caught-up follower reads each partition of its session twice (before 
 long poll), and at 2,000 partitions RF 3 each broker serves two followers ~667 partitions each,
 twice a second. Measured in-process on real logs, no brokers: ``partition_reads.read`` of a
 follower at the log end of an empty leader partition (ISR of three, KIP-501's pending reads on,
-as by default); and a follower's ``Partition.fetch_position``, which its fetcher asks of every
+as by default); a follower's ``Partition.fetch_position``, which its fetcher asks of every
 partition of every round.
 
-    .venv/bin/python bench/idle_fetch_read.py --partitions 200
+    .venv/bin/python bench/idle_fetch_read.py --partitions 2000
 
 The last line printed is one JSON object: microseconds of CPU (process time) per partition,
 the best of the rounds (the least disturbed by other processes on a shared machine).
@@ -60,8 +60,8 @@ def per_partition_us(fn: Callable[[], object], n: int, repeats: int, rounds: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--partitions", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=50, help="passes per round")
+    parser.add_argument("--partitions", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=10, help="passes per round")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     n = args.partitions
