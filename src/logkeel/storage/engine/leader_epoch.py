@@ -144,8 +144,8 @@ class LeaderEpochFileCache:
     def latest_epoch(self) -> int | None:
         # Read on every append and every follower fetch: no lock, one list access (atomic
         # under the GIL; a racing truncation leaves the list either way, never torn). An empty
-        # cache (a log never written to) is tested first: raising IndexError cost ~2 us a call,
-        # a fifth of an idle broker's samples at 2,000 empty partitions.
+        # cache (a log never written to) is tested first: raising IndexError made the call twice
+        # as slow (bench/idle_fetch_read.py), on each of a follower's empty partitions.
         entries = self._entries
         if not entries:
             return None
