@@ -4,7 +4,9 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - create_s: CreateTopics until Metadata shows every partition with a full ISR;
 - idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client, in the
   last of IDLE_WINDOWS consecutive windows after every ISR is full (idle_cpu_first: the first,
-  which still holds the settling after creation);
+  which still holds the settling after creation); logs_created_s: from CreateTopics until every
+  broker has created its logs of the topic (the ISRs are full before: every replica starts in
+  sync), as the log dirs show;
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
@@ -29,7 +31,7 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 
 ``--phases`` runs a subset (creation, the Metadata latency and the producer always run);
 ``--py-spy DIR`` records each surviving broker with py-spy for the first PROFILE_S seconds
-after each fault (folded stacks, py-spy's raw format, in DIR, one file per broker and phase;
+after each fault, and every broker for PROFILE_S seconds after the idle windows (folded stacks, py-spy's raw format, in DIR, one file per broker and phase;
 py-spy on PATH or in the venv).
 
 The last line printed is one JSON object (one entry per partition count).
@@ -38,7 +40,9 @@ The last line printed is one JSON object (one entry per partition count).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -215,7 +219,9 @@ class Profiler:
         self.out = out
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def record(self, phase: str, brokers: dict[int, LogkeelBroker]) -> None:
+    def record(self, phase: str, brokers: dict[int, LogkeelBroker], gil: bool = False) -> None:
+        """``gil``: only the samples of the thread holding the GIL (where CPU goes, rather than
+        what waits: on a loaded machine threads waiting for the GIL fill the samples)."""
         if self.out is None:
             return
         self.out.mkdir(parents=True, exist_ok=True)
@@ -240,6 +246,7 @@ class Profiler:
                         "--output",
                         str(target),
                         "--nonblocking",
+                        *(["--gil"] if gil else []),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -250,6 +257,40 @@ class Profiler:
         for p in self.procs:
             p.wait(PROFILE_S + 60)
         self.procs.clear()
+
+
+class LogsCreated:
+    """When every broker has created the topic's N logs (its dirs in the broker's log dir),
+    from ``started``: the ISRs are full from the topic's creation on (every replica starts in
+    sync), so the brokers may still be creating logs in the first idle windows."""
+
+    def __init__(self, brokers: dict[int, LogkeelBroker], n: int, started: float) -> None:
+        self.dirs = [d for b in brokers.values() for d in b.log_dirs]
+        self.n = n
+        self.started = started
+        self.done: float | None = None
+        self.stop = threading.Event()
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def _count(self) -> int:
+        total = 0
+        for d in self.dirs:
+            with contextlib.suppress(FileNotFoundError):
+                total += sum(1 for name in os.listdir(d) if name.startswith(f"{TOPIC}-"))
+        return total
+
+    def _poll(self) -> None:
+        while not self.stop.wait(0.5):
+            if self._count() >= self.n * 3:
+                self.done = time.monotonic()
+                return
+
+    def result(self) -> float | str:
+        """Seconds until then, or how many were still missing when asked (the poller stops)."""
+        self.stop.set()
+        if self.done is not None:
+            return round(self.done - self.started, 1)
+        return f"{self.n * 3 - self._count()} missing at {time.monotonic() - self.started:.0f}s"
 
 
 def controller_of(zk: KazooClient) -> int:
@@ -282,6 +323,7 @@ def run(
         wait_for(lambda: watcher.exists(zd.CONTROLLER), "a controller", 60)
 
         started = time.monotonic()
+        created = LogsCreated(brokers, n, started)
         admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
         result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
 
@@ -300,6 +342,11 @@ def run(
                 )
             result["idle_cpu_first"] = windows[0]
             result["idle_cpu"] = windows[-1]
+            result["logs_created_s"] = created.result()
+            # Profiled after the measured windows, so that py-spy's sampling is not counted.
+            idle_profile = Profiler(profile)
+            idle_profile.record("idle", brokers, gil=True)
+            idle_profile.wait()
         latencies = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -410,7 +457,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--py-spy", type=Path, default=None, metavar="DIR",
-        help=f"record the surviving brokers with py-spy for {PROFILE_S}s after each fault",
+        help=f"record the brokers with py-spy for {PROFILE_S}s after the idle windows and each fault",
     )  # fmt: skip
     parser.add_argument(
         "--flush-s", type=float, default=FLUSH_S,

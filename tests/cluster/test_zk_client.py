@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.elections import elect_leader
@@ -273,6 +273,22 @@ def test_replica_log_reports_are_stored_in_bounded_parts_rewritten_only_when_cha
     fewer = {tp: r for tp, r in changed.items() if tp.partition < 100}
     assert a.set_replica_logs(1, 1, fewer) == 3  # two parts removed, then the report
     assert b.replica_logs()[1] == (1, fewer)
+
+
+def test_a_replica_log_report_whose_write_failed_is_written_again(clients) -> None:
+    # An unchanged report is not even encoded again; one that did not reach ZooKeeper is
+    # not unchanged.
+    a, other = clients(), clients()
+    report = zd.ReplicaLogReport("id", 0, 5, 0, 1)
+    logs = {TopicPartition("big", p): report for p in range(250)}
+    assert a.set_replica_logs(1, 0, logs) == 4
+    other.zk.delete(f"{zd.replica_logs_path(1)}/big.1")  # its next set fails
+    changed = {**logs, TopicPartition("big", 120): zd.ReplicaLogReport("id", 1, 9, 1, 1)}
+    with pytest.raises(NoNodeError):
+        a.set_replica_logs(1, 0, changed)
+    assert a.set_replica_logs(1, 0, changed) == 4  # not known as written: every part again
+    assert other.replica_logs()[1] == (0, changed)
+    assert a.set_replica_logs(1, 0, changed) == 0
 
 
 def test_offline_reasons_are_written_and_removed_all_at_once(clients) -> None:

@@ -48,6 +48,16 @@ def test_assign_records_first_offset_of_each_epoch() -> None:
     assert cache.end_offset_for(2, 11) == (2, 11)
 
 
+def test_latest_epoch_of_an_empty_or_emptied_cache_is_none() -> None:
+    # Read by every follower fetch of every partition: an empty cache answers without raising.
+    cache = LeaderEpochFileCache(None)
+    assert cache.latest_epoch is None
+    cache.assign(3, 0)
+    assert cache.latest_epoch == 3
+    cache.truncate_from_end(0)
+    assert cache.entries == [] and cache.latest_epoch is None
+
+
 def test_an_epochs_start_is_not_moved_later() -> None:
     cache = cache_of((2, 6))
     assert cache.assign(2, 10) is False

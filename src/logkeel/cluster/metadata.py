@@ -14,6 +14,7 @@ topic replaces its ``TopicState``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -50,8 +51,10 @@ METADATA_FILE = "logkeel-metadata.json"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_uuid(topic_id: str) -> uuid.UUID:
-    """The metadata's topic id (Kafka's Uuid text) as a ``uuid.UUID`` for kio."""
+    """The metadata's topic id (Kafka's Uuid text) as a ``uuid.UUID`` for kio. Cached (a
+    ``UUID`` is immutable): followers' fetchers ask it for every partition of every round."""
     return uuid_from_text(topic_id)
 
 

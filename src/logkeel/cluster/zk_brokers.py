@@ -173,6 +173,9 @@ class BrokerZnodes(ZkSession):
     # writes every part and removes those it no longer has).
     _report_parts: dict[str, bytes] | None = None
     _report_generation: int | None = None
+    # The reports those parts were encoded from: an unchanged report is not encoded again
+    # (every 5 s, each part's JSON was built only to find it unchanged).
+    _report_logs: dict[TopicPartition, zd.ReplicaLogReport] | None = None
 
     def set_replica_logs(
         self, broker_id: int, generation: int, logs: Mapping[TopicPartition, zd.ReplicaLogReport]
@@ -182,6 +185,12 @@ class BrokerZnodes(ZkSession):
         the controller's watch hears), in transactions of bounded size; nothing when nothing
         changed. Returns the number of znodes written. Persistent: the last report of a broker
         that is gone still says whether a partition held data."""
+        if (
+            self._report_parts is not None
+            and self._report_generation == generation
+            and self._report_logs == logs
+        ):
+            return 0
         path = zd.replica_logs_path(broker_id)
         head = zd.encode_replica_logs(generation, {})
         parts = {
@@ -206,6 +215,7 @@ class BrokerZnodes(ZkSession):
             return 0
         ops.append(("set", path, head))
         self._report_parts = None  # unknown until every transaction below went through
+        self._report_logs = None
         for batch in _batches(ops, _REPORT_TXN_BYTES):
             txn = self.zk.transaction()
             for kind, znode, data in batch:
@@ -218,6 +228,7 @@ class BrokerZnodes(ZkSession):
             raise_first_failure(txn.commit(), {})
         self._report_parts = parts
         self._report_generation = generation
+        self._report_logs = dict(logs)
         return len(ops)
 
     def replica_logs(

@@ -155,6 +155,6 @@ class FollowerTracking:
         with self._lock:
             if replica_id == self._node_id or replica_id not in replicas:
                 return None
-            state = change(self.states.get(replica_id, FollowerState()))
+            state = change(self.states.get(replica_id, isr_rules.UNKNOWN_FOLLOWER))
             self.states[replica_id] = state
             return state

@@ -186,7 +186,8 @@ class Partition:
         with self._state_lock:
             if not self.is_leader:
                 return False
-            maximal = (*self.isr, *(r for r in self._maybe_joined if r not in self.isr))
+            joined = self._maybe_joined
+            maximal = (*self.isr, *(r for r in joined if r not in self.isr)) if joined else self.isr
             new_hw = isr_rules.high_watermark(
                 plog.high_watermark,
                 self.node_id,

@@ -143,12 +143,16 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        # Read on every append: no lock, one list access (atomic under the GIL; a racing
-        # truncation leaves the list either way, never torn).
+        # Read on every append and every follower fetch: no lock, one list access (atomic
+        # under the GIL; a racing truncation leaves the list either way, never torn). An empty
+        # cache (a log never written to) is tested first: raising IndexError made the call twice
+        # as slow (bench/idle_fetch_read.py), on each of a follower's empty partitions.
         entries = self._entries
+        if not entries:
+            return None
         try:
             return entries[-1].epoch
-        except IndexError:
+        except IndexError:  # emptied by a truncation since the test
             return None
 
     def epoch_entry(self, epoch: int) -> EpochEntry | None:

@@ -362,7 +362,10 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest transaction that is open or whose marker is above the
         high watermark; None when every transaction is decided and replicated."""
-        offsets = [t.first_offset for t in (self._ongoing.first(), self._unreplicated.first()) if t]
+        ongoing, unreplicated = self._ongoing.first(), self._unreplicated.first()
+        if ongoing is None and unreplicated is None:
+            return None  # read twice by every fetch of every partition: no list built
+        offsets = [t.first_offset for t in (ongoing, unreplicated) if t]
         return min(offsets) if offsets else None
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
