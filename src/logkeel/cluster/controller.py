@@ -333,6 +333,9 @@ class Controller:
             ctx.wake()
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
                 ctx.close()
+                if ctx.failed:
+                    # The next pass ("retry") reads a context of its own: never this one.
+                    raise RuntimeError(f"reading the controller's context ({source}) failed")
                 raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
             # Read now, before the first pass's writes: read after them it waited ~0.9 s behind
             # their watches' re-reads on the one connection, between leaderships and ISRs.
