@@ -7,8 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.controller import Controller
@@ -126,3 +128,30 @@ def test_a_broker_taking_office_is_told_at_once_that_its_contexts_read_failed(
     client.zk.delete(zd.broker_path(7))
     assert controller._take_office() is not None
     controller._leave_office()
+
+
+def test_an_election_attempt_that_failed_is_made_again(
+    client: ZkMetadataClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's office is empty (its broker crashed) and this broker's attempts to
+    take it fail (ZooKeeper slow: the requests are lost): it tries again on its retry,
+    instead of leaving the cluster without a controller until some other event comes. The
+    first three fail: start-up asks for at most three elections (its own, the /controller
+    watch's first call, the session's CONNECTED), so only a retry can take office."""
+    real = client.try_become_controller
+    attempts = [0]
+
+    def flaky(broker_id: int) -> Any:
+        attempts[0] += 1
+        if attempts[0] <= 3:
+            raise ConnectionLoss("injected: the request was lost")
+        return real(broker_id)
+
+    monkeypatch.setattr(client, "try_become_controller", flaky)
+    controller = Controller(client, 1)
+    controller.start()
+    try:
+        wait_until(lambda: controller.active, 15, "broker 1 the controller after failed attempts")
+        assert attempts[0] == 4
+    finally:
+        controller.stop()

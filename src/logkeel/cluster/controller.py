@@ -252,7 +252,13 @@ class Controller:
                         log.warning("broker %d is no longer the controller", self.broker_id)
                         self.epoch = None
                         self._leave_office()
-                if self.epoch is None and events & {"elect", "moved"} and not self._stopping:
+                # "retry": an election attempt that failed (ZooKeeper slow or unreachable)
+                # is made again; nothing else would ask for it while /controller stays empty.
+                if (
+                    self.epoch is None
+                    and events & {"elect", "moved", "retry"}
+                    and not self._stopping
+                ):
                     self._elect()
                 if self.epoch is None:
                     self._keep_standby(events)
