@@ -157,9 +157,9 @@ def test_a_busy_cpu_steps_no_leader_down(zookeeper: ZooKeeperServer, tmp_path: P
             for proc in busy:
                 proc.kill()
                 proc.wait()
-        assert producer.flush(60) == 0
         stepped = [line for line in cluster.brokers[1].output(2_000_000).splitlines()
                    if "asking the controller to move leadership" in line]  # fmt: skip
         assert not stepped, f"{len(stepped)} step-downs on a busy CPU, e.g. {stepped[:3]}"
+        assert producer.flush(60) == 0
         parts = cluster.partitions("busy", via=2)
         assert all(p.leader_id == 1 for p in parts.values()), parts
