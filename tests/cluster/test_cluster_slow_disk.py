@@ -126,7 +126,7 @@ def test_a_busy_cpu_steps_no_leader_down(zookeeper: ZooKeeperServer, tmp_path: P
     dirs = {1: [tmp_path / "b1-a", tmp_path / "b1-b"]}
     overrides = {
         "replica.lag.time.max.ms": str(BUSY_LAG_MS),
-        "follower.fetch.process.time.max.ms": "50",
+        "follower.fetch.process.time.max.ms": "200",
         "auto.leader.rebalance.enable": "false",
     }
     chroot = f"/busycpu_{tmp_path.name}"
@@ -157,7 +157,7 @@ def test_a_busy_cpu_steps_no_leader_down(zookeeper: ZooKeeperServer, tmp_path: P
             for proc in busy:
                 proc.kill()
                 proc.wait()
-        stepped = [line for line in cluster.brokers[1].output(2_000_000).splitlines()
+        stepped = [line for line in cluster.brokers[1].output(1 << 30).splitlines()
                    if "asking the controller to move leadership" in line]  # fmt: skip
         assert not stepped, f"{len(stepped)} step-downs on a busy CPU, e.g. {stepped[:3]}"
         assert producer.flush(60) == 0

@@ -227,3 +227,19 @@ def test_a_late_read_counts_from_its_dirs_oldest_partition_read_under_way() -> N
     tracking.response_sent(1, since + CONFIG.replica_lag_time_max_ms + 2, leader=True)
     resign, why = tracking.too_slow_for_all([FOLLOWER], since + 2 * CONFIG.replica_lag_time_max_ms)
     assert not resign, why
+
+
+def test_one_stretched_partition_read_does_not_stand_for_the_lag_time() -> None:
+    """Pure: a late read whose longest partition read outlasted the budget (the thread
+    descheduled on a loaded machine) starts a slow spell; a dir read answered in time, its
+    partitions quick on the disk, ends it before the lag time is out."""
+    tracking = FollowerTracking(0, CONFIG)
+    late = DirClock().read()
+    late.longest_ms = CONFIG.follower_fetch_process_time_max_ms + 50
+    tracking.response_started(FOLLOWER, 1, 1_000, disk=late)
+    tracking.response_sent(1, 2_000, leader=True)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], 2_000 + 100)
+    assert not resign and "slower than" in why  # the spell began
+    tracking.read_served(FOLLOWER, 3, 2_500)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], 2_000 + CONFIG.replica_lag_time_max_ms * 2)
+    assert not resign and "served within" in why, why

@@ -182,14 +182,27 @@ class DirReads:
                     for i in indexes:
                         results[i] = self._unserved(requests[i])
                 for fut in done:
-                    _, indexes = reads[fut]
+                    d, indexes = reads[fut]
                     for i, result in zip(indexes, fut.result(), strict=True):
                         results[i] = result
+                    if d is not None:
+                        self._served_in_time(disks[d], [requests[i] for i in indexes], replica_id)
         except BaseException:
             close_records(r for r in results if r is not None)
             raise
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def _served_in_time(
+        self, disk: ReadTime, wanted: list[FetchPartitionRequest], replica_id: int
+    ) -> None:
+        """A dir read within the budget is evidence its disk is fine: it ends a slow spell
+        (one partition read that a loaded CPU stretched must not stand for the lag time)."""
+        now = int(time.time() * 1000)
+        for r in wanted:
+            p = self._path.partition(r.tp)
+            if p is not None and p.is_leader:
+                p.followers.read_served(replica_id, disk.longest_ms, now)
 
     def _from_late_read(
         self,

@@ -142,6 +142,14 @@ class FollowerTracking:
                     self._slow.get(replica, SlowLeader()), served, now_ms, self.config
                 )
 
+    def read_served(self, replica_id: int, served_ms: int, now_ms: int) -> None:
+        """A read for ``replica_id`` answered in time, its longest partition read
+        ``served_ms`` on the disk: counts towards how slow this leader is to serve it."""
+        with self._lock:
+            self._slow[replica_id] = isr_rules.follower_fetch_served(
+                self._slow.get(replica_id, SlowLeader()), served_ms, now_ms, self.config
+            )
+
     def too_slow_for_all(self, followers: Sequence[int], now_ms: int) -> tuple[bool, str]:
         """Whether this leader has been too slow to serve every one of ``followers`` (one slow
         follower or network is not the leader's fault), and why, follower by follower."""
