@@ -9,6 +9,9 @@ offline."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -109,3 +112,57 @@ def test_a_slow_disk_shrinks_no_isr_and_every_slow_leadership_moves(
         assert moved_after >= lag_ms / 1000 * 0.9, moved_after
         parts = cluster.partitions(TOPIC, via=2)
         assert all(parts[p].leader_id == 1 for p in where["healthy"]), parts
+
+
+BUSY_LEADS = 200  # partitions broker 1 leads: enough reading per fetch to feel a loaded CPU
+BUSY_LAG_MS = 3_000
+
+
+def test_a_busy_cpu_steps_no_leader_down(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """The other side of the rule: a leader on a healthy disk of a machine whose CPU is busy
+    (busy-loop processes beside the brokers, as in the benches at 2,000 partitions) keeps
+    its leaderships. Every follower fetch of broker 1 is read dir by dir against a short
+    budget (two dirs), so reads late for the CPU are many; only the disk's time may count."""
+    dirs = {1: [tmp_path / "b1-a", tmp_path / "b1-b"]}
+    overrides = {
+        "replica.lag.time.max.ms": str(BUSY_LAG_MS),
+        "follower.fetch.process.time.max.ms": "100",
+        "auto.leader.rebalance.enable": "false",
+    }
+    chroot = f"/busycpu_{tmp_path.name}"
+    with three_brokers(zookeeper, tmp_path, chroot, overrides, dirs) as cluster:
+        wait_until(lambda: len(cluster.metadata(2).brokers) == 3, 30, "three brokers registered",
+                   retry_on=PROBE_ERRORS)  # fmt: skip
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
+        topic = NewTopic("busy", BUSY_LEADS, replica_assignment=[[1, 2, 3]] * BUSY_LEADS)
+        admin.create_topics([topic])["busy"].result(60)
+        wait_until(lambda: len(cluster.partitions("busy")) == BUSY_LEADS and all(
+            p.leader_id == 1 and len(p.isr_nodes) == 3 for p in cluster.partitions("busy").values()),
+            60, "broker 1 leads every partition, all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
+        producer = Producer({"bootstrap.servers": cluster.brokers[1].bootstrap, "acks": "all",
+                             "linger.ms": 5})  # fmt: skip
+        busy = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(2 * (os.cpu_count() or 2))
+        ]
+        try:
+            # Four lag times of a loaded CPU, every partition written all along.
+            deadline = time.monotonic() + 4 * BUSY_LAG_MS / 1000
+            while time.monotonic() < deadline:
+                for p in range(BUSY_LEADS):
+                    try:
+                        producer.produce("busy", b"x" * 200, partition=p)
+                    except BufferError:  # the client's queue is full: it waits for acks
+                        producer.poll(0.1)
+                producer.poll(0)
+                time.sleep(0.02)
+        finally:
+            for proc in busy:
+                proc.kill()
+                proc.wait()
+        stepped = [line for line in cluster.brokers[1].output(1 << 30).splitlines()
+                   if "asking the controller to move leadership" in line]  # fmt: skip
+        assert not stepped, f"{len(stepped)} step-downs on a busy CPU, e.g. {stepped[:3]}"
+        assert producer.flush(60) == 0
+        parts = cluster.partitions("busy", via=2)
+        assert all(p.leader_id == 1 for p in parts.values()), parts

@@ -4,11 +4,15 @@ a controller whose epoch moved on writes nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
+from logkeel.cluster import zk_data as zd
 from logkeel.cluster.controller import Controller
 from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
@@ -93,3 +97,61 @@ def test_the_context_keeps_each_partitions_newest_election_loss(
         assert tp in touched  # the partition is decided again with it
     finally:
         ctx.close()
+
+
+def test_a_broker_taking_office_is_told_at_once_that_its_contexts_read_failed(
+    client: ZkMetadataClient,
+) -> None:
+    """A read of the context that fails (a lost connection on a loaded ZooKeeper; here a
+    registration that does not decode) never delivers: waiting for the load then ran out
+    its whole timeout (60 s for the controller) while the cluster had no controller, the
+    "reload" it asked for queued behind the wait. The wait ends at once instead, and the
+    controller's pass fails so that the next one reads a context of its own."""
+    client.zk.create(zd.broker_path(7), b"{not json", makepath=True)
+    kinds: list[str] = []
+    ctx = ControllerContext(client.zk, lambda kind, _tps: kinds.append(kind))
+    started = time.monotonic()
+    assert not ctx.load(30)
+    assert time.monotonic() - started < 10, "the load waited out its timeout"
+    assert ctx.failed
+    wait_until(lambda: "reload" in kinds, 10, "the context asking to be read anew")
+    ctx.close()
+    ctl = client.try_become_controller(1)
+    assert ctl is not None
+    controller = Controller(client, 1)
+    controller.epoch = ctl
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="failed"):
+        controller._take_office()
+    assert time.monotonic() - started < 10, "taking office waited out the load timeout"
+    # Gone, the next pass's context loads.
+    client.zk.delete(zd.broker_path(7))
+    assert controller._take_office() is not None
+    controller._leave_office()
+
+
+def test_an_election_attempt_that_failed_is_made_again(
+    client: ZkMetadataClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's office is empty (its broker crashed) and this broker's attempts to
+    take it fail (ZooKeeper slow: the requests are lost): it tries again on its retry,
+    instead of leaving the cluster without a controller until some other event comes. The
+    first three fail: start-up asks for at most three elections (its own, the /controller
+    watch's first call, the session's CONNECTED), so only a retry can take office."""
+    real = client.try_become_controller
+    attempts = [0]
+
+    def flaky(broker_id: int) -> Any:
+        attempts[0] += 1
+        if attempts[0] <= 3:
+            raise ConnectionLoss("injected: the request was lost")
+        return real(broker_id)
+
+    monkeypatch.setattr(client, "try_become_controller", flaky)
+    controller = Controller(client, 1)
+    controller.start()
+    try:
+        wait_until(lambda: controller.active, 15, "broker 1 the controller after failed attempts")
+        assert attempts[0] == 4
+    finally:
+        controller.stop()

@@ -5,6 +5,7 @@ again and rejoins. The history checker runs on every scenario that writes."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,15 +51,71 @@ def test_sigkilled_leaders_fail_over_before_their_session_expires(cluster: Clust
     assert max(resumed) < CRASH_BOUND_S, resumed
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (2 of 4 runs in its module on a loaded machine, never alone): the "
-    "controller SIGKILLed right after the topic is created is sometimes not declared gone by "
-    "the other brokers' crash detectors (no 'refuses connections' line), so failover waits for "
-    "the session; open in issue 19's note. Not reproduced since in 7 runs of the module's two "
-    "SIGKILL tests at load 9-23; the detectors now log why a crash goes undeclared (a peer never "
-    "reached, a failed probing round, a removal refused)",
+# What the brokers log on the way from a crash to its failover: the lines a failure shows.
+_FAILOVER_LINES = re.compile(
+    r"refuses connections|reached \(broker epoch|probing the other brokers failed|"
+    r"is the controller|controller context|controller pass failed|registering again|"
+    r"no longer the controller|resigns"
 )
+
+
+class FailoverSteps:
+    """When each step from a SIGKILLed controller to every partition of ``topic`` led
+    elsewhere was first seen, polled from ZooKeeper and from a surviving broker's Metadata: a
+    failover that is late says which step was late and what the brokers logged meanwhile."""
+
+    def __init__(
+        self, cluster: Cluster, client: KazooClient, old: int, topic: str, partitions: int
+    ) -> None:
+        self.cluster, self.client, self.old = cluster, client, old
+        self.topic, self.partitions = topic, partitions
+        self.peer = next(i for i in cluster.brokers if i != old)
+        self.order = [
+            "registration removed (a crash detector)",
+            "another broker the controller",
+            "every partition led elsewhere in ZooKeeper",
+            f"every partition led elsewhere in broker {self.peer}'s Metadata",
+        ]
+        self.started = time.monotonic()
+        self.seen: dict[str, float] = {}
+
+    def done(self) -> bool:
+        c, old = self.client, self.old
+        ctl = zd.decode_controller(c.get(zd.CONTROLLER)[0]) if c.exists(zd.CONTROLLER) else None
+        states = [
+            zd.decode_partition_state(data, stat.version)
+            for data, stat in (
+                c.get(zd.partition_state_path(self.topic, p)) for p in range(self.partitions)
+            )
+        ]
+        try:
+            parts = self.cluster.partitions(self.topic, self.peer)
+        except PROBE_ERRORS:
+            parts = {}
+        now = time.monotonic() - self.started
+        for step, reached in zip(self.order, [
+            c.exists(zd.broker_path(old)) is None,
+            ctl not in (None, old),
+            all(s.leader not in (old, -1) for s in states),
+            bool(parts) and all(p.leader_id not in (old, -1) for p in parts.values()),
+        ], strict=True):  # fmt: skip
+            if reached:
+                self.seen.setdefault(step, now)
+        return len(self.seen) == len(self.order)
+
+    def report(self) -> str:
+        late = next((step for step in self.order if step not in self.seen), None)
+        seen = ", ".join(f"{step} after {t:.2f}s" for step, t in self.seen.items()) or "nothing"
+        lines = [
+            f"b{i}: {line}"
+            for i, b in self.cluster.brokers.items()
+            if i != self.old
+            for line in b.output(400_000).splitlines()
+            if _FAILOVER_LINES.search(line)
+        ]
+        return f"late: {late!r}; seen: {seen}; the brokers said:\n" + "\n".join(lines[-40:])
+
+
 def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
     cluster.create_topic("ctl", 6, 3)
     wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()), 15.0, "all in sync", retry_on=PROBE_ERRORS)  # fmt: skip
@@ -66,29 +123,23 @@ def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
     try:
         old = zd.decode_controller(client.get(zd.CONTROLLER)[0])
         epoch = zd.decode_controller_epoch(client.get(zd.CONTROLLER_EPOCH)[0])
-        started = time.monotonic()
+        steps = FailoverSteps(cluster, client, old, "ctl", 6)
         cluster.brokers[old].kill()
-        peer = next(i for i in cluster.brokers if i != old)
-
-        def led_elsewhere() -> bool:
-            parts = cluster.partitions("ctl", peer)
-            return all(p.leader_id not in (old, -1) for p in parts.values())
-
-        wait_until(
-            led_elsewhere,
-            CRASH_BOUND_S,
-            "every partition led by a live broker",
-            retry_on=PROBE_ERRORS,
-        )
-        took = time.monotonic() - started
-        new = zd.decode_controller(client.get(zd.CONTROLLER)[0])
-        assert new != old
+        try:
+            wait_until(steps.done, CRASH_BOUND_S, "the failover")
+        except AssertionError:
+            raise AssertionError(
+                f"controller {old} SIGKILLed: failover not done within {CRASH_BOUND_S}s; "
+                f"{steps.report()}"
+            ) from None
+        assert zd.decode_controller(client.get(zd.CONTROLLER)[0]) != old
         assert zd.decode_controller_epoch(client.get(zd.CONTROLLER_EPOCH)[0]) > epoch
-        seen = "".join(b.output(400_000) for i, b in cluster.brokers.items() if i != old)
-        assert f"broker {old} refuses connections" in seen
-        print(f"controller {old} killed: every partition led elsewhere after {took:.2f}s")
+        said = "".join(b.output(400_000) for i, b in cluster.brokers.items() if i != old)
+        # Removed by a crash detector: within 6 s of an 18 s session nothing else could have.
+        assert f"broker {old} refuses connections on every listener" in said, steps.report()
+        print(f"controller {old} killed: {steps.report().split('; the brokers')[0]}")
         # Restarted at once: its old registration is gone already, nothing waits for a session.
-        cluster.brokers[old].start(30)
+        cluster.brokers[old].start(90)  # start-up is not what is timed (10 s imports, loaded)
         wait_until(lambda: all(len(p.isr_nodes) == 3 for p in cluster.partitions("ctl").values()), 30, "back in every ISR", retry_on=PROBE_ERRORS)  # fmt: skip
     finally:
         client.stop()

@@ -9,10 +9,12 @@ import functools
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from logkeel.server.replica import isr_rules as isr
+from logkeel.server.replica.disk_time import DirClock, ReadTime
 from logkeel.server.replica.fetches import Fetches
 from logkeel.server.replica.follower_tracking import FollowerTracking
 from logkeel.server.replica.isr_rules import IsrConfig
@@ -64,11 +66,15 @@ class Path_:
 
 
 class TimedFetches(Fetches):
-    """Reads that take their dir's time, counted per dir."""
+    """Reads that take their dir's time, counted per dir: on the disk (within a partition's
+    timed read) or, ``cpu``, before it (the wait of a busy machine: a dir thread, the GIL)."""
 
-    def __init__(self, path: Path_, delays: dict[Path, threading.Event | None]) -> None:
+    def __init__(
+        self, path: Path_, delays: dict[Path, threading.Event | None], *, cpu: bool = False
+    ) -> None:
         super().__init__(path, follower_budget_ms=CONFIG.follower_fetch_process_time_max_ms)  # type: ignore[arg-type]
         self.delays = delays
+        self.cpu = cpu
         self.reads: dict[Path, int] = dict.fromkeys(delays, 0)
         self._parts = path.parts
 
@@ -79,12 +85,15 @@ class TimedFetches(Fetches):
         max_bytes: int,
         isolation_level: int,
         into_memory: bool = False,
+        disk: ReadTime | None = None,
     ) -> list[FetchPartitionResult]:
         d = self._parts[requests[0].tp].log.log_dir
         self.reads[d] += 1
         gate = self.delays[d]
         if gate is not None:
-            assert gate.wait(10)
+            timed = disk.partition() if disk is not None and not self.cpu else nullcontext()
+            with timed:
+                assert gate.wait(10)
         return [
             FetchPartitionResult(
                 r.tp, high_watermark=5, records=MemoryRecords(b"x" * r.fetch_offset)
@@ -107,7 +116,7 @@ def test_a_slow_dir_neither_holds_the_healthy_one_nor_queues_reads() -> None:
         # Answered at the budget, with the healthy dir's records and none of the slow one's.
         assert time.monotonic() - started < 5
         assert fast.records == b"xxx" and slow.records is None and slow.high_watermark == 5
-        assert fetches.dir_reads.slow(SLOW) and not fetches.dir_reads.slow(FAST)
+        assert not fetches.dir_reads.slow(FAST)
         # The follower asks again at once: nothing more is queued behind the slow read.
         fast, slow = await fetches.fetch(wanted, replica_id=FOLLOWER)
         assert slow.records is None and fetches.reads[SLOW] == 1 and fetches.reads[FAST] == 2
@@ -115,10 +124,12 @@ def test_a_slow_dir_neither_holds_the_healthy_one_nor_queues_reads() -> None:
         late = fetches.dir_reads.late(SLOW, FOLLOWER)
         assert late is not None
         await asyncio.wrap_future(late.future)
-        # The late read answers the next fetch, marked as timed already.
+        # The late read answers the next fetch, marked as timed already; its disk time
+        # marked its dir slow.
         fast, slow = await fetches.fetch(wanted, replica_id=FOLLOWER)
         assert slow.records == b"xxxx" and slow.read_earlier and not fast.read_earlier
         assert fetches.reads[SLOW] == 1
+        assert fetches.dir_reads.slow(SLOW) and not fetches.dir_reads.slow(FAST)
 
     asyncio.run(scenario())
     # The late read counted as the leader serving the follower slowly (beyond KIP-501).
@@ -154,3 +165,81 @@ def test_a_follower_served_late_by_a_slow_dir_counts_as_caught_up_when_the_read_
     # Only a fetch that was pending (it had caught up to what it last saw) is credited.
     behind = isr.fetch_sent(isr.FollowerState(), 50, 1_000, 4_000, config, leader_slow=True)
     assert behind.last_caught_up_ms == 0
+
+
+def test_a_read_late_for_the_cpu_not_the_disk_counts_for_nothing() -> None:
+    """The same late read, its time spent before its partition's read began (waiting for a
+    dir thread, the GIL, a loaded machine): answered at the budget all the same, but neither
+    the dir is marked slow nor the leader counted slow (leaders stepped down on a busy CPU)."""
+    slow_tp = TopicPartition("t", 1)
+    gate = threading.Event()
+    fetches = TimedFetches(Path_({slow_tp: Part(SLOW)}), {SLOW: gate}, cpu=True)
+    wanted = [FetchPartitionRequest(slow_tp, 4, 100)]
+
+    async def scenario() -> None:
+        # Read dir by dir, as once a slow send marked the dir slow, or with a second dir.
+        [slow] = await fetches.dir_reads.read({SLOW: [0]}, wanted, FOLLOWER, 100, 0)
+        assert slow.records is None
+        late = fetches.dir_reads.late(SLOW, FOLLOWER)
+        assert late is not None
+        tracking = fetches._parts[slow_tp].followers
+        now = int(time.time() * 1000)
+        # Under way past the lag time, but no partition of it is on the disk: not slow.
+        resign, why = tracking.too_slow_for_all([FOLLOWER], now + CONFIG.replica_lag_time_max_ms)
+        assert not resign, why
+        gate.set()
+        await asyncio.wrap_future(late.future)
+
+    asyncio.run(scenario())
+    tracking = fetches._parts[slow_tp].followers
+    now = int(time.time() * 1000)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], now + CONFIG.replica_lag_time_max_ms)
+    assert not resign, why
+    assert "served within" in why
+    assert not fetches.dir_reads.slow(SLOW)
+    fetches.dir_reads.shutdown()
+
+
+def test_a_late_read_counts_from_its_dirs_oldest_partition_read_under_way() -> None:
+    """Pure: a late read counts as slow from when its dir began the partition read it waits
+    for (another follower's, if it is queued behind it), not from the fetch's start; once
+    done, it served for as long as its longest partition read."""
+    clock = DirClock()
+    tracking = FollowerTracking(0, CONFIG)
+    queued, other = clock.read(), clock.read()
+    tracking.response_started(FOLLOWER, 1, 1_000, disk=queued)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], 1_000_000_000_000_000)
+    assert not resign and "served within" in why  # no partition read under way
+    with other.partition():
+        since = clock.busy_since_ms()
+        assert since is not None
+        resign, why = tracking.too_slow_for_all([FOLLOWER], since + 50)
+        assert not resign and "slower than" not in why
+        resign, why = tracking.too_slow_for_all(
+            [FOLLOWER], since + CONFIG.replica_lag_time_max_ms + 1
+        )
+        assert resign, why
+    assert clock.busy_since_ms() is None
+    with queued.partition():
+        pass
+    # Ended, its own partition read short: the spell is over.
+    assert queued.longest_ms < CONFIG.follower_fetch_process_time_max_ms
+    tracking.response_sent(1, since + CONFIG.replica_lag_time_max_ms + 2, leader=True)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], since + 2 * CONFIG.replica_lag_time_max_ms)
+    assert not resign, why
+
+
+def test_one_stretched_partition_read_does_not_stand_for_the_lag_time() -> None:
+    """Pure: a late read whose longest partition read outlasted the budget (the thread
+    descheduled on a loaded machine) starts a slow spell; a dir read answered in time, its
+    partitions quick on the disk, ends it before the lag time is out."""
+    tracking = FollowerTracking(0, CONFIG)
+    late = DirClock().read()
+    late.longest_ms = CONFIG.follower_fetch_process_time_max_ms + 50
+    tracking.response_started(FOLLOWER, 1, 1_000, disk=late)
+    tracking.response_sent(1, 2_000, leader=True)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], 2_000 + 100)
+    assert not resign and "slower than" in why  # the spell began
+    tracking.read_served(FOLLOWER, 3, 2_500)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], 2_000 + CONFIG.replica_lag_time_max_ms * 2)
+    assert not resign and "served within" in why, why

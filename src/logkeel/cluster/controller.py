@@ -260,7 +260,13 @@ class Controller:
                         log.warning("broker %d is no longer the controller", self.broker_id)
                         self.epoch = None
                         self._leave_office()
-                if self.epoch is None and events & {"elect", "moved"} and not self._stopping:
+                # "retry": an election attempt that failed (ZooKeeper slow or unreachable)
+                # is made again; nothing else would ask for it while /controller stays empty.
+                if (
+                    self.epoch is None
+                    and events & {"elect", "moved", "retry"}
+                    and not self._stopping
+                ):
                     self._elect()
                 if self.epoch is None:
                     self._keep_standby(events)
@@ -341,6 +347,9 @@ class Controller:
             ctx.wake()
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
                 ctx.close()
+                if ctx.failed:
+                    # The next pass ("retry") reads a context of its own: never this one.
+                    raise RuntimeError(f"reading the controller's context ({source}) failed")
                 raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
             # Read now, before the first pass's writes: read after them it waited ~0.9 s behind
             # their watches' re-reads on the one connection, between leaderships and ISRs.

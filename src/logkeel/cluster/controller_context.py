@@ -59,6 +59,8 @@ class ControllerContext:
         # first pass must not judge a returning replica before its earlier report is known.
         self._reports_reading: set[int] = set()
         self._reports_read = threading.Condition(self.lock)
+        # A read failed: the view will not load (the owner is told to read it anew).
+        self._failed = False
         self._watches = WatchedZnodes(zk, self._fail)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -81,16 +83,24 @@ class ControllerContext:
         w.children(zd.ELECTION_LOSSES, self._on_losses)
 
     def wait_loaded(self, timeout_s: float) -> bool:
-        """Waits until the whole view has been read once; False if it took longer."""
+        """Waits until the whole view has been read once; False if it took longer, and at
+        once if a read failed (what it was to read never comes: a broker taking office
+        waited out the whole timeout while the cluster had no controller)."""
         w = self._watches
         deadline = time.monotonic() + timeout_s
         if not w.wait_loaded(timeout_s):
             return False
         # A report's parts are read after its znode's watch delivered (see _on_report).
         with self._reports_read:
-            return self._reports_read.wait_for(
-                lambda: not self._reports_reading, max(0.0, deadline - time.monotonic())
+            self._reports_read.wait_for(
+                lambda: self._failed or not self._reports_reading,
+                max(0.0, deadline - time.monotonic()),
             )
+            return not self._failed and not self._reports_reading
+
+    @property
+    def failed(self) -> bool:
+        return self._failed or self._watches.failed
 
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
@@ -142,6 +152,9 @@ class ControllerContext:
 
     def _fail(self, path: str, exc: BaseException) -> None:
         log.warning("controller context: reading %s failed (%s); reloading", path, exc)
+        with self._reports_read:
+            self._failed = True
+            self._reports_read.notify_all()
         self._on_change("reload", ())
 
     # -- brokers ----------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ class WatchedZnodes:
         # Watches set (("data" | "children", path)) and those that delivered at least once.
         self._armed: set[tuple[str, str]] = set()
         self._delivered: set[tuple[str, str]] = set()
+        # A read failed: its watch will never deliver, so waiting for it is over (the owner
+        # was told through ``on_error`` and reads again with watches of its own).
+        self._failed = False
         # While quiet (not None): the watches of ``_quiet_paths`` that fired, each with its
         # read, left for `catch_up` or `wake`.
         self._deferred: dict[tuple[str, str], Callable[[], None]] | None = None
@@ -76,15 +79,25 @@ class WatchedZnodes:
 
     def wait_loaded(self, timeout_s: float) -> bool:
         """Waits until every watch set so far (those set by deliveries meanwhile too) has
-        delivered once."""
+        delivered once; False at once if a read failed (its watch never delivers: a
+        controller taking office waited out the whole timeout for it)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._armed <= self._delivered, timeout_s)
+            self._changed.wait_for(
+                lambda: self._failed or self._armed <= self._delivered, timeout_s
+            )
+            return not self._failed and self._armed <= self._delivered
 
     def wait_delivered(self, paths: set[str], timeout_s: float) -> bool:
-        """Waits until the data watch of each of ``paths`` has delivered once."""
+        """Waits until the data watch of each of ``paths`` has delivered once (False at once
+        if a read failed)."""
         keys = {("data", p) for p in paths}
         with self._changed:
-            return self._changed.wait_for(lambda: keys <= self._delivered, timeout_s)
+            self._changed.wait_for(lambda: self._failed or keys <= self._delivered, timeout_s)
+            return not self._failed and keys <= self._delivered
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
 
     def data(self, path: str, on_data: OnData) -> bool:
         """``on_data(data, stat)`` soon and on every change of ``path``; (None, None) while it
@@ -184,6 +197,9 @@ class WatchedZnodes:
                 deliver(result)
             except Exception as exc:  # noqa: BLE001 - a lost connection: the owner reloads
                 if not self._closed:
+                    with self._changed:
+                        self._failed = True
+                        self._changed.notify_all()
                     self._on_error(path, exc)
 
         start(fired).rawlink(done)

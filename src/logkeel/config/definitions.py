@@ -409,7 +409,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
        Range(0, 1, min_exclusive=True)),
     _K("follower.fetch.process.time.max.ms", LONG, 500,
        "logkeel (beyond KIP-501): a leader that takes longer than this to serve every in-sync "
-       "follower's fetches (from reading the records to sending the last byte), for longer "
+       "follower's fetches (from reading the records to sending the last byte; a read timed "
+       "partition by partition on its log dir's thread, so a busy CPU does not count), for longer "
        "than replica.lag.time.max.ms, asks the controller to hand leadership to one of them; "
        "it gets it back through a preferred election (auto.leader.rebalance.enable).",
        Range(1)),

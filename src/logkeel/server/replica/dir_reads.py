@@ -7,9 +7,10 @@ answered by then gives its partitions no records in this response, and its read 
 records (read into memory while the dir is slow, so sending them cannot wait on the disk)
 answer the follower's next fetch from the same offsets. Meanwhile no further read for that
 follower is queued on the slow dir. The time such a read takes counts as the leader serving
-that follower (`FollowerTracking.response_started` / `response_sent`): a leader too slow for a
-partition's followers resigns it, and the follower's fetch stays pending (KIP-501) -- it is not
-lagging, the leader is.
+that follower (`FollowerTracking.response_started` / `response_sent`), judged by its disk time,
+partition by partition (`disk_time`), not by how long the fetch waited: a leader whose disk is too
+slow for a partition's followers resigns it, and the follower's fetch stays pending (KIP-501) --
+it is not lagging, the leader is. A read late only because the CPU is busy counts for nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from logkeel.server.replica.data_path import DataPath
+from logkeel.server.replica.disk_time import DirClock, ReadTime
 from logkeel.server.replica.results import (
     FetchPartitionRequest,
     FetchPartitionResult,
@@ -38,9 +40,11 @@ __all__ = ["DirReads", "LateRead", "read_into_memory"]
 
 log = logging.getLogger(__name__)
 
-# (requests, replica id, max bytes, isolation level, into memory) -> results, in order
+# (requests, replica id, max bytes, isolation level, into memory, the read's disk time) ->
+# results, in order
 ReadAll = Callable[
-    [Sequence[FetchPartitionRequest], int, int, int, bool], list[FetchPartitionResult]
+    [Sequence[FetchPartitionRequest], int, int, int, bool, ReadTime | None],
+    list[FetchPartitionResult],
 ]
 
 # How long a dir counts as slow after a read there outlasted the budget: its records are read
@@ -57,6 +61,7 @@ class LateRead:
     requests: list[FetchPartitionRequest]
     token: int
     started_ms: int
+    disk: ReadTime
 
 
 class DirReads:
@@ -72,6 +77,7 @@ class DirReads:
         self._lock = threading.Lock()
         self._executors: dict[Path, ThreadPoolExecutor] = {}
         self._slow_until: dict[Path, float] = {}
+        self._clocks: dict[Path, DirClock] = {}
         self._late: dict[tuple[Path, int], LateRead] = {}
         self._closed = False
 
@@ -91,6 +97,10 @@ class DirReads:
                     _THREADS_PER_DIR, thread_name_prefix=f"logkeel-dir-{log_dir.name}"
                 )
             return ex
+
+    def clock(self, log_dir: Path) -> DirClock:
+        with self._lock:
+            return self._clocks.setdefault(log_dir, DirClock())
 
     def slow(self, log_dir: Path) -> bool:
         return self._slow_until.get(log_dir, 0.0) > time.monotonic()
@@ -135,6 +145,7 @@ class DirReads:
         threads: dict[
             asyncio.Future[list[FetchPartitionResult]], Future[list[FetchPartitionResult]]
         ] = {}
+        disks: dict[Path, ReadTime] = {}
         for d, indexes in groups.items():
             if d is not None:
                 indexes = self._from_late_read(d, indexes, requests, replica_id, results)
@@ -146,9 +157,10 @@ class DirReads:
                     self._read_all, wanted, replica_id, limit, isolation_level
                 )
             else:
+                disk = disks[d] = self.clock(d).read()
                 thread_fut = self.executor(d).submit(
                     self._read_dir, wanted, replica_id, limit, isolation_level,
-                    self.slow(d),
+                    self.slow(d), disk,
                 )  # fmt: skip
                 fut = asyncio.wrap_future(thread_fut)
                 threads[fut] = thread_fut
@@ -162,21 +174,35 @@ class DirReads:
                         done.add(fut)
                         await asyncio.wait([fut])
                         continue
-                    self.mark_slow(d)
+                    # Not marked slow for this: the wait may have been the CPU's, not the
+                    # disk's (`_keep_late` marks it once the read's disk time says so).
                     fut.add_done_callback(_retrieve)
                     self._keep_late(d, threads[fut], [requests[i] for i in indexes], replica_id,
-                                    started_ms)  # fmt: skip
+                                    started_ms, disks[d])  # fmt: skip
                     for i in indexes:
                         results[i] = self._unserved(requests[i])
                 for fut in done:
-                    _, indexes = reads[fut]
+                    d, indexes = reads[fut]
                     for i, result in zip(indexes, fut.result(), strict=True):
                         results[i] = result
+                    if d is not None:
+                        self._served_in_time(disks[d], [requests[i] for i in indexes], replica_id)
         except BaseException:
             close_records(r for r in results if r is not None)
             raise
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def _served_in_time(
+        self, disk: ReadTime, wanted: list[FetchPartitionRequest], replica_id: int
+    ) -> None:
+        """A dir read within the budget is evidence its disk is fine: it ends a slow spell
+        (one partition read that a loaded CPU stretched must not stand for the lag time)."""
+        now = int(time.time() * 1000)
+        for r in wanted:
+            p = self._path.partition(r.tp)
+            if p is not None and p.is_leader:
+                p.followers.read_served(replica_id, disk.longest_ms, now)
 
     def _from_late_read(
         self,
@@ -224,18 +250,21 @@ class DirReads:
         wanted: list[FetchPartitionRequest],
         replica_id: int,
         started_ms: int,
+        disk: ReadTime,
     ) -> None:
         """A dir's read outlasted the budget: it goes on, and answers the next fetch; until it
-        ends it counts as the leader serving this follower (slowly)."""
+        ends it counts as the leader serving this follower, as slowly as its disk is."""
         token = id(thread_fut)
         for r in wanted:
             p = self._path.partition(r.tp)
             if p is not None:
-                p.followers.response_started(replica_id, token, started_ms)
-        self.add_late(d, replica_id, LateRead(thread_fut, wanted, token, started_ms))
+                p.followers.response_started(replica_id, token, started_ms, disk=disk)
+        self.add_late(d, replica_id, LateRead(thread_fut, wanted, token, started_ms, disk))
 
         def ended(_f: Future[list[FetchPartitionResult]]) -> None:
             now = int(time.time() * 1000)
+            if disk.longest_ms > self._budget_s * 1000:
+                self.mark_slow(d)
             for r in wanted:
                 p = self._path.partition(r.tp)
                 if p is not None:
@@ -264,15 +293,18 @@ class DirReads:
         max_bytes: int,
         isolation_level: int,
         into_memory: bool,
+        disk: ReadTime,
     ) -> list[FetchPartitionResult]:
-        """One dir's part of a follower's fetch, on that dir's threads. A read that outlasts
-        the budget answers a later fetch: its records are read into memory before it ends, so
-        sending them never waits on this disk."""
-        started = time.monotonic()
-        results = self._read_all(requests, replica_id, max_bytes, isolation_level, into_memory)
-        if not into_memory and time.monotonic() - started > self._budget_s:
+        """One dir's part of a follower's fetch, on that dir's threads, timed partition by
+        partition. A read slow on the disk answers a later fetch: its records are read into
+        memory before it ends, so sending them never waits on this disk."""
+        results = self._read_all(
+            requests, replica_id, max_bytes, isolation_level, into_memory, disk
+        )
+        if not into_memory and disk.longest_ms > self._budget_s * 1000:
             for result in results:
-                read_into_memory(result)
+                with disk.partition():
+                    read_into_memory(result)
         return results
 
 

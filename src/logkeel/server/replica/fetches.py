@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from logkeel.server.replica import partition_reads
 from logkeel.server.replica.data_path import DataPath
 from logkeel.server.replica.delayed import DelayedFetch
 from logkeel.server.replica.dir_reads import DirReads, read_into_memory
+from logkeel.server.replica.disk_time import ReadTime
 from logkeel.server.replica.replication_quota import ReplicationQuota
 from logkeel.server.replica.results import (
     CONSUMER_REPLICA_ID,
@@ -210,9 +212,11 @@ class Fetches:
         max_bytes: int,
         isolation_level: int,
         into_memory: bool = False,
+        disk: ReadTime | None = None,
     ) -> list[FetchPartitionResult]:
         """Reads in order; ``into_memory``: records are read into memory (a slow dir) rather
-        than left in the file for sendfile."""
+        than left in the file for sendfile; ``disk``: each partition's read timed into it (a
+        dir's read for a follower, `dir_reads`)."""
         results = []
         remaining = max(0, max_bytes)
         min_one_message = True
@@ -222,11 +226,12 @@ class Fetches:
         try:
             for r in requests:
                 limit = max(0, min(r.max_bytes, remaining))
-                result = self._read_one(
-                    r, replica_id, limit, isolation_level, min_one_message, racks
-                )
-                if into_memory:
-                    read_into_memory(result)
+                with disk.partition() if disk is not None else nullcontext():
+                    result = self._read_one(
+                        r, replica_id, limit, isolation_level, min_one_message, racks
+                    )
+                    if into_memory:
+                        read_into_memory(result)
                 if result.records is not None:
                     remaining = max(0, remaining - result.records.size)
                     min_one_message = False

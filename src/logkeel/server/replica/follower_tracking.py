@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from logkeel.server.replica import isr_rules
+from logkeel.server.replica.disk_time import ReadTime
 from logkeel.server.replica.isr_rules import FollowerState, IsrConfig, SlowLeader
 
 __all__ = ["FollowerTracking"]
@@ -27,9 +28,10 @@ class FollowerTracking:
         self._lock = threading.Lock()
         self.states: dict[int, FollowerState] = {}
         # How slow this leader is to serve each follower, and the reads and responses for
-        # them still under way (token -> follower, start ms, whether it is a send).
+        # them still under way (token -> follower, start ms, whether it is a send, and a
+        # dir read's disk time: what it is judged by, not its start).
         self._slow: dict[int, SlowLeader] = {}
-        self._unsent: dict[int, tuple[int, int, bool]] = {}
+        self._unsent: dict[int, tuple[int, int, bool, ReadTime | None]] = {}
         # follower -> (fetch offset, start ms) of its read whose records are being sent: it
         # stays pending (KIP-501) until they are.
         self._reads_unsent: dict[int, tuple[int, int]] = {}
@@ -100,11 +102,20 @@ class FollowerTracking:
             self._reads_unsent[replica_id] = (fetch_offset, started_ms)
 
     def response_started(
-        self, replica_id: int, token: int, now_ms: int, *, sending: bool = False
+        self,
+        replica_id: int,
+        token: int,
+        now_ms: int,
+        *,
+        sending: bool = False,
+        disk: ReadTime | None = None,
     ) -> None:
-        """A late read of a dir for a follower (or, ``sending``, a response to it) began."""
+        """A late read of a dir for a follower (or, ``sending``, a response to it) began.
+        ``disk``: the read's partition by partition timing (`disk_time`); with it, the read
+        counts as slow only while its dir is busy with one partition for long, and its length
+        is the longest partition's, not the time since ``now_ms``."""
         with self._lock:
-            self._unsent[token] = (replica_id, now_ms, sending)
+            self._unsent[token] = (replica_id, now_ms, sending, disk)
 
     def response_sent(
         self, token: int, now_ms: int, *, leader: bool, leader_slow: bool = False
@@ -125,10 +136,19 @@ class FollowerTracking:
                             leader_slow=leader_slow,
                         )  # fmt: skip
             if entry is not None and leader:
-                replica, started, _sending = entry
+                replica, started, _sending, disk = entry
+                served = disk.longest_ms if disk is not None else now_ms - started
                 self._slow[replica] = isr_rules.follower_fetch_served(
-                    self._slow.get(replica, SlowLeader()), now_ms - started, now_ms, self.config
+                    self._slow.get(replica, SlowLeader()), served, now_ms, self.config
                 )
+
+    def read_served(self, replica_id: int, served_ms: int, now_ms: int) -> None:
+        """A read for ``replica_id`` answered in time, its longest partition read
+        ``served_ms`` on the disk: counts towards how slow this leader is to serve it."""
+        with self._lock:
+            self._slow[replica_id] = isr_rules.follower_fetch_served(
+                self._slow.get(replica_id, SlowLeader()), served_ms, now_ms, self.config
+            )
 
     def too_slow_for_all(self, followers: Sequence[int], now_ms: int) -> tuple[bool, str]:
         """Whether this leader has been too slow to serve every one of ``followers`` (one slow
@@ -136,8 +156,14 @@ class FollowerTracking:
         verdicts = []
         with self._lock:
             for r in followers:
-                reads = [t for f, t, sending in self._unsent.values() if f == r and not sending]
-                sends = [t for f, t, sending in self._unsent.values() if f == r and sending]
+                reads = [
+                    since
+                    for f, t, sending, disk in self._unsent.values()
+                    if f == r
+                    and not sending
+                    and (since := t if disk is None else disk.busy_since_ms()) is not None
+                ]
+                sends = [t for f, t, sending, _disk in self._unsent.values() if f == r and sending]
                 self._slow[r], resign, why = isr_rules.slow_leader_check(
                     self._slow.get(r, SlowLeader()), min(reads, default=None), now_ms,
                     self.config, min(sends, default=None),
