@@ -123,6 +123,15 @@ def test_sigkilled_controller_is_replaced_at_once(cluster: Cluster) -> None:
     try:
         old = zd.decode_controller(client.get(zd.CONTROLLER)[0])
         epoch = zd.decode_controller_epoch(client.get(zd.CONTROLLER_EPOCH)[0])
+        # A broker counts a peer's refusals only once it has reached that peer since the
+        # peer registered (a port never reached could be a wrong address): on a module
+        # cluster just started, the detectors may not have probed the controller yet.
+        others = [b for i, b in cluster.brokers.items() if i != old]
+        wait_until(
+            lambda: all(f"broker {old} reached" in b.output(400_000) for b in others),
+            30.0,
+            f"every other broker's crash detector reaching broker {old}",
+        )
         steps = FailoverSteps(cluster, client, old, "ctl", 6)
         cluster.brokers[old].kill()
         try:
