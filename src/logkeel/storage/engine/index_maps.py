@@ -5,7 +5,7 @@ costs one descriptor for as long as it stays mapped: the two indexes of every pa
 segment would be two thirds of a broker's descriptors (10,000 replicas: 20,000 for the indexes
 alone, this machine's hard limit). An index is mapped only while it has entries
 (``AbstractIndex._mapped``), and at most ``limit`` of them stay mapped: when another one maps,
-the one used least recently (CLOCK: one pass of second chances) gives its map back. Its entries
+the one used least recently (CLOCK: second chances) gives its map back. Its entries
 stay in the page cache, dirty pages included; its next use maps the file again (one open and
 mmap, ~20 us) and its next flush syncs the file through a descriptor. Since 3.13 a map costs no
 descriptor (``trackfd=False``) and there is no limit.
@@ -66,8 +66,9 @@ class MapBudget:
             self._mapped[id(index)] = index
             self._mapped.move_to_end(id(index))
             over = len(self._mapped) - limit
-            # One full turn at most: an index used since the last pass is moved to the back.
-            for _ in range(len(self._mapped)):
+            # Two turns at most: the first may only spend second chances (an index used since
+            # the last pass goes to the back with its bit cleared).
+            for _ in range(2 * len(self._mapped)):
                 if over <= 0:
                     break
                 key, candidate = self._mapped.popitem(last=False)
