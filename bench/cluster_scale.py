@@ -16,6 +16,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - zookeeper: ZooKeeper's own counters (4lw `mntr`) over each failure, from the signal until the
   leaderships have moved: packets received and sent (ZooKeeper 3.8's `mntr` counts no
   bytes);
+- descriptors_idle, descriptors_end: each broker's open descriptors after creation and at
+  the end (before the producer's last flush);
 - producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
   timeout) sends to every partition in turn through both failures: acknowledged, failed, and
   still unacknowledged when the run stops waiting (FLUSH_S).
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -62,7 +65,7 @@ IDLE_S = 10.0
 IDLE_WINDOWS = 3
 SEND_RATE = 500  # messages per second, round-robin over the partitions
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
-PHASE_TIMEOUT_S = 180.0
+PHASE_TIMEOUT_S = 180.0  # at 2,000 partitions; more in proportion above (--phase-timeout)
 PHASES = ("idle", "shutdown", "kill")
 PROFILE_S = 20
 # Counters of ZooKeeper's `mntr` that tell its load.
@@ -122,14 +125,22 @@ class ZkView:
         return all(broker in s.isr for s in self.states())
 
 
-def timed(probe: Callable[[], bool], what: str, started: float) -> float | str:
+def phase_timeout(n: int) -> float:
+    """PHASE_TIMEOUT_S at up to 2,000 partitions, in proportion above (a phase that waits for
+    every partition's state has that many more to wait for)."""
+    return PHASE_TIMEOUT_S * max(1.0, n / 2000)
+
+
+def timed(
+    probe: Callable[[], bool], what: str, started: float, timeout: float = PHASE_TIMEOUT_S
+) -> float | str:
     """Seconds from ``started`` until ``probe`` holds; a phase that never ends within
-    PHASE_TIMEOUT_S is reported as such and the run goes on."""
+    ``timeout`` is reported as such and the run goes on."""
     try:
-        wait_for(probe, what, PHASE_TIMEOUT_S)
+        wait_for(probe, what, timeout)
     except TimeoutError:
-        print(f"{what}: not within {PHASE_TIMEOUT_S:.0f}s", file=sys.stderr, flush=True)
-        return f">{PHASE_TIMEOUT_S:.0f}"
+        print(f"{what}: not within {timeout:.0f}s", file=sys.stderr, flush=True)
+        return f">{timeout:.0f}"
     took = round(time.monotonic() - started, 2)
     print(f"{what}: {took}s", file=sys.stderr, flush=True)
     return took
@@ -231,14 +242,37 @@ class Profiler:
         self.procs.clear()
 
 
+def open_descriptors(brokers: dict[int, LogkeelBroker]) -> dict[int, int]:
+    """Each live broker's open descriptors (its replicas' files, sockets, the rest)."""
+    out = {}
+    for i, b in brokers.items():
+        try:
+            out[i] = len(os.listdir(f"/proc/{b.pid}/fd"))
+        except (OSError, TypeError):
+            continue  # not running
+    return out
+
+
 def controller_of(zk: KazooClient) -> int:
     return zd.decode_controller(zk.get(zd.CONTROLLER)[0])
 
 
 def run(
-    n: int, base: Path, phases: tuple[str, ...] = PHASES, profile: Path | None = None
+    n: int,
+    base: Path,
+    phases: tuple[str, ...] = PHASES,
+    profile: Path | None = None,
+    limit: float | None = None,
 ) -> dict[str, Any]:
+    """``limit``: each phase's timeout (default: phase_timeout(n))."""
     result: dict[str, Any] = {"partitions": n}
+    limit = limit or phase_timeout(n)
+    # Start-up after a crash recovers every replica's log: longer with more of them.
+    start_s = 120 * max(1.0, n / 2000)
+
+    def timed_here(probe: Callable[[], bool], what: str, started: float) -> float | str:
+        return timed(probe, what, started, limit)
+
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/scale"
     brokers: dict[int, LogkeelBroker] = {}
@@ -257,8 +291,10 @@ def run(
         wait_for(lambda: watcher.exists(zd.CONTROLLER), "a controller", 60)
 
         started = time.monotonic()
-        admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
-        result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
+        admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=limit)[TOPIC].result(
+            limit + 60
+        )
+        result["create_s"] = timed_here(lambda: view[1].all_full(n), "every ISR full", started)
 
         if "idle" in phases:
             # Consecutive windows: the first still holds the settling after creation
@@ -275,6 +311,7 @@ def run(
                 )
             result["idle_cpu_first"] = windows[0]
             result["idle_cpu"] = windows[-1]
+        result["descriptors_idle"] = open_descriptors(brokers)
         latencies = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -286,7 +323,7 @@ def run(
         sender.start()
         # Under way before the first fault (acks=all at thousands of partitions is slow here:
         # replication without fetch sessions).
-        result["first_100_acks_s"] = timed(
+        result["first_100_acks_s"] = timed_here(
             lambda: sender.acked >= 100, "100 acks", time.monotonic()
         )
         zkv = ZkView(watcher, n)
@@ -301,11 +338,11 @@ def run(
             started = time.monotonic()
             act()
             profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
-            result[f"{key}_s"] = timed(
+            result[f"{key}_s"] = timed_here(
                 lambda: zkv.none_led_by(victim), f"{moved} (ZooKeeper)", started
             )
             zk_use[key] = zk_delta(before, mntr(zk))
-            result[f"{key}_metadata_s"] = timed(
+            result[f"{key}_metadata_s"] = timed_here(
                 lambda: view[other].none_led_by(victim, n), f"{moved} (Metadata)", started
             )
             return started
@@ -320,8 +357,8 @@ def run(
             brokers[victim].stop(120)
             result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
             started = time.monotonic()
-            brokers[victim].start(120)
-            result["rejoin_after_shutdown_s"] = timed(
+            brokers[victim].start(start_s)
+            result["rejoin_after_shutdown_s"] = timed_here(
                 lambda: zkv.in_every_isr(victim), "back in every ISR", started
             )
 
@@ -330,11 +367,12 @@ def run(
             ctl = controller_of(watcher)
             fault("kill_controller", ctl, brokers[ctl].kill, "every partition led")
             started = time.monotonic()
-            brokers[ctl].start(120)
-            result["rejoin_after_kill_s"] = timed(
+            brokers[ctl].start(start_s)
+            result["rejoin_after_kill_s"] = timed_here(
                 lambda: zkv.in_every_isr(ctl), "back in every ISR", started
             )
         result["zookeeper"] = zk_use
+        result["descriptors_end"] = open_descriptors(brokers)
         result["producer"] = sender.finish()
         profiler.wait()
         watcher.stop()
@@ -358,6 +396,10 @@ def main() -> None:
         "--py-spy", type=Path, default=None, metavar="DIR",
         help=f"record the surviving brokers with py-spy for {PROFILE_S}s after each fault",
     )  # fmt: skip
+    parser.add_argument(
+        "--phase-timeout", type=float, default=None, metavar="S",
+        help=f"each phase's bound (default {PHASE_TIMEOUT_S:.0f}s per 2,000 partitions)",
+    )  # fmt: skip
     args = parser.parse_args()
     phases = tuple(p for p in args.phases.split(",") if p)
     unknown = set(phases) - set(PHASES)
@@ -367,7 +409,7 @@ def main() -> None:
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base, phases, args.py_spy))
+            out.append(run(n, base, phases, args.py_spy, args.phase_timeout))
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:
