@@ -2,6 +2,8 @@
 default 18 s session, one topic of N partitions at RF 3, for each N given:
 
 - create_s: CreateTopics until Metadata shows every partition with a full ISR;
+  logs_created_s: until every broker has created its log of every partition (from the same
+  start; the phases after it begin then);
 - idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client, in the
   last of IDLE_WINDOWS consecutive windows after every ISR is full (idle_cpu_first: the first,
   which still holds the settling after creation);
@@ -242,6 +244,17 @@ class Profiler:
         self.procs.clear()
 
 
+def logs_created(brokers: dict[int, LogkeelBroker], n: int) -> bool:
+    """Whether every broker has a log dir for each of the topic's partitions (RF 3 on 3
+    brokers: every broker holds every partition). Metadata shows full ISRs as soon as the
+    controller writes the new states; the brokers create their logs after that."""
+    return all(
+        sum(1 for d in log_dir.iterdir() if d.name.startswith(f"{TOPIC}-")) >= n
+        for b in brokers.values()
+        for log_dir in b.log_dirs
+    )
+
+
 def open_descriptors(brokers: dict[int, LogkeelBroker]) -> dict[int, int]:
     """Each live broker's open descriptors (its replicas' files, sockets, the rest)."""
     out = {}
@@ -295,6 +308,9 @@ def run(
             limit + 60
         )
         result["create_s"] = timed_here(lambda: view[1].all_full(n), "every ISR full", started)
+        result["logs_created_s"] = timed_here(
+            lambda: logs_created(brokers, n), "every broker's logs created", started
+        )
 
         if "idle" in phases:
             # Consecutive windows: the first still holds the settling after creation
