@@ -60,7 +60,7 @@ from logkeel.cluster.zk_server import ZooKeeperServer, four_letter_word
 from logkeel.testing.broker_process import LogkeelBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replication import cpu_seconds, start_cluster, wait_for
+from replication import cpu_seconds, start_cluster
 
 TOPIC = "scale"
 IDLE_S = 10.0
@@ -133,13 +133,29 @@ def phase_timeout(n: int) -> float:
     return PHASE_TIMEOUT_S * max(1.0, n / 2000)
 
 
+def wait_paced(probe: Callable[[], bool], what: str, timeout: float) -> None:
+    """Polls ``probe`` until it holds, resting three times as long as each probe took between
+    them: a probe is a Metadata request or ZooKeeper read of every partition, and polled every
+    50 ms at 10,000 partitions it kept the broker answering it busy (its main thread holding
+    the GIL a second per answer), slowing the very work it waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        started = time.monotonic()
+        if probe():
+            return
+        now = time.monotonic()
+        if now >= deadline:
+            raise TimeoutError(what)
+        time.sleep(min(max(0.05, 3 * (now - started)), max(0.0, deadline - now)))
+
+
 def timed(
     probe: Callable[[], bool], what: str, started: float, timeout: float = PHASE_TIMEOUT_S
 ) -> float | str:
     """Seconds from ``started`` until ``probe`` holds; a phase that never ends within
     ``timeout`` is reported as such and the run goes on."""
     try:
-        wait_for(probe, what, timeout)
+        wait_paced(probe, what, timeout)
     except TimeoutError:
         print(f"{what}: not within {timeout:.0f}s", file=sys.stderr, flush=True)
         return f">{timeout:.0f}"
@@ -301,7 +317,7 @@ def run(
         )
         view = {i: View(b) for i, b in brokers.items()}
         admin = view[1].admin
-        wait_for(lambda: watcher.exists(zd.CONTROLLER), "a controller", 60)
+        wait_paced(lambda: watcher.exists(zd.CONTROLLER) is not None, "a controller", 60)
 
         started = time.monotonic()
         admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=limit)[TOPIC].result(
