@@ -312,12 +312,14 @@ def run(
         root.stop()
         watcher = KazooClient(hosts=zk.connect_string + chroot)
         watcher.start()
+        # Under a load of 20-30 on this machine a broker took over 60 s to start listening.
         brokers = start_cluster(
-            base, zk.connect_string + chroot, {"zookeeper.session.timeout.ms": "18000"}
-        )
+            base, zk.connect_string + chroot, {"zookeeper.session.timeout.ms": "18000"},
+            start_timeout=180,
+        )  # fmt: skip
         view = {i: View(b) for i, b in brokers.items()}
         admin = view[1].admin
-        wait_paced(lambda: watcher.exists(zd.CONTROLLER) is not None, "a controller", 60)
+        wait_paced(lambda: watcher.exists(zd.CONTROLLER) is not None, "a controller", 180)
 
         started = time.monotonic()
         admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=limit)[TOPIC].result(
