@@ -246,3 +246,14 @@ def test_the_soft_limit_is_raised_to_the_hard_one() -> None:
     ).stdout.split()
     maps = "None" if sys.version_info >= (3, 13) else str(hard // 4)
     assert out == ["256", str(hard), str(hard), maps]
+
+
+def test_an_index_dropped_without_closing_unmaps_when_collected(tmp_path: Path) -> None:
+    """The budget holds its indexes weakly: one nobody closes (a test's, a dropped segment's)
+    gives its descriptor back when collected, as before there was a budget."""
+    before = open_fds()
+    index = OffsetIndex(partition_dir(tmp_path) / "00000000000000000000.index", 0)
+    index.append(1, 1)
+    assert open_fds() == before + MAPPED_FDS
+    del index
+    assert open_fds() == before

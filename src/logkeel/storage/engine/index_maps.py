@@ -16,6 +16,7 @@ from __future__ import annotations
 import resource
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Protocol
 
@@ -47,7 +48,9 @@ class MapBudget:
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._mapped: OrderedDict[int, Mappable] = OrderedDict()
+        # Weak: an index dropped without being closed (its segment deleted, a test's) unmaps
+        # when collected, as before there was a budget; its entry goes at the next pass.
+        self._mapped: OrderedDict[int, weakref.ref[Mappable]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._mapped)
@@ -63,7 +66,7 @@ class MapBudget:
             return
         victims: list[Mappable] = []
         with self._lock:
-            self._mapped[id(index)] = index
+            self._mapped[id(index)] = weakref.ref(index)
             self._mapped.move_to_end(id(index))
             over = len(self._mapped) - limit
             # Two turns at most: the first may only spend second chances (an index used since
@@ -71,10 +74,14 @@ class MapBudget:
             for _ in range(2 * len(self._mapped)):
                 if over <= 0:
                     break
-                key, candidate = self._mapped.popitem(last=False)
+                key, ref = self._mapped.popitem(last=False)
+                candidate = ref()
+                if candidate is None:
+                    over -= 1  # collected: its map is gone with it
+                    continue
                 if candidate is index or candidate._used:
                     candidate._used = False
-                    self._mapped[key] = candidate
+                    self._mapped[key] = ref
                     continue
                 victims.append(candidate)
                 over -= 1
@@ -82,7 +89,7 @@ class MapBudget:
         if kept:
             with self._lock:
                 for v in kept:
-                    self._mapped[id(v)] = v
+                    self._mapped[id(v)] = weakref.ref(v)
 
     def discard(self, index: Mappable) -> None:
         """``index`` no longer has a map (closed, deleted, unmapped)."""
