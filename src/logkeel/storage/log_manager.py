@@ -272,6 +272,7 @@ class LogManager:
                 )
             refusal = self.descriptors and self.descriptors.refusal(len(self.logs) + 1)
             if refusal:
+                log.error("cannot create a log for %s: %s", tp, refusal)
                 # No dir's fault: log_dir "" takes only this partition offline, with the reason.
                 raise KafkaStorageError("", f"cannot create a log for {tp}: {refusal}")
             d = self._choose_dir()
