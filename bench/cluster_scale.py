@@ -2,11 +2,11 @@
 default 18 s session, one topic of N partitions at RF 3, for each N given:
 
 - create_s: CreateTopics until Metadata shows every partition with a full ISR;
+  logs_created_s: until every broker has created its log of every partition (from the same
+  start; the phases after it begin then);
 - idle_cpu: each broker's CPU share of one core over IDLE_S seconds with no client, in the
-  last of IDLE_WINDOWS consecutive windows after every ISR is full (idle_cpu_first: the first,
-  which still holds the settling after creation); logs_created_s: from CreateTopics until every
-  broker has created its logs of the topic (the ISRs are full before: every replica starts in
-  sync), as the log dirs show;
+  last of IDLE_WINDOWS consecutive windows after every log is created (idle_cpu_first: the
+  first, which still holds the followers' first fetches and the new logs' checkpoints);
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
@@ -21,6 +21,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - zookeeper: ZooKeeper's own counters (4lw `mntr`) over each failure, from the signal until the
   leaderships have moved: packets received and sent (ZooKeeper 3.8's `mntr` counts no
   bytes);
+- descriptors_idle, descriptors_end: each broker's open descriptors after creation and at
+  the end (before the producer's last flush);
 - producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
   timeout) sends to every partition in turn through both failures: acknowledged, failed, and
   still unacknowledged when the run stops waiting (FLUSH_S, or ``--flush-s``: a shorter wait
@@ -40,7 +42,6 @@ The last line printed is one JSON object (one entry per partition count).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -64,14 +65,14 @@ from logkeel.cluster.zk_server import ZooKeeperServer, four_letter_word
 from logkeel.testing.broker_process import LogkeelBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replication import cpu_seconds, start_cluster, wait_for
+from replication import cpu_seconds, start_cluster
 
 TOPIC = "scale"
 IDLE_S = 10.0
 IDLE_WINDOWS = 3
 SEND_RATE = 500  # messages per second, round-robin over the partitions
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
-PHASE_TIMEOUT_S = 180.0
+PHASE_TIMEOUT_S = 180.0  # at 2,000 partitions; more in proportion above (--phase-timeout)
 PHASES = ("idle", "shutdown", "kill")
 PROFILE_S = 20
 # Counters of ZooKeeper's `mntr` that tell its load.
@@ -147,14 +148,38 @@ class ZkView:
         return all(broker in s.isr for s in self.states())
 
 
-def timed(probe: Callable[[], bool], what: str, started: float) -> float | str:
+def phase_timeout(n: int) -> float:
+    """PHASE_TIMEOUT_S at up to 2,000 partitions, in proportion above (a phase that waits for
+    every partition's state has that many more to wait for)."""
+    return PHASE_TIMEOUT_S * max(1.0, n / 2000)
+
+
+def wait_paced(probe: Callable[[], bool], what: str, timeout: float) -> None:
+    """Polls ``probe`` until it holds, resting three times as long as each probe took between
+    them: a probe is a Metadata request or ZooKeeper read of every partition, and polled every
+    50 ms at 10,000 partitions it kept the broker answering it busy (its main thread holding
+    the GIL a second per answer), slowing the very work it waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        started = time.monotonic()
+        if probe():
+            return
+        now = time.monotonic()
+        if now >= deadline:
+            raise TimeoutError(what)
+        time.sleep(min(max(0.05, 3 * (now - started)), max(0.0, deadline - now)))
+
+
+def timed(
+    probe: Callable[[], bool], what: str, started: float, timeout: float = PHASE_TIMEOUT_S
+) -> float | str:
     """Seconds from ``started`` until ``probe`` holds; a phase that never ends within
-    PHASE_TIMEOUT_S is reported as such and the run goes on."""
+    ``timeout`` is reported as such and the run goes on."""
     try:
-        wait_for(probe, what, PHASE_TIMEOUT_S)
+        wait_paced(probe, what, timeout)
     except TimeoutError:
-        print(f"{what}: not within {PHASE_TIMEOUT_S:.0f}s", file=sys.stderr, flush=True)
-        return f">{PHASE_TIMEOUT_S:.0f}"
+        print(f"{what}: not within {timeout:.0f}s", file=sys.stderr, flush=True)
+        return f">{timeout:.0f}"
     took = round(time.monotonic() - started, 2)
     print(f"{what}: {took}s", file=sys.stderr, flush=True)
     return took
@@ -259,38 +284,26 @@ class Profiler:
         self.procs.clear()
 
 
-class LogsCreated:
-    """When every broker has created the topic's N logs (its dirs in the broker's log dir),
-    from ``started``: the ISRs are full from the topic's creation on (every replica starts in
-    sync), so the brokers may still be creating logs in the first idle windows."""
+def logs_created(brokers: dict[int, LogkeelBroker], n: int) -> bool:
+    """Whether every broker has a log dir for each of the topic's partitions (RF 3 on 3
+    brokers: every broker holds every partition). Metadata shows full ISRs as soon as the
+    controller writes the new states; the brokers create their logs after that."""
+    return all(
+        sum(1 for d in log_dir.iterdir() if d.name.startswith(f"{TOPIC}-")) >= n
+        for b in brokers.values()
+        for log_dir in b.log_dirs
+    )
 
-    def __init__(self, brokers: dict[int, LogkeelBroker], n: int, started: float) -> None:
-        self.dirs = [d for b in brokers.values() for d in b.log_dirs]
-        self.n = n
-        self.started = started
-        self.done: float | None = None
-        self.stop = threading.Event()
-        threading.Thread(target=self._poll, daemon=True).start()
 
-    def _count(self) -> int:
-        total = 0
-        for d in self.dirs:
-            with contextlib.suppress(FileNotFoundError):
-                total += sum(1 for name in os.listdir(d) if name.startswith(f"{TOPIC}-"))
-        return total
-
-    def _poll(self) -> None:
-        while not self.stop.wait(0.5):
-            if self._count() >= self.n * 3:
-                self.done = time.monotonic()
-                return
-
-    def result(self) -> float | str:
-        """Seconds until then, or how many were still missing when asked (the poller stops)."""
-        self.stop.set()
-        if self.done is not None:
-            return round(self.done - self.started, 1)
-        return f"{self.n * 3 - self._count()} missing at {time.monotonic() - self.started:.0f}s"
+def open_descriptors(brokers: dict[int, LogkeelBroker]) -> dict[int, int]:
+    """Each live broker's open descriptors (its replicas' files, sockets, the rest)."""
+    out = {}
+    for i, b in brokers.items():
+        try:
+            out[i] = len(os.listdir(f"/proc/{b.pid}/fd"))
+        except (OSError, TypeError):
+            continue  # not running
+    return out
 
 
 def controller_of(zk: KazooClient) -> int:
@@ -303,8 +316,17 @@ def run(
     phases: tuple[str, ...] = PHASES,
     profile: Path | None = None,
     flush_s: float = FLUSH_S,
+    limit: float | None = None,
 ) -> dict[str, Any]:
+    """``limit``: each phase's timeout (default: phase_timeout(n))."""
     result: dict[str, Any] = {"partitions": n}
+    limit = limit or phase_timeout(n)
+    # Start-up after a crash recovers every replica's log: longer with more of them.
+    start_s = 120 * max(1.0, n / 2000)
+
+    def timed_here(probe: Callable[[], bool], what: str, started: float) -> float | str:
+        return timed(probe, what, started, limit)
+
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/scale"
     brokers: dict[int, LogkeelBroker] = {}
@@ -315,17 +337,23 @@ def run(
         root.stop()
         watcher = KazooClient(hosts=zk.connect_string + chroot)
         watcher.start()
+        # Under a load of 20-30 on this machine a broker took over 60 s to start listening.
         brokers = start_cluster(
-            base, zk.connect_string + chroot, {"zookeeper.session.timeout.ms": "18000"}
-        )
+            base, zk.connect_string + chroot, {"zookeeper.session.timeout.ms": "18000"},
+            start_timeout=180,
+        )  # fmt: skip
         view = {i: View(b) for i, b in brokers.items()}
         admin = view[1].admin
-        wait_for(lambda: watcher.exists(zd.CONTROLLER), "a controller", 60)
+        wait_paced(lambda: watcher.exists(zd.CONTROLLER) is not None, "a controller", 180)
 
         started = time.monotonic()
-        created = LogsCreated(brokers, n, started)
-        admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=120)[TOPIC].result(180)
-        result["create_s"] = timed(lambda: view[1].all_full(n), "every ISR full", started)
+        admin.create_topics([NewTopic(TOPIC, n, 3)], operation_timeout=limit)[TOPIC].result(
+            limit + 60
+        )
+        result["create_s"] = timed_here(lambda: view[1].all_full(n), "every ISR full", started)
+        result["logs_created_s"] = timed_here(
+            lambda: logs_created(brokers, n), "every broker's logs created", started
+        )
 
         if "idle" in phases:
             # Consecutive windows: the first still holds the settling after creation
@@ -342,11 +370,11 @@ def run(
                 )
             result["idle_cpu_first"] = windows[0]
             result["idle_cpu"] = windows[-1]
-            result["logs_created_s"] = created.result()
             # Profiled after the measured windows, so that py-spy's sampling is not counted.
             idle_profile = Profiler(profile)
             idle_profile.record("idle", brokers, gil=True)
             idle_profile.wait()
+        result["descriptors_idle"] = open_descriptors(brokers)
         latencies = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -358,7 +386,7 @@ def run(
         sender.start()
         # Under way before the first fault (acks=all at thousands of partitions is slow here:
         # replication without fetch sessions).
-        result["first_100_acks_s"] = timed(
+        result["first_100_acks_s"] = timed_here(
             lambda: sender.acked >= 100, "100 acks", time.monotonic()
         )
         zkv = ZkView(watcher, n)
@@ -394,7 +422,7 @@ def run(
             }
 
             def probe(name: str, check: Callable[[], bool], what: str) -> None:
-                found[name] = timed(check, what, started)
+                found[name] = timed_here(check, what, started)
                 if name == "zk":
                     zk_use[key] = zk_delta(before, mntr(zk))
 
@@ -421,8 +449,8 @@ def run(
             brokers[victim].stop(120)
             result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
             started = time.monotonic()
-            brokers[victim].start(120)
-            result["rejoin_after_shutdown_s"] = timed(
+            brokers[victim].start(start_s)
+            result["rejoin_after_shutdown_s"] = timed_here(
                 lambda: zkv.in_every_isr(victim), "back in every ISR", started
             )
 
@@ -431,11 +459,12 @@ def run(
             ctl = controller_of(watcher)
             fault("kill_controller", ctl, brokers[ctl].kill, "every partition led")
             started = time.monotonic()
-            brokers[ctl].start(120)
-            result["rejoin_after_kill_s"] = timed(
+            brokers[ctl].start(start_s)
+            result["rejoin_after_kill_s"] = timed_here(
                 lambda: zkv.in_every_isr(ctl), "back in every ISR", started
             )
         result["zookeeper"] = zk_use
+        result["descriptors_end"] = open_descriptors(brokers)
         result["producer"] = sender.finish(flush_s)
         profiler.wait()
         watcher.stop()
@@ -463,6 +492,10 @@ def main() -> None:
         "--flush-s", type=float, default=FLUSH_S,
         help="how long the producer's last sends are waited for at the end",
     )  # fmt: skip
+    parser.add_argument(
+        "--phase-timeout", type=float, default=None, metavar="S",
+        help=f"each phase's bound (default {PHASE_TIMEOUT_S:.0f}s per 2,000 partitions)",
+    )  # fmt: skip
     args = parser.parse_args()
     phases = tuple(p for p in args.phases.split(",") if p)
     unknown = set(phases) - set(PHASES)
@@ -472,7 +505,7 @@ def main() -> None:
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base, phases, args.py_spy, args.flush_s))
+            out.append(run(n, base, phases, args.py_spy, args.flush_s, args.phase_timeout))
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:

@@ -49,6 +49,7 @@ def start_cluster(
     connect: str,
     overrides: dict[str, str] | None = None,
     log_dirs: dict[int, list[Path]] | None = None,
+    start_timeout: float = 60,
 ) -> dict[int, LogkeelBroker]:
     """Brokers 1-3 on ``connect``, started side by side (``log_dirs``: a broker's own)."""
     brokers = {
@@ -64,7 +65,7 @@ def start_cluster(
         )  # fmt: skip
         for i in (1, 2, 3)
     }
-    threads = [threading.Thread(target=b.start, args=(60,)) for b in brokers.values()]
+    threads = [threading.Thread(target=b.start, args=(start_timeout,)) for b in brokers.values()]
     for t in threads:
         t.start()
     for t in threads:

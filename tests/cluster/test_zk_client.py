@@ -201,6 +201,17 @@ def test_notifications_are_read_in_order_and_once(clients) -> None:
     broker.notify_log_dir_failure(zd.LogDirEvent(1))
     assert controller.take_log_dir_failures() == [failed, zd.LogDirEvent(1)]
 
+    # Thousands of ISR changes of a long-named topic: in parts under ZooKeeper's 1 MB.
+    many = {TopicPartition("x" * 249, p) for p in range(2 * zd.ISR_CHANGE_CHUNK + 1)}
+    broker.notify_isr_change(many)
+    children = controller.zk.get_children(zd.ISR_CHANGE_NOTIFICATION)
+    assert len(children) == 3
+    sizes = [
+        controller.zk.exists(f"{zd.ISR_CHANGE_NOTIFICATION}/{c}").data_length for c in children
+    ]
+    assert max(sizes) < 1_000_000
+    assert controller.take_isr_changes() == many
+
     broker.request_preferred_election([TopicPartition("t", 0)])
     with pytest.raises(NodeExistsError):
         broker.request_preferred_election([TopicPartition("t", 1)])

@@ -24,6 +24,8 @@ TOPIC_CONFIGS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+# Partitions per ISR change notification: ~290 KB with 249-character topic names.
+ISR_CHANGE_CHUNK = 1000
 ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"

@@ -177,9 +177,18 @@ class TopicZnodes(ZkSession):
         return out
 
     def notify_isr_change(self, partitions: Iterable[TopicPartition]) -> str:
-        return self._notify(
-            zd.ISR_CHANGE_NOTIFICATION, zd.ISR_CHANGE_PREFIX, zd.encode_partitions(partitions)
-        )
+        """One notification per ISR_CHANGE_CHUNK partitions (a broker back in thousands of
+        ISRs must not write one znode past ZooKeeper's 1 MB); returns the first's path."""
+        items = sorted(set(partitions))
+        paths = [
+            self._notify(
+                zd.ISR_CHANGE_NOTIFICATION,
+                zd.ISR_CHANGE_PREFIX,
+                zd.encode_partitions(items[i : i + zd.ISR_CHANGE_CHUNK]),
+            )
+            for i in range(0, max(1, len(items)), zd.ISR_CHANGE_CHUNK)
+        ]
+        return paths[0]
 
     def take_isr_changes(self) -> set[TopicPartition]:
         changed: set[TopicPartition] = set()

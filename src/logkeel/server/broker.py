@@ -81,6 +81,7 @@ from logkeel.server.topic_deletions import finish_topic_deletions
 from logkeel.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from logkeel.server.txn.markers import TxnMarkers
 from logkeel.server.txn.records import TRANSACTION_STATE_TOPIC
+from logkeel.storage import descriptors
 from logkeel.storage.background_tasks import BackgroundIntervals
 from logkeel.storage.log_dir import META_PROPERTIES, MetaProperties, MetaPropertiesError
 from logkeel.storage.log_manager import LogManager
@@ -336,7 +337,14 @@ class Broker:
             raise RuntimeError("broker already started")
         self.started_at = time.time()
         t0 = time.monotonic()
+        budget = self.log_manager.descriptors = descriptors.configure()
         report = await asyncio.to_thread(self.log_manager.startup)
+        replicas = len(self.log_manager.logs)
+        log.info("%s", budget.describe(replicas))
+        refusal = budget.refusal(replicas)
+        if refusal is not None:
+            await asyncio.to_thread(self.log_manager.shutdown)
+            raise BrokerStartError(refusal)
         await asyncio.to_thread(finish_topic_deletions, self.metadata, self.log_manager)
         await asyncio.to_thread(
             adopt_stray_logs,

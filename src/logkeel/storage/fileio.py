@@ -54,12 +54,17 @@ def atomic_write(path: str | Path, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(path.parent)
 
 
-def fsync_path(path: str | Path) -> None:
-    """What ``atomic_write(..., sync=False)`` left to do: the file, then its directory."""
-    path = Path(path)
+def fsync_file(path: str | Path) -> None:
+    """Syncs a file this process holds no descriptor of (its dirty pages are the kernel's)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_path(path: str | Path) -> None:
+    """What ``atomic_write(..., sync=False)`` left to do: the file, then its directory."""
+    path = Path(path)
+    fsync_file(path)
     fsync_dir(path.parent)

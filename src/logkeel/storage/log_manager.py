@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from logkeel.storage.background_tasks import BackgroundIntervals, BackgroundTasks
+from logkeel.storage.descriptors import DescriptorBudget
 from logkeel.storage.dir_loading import DirLoader, find_cluster_id
 from logkeel.storage.engine.log import PartitionLog
 from logkeel.storage.engine.log_config import LogConfig
@@ -123,6 +124,8 @@ class LogManager:
             probe_offline_dirs=self.offline_dirs.probe,
         )
         self.moves = ReplicaMoves(self, alter_log_dirs_rate)
+        # Set by the broker (descriptors.configure): a new replica past it is refused.
+        self.descriptors: DescriptorBudget | None = None
 
     # -- configuration --------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
@@ -267,6 +270,11 @@ class LogManager:
                 raise KafkaStorageError(
                     "", f"partition {tp} is offline: {self.offline_partitions[tp]}"
                 )
+            refusal = self.descriptors and self.descriptors.refusal(len(self.logs) + 1)
+            if refusal:
+                log.error("cannot create a log for %s: %s", tp, refusal)
+                # No dir's fault: log_dir "" takes only this partition offline, with the reason.
+                raise KafkaStorageError("", f"cannot create a log for {tp}: {refusal}")
             d = self._choose_dir()
             path = d.path / tp.dir_name
             with io_guard(d.path, f"creating {path}"):

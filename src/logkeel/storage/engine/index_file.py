@@ -7,9 +7,11 @@ trimmed to its valid entries, so a trimmed file holds exactly ``length / entry_s
 
 Two things differ from Kafka on purpose:
 
-* **Lazy.** Constructing an index touches no file. The file is opened and mapped on first use,
-  so broker start-up costs nothing per inactive segment (KIP-263). ``is_loaded`` tells whether
-  that has happened; ``close()`` returns the object to the unloaded state.
+* **Lazy.** Constructing an index touches no file. The file is opened on first use, so broker
+  start-up costs nothing per inactive segment (KIP-263). ``is_loaded`` tells whether that has
+  happened; ``close()`` returns the object to the unloaded state. A loaded index is mapped only
+  while it holds entries, and gives its map back when too many are mapped (``index_maps``):
+  before Python 3.13 each map holds a descriptor.
 * **Crash-tolerant entry count.** Kafka trusts ``length / entry_size`` and rebuilds every index past
   the recovery point after an unclean shutdown. We keep indexes across a crash and only supplement
   them (AKIP-2, docs/proposals.md), so a preallocated file that was never trimmed must yield exactly
@@ -31,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Generic, Self, TypeVar
 
+from logkeel.storage.engine.index_maps import MAPS
 from logkeel.storage.engine.index_recovery import (
     crashed_head,
     longest_valid_prefix,
@@ -43,6 +46,7 @@ from logkeel.storage.errors import (
     StorageError,
     io_guard,
 )
+from logkeel.storage.fileio import fsync_file
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,9 @@ _WARM_SECTION_BYTES = 8192
 # Blocks are reserved ahead of the mmap writes in chunks of this size (see _ensure_reserved).
 _RESERVE_CHUNK = 64 * 1024
 
-# Since 3.13, mmap can skip dup()ing the descriptor; before that every mapped index costs one fd.
+# Since 3.13, mmap can skip dup()ing the descriptor; before that every mapped index costs one fd
+# (which is why an index is mapped only while it has entries, and only so many at a time: see
+# index_maps).
 _MMAP_KWARGS: dict[str, bool] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 E = TypeVar("E", bound=tuple[int, int])
@@ -103,6 +109,9 @@ class AbstractIndex(ABC, Generic[E]):
         self._length = 0
         self._entries = 0
         self._reserved = 0
+        # Written through a map since dropped: the next flush syncs the file itself.
+        self._unsynced = False
+        self._used = False
 
     # ---- identity (never touches the file) -------------------------------------------------
 
@@ -128,8 +137,13 @@ class AbstractIndex(ABC, Generic[E]):
 
     @property
     def is_loaded(self) -> bool:
-        """Whether the file has been opened and mapped (tests count these to check laziness)."""
+        """Whether the file has been opened (tests count these to check laziness)."""
         return self._loaded
+
+    @property
+    def is_mapped(self) -> bool:
+        """Whether the file is memory-mapped now (a descriptor before Python 3.13)."""
+        return self._mm is not None
 
     def update_parent_dir(self, parent_dir: str | Path) -> None:
         """Points at the same file name in another directory (the partition dir was renamed)."""
@@ -198,7 +212,7 @@ class AbstractIndex(ABC, Generic[E]):
         """All valid entries in order (a snapshot taken under the lock)."""
         with self._lock:
             self._ensure_loaded()
-            raw = self._mm[: self._entries * self.entry_size] if self._mm is not None else b""
+            raw = self._mapped()[: self._entries * self.entry_size] if self._entries else b""
         return map(self._to_entry, self._codec.iter_unpack(raw))
 
     def relative_offset(self, offset: int) -> int:
@@ -260,7 +274,7 @@ class AbstractIndex(ABC, Generic[E]):
                     fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
                     try:
                         os.ftruncate(fd, rounded)
-                        new_mm = self._map(fd, rounded)
+                        new_mm = self._map(fd, rounded) if self._entries else None
                     finally:
                         os.close(fd)
             except BaseException:
@@ -270,7 +284,12 @@ class AbstractIndex(ABC, Generic[E]):
                 raise
             old, self._mm = self._mm, new_mm
             if old is not None:
+                self._unsynced = True
                 old.close()
+            if new_mm is None:
+                MAPS.discard(self)
+            else:
+                MAPS.add(self)
             self._length = rounded
             self._reserved = min(self._reserved, rounded)
             return True
@@ -284,7 +303,14 @@ class AbstractIndex(ABC, Generic[E]):
     def flush(self) -> None:
         """Writes the mapped pages to disk (msync). Nothing to do if never loaded."""
         with self._lock:
-            if self._mm is not None and self._writable:
+            if not self._writable:
+                return
+            if self._unsynced:
+                # Pages written through a map since dropped are the file's dirty pages now.
+                with io_guard(self._log_dir, f"flushing {self._kind} {self._path}"):
+                    fsync_file(self._path)
+                self._unsynced = False
+            elif self._mm is not None:
                 with io_guard(self._log_dir, f"flushing {self._kind} {self._path}"):
                     self._mm.flush()
 
@@ -355,8 +381,7 @@ class AbstractIndex(ABC, Generic[E]):
                         f"{self._kind} {self._path} is corrupt: last offset {last_offset} is "
                         f"less than the base offset {self._base_offset}"
                     )
-            assert self._entries == 0 or self._mm is not None
-            raw = self._mm[: self._entries * self.entry_size] if self._mm is not None else b""
+            raw = self._mapped()[: self._entries * self.entry_size] if self._entries else b""
             valid, reason = self._longest_valid_prefix(raw)
             if valid < self._entries:
                 raise CorruptIndexError(f"{self._kind} {self._path} is corrupt: {reason}")
@@ -381,8 +406,9 @@ class AbstractIndex(ABC, Generic[E]):
     # ---- internals (caller holds the lock) --------------------------------------------------
 
     def _entry(self, n: int) -> E:
-        assert self._mm is not None
-        return self._to_entry(self._codec.unpack_from(self._mm, n * self.entry_size))
+        return self._to_entry(
+            self._codec.unpack_from(self._mm or self._mapped(), n * self.entry_size)
+        )
 
     def _require_writable(self, what: str) -> None:
         if not self._writable:
@@ -391,6 +417,7 @@ class AbstractIndex(ABC, Generic[E]):
     def _ensure_loaded(self, grow_to: int = 0) -> None:
         """Opens and maps the file; ``grow_to``: a larger length to extend it to first (the
         entries are those of the file as it was)."""
+        self._used = True
         if self._loaded:
             return
         if self._deleted:
@@ -413,21 +440,19 @@ class AbstractIndex(ABC, Generic[E]):
                 # map: a fault on a page of its sparse tail zero-fills a large folio (~1 ms on
                 # the development VM, seconds for a broker's worth of partitions).
                 head = None if created else crashed_head(fd, length, self.entry_size)
+                entries = 0 if created else self._recover_entry_count(fd, length, head)
                 mapped = length
                 if grow_to > length:
                     os.ftruncate(fd, grow_to)
                     mapped = grow_to
-                mm = self._map(fd, mapped)
+                # No map while there is no entry (see _mapped).
+                mm = self._map(fd, mapped) if entries else None
             finally:
                 os.close(fd)
-        self._mm, self._length, self._loaded = mm, length, True
-        try:
-            self._entries = 0 if created else self._recover_entry_count(head)
-        except BaseException:
-            self._unload()
-            raise
-        self._length = mapped
-        self._reserved = self._entries * self.entry_size
+        self._mm, self._length, self._entries, self._loaded = mm, mapped, entries, True
+        self._reserved = entries * self.entry_size
+        if mm is not None:
+            MAPS.add(self)
 
     def _open(self) -> tuple[int, bool]:
         if not self._writable:
@@ -451,18 +476,52 @@ class AbstractIndex(ABC, Generic[E]):
         access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
         return mmap.mmap(fd, length, access=access, **_MMAP_KWARGS)
 
+    def _mapped(self) -> mmap.mmap:
+        """The map of a loaded index, made now if it has none: an index is mapped from its
+        first entry on, and again after giving its map back (index_maps)."""
+        mm = self._mm
+        if mm is not None:
+            return mm
+        with io_guard(self._log_dir, f"mapping {self._kind} {self._path}"):
+            fd = os.open(self._path, (os.O_RDWR if self._writable else os.O_RDONLY) | os.O_CLOEXEC)
+            try:
+                mm = self._map(fd, self._length)
+            finally:
+                os.close(fd)
+        if mm is None:
+            raise StorageError(f"{self._kind} {self._path} has no room for an entry")
+        self._mm = mm
+        MAPS.add(self)
+        return mm
+
+    def _release_map_if_idle(self) -> bool:
+        """Unmaps, keeping what is known of the file, unless another thread holds the lock
+        (index_maps calls this on the index used least recently)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            mm, self._mm = self._mm, None
+            if mm is not None:
+                if self._writable:
+                    self._unsynced = True
+                mm.close()
+            return True
+        finally:
+            self._lock.release()
+
     def _unload(self) -> None:
         mm, self._mm = self._mm, None
         self._loaded = False
         self._entries = self._length = self._reserved = 0
         if mm is not None:
+            MAPS.discard(self)
             mm.close()
 
-    def _recover_entry_count(self, head: bytes | None) -> int:
+    def _recover_entry_count(self, fd: int, length: int, head: bytes | None) -> int:
         """How many entries an existing file holds (see index_recovery). ``head``: None for a
         file whose last slot is not all zeros, else its written part (see crashed_head)."""
         if head is None:
-            return self._length // self.entry_size
+            return length // self.entry_size
         written = written_slots(head, self.entry_size)
         valid, reason = self._longest_valid_prefix(head[: written * self.entry_size])
         if valid < written:
@@ -476,7 +535,7 @@ class AbstractIndex(ABC, Generic[E]):
             )
             if self._writable:
                 # So that a later crash cannot mistake the junk for entries.
-                self._zero_slots(valid, written)
+                _pwrite_all(fd, bytes((written - valid) * self.entry_size), valid * self.entry_size)
         return valid
 
     def _longest_valid_prefix(self, raw: bytes) -> tuple[int, str | None]:
@@ -489,8 +548,7 @@ class AbstractIndex(ABC, Generic[E]):
 
     def _zero_slots(self, start: int, end: int) -> None:
         if end > start:
-            assert self._mm is not None
-            self._mm[start * self.entry_size : end * self.entry_size] = bytes(
+            self._mapped()[start * self.entry_size : end * self.entry_size] = bytes(
                 (end - start) * self.entry_size
             )
 
@@ -539,10 +597,10 @@ class AbstractIndex(ABC, Generic[E]):
             raise IndexFullError(
                 f"attempt to append to a full {self._kind} {self._path} ({self._entries} entries)"
             )
-        assert self._mm is not None
+        mm = self._mapped()
         position = self._entries * self.entry_size
         self._ensure_reserved(position + self.entry_size)
-        self._codec.pack_into(self._mm, position, *raw)
+        self._codec.pack_into(mm, position, *raw)
         self._entries += 1
 
     def _ensure_reserved(self, end: int) -> None:
@@ -564,10 +622,14 @@ class AbstractIndex(ABC, Generic[E]):
             try:
                 # Slots at and past _reserved hold no entry (zeros end the index), so writing
                 # zeros there changes nothing a reader can see.
-                zeros = bytes(new_end - self._reserved)
-                written = 0
-                while written < len(zeros):
-                    written += os.pwrite(fd, memoryview(zeros)[written:], self._reserved + written)
+                _pwrite_all(fd, bytes(new_end - self._reserved), self._reserved)
             finally:
                 os.close(fd)
         self._reserved = new_end
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view, position = view[n:], position + n

@@ -65,6 +65,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         there is no free slot, IndexOffsetOverflowError when offset - base does not fit an int32.
         """
         with self._lock:
+            self._used = True
             if not self._loaded:
                 self._ensure_loaded()
             relative = offset - self._base_offset
@@ -74,10 +75,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             if tail[0] == n and tail[1] is self._mm:
                 last_relative, last_position = tail[2], tail[3]
             elif n:
-                last_relative, last_position = self._codec.unpack_from(
-                    self._mm,  # type: ignore[arg-type]  # mapped once loaded
-                    slot - 8,
-                )
+                last_relative, last_position = self._codec.unpack_from(self._mapped(), slot - 8)
             else:
                 last_relative = last_position = -1
             # One test for the usual case (runs for every indexed batch); the precise error
@@ -90,9 +88,10 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             ):
                 if slot + 8 > self._reserved:
                     self._ensure_reserved(slot + 8)
-                self._codec.pack_into(self._mm, slot, relative, position)  # type: ignore[arg-type]
+                mm = self._mm or self._mapped()
+                self._codec.pack_into(mm, slot, relative, position)
                 self._entries = n + 1
-                self._tail = (n + 1, self._mm, relative, position)
+                self._tail = (n + 1, mm, relative, position)
                 return
             self._append_checked(offset, position)
 
@@ -105,10 +104,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             )
         n = self._entries
         if n:
-            last_relative, last_position = self._codec.unpack_from(
-                self._mm,  # type: ignore[arg-type]  # mapped once loaded
-                (n - 1) * 8,
-            )
+            last_relative, last_position = self._codec.unpack_from(self._mapped(), (n - 1) * 8)
             if relative <= last_relative:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to slot {n}, no larger than the "

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from logkeel.storage.errors import CorruptIndexError, InvalidOffsetError, StorageError, io_guard
-from logkeel.storage.fileio import read_file
+from logkeel.storage.fileio import fsync_file, read_file
 
 ABORTED_TXN_SIZE = 34
 ABORTED_TXN_VERSION = 0
@@ -196,11 +196,7 @@ class TransactionIndex:
             if not self._dirty:
                 return
             with io_guard(self._log_dir, f"flushing transaction index {self._path}"):
-                fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_file(self._path)
             self._dirty = False
 
     def close(self) -> None:
