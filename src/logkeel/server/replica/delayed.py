@@ -151,3 +151,27 @@ class DelayedFetch(DelayedOperation):
         if accumulated >= self._min_bytes:
             return self.force_complete()
         return False
+
+    def unchanged(self, log_starts: Mapping[TopicPartition, int]) -> bool:
+        """Whether every partition is as the first read answered it: the same partition
+        serving in the same leader epoch, no byte appended since, the same high watermark and
+        log start (``log_starts``, as answered). A read now would answer the same."""
+        for r in self._requests:
+            first, start_bytes, start_hw = self._start[r.tp]
+            p = self._partitions.partition(r.tp)
+            if p is None or p is not first or p.appended_bytes != start_bytes:
+                return False
+            leader_only = self._replica_id < 0 and r.client_rack is None
+            if (
+                p.state_error(leader_only=leader_only) is not None
+                or p.epoch_error(r.current_leader_epoch) is not None
+            ):
+                return False
+            plog = p.log
+            if (
+                plog is None
+                or plog.high_watermark != start_hw
+                or plog.log_start_offset != log_starts.get(r.tp)
+            ):
+                return False
+        return True
