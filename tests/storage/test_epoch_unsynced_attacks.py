@@ -63,7 +63,8 @@ def _assert_cache_matches_batches(plog: PartitionLog) -> None:
 
 
 def _lose(path: Path, previous: bytes, how: str) -> None:
-    """What a machine crash may leave of an unsynced atomic_write of the checkpoint."""
+    """What a machine crash may leave of a checkpoint written without a sync (as brokers
+    before the epoch was left to the next flush wrote a new leader's)."""
     file = path / TP.dir_name / CHECKPOINT
     if how == "previous":
         file.write_bytes(previous)
@@ -173,10 +174,10 @@ def test_a_follower_truncation_rewrites_the_checkpoint_synced(
         writes: list[bool] = []
         real = checkpoints.atomic_write
 
-        def spy(p: Path, data: bytes, *, sync: bool = True) -> None:
+        def spy(p: Path, data: bytes) -> None:
             if Path(p).name == CHECKPOINT:
-                writes.append(sync)
-            real(p, data, sync=sync)
+                writes.append(True)  # a checkpoint is only ever written synced
+            real(p, data)
 
         monkeypatch.setattr(checkpoints, "atomic_write", spy)
         plog.truncate_to(6)
@@ -239,7 +240,7 @@ def test_a_flush_racing_a_new_epoch_leaves_its_batches_below_the_recovery_point_
 
 @pytest.mark.parametrize("content", [b"", b"0\n2\n1 0\n2 6\n"])
 def test_a_temp_file_the_lost_rename_left_behind(tmp_path: Path, content: bytes) -> None:
-    """An unsynced atomic_write whose rename the crash lost can leave its temp file."""
+    """A checkpoint write whose rename the crash lost can leave its temp file."""
     path = tmp_path / "d"
     m, plog = _start(path)
     _produce(plog, 1, 3)
@@ -271,10 +272,9 @@ def test_a_clean_shutdown_syncs_an_epoch_without_batches(
     synced: list[str] = []
     real = checkpoints.atomic_write
 
-    def spy(p: Path, data: bytes, *, sync: bool = True) -> None:
-        if sync:
-            synced.append(Path(p).name)
-        real(p, data, sync=sync)
+    def spy(p: Path, data: bytes) -> None:
+        synced.append(Path(p).name)  # a checkpoint is only ever written synced
+        real(p, data)
 
     monkeypatch.setattr(checkpoints, "atomic_write", spy)
     m.shutdown()

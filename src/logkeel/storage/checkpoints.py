@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from logkeel.storage.errors import CorruptCheckpointError, io_guard
-from logkeel.storage.fileio import atomic_write, fsync_path, read_file
+from logkeel.storage.fileio import atomic_write, read_file
 from logkeel.storage.topic_partition import TopicPartition
 
 T = TypeVar("T")
@@ -87,16 +87,11 @@ class CheckpointFile(Generic[T]):
         self.codec = codec
         self.log_dir = Path(log_dir)
 
-    def write(self, entries: Iterable[T], *, sync: bool = True) -> None:
+    def write(self, entries: Iterable[T]) -> None:
         lines = [self.codec.format(e) for e in entries]
         text = f"{self.version}\n{len(lines)}\n" + "".join(f"{line}\n" for line in lines)
         with io_guard(self.log_dir, f"writing checkpoint file {self.path}"):
-            atomic_write(self.path, text.encode("utf-8"), sync=sync)
-
-    def sync(self) -> None:
-        """Makes a write done without ``sync`` durable."""
-        with io_guard(self.log_dir, f"syncing checkpoint file {self.path}"):
-            fsync_path(self.path)
+            atomic_write(self.path, text.encode("utf-8"))
 
     def read(self) -> list[T]:
         with io_guard(self.log_dir, f"reading checkpoint file {self.path}"):
@@ -227,11 +222,8 @@ class LeaderEpochCheckpointFile:
     def path(self) -> Path:
         return self._file.path
 
-    def write(self, entries: Iterable[EpochEntry], *, sync: bool = True) -> None:
-        self._file.write(entries, sync=sync)
-
-    def sync(self) -> None:
-        self._file.sync()
+    def write(self, entries: Iterable[EpochEntry]) -> None:
+        self._file.write(entries)
 
     def read(self) -> list[EpochEntry]:
         """The entries; a file of no bytes at all (never written so: even no entry is two

@@ -28,14 +28,9 @@ def read_file(path: str | Path) -> bytes:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, data: bytes, *, sync: bool = True) -> None:
-    """Writes ``data`` to ``path`` so a crash leaves either the old or the new content.
-
-    temp file, fsync, rename over the target, fsync the directory. Without ``sync`` neither
-    fsync: a process crash still leaves the old or the new content (the page cache outlives
-    the process), a machine crash may leave the old one, or an empty file on filesystems that
-    do not order the data before the rename; the caller makes it durable later (``fsync_path``).
-    """
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` so a crash leaves either the old or the new content:
+    temp file, fsync, rename over the target, fsync the directory."""
     path = Path(path)
     # A unique temp name: two threads checkpointing the same file must not share one.
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
@@ -45,13 +40,11 @@ def atomic_write(path: str | Path, data: bytes, *, sync: bool = True) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        if sync:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if sync:
-        fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def fsync_file(path: str | Path) -> None:
@@ -61,10 +54,3 @@ def fsync_file(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def fsync_path(path: str | Path) -> None:
-    """What ``atomic_write(..., sync=False)`` left to do: the file, then its directory."""
-    path = Path(path)
-    fsync_file(path)
-    fsync_dir(path.parent)

@@ -69,8 +69,10 @@ class LeaderEpochFileCache:
         """
         with self._lock:
             changed = self._assign(EpochEntry(epoch, start_offset))
-            if changed:
-                self._flush(sync)
+            if changed and sync:
+                self._flush()
+            elif changed:
+                self._unwritten = True
             return changed
 
     def sync(self) -> None:
@@ -240,10 +242,10 @@ class LeaderEpochFileCache:
         self._entries.append(entry)
         return True
 
-    def _flush(self, sync: bool = True) -> None:
-        if sync and self._checkpoint is not None:
+    def _flush(self) -> None:
+        if self._checkpoint is not None:
             self._checkpoint.write(self._entries)
-        self._unwritten = not sync
+        self._unwritten = False
 
 
 def _truncated_from_end(entries: list[EpochEntry], end_offset: int) -> list[EpochEntry]:
