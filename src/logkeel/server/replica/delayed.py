@@ -127,12 +127,9 @@ class DelayedFetch(DelayedOperation):
         accumulated = self._bytes_already
         follower = self._replica_id >= 0
         for r in self._requests:
-            first, start_bytes, start_hw = self._start[r.tp]
-            p = self._partitions.partition(r.tp)
-            leader_only = not follower and r.client_rack is None
-            if p is None or p is not first or p.state_error(leader_only=leader_only) is not None:
-                return self.force_complete()
-            if p.epoch_error(r.current_leader_epoch) is not None:
+            _, start_bytes, start_hw = self._start[r.tp]
+            p = self._serving_as_parked(r)
+            if p is None:
                 return self.force_complete()
             plog = p.log
             assert plog is not None
@@ -157,15 +154,9 @@ class DelayedFetch(DelayedOperation):
         serving in the same leader epoch, no byte appended since, the same high watermark and
         log start (``log_starts``, as answered). A read now would answer the same."""
         for r in self._requests:
-            first, start_bytes, start_hw = self._start[r.tp]
-            p = self._partitions.partition(r.tp)
-            if p is None or p is not first or p.appended_bytes != start_bytes:
-                return False
-            leader_only = self._replica_id < 0 and r.client_rack is None
-            if (
-                p.state_error(leader_only=leader_only) is not None
-                or p.epoch_error(r.current_leader_epoch) is not None
-            ):
+            _, start_bytes, start_hw = self._start[r.tp]
+            p = self._serving_as_parked(r)
+            if p is None or p.appended_bytes != start_bytes:
                 return False
             plog = p.log
             if (
@@ -175,3 +166,15 @@ class DelayedFetch(DelayedOperation):
             ):
                 return False
         return True
+
+    def _serving_as_parked(self, r: FetchPartitionRequest) -> Partition | None:
+        """``r``'s partition if the one parked on still serves this fetch in its leader epoch
+        (else the fetcher must be answered: moved, offline, fenced)."""
+        first = self._start[r.tp][0]
+        p = self._partitions.partition(r.tp)
+        leader_only = self._replica_id < 0 and r.client_rack is None
+        if p is None or p is not first or p.state_error(leader_only=leader_only) is not None:
+            return None
+        if p.epoch_error(r.current_leader_epoch) is not None:
+            return None
+        return p
