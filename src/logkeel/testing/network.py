@@ -104,6 +104,13 @@ class NetworkCut:
                 self._add("-m", "owner", "--gid-owner", str(peer.group),
                           "-p", "tcp", "--dport", str(victim.port))  # fmt: skip
 
+    def refuse(self, victim: Endpoint) -> None:
+        """New connections to ``victim``'s port are refused (a TCP reset, as from a closed
+        port) while the process and its open connections live on: what a crashed broker looks
+        like to a prober, for a broker that has not crashed."""
+        self._add("-p", "tcp", "--dport", str(victim.port), "--syn",
+                  target=["REJECT", "--reject-with", "tcp-reset"])  # fmt: skip
+
     def heal(self) -> None:
         """Removes every rule; the chain stays hooked (empty) until the context closes."""
         _iptables("-F", self.chain)
@@ -113,8 +120,8 @@ class NetworkCut:
     def active(self) -> bool:
         return bool(self.rules)
 
-    def _add(self, *match: str) -> None:
-        rule = [*match, "-j", "DROP"]
+    def _add(self, *match: str, target: Sequence[str] = ("DROP",)) -> None:
+        rule = [*match, "-j", *target]
         _iptables("-A", self.chain, *rule)
         self.rules.append(rule)
 

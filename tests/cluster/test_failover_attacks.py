@@ -1,0 +1,260 @@
+"""Attacks on failover from outside (issue 19, items 1 and 4): an idempotent acks=all producer
+writes to a 3-broker cluster (RF 3, min.insync.replicas 2, Kafka's 18 s session) and a consumer
+reads along while brokers are killed at awkward moments, taken for crashed while alive, frozen
+as controller, or killed in the middle of a controlled shutdown. The history checker
+(`logkeel.testing.history`) then compares every acknowledgement and read with the final logs:
+nothing acked lost, duplicated or reordered, nothing read that the final log lacks. Every wait
+is bounded; a failover that needed the session's expiry would miss the bounds below."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import NewTopic
+
+from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.testing import network
+from logkeel.testing.history import History
+from logkeel.testing.network import Endpoint, NetworkCut
+from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
+from tests.cluster.test_cluster_history import (
+    PARTITIONS,
+    TOPIC,
+    Reader,
+    Writer,
+    agreed,
+    final_logs,
+    views,
+)
+from tests.waiting import wait_until
+
+SESSION_MS = 18_000  # Kafka's default: a crash must not wait for it
+# A crash is seen in well under a second; the bound leaves room for a loaded machine, and
+# stays far below the session.
+FAST_FAILOVER_S = 8.0
+
+
+@pytest.fixture
+def cluster(
+    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    chroot = "/" + re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)
+    with three_brokers(
+        zookeeper, tmp_path, chroot, {"zookeeper.session.timeout.ms": str(SESSION_MS)}
+    ) as c:
+        yield c
+
+
+class Traffic:
+    """The topic, its writer and its reader; ``finish`` stops them and checks the history."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        admin = cluster.admin()
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
+            TOPIC
+        ].result(60)
+        wait_until(lambda: all_in_sync(cluster), 30, "the topic in sync", retry_on=PROBE_ERRORS)
+        self.bootstrap = ",".join(b.bootstrap for b in cluster.brokers.values())
+        self.history = History()
+        self.writer = Writer(self.bootstrap, self.history)
+        self.reader = Reader(self.bootstrap, self.history)
+        self.writer.start()
+        self.reader.start()
+        self.acks_after(200, "first acks")
+
+    def acks_after(self, more: int, what: str, timeout: float = 60) -> float:
+        """Waits for ``more`` acks beyond those so far; returns how long it took."""
+        started, before = time.monotonic(), len(self.history.acked)
+        wait_until(lambda: len(self.history.acked) > before + more, timeout, what)
+        return time.monotonic() - started
+
+    def finish(self) -> None:
+        self.writer.stop.set()
+        self.writer.join(150)
+        self.reader.stop.set()
+        self.reader.join(30)
+        anomalies = self.history.check(final_logs(self.bootstrap))
+        print(f"{self.writer.sent} sent, {len(self.history.acked)} acked, "
+              f"{sum(len(r) for r in self.history.reads.values())} read")  # fmt: skip
+        assert not self.writer.is_alive()
+        assert self.history.failed_sends == 0, self.writer.errors[:5]
+        assert len(self.history.acked) == self.writer.sent
+        assert anomalies == [], anomalies[:20]
+
+
+def all_in_sync(cluster: Cluster) -> bool:
+    parts = agreed(cluster)
+    return (
+        parts is not None
+        and len(parts) == PARTITIONS
+        and all(p.leader_id > 0 and len(p.isr_nodes) == 3 for p in parts.values())
+    )
+
+
+def wait_all_in_sync(cluster: Cluster, what: str, timeout: float = 60) -> None:
+    try:
+        wait_until(lambda: all_in_sync(cluster), timeout, what, retry_on=PROBE_ERRORS)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; as each broker sees it: {views(cluster)}") from None
+
+
+def controller(cluster: Cluster, via: int) -> int:
+    return int(cluster.metadata(via).controller_id)
+
+
+def leader(cluster: Cluster, partition: int, via: int) -> int:
+    return int(cluster.partitions(TOPIC, via)[partition].leader_id)
+
+
+def designate(cluster: Cluster, replica: int, via: int, seen_by: list[int] | None = None) -> None:
+    """`logkeel elect --replica`: ``replica`` leads partition 0 (it is in sync), as every
+    broker of ``seen_by`` (default: all running) shows it."""
+    seen_by = seen_by or [b for b in cluster.brokers if cluster.brokers[b].alive()]
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-m", "logkeel", "elect", "--topic", TOPIC, "--partition", "0",
+             "--replica", str(replica), "--bootstrap-server", cluster.brokers[via].bootstrap],
+            capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        if done.returncode == 0 or "ELIGIBLE_LEADERS_NOT_AVAILABLE" not in done.stdout:
+            break
+        time.sleep(2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_until(lambda: all(leader(cluster, 0, b) == replica for b in seen_by), 20, "the designated leader", retry_on=PROBE_ERRORS)  # fmt: skip
+
+
+def new_leader(cluster: Cluster, partition: int, old: int, via: int) -> int | None:
+    found = leader(cluster, partition, via)
+    return found if found not in (old, -1) else None
+
+
+def test_controller_and_then_the_new_leader_killed_in_a_row(cluster: Cluster) -> None:
+    """SIGKILL of the controller while it leads partition 0, then of partition 0's new leader as
+    soon as it leads (before it flushed anything of its epoch), leaving one broker: each
+    leadership moves without waiting for a session; acks wait for a second replica (min ISR 2)
+    and resume once the brokers are back, the one killed last first. Nothing acked is lost and
+    both rejoin every ISR."""
+    traffic = Traffic(cluster)
+    first = controller(cluster, 1)
+    designate(cluster, first, via=first)
+    traffic.acks_after(100, "acks at the controller as leader")
+    started = time.monotonic()
+    cluster.brokers[first].kill()
+    survivor = next(b for b in cluster.brokers if b != first)
+    second = wait_until(lambda: new_leader(cluster, 0, first, survivor), FAST_FAILOVER_S, "a new leader after the controller's kill", interval=0.01, retry_on=PROBE_ERRORS)  # fmt: skip
+    cluster.brokers[second].kill()
+    took = time.monotonic() - started
+    last = next(b for b in cluster.brokers if b not in (first, second))
+    wait_until(lambda: leader(cluster, 0, last) == last and controller(cluster, last) == last, FAST_FAILOVER_S, "the last broker leading and in office", retry_on=PROBE_ERRORS)  # fmt: skip
+    print(f"controller {first} killed, {second} led {took:.2f}s later and was killed")
+    cluster.brokers[second].start(60)
+    traffic.acks_after(100, "acks once a second replica is back", timeout=90)
+    cluster.brokers[first].start(60)
+    wait_all_in_sync(cluster, "both back in every ISR")
+    traffic.finish()
+
+
+def test_a_leader_killed_right_after_its_election_and_restarted(cluster: Cluster) -> None:
+    """The leader of partition 0 is killed; the new one is killed the moment it leads and
+    restarted at once (its epoch in no checkpoint yet), then leads again by designation while
+    the first is still down: it must lead from a log holding every acknowledged record."""
+    traffic = Traffic(cluster)
+    first = leader(cluster, 0, 1)
+    cluster.brokers[first].kill()
+    survivor = next(b for b in cluster.brokers if b != first)
+    second = wait_until(lambda: new_leader(cluster, 0, first, survivor), FAST_FAILOVER_S, "a new leader", interval=0.01, retry_on=PROBE_ERRORS)  # fmt: skip
+    cluster.brokers[second].kill()
+    cluster.brokers[second].start(60)
+    third = next(b for b in cluster.brokers if b not in (first, second))
+    wait_until(lambda: leader(cluster, 0, third) == third, FAST_FAILOVER_S, "the third leading", retry_on=PROBE_ERRORS)  # fmt: skip
+    traffic.acks_after(100, "acks with two replicas", timeout=60)
+
+    def two_in_sync() -> bool:
+        parts = cluster.partitions(TOPIC, third)
+        return all(second in p.isr_nodes for p in parts.values())
+
+    wait_until(two_in_sync, 60, "the restarted broker back in the ISRs", retry_on=PROBE_ERRORS)
+    designate(cluster, second, via=third)
+    traffic.acks_after(100, "acks at the restarted broker as leader")
+    cluster.brokers[first].start(60)
+    wait_all_in_sync(cluster, "the first back in every ISR")
+    traffic.finish()
+
+
+@pytest.mark.skipif(network.available() is not None, reason=str(network.available()))
+def test_a_live_controller_taken_for_crashed_rejoins_without_loss(cluster: Cluster) -> None:
+    """The controller, leading partition 0, refuses new connections (a TCP reset, as from a
+    closed port) while it runs on with its open connections and its ZooKeeper session: its
+    peers take it for crashed. Another broker takes office and leadership at once; the old
+    controller, fenced by the controller epoch, registers again and rejoins as a follower.
+    Nothing acked is lost, and exactly one broker is the controller in the end."""
+    traffic = Traffic(cluster)
+    victim = controller(cluster, 1)
+    designate(cluster, victim, via=victim)
+    peer = next(b for b in cluster.brokers if b != victim)
+    with NetworkCut() as cut:
+        started = time.monotonic()
+        cut.refuse(Endpoint(cluster.brokers[victim].port))
+        wait_until(lambda: new_leader(cluster, 0, victim, peer) and controller(cluster, peer) not in (victim, -1), FAST_FAILOVER_S, "leadership and office moved", retry_on=PROBE_ERRORS)  # fmt: skip
+        moved = time.monotonic() - started
+        traffic.acks_after(100, "acks after the move")
+        wait_until(lambda: "registering again" in cluster.brokers[victim].output(400_000), 20, "the victim registering again")  # fmt: skip
+    print(f"office and leadership moved {moved:.2f}s after the refusals began")
+    wait_all_in_sync(cluster, "the victim back in every ISR")
+    offices = {controller(cluster, b) for b in cluster.brokers}
+    assert len(offices) == 1 and victim not in offices, offices
+    traffic.finish()
+
+
+def test_a_frozen_controller_resuming_after_another_took_office(cluster: Cluster) -> None:
+    """SIGSTOP of the controller (its port still accepts connections: no crash is seen), until
+    its session expires and another broker takes office; partition 0 is then moved by
+    designation while it sleeps. SIGCONT: it resumes as a controller that lost its office and
+    must change nothing; it rejoins, and nothing acked is lost."""
+    traffic = Traffic(cluster)
+    victim = controller(cluster, 1)
+    others = [b for b in cluster.brokers if b != victim]
+    cluster.brokers[victim].freeze()
+    try:
+        wait_until(lambda: controller(cluster, others[0]) in others, SESSION_MS / 1000 + 15, "another controller", retry_on=PROBE_ERRORS)  # fmt: skip
+        traffic.acks_after(100, "acks while the controller sleeps")
+        target = next(b for b in others if b != leader(cluster, 0, others[0]))
+        designate(cluster, target, via=others[0], seen_by=others)
+    finally:
+        cluster.brokers[victim].thaw()
+    wait_all_in_sync(cluster, "the old controller back in every ISR", timeout=90)
+    assert all(leader(cluster, 0, b) == target for b in cluster.brokers)
+    offices = {controller(cluster, b) for b in cluster.brokers}
+    assert len(offices) == 1 and victim not in offices, offices
+    traffic.finish()
+
+
+def test_kills_during_a_controlled_shutdown(cluster: Cluster) -> None:
+    """SIGTERM of partition 0's leader and, while its controlled shutdown waits for its
+    leaderships to move, SIGKILL of the controller; then SIGKILL of the leaving broker itself
+    in the middle of its shutdown. Both restart; nothing acked is lost."""
+    traffic = Traffic(cluster)
+    ctl = controller(cluster, 1)
+    leaving = next(b for b in cluster.brokers if b != ctl)
+    designate(cluster, leaving, via=leaving)
+    proc = cluster.brokers[leaving].proc
+    assert proc is not None
+    proc.terminate()
+    wait_until(lambda: "controlled shutdown" in cluster.brokers[ctl].output(400_000), 10, "the controller hearing the shutdown")  # fmt: skip
+    cluster.brokers[ctl].kill()
+    last = next(b for b in cluster.brokers if b not in (ctl, leaving))
+    wait_until(lambda: controller(cluster, last) == last, FAST_FAILOVER_S, "a new controller", retry_on=PROBE_ERRORS)  # fmt: skip
+    cluster.brokers[leaving].kill()  # whatever its shutdown got to
+    wait_until(lambda: leader(cluster, 0, last) == last, FAST_FAILOVER_S, "the last broker leading", retry_on=PROBE_ERRORS)  # fmt: skip
+    cluster.brokers[leaving].start(60)
+    traffic.acks_after(100, "acks once a second replica is back", timeout=90)
+    cluster.brokers[ctl].start(60)
+    wait_all_in_sync(cluster, "both back in every ISR")
+    traffic.finish()
