@@ -17,8 +17,13 @@ _LOWEST = 20000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
-def port_is_free(host: str, port: int) -> bool:
+def port_is_free(host: str, port: int, *, reuse_address: bool = False) -> bool:
+    """Whether a server could listen on ``port`` now; ``reuse_address``: one that binds with
+    SO_REUSEADDR, which the connections of a server stopped moments ago (in TIME_WAIT) do not
+    keep from its port, as they keep a plain bind."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        if reuse_address:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -258,3 +258,42 @@ def test_kills_during_a_controlled_shutdown(cluster: Cluster) -> None:
     cluster.brokers[ctl].start(60)
     wait_all_in_sync(cluster, "both back in every ISR")
     traffic.finish()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this test's own, to be restarted (the session's is shared)."""
+    with ZooKeeperServer(tmp_path / "zookeeper") as server:
+        yield server
+
+
+def test_zookeeper_restart_while_the_controller_and_a_follower_die(
+    own_zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """ZooKeeper stops; while it is away the controller and the follower of partition 0 that
+    is neither are SIGKILLed (nobody can record that they are gone, nor shrink an ISR; acks
+    stop); ZooKeeper comes back on its port with its data. Their registrations must go without
+    waiting out their sessions, a controller takes office, the ISRs shrink and acks resume;
+    both return and rejoin; nothing acked is lost."""
+    with three_brokers(
+        own_zookeeper, tmp_path, "/zk_restart", {"zookeeper.session.timeout.ms": str(SESSION_MS)}
+    ) as cluster:
+        traffic = Traffic(cluster)
+        ctl = controller(cluster, 1)
+        lead = leader(cluster, 0, 1)
+        if lead == ctl:
+            lead = next(b for b in cluster.brokers if b != ctl)
+            designate(cluster, lead, via=lead)
+        follower = next(b for b in cluster.brokers if b not in (ctl, lead))
+        own_zookeeper.stop()
+        cluster.brokers[ctl].kill()
+        cluster.brokers[follower].kill()
+        own_zookeeper.start(60)
+        restarted = time.monotonic()
+        wait_until(lambda: controller(cluster, lead) == lead, FAST_FAILOVER_S + 5, "the survivor in office", retry_on=PROBE_ERRORS)  # fmt: skip
+        print(f"survivor in office {time.monotonic() - restarted:.2f}s after ZooKeeper's restart")
+        cluster.brokers[follower].start(60)
+        traffic.acks_after(100, "acks once a follower is back", timeout=90)
+        cluster.brokers[ctl].start(60)
+        wait_all_in_sync(cluster, "both back in every ISR")
+        traffic.finish()

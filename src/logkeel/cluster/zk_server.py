@@ -92,7 +92,9 @@ class ZooKeeperServer:
         if java is None:
             raise ZooKeeperServerError("`java` not found on PATH: ZooKeeper needs a JRE")
         # Otherwise another server on the port would answer `imok` in this one's place.
-        if not port_is_free(self.host, self.port):
+        # ZooKeeper binds with SO_REUSEADDR: restarted on its port, the connections of its
+        # last run (in TIME_WAIT) do not stand in its way.
+        if not port_is_free(self.host, self.port, reuse_address=True):
             raise ZooKeeperServerError(f"port {self.port} on {self.host} is already in use")
         data_dir = self.base_dir / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
