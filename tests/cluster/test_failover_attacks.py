@@ -18,10 +18,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from logkeel.cluster.crash_detection import probe_order
+from logkeel.cluster.zk_data import EndPoint as ListenerEndPoint
 from logkeel.cluster.zk_server import ZooKeeperServer
+from logkeel.ports import free_port
 from logkeel.testing import network
 from logkeel.testing.history import History
 from logkeel.testing.network import Endpoint, NetworkCut
+from tests.brokerproc import BrokerProcess
 from tests.cluster.test_cluster_brokers import PROBE_ERRORS, Cluster, three_brokers
 from tests.cluster.test_cluster_history import (
     PARTITIONS,
@@ -32,6 +36,7 @@ from tests.cluster.test_cluster_history import (
     final_logs,
     views,
 )
+from tests.server.test_admin_wire import Wire
 from tests.waiting import wait_until
 
 SESSION_MS = 18_000  # Kafka's default: a crash must not wait for it
@@ -297,3 +302,44 @@ def test_zookeeper_restart_while_the_controller_and_a_follower_die(
         cluster.brokers[ctl].start(60)
         wait_all_in_sync(cluster, "both back in every ISR")
         traffic.finish()
+
+
+def test_probes_go_to_the_inter_broker_listener_first() -> None:
+    internal, client = ListenerEndPoint("INTERNAL", "h", 2), ListenerEndPoint("CLIENT", "h", 1)
+    assert probe_order([client, internal], "INTERNAL") == [("h", 2), ("h", 1)]
+    assert probe_order([client, internal], None) == [("h", 1), ("h", 2)]
+
+
+def test_crash_probes_leave_clients_their_connection_rate(zk_connect: str, tmp_path: Path) -> None:
+    """Two brokers, each with a CLIENT listener (first) and an INTERNAL inter-broker one, and
+    max.connection.creation.rate=2. Each probes the other five times a second: probes that
+    went to the CLIENT listener took the rate and filled its queue, and a client's connection
+    waited ~25 s (backlog / rate); on the inter-broker listener they are exempt (KIP-612)."""
+    brokers = []
+    for i in (1, 2):
+        client_port, internal_port = free_port(), free_port()
+        brokers.append(BrokerProcess(tmp_path / f"b{i}", port=client_port, overrides={
+            "zookeeper.connect": zk_connect,
+            "listeners": f"CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{internal_port}",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "max.connection.creation.rate": "2",
+        }, extra_args=["--node-id", str(i)]))  # fmt: skip
+    try:
+        for b in brokers:
+            b.start(90)
+        target, prober = brokers
+        wait_until(lambda: "broker 1 reached" in prober.output(400_000), 30, "broker 2 probing broker 1")  # fmt: skip
+        took = []
+        for _ in range(5):
+            started = time.monotonic()
+            wire = Wire(target.port)
+            try:
+                assert len(wire.metadata(None, version=12).brokers) == 2
+            finally:
+                wire.close()
+            took.append(time.monotonic() - started)
+        assert max(took) < 3.0, took
+    finally:
+        for b in brokers:
+            b.kill()

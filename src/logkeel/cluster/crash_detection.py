@@ -30,9 +30,9 @@ from kazoo.exceptions import NoNodeError
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_client import ZkMetadataClient
-from logkeel.cluster.zk_data import BrokerRegistration
+from logkeel.cluster.zk_data import BrokerRegistration, EndPoint
 
-__all__ = ["CrashDetector", "PeerVerdicts", "probe"]
+__all__ = ["CrashDetector", "PeerVerdicts", "probe", "probe_order"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,16 @@ def probe(endpoints: Iterable[tuple[str, int]], timeout_s: float = PROBE_TIMEOUT
         except OSError as exc:
             outcome = REFUSED if exc.errno == errno.ECONNREFUSED and outcome is None else UNKNOWN
     return outcome or UNKNOWN
+
+
+def probe_order(endpoints: Iterable[EndPoint], listener: str | None) -> list[tuple[str, int]]:
+    """Where to probe a broker, its ``listener`` (the inter-broker one) first: a live broker
+    answers there, and only there is the probe exempt from the broker's connection limits
+    (``max.connection.creation.rate`` counts every other listener's connections: probes from
+    every peer several times a second queued clients behind them for seconds). The other
+    listeners follow, since a broker is gone only once every one refuses."""
+    ordered = sorted(endpoints, key=lambda e: e.listener != listener)
+    return [(e.host, e.port) for e in ordered]
 
 
 @dataclass
@@ -114,9 +124,13 @@ class PeerVerdicts:
 class CrashDetector:
     """Probes the other brokers of the cluster on a thread of its own (see the module)."""
 
-    def __init__(self, client: ZkMetadataClient, broker_id: int) -> None:
+    def __init__(
+        self, client: ZkMetadataClient, broker_id: int, listener: str | None = None
+    ) -> None:
+        """``listener``: the inter-broker listener's name, probed first (`probe_order`)."""
         self.client = client
         self.broker_id = broker_id
+        self.listener = listener
         self.verdicts = PeerVerdicts()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,7 +171,7 @@ class CrashDetector:
         for broker, reg in list(self._registrations.items()):
             if broker == self.broker_id or self._stop.is_set():
                 continue
-            endpoints = [(e.host, e.port) for e in reg.endpoints]
+            endpoints = probe_order(reg.endpoints, self.listener)
             outcome = probe(endpoints)
             gone = self.verdicts.observe(broker, reg.broker_epoch, outcome)
             # A first refusal is confirmed at once, not a round later (~0.2 s of every
