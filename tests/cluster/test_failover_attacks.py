@@ -12,8 +12,9 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import NewTopic
@@ -22,6 +23,7 @@ from logkeel.cluster.crash_detection import probe_order
 from logkeel.cluster.zk_data import EndPoint as ListenerEndPoint
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.ports import free_port
+from logkeel.storage.tools.dump import dump_file
 from logkeel.testing import network
 from logkeel.testing.history import History
 from logkeel.testing.network import Endpoint, NetworkCut
@@ -94,6 +96,13 @@ class Traffic:
         assert anomalies == [], anomalies[:20]
 
 
+def timed(step: Callable[..., None], *args: Any) -> None:
+    """Runs one step of a test and prints how long it took (the module must stay fast)."""
+    started = time.monotonic()
+    step(*args)
+    print(f"{step.__name__}: {time.monotonic() - started:.1f}s")
+
+
 def all_in_sync(cluster: Cluster) -> bool:
     parts = agreed(cluster)
     return (
@@ -140,13 +149,12 @@ def new_leader(cluster: Cluster, partition: int, old: int, via: int) -> int | No
     return found if found not in (old, -1) else None
 
 
-def test_controller_and_then_the_new_leader_killed_in_a_row(cluster: Cluster) -> None:
-    """SIGKILL of the controller while it leads partition 0, then of partition 0's new leader as
-    soon as it leads (before it flushed anything of its epoch), leaving one broker: each
-    leadership moves without waiting for a session; acks wait for a second replica (min ISR 2)
-    and resume once the brokers are back, the one killed last first. Nothing acked is lost and
-    both rejoin every ISR."""
-    traffic = Traffic(cluster)
+def kill_the_controller_then_the_new_leader(cluster: Cluster, traffic: Traffic) -> None:
+    """SIGKILL of the controller while it leads partition 0, then of partition 0's new leader
+    the moment it leads (before it flushed anything of its epoch: no checkpoint holds it),
+    leaving one broker: each leadership moves without waiting for a session; acks wait for a
+    second replica (min ISR 2). The broker killed last restarts first and, once back in sync,
+    leads by designation: from a log holding every acknowledged record."""
     first = controller(cluster, 1)
     designate(cluster, first, via=first)
     traffic.acks_after(100, "acks at the controller as leader")
@@ -161,46 +169,51 @@ def test_controller_and_then_the_new_leader_killed_in_a_row(cluster: Cluster) ->
     print(f"controller {first} killed, {second} led {took:.2f}s later and was killed")
     cluster.brokers[second].start(60)
     traffic.acks_after(100, "acks once a second replica is back", timeout=90)
+    wait_until(lambda: all(second in p.isr_nodes for p in cluster.partitions(TOPIC, last).values()), 60, "the broker killed last back in the ISRs", retry_on=PROBE_ERRORS)  # fmt: skip
+    designate(cluster, second, via=last)
+    traffic.acks_after(100, "acks at the broker killed last, leading again")
     cluster.brokers[first].start(60)
+    wait_all_in_sync(cluster, "the controller back in every ISR")
+
+
+def kill_the_controller_during_a_controlled_shutdown(cluster: Cluster, traffic: Traffic) -> None:
+    """SIGTERM of partition 0's leader and, while the controller handles its controlled
+    shutdown, SIGKILL of the controller; then SIGKILL of the leaving broker itself, wherever
+    its shutdown got to. Both restart."""
+    ctl = controller(cluster, 1)
+    leaving = next(b for b in cluster.brokers if b != ctl)
+    designate(cluster, leaving, via=leaving)
+    heard = cluster.brokers[ctl].output(2_000_000).count("controlled shutdown of broker")
+    proc = cluster.brokers[leaving].proc
+    assert proc is not None
+    proc.terminate()
+    wait_until(lambda: cluster.brokers[ctl].output(2_000_000).count("controlled shutdown of broker") > heard, 10, "the controller hearing the shutdown")  # fmt: skip
+    cluster.brokers[ctl].kill()
+    last = next(b for b in cluster.brokers if b not in (ctl, leaving))
+    wait_until(lambda: controller(cluster, last) == last, FAST_FAILOVER_S, "a new controller", retry_on=PROBE_ERRORS)  # fmt: skip
+    cluster.brokers[leaving].kill()
+    wait_until(lambda: leader(cluster, 0, last) == last, FAST_FAILOVER_S, "the last broker leading", retry_on=PROBE_ERRORS)  # fmt: skip
+    cluster.brokers[leaving].start(60)
+    traffic.acks_after(100, "acks once a second replica is back", timeout=90)
+    cluster.brokers[ctl].start(60)
     wait_all_in_sync(cluster, "both back in every ISR")
-    traffic.finish()
 
 
-def test_a_leader_killed_right_after_its_election_and_restarted(cluster: Cluster) -> None:
-    """The leader of partition 0 is killed; the new one is killed the moment it leads and
-    restarted at once (its epoch in no checkpoint yet), then leads again by designation while
-    the first is still down: it must lead from a log holding every acknowledged record."""
+def test_kills_in_a_row_and_during_a_controlled_shutdown(cluster: Cluster) -> None:
+    """The two kill sequences above, one after the other, under one history: nothing acked is
+    lost, duplicated or reordered, and the replicas' logs agree batch for batch."""
     traffic = Traffic(cluster)
-    first = leader(cluster, 0, 1)
-    cluster.brokers[first].kill()
-    survivor = next(b for b in cluster.brokers if b != first)
-    second = wait_until(lambda: new_leader(cluster, 0, first, survivor), FAST_FAILOVER_S, "a new leader", interval=0.01, retry_on=PROBE_ERRORS)  # fmt: skip
-    cluster.brokers[second].kill()
-    cluster.brokers[second].start(60)
-    third = next(b for b in cluster.brokers if b not in (first, second))
-    wait_until(lambda: leader(cluster, 0, third) == third, FAST_FAILOVER_S, "the third leading", retry_on=PROBE_ERRORS)  # fmt: skip
-    traffic.acks_after(100, "acks with two replicas", timeout=60)
-
-    def two_in_sync() -> bool:
-        parts = cluster.partitions(TOPIC, third)
-        return all(second in p.isr_nodes for p in parts.values())
-
-    wait_until(two_in_sync, 60, "the restarted broker back in the ISRs", retry_on=PROBE_ERRORS)
-    designate(cluster, second, via=third)
-    traffic.acks_after(100, "acks at the restarted broker as leader")
-    cluster.brokers[first].start(60)
-    wait_all_in_sync(cluster, "the first back in every ISR")
-    traffic.finish()
+    timed(kill_the_controller_then_the_new_leader, cluster, traffic)
+    timed(kill_the_controller_during_a_controlled_shutdown, cluster, traffic)
+    timed(Traffic.finish, traffic)
+    timed(assert_replicas_agree, cluster)
 
 
-@pytest.mark.skipif(network.available() is not None, reason=str(network.available()))
-def test_a_live_controller_taken_for_crashed_rejoins_without_loss(cluster: Cluster) -> None:
+def refuse_the_controller(cluster: Cluster, traffic: Traffic) -> None:
     """The controller, leading partition 0, refuses new connections (a TCP reset, as from a
     closed port) while it runs on with its open connections and its ZooKeeper session: its
     peers take it for crashed. Another broker takes office and leadership at once; the old
-    controller, fenced by the controller epoch, registers again and rejoins as a follower.
-    Nothing acked is lost, and exactly one broker is the controller in the end."""
-    traffic = Traffic(cluster)
+    controller, fenced by the controller epoch, registers again and rejoins as a follower."""
     victim = controller(cluster, 1)
     designate(cluster, victim, via=victim)
     peer = next(b for b in cluster.brokers if b != victim)
@@ -215,15 +228,13 @@ def test_a_live_controller_taken_for_crashed_rejoins_without_loss(cluster: Clust
     wait_all_in_sync(cluster, "the victim back in every ISR")
     offices = {controller(cluster, b) for b in cluster.brokers}
     assert len(offices) == 1 and victim not in offices, offices
-    traffic.finish()
 
 
-def test_a_frozen_controller_resuming_after_another_took_office(cluster: Cluster) -> None:
+def freeze_the_controller(cluster: Cluster, traffic: Traffic) -> None:
     """SIGSTOP of the controller (its port still accepts connections: no crash is seen), until
     its session expires and another broker takes office; partition 0 is then moved by
     designation while it sleeps. SIGCONT: it resumes as a controller that lost its office and
-    must change nothing; it rejoins, and nothing acked is lost."""
-    traffic = Traffic(cluster)
+    must change nothing; it rejoins."""
     victim = controller(cluster, 1)
     others = [b for b in cluster.brokers if b != victim]
     cluster.brokers[victim].freeze()
@@ -238,31 +249,47 @@ def test_a_frozen_controller_resuming_after_another_took_office(cluster: Cluster
     assert all(leader(cluster, 0, b) == target for b in cluster.brokers)
     offices = {controller(cluster, b) for b in cluster.brokers}
     assert len(offices) == 1 and victim not in offices, offices
-    traffic.finish()
 
 
-def test_kills_during_a_controlled_shutdown(cluster: Cluster) -> None:
-    """SIGTERM of partition 0's leader and, while its controlled shutdown waits for its
-    leaderships to move, SIGKILL of the controller; then SIGKILL of the leaving broker itself
-    in the middle of its shutdown. Both restart; nothing acked is lost."""
+@pytest.mark.skipif(network.available() is not None, reason=str(network.available()))
+def test_a_controller_taken_for_crashed_then_a_frozen_one(cluster: Cluster) -> None:
+    """The controller taken for crashed while alive, then (another) controller frozen past its
+    session, under one history: one controller in the end each time, nothing acked lost."""
     traffic = Traffic(cluster)
-    ctl = controller(cluster, 1)
-    leaving = next(b for b in cluster.brokers if b != ctl)
-    designate(cluster, leaving, via=leaving)
-    proc = cluster.brokers[leaving].proc
-    assert proc is not None
-    proc.terminate()
-    wait_until(lambda: "controlled shutdown" in cluster.brokers[ctl].output(400_000), 10, "the controller hearing the shutdown")  # fmt: skip
-    cluster.brokers[ctl].kill()
-    last = next(b for b in cluster.brokers if b not in (ctl, leaving))
-    wait_until(lambda: controller(cluster, last) == last, FAST_FAILOVER_S, "a new controller", retry_on=PROBE_ERRORS)  # fmt: skip
-    cluster.brokers[leaving].kill()  # whatever its shutdown got to
-    wait_until(lambda: leader(cluster, 0, last) == last, FAST_FAILOVER_S, "the last broker leading", retry_on=PROBE_ERRORS)  # fmt: skip
-    cluster.brokers[leaving].start(60)
-    traffic.acks_after(100, "acks once a second replica is back", timeout=90)
-    cluster.brokers[ctl].start(60)
-    wait_all_in_sync(cluster, "both back in every ISR")
-    traffic.finish()
+    timed(refuse_the_controller, cluster, traffic)
+    timed(freeze_the_controller, cluster, traffic)
+    timed(Traffic.finish, traffic)
+    timed(assert_replicas_agree, cluster)
+
+
+def batches(broker: BrokerProcess, partition: int) -> list[tuple[int, int, int, int]]:
+    """(base offset, last offset, leader epoch, CRC) of each batch of a replica's log, read from
+    its segment files (`logkeel log dump`'s reader)."""
+    found = []
+    for segment in sorted((broker.log_dirs[0] / f"{TOPIC}-{partition}").glob("*.log")):
+        found += [
+            (b["base_offset"], b["last_offset"], b["partition_leader_epoch"], b["crc"])
+            for b in dump_file(segment).items()
+        ]
+    return found
+
+
+def assert_replicas_agree(cluster: Cluster) -> None:
+    """Once the writer stopped and every replica is in sync, the three logs of each partition
+    hold the same batches (offsets, epochs, CRCs): no replica diverged from its leader."""
+    for p in range(PARTITIONS):
+        logs: dict[int, list[tuple[int, int, int, int]]] = {}
+
+        def same(p: int = p, logs: dict[int, list[tuple[int, int, int, int]]] = logs) -> bool:
+            logs.update({i: batches(b, p) for i, b in cluster.brokers.items()})
+            return len({tuple(x) for x in logs.values()}) == 1
+
+        try:
+            wait_until(same, 30, f"partition {p}'s replicas holding the same batches")
+        except AssertionError:
+            raise AssertionError(f"p{p}: replicas differ: " + "; ".join(
+                f"{i}: {len(x)} batches, last {x[-3:]}" for i, x in logs.items()
+            )) from None  # fmt: skip
 
 
 @pytest.fixture
