@@ -329,6 +329,7 @@ def test_zookeeper_restart_while_the_controller_and_a_follower_die(
         cluster.brokers[ctl].start(60)
         wait_all_in_sync(cluster, "both back in every ISR")
         traffic.finish()
+        assert_replicas_agree(cluster)
 
 
 def test_probes_go_to_the_inter_broker_listener_first() -> None:

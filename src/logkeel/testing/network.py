@@ -15,7 +15,9 @@ loopback is every packet, so one chain hooked into OUTPUT is enough:
 
 Clients (the test process, another group) still reach every broker: the leader cut off from its
 cluster keeps its clients, which is the case its write fence is for. DROP rather than REJECT:
-a partition looks like silence, not like a closed port.
+a partition looks like silence, not like a closed port. ``refuse`` is the other case: new
+connections to a broker that lives on are reset, as if its port were closed (what the crash
+detection takes for a crash).
 
 A `NetworkCut` is a context manager: leaving it deletes the rules and the chain whatever
 happened, and a chain left behind by a test process that died is removed by the next one.
