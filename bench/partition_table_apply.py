@@ -46,6 +46,20 @@ def publishes(
     return out
 
 
+def table_in(tmp: str) -> tuple[LogManager, PartitionTable]:
+    """A started log manager over ``tmp`` and broker 1's partition table over it."""
+    logs = LogManager([Path(tmp)])
+    logs.startup(start_background=False)
+    topic_config = TopicConfig.from_broker(BrokerConfig({"node.id": "1", "log.dirs": tmp}), {})
+    ctx = ReplicaManagerContext(
+        node_id=1, metadata=None, log_manager=logs,  # type: ignore[arg-type]
+        topic_config=lambda _n: topic_config, log_config=lambda _n: LogConfig(), num_io_threads=1,
+    )  # fmt: skip
+    table = PartitionTable(ctx)
+    table.started = True
+    return logs, table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--partitions", type=int, default=2000)
@@ -53,15 +67,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        logs = LogManager([Path(tmp)])
-        logs.startup(start_background=False)
-        topic_config = TopicConfig.from_broker(BrokerConfig({"node.id": "1", "log.dirs": tmp}), {})
-        ctx = ReplicaManagerContext(
-            node_id=1, metadata=None, log_manager=logs,  # type: ignore[arg-type]
-            topic_config=lambda _n: topic_config, log_config=lambda _n: LogConfig(), num_io_threads=1,
-        )  # fmt: skip
-        table = PartitionTable(ctx)
-        table.started = True
+        logs, table = table_in(tmp)
         n = args.partitions
         parts = {
             p: PartitionState("t", p, [1, 2, 3], [1, 2, 3][p % 3], 0, [1, 2, 3], 0)

@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from logkeel.cluster.metadata import TopicState
 from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.isr_manager import IsrProposal
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.topic_settings import TopicSettings
+from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["PartitionTable"]
 
 log = logging.getLogger(__name__)
+
+# New partitions' logs are created (and then served) this many at a time: one dir sync each.
+CREATE_BATCH = 256
+# Told each batch of new partitions once their logs exist (`apply_topic`).
+Progress = Callable[[list[TopicPartition]], None]
 
 # How the offline reason of a partition whose topic configs do not resolve begins.
 _CONFIG_OFFLINE = "the configs of topic"
@@ -71,12 +78,37 @@ class PartitionTable:
             # from metadata that was lost.
             log.warning("log %s has no topic in the metadata; it is not served", tp)
 
-    def apply_topic(self, name: str, state: TopicState | None) -> list[TopicPartition]:
-        """Brings this topic's partitions in line with ``state`` (None: deleted)."""
+    def apply_topic(
+        self, name: str, state: TopicState | None, progress: Progress | None = None
+    ) -> list[TopicPartition]:
+        """Brings this topic's partitions in line with ``state`` (None: deleted); returns the
+        partitions it changed. ``progress``: told each batch of new partitions as soon as
+        their logs are created (and then not returned), so that thousands of new partitions
+        start serving batch by batch rather than after the last one."""
         with self._metadata_lock:
-            return self._apply_topic_locked(name, state)
+            return self._apply_topic_locked(name, state, progress)
 
-    def _apply_topic_locked(self, name: str, state: TopicState | None) -> list[TopicPartition]:
+    def _create_logs(self, batch: list[Partition], config: LogConfig | None) -> None:
+        """The logs of ``batch``'s new partitions, created together (one dir sync for all);
+        a partition whose log cannot be created goes offline with the reason."""
+        lm = self._ctx.log_manager
+        made = lm.create_logs([p.tp for p in batch], lambda _tp: config)
+        failed_dirs: dict[str, KafkaStorageError] = {}
+        for p in batch:
+            plog = made[p.tp]
+            if isinstance(plog, KafkaStorageError):
+                p.offline_reason = str(plog)
+                if plog.log_dir:
+                    failed_dirs.setdefault(str(plog.log_dir), plog)
+                continue
+            p.log = plog
+            p.become_leader_or_follower()
+        for exc in failed_dirs.values():
+            lm.handle_dir_failure(exc)
+
+    def _apply_topic_locked(
+        self, name: str, state: TopicState | None, progress: Progress | None
+    ) -> list[TopicPartition]:
         lm = self._ctx.log_manager
         changed: list[TopicPartition] = []
         with self._lock:
@@ -104,6 +136,8 @@ class PartitionTable:
             return changed
 
         config = None
+        # Partitions new here: their logs are created together after the loop (``_create_logs``).
+        to_create: list[Partition] = []
         settings = self._settings(name)
         # A controller moving hundreds of leaderships publishes the topic many times over, a
         # few partitions changed each time: only those are applied (and woken) again.
@@ -164,17 +198,18 @@ class PartitionTable:
                 else:
                     if config is None:
                         config = self._ctx.log_config(name)
-                    try:
-                        p.log = lm.get_or_create_log(tp, config)
-                    except KafkaStorageError as exc:
-                        p.offline_reason = str(exc)
-                        if exc.log_dir:
-                            lm.handle_dir_failure(exc)
-                        changed.append(tp)
-                        continue
+                    to_create.append(p)
+                    continue
             if p.log is not None and (moved or p.log.high_watermark < p.log.log_end_offset):
                 p.become_leader_or_follower()
             changed.append(tp)
+        for i in range(0, len(to_create), CREATE_BATCH):
+            batch = to_create[i : i + CREATE_BATCH]
+            self._create_logs(batch, config)
+            if progress is None:
+                changed += [p.tp for p in batch]
+            else:
+                progress([p.tp for p in batch])
         if isinstance(settings, str) or (same_configs and config is None):
             return changed
         # Config changes (or new logs): every log of the topic takes the settings.

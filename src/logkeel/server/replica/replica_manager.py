@@ -187,7 +187,8 @@ class ReplicaManager:
         if not self._started and self._loop is None:
             return
         try:
-            changed = self._table.apply_topic(name, state)
+            # New partitions serve (and are fetched) batch by batch as their logs are made.
+            changed = self._table.apply_topic(name, state, progress=self._wake)
         except Exception:
             log.exception("applying the metadata change of topic %s failed", name)
             return
