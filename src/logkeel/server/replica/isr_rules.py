@@ -138,6 +138,22 @@ def fetch_completed(
     )
 
 
+def fetched_unchanged(follower: FollowerState, fetched_ms: int) -> FollowerState:
+    """The follower's fetch session fetched this partition at ``fetched_ms`` and found it as
+    its last read left it, which reached the log end: nothing was appended since (the leader
+    answered without reading, `session_reads`). That fetch was at the log end, so the follower
+    was caught up at its start, as a read would have recorded."""
+    if fetched_ms <= follower.last_fetch_ms:
+        return follower
+    return FollowerState(
+        follower.log_end_offset,
+        max(follower.last_caught_up_ms, fetched_ms),
+        fetched_ms,
+        follower.last_fetch_leader_log_end_offset,
+        follower.pending,
+    )
+
+
 def fetch_sent(
     follower: FollowerState,
     fetch_offset: int,
