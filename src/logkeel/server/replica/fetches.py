@@ -301,6 +301,8 @@ class Fetches:
                     )
                     if into_memory:
                         read_into_memory(result)
+                if disk is not None and result.records is not None:
+                    disk.read_records = True
                 if result.records is not None:
                     remaining = max(0, remaining - result.records.size)
                     min_one_message = False

@@ -181,16 +181,21 @@ class FollowerTracking:
                 replica, started, _sending, disk = entry
                 served = disk.longest_ms if disk is not None else now_ms - started
                 self._slow[replica] = isr_rules.follower_fetch_served(
-                    self._slow.get(replica, SlowLeader()), served, now_ms, self.config
-                )
+                    self._slow.get(replica, SlowLeader()), served, now_ms, self.config,
+                    read_records=disk.read_records if disk is not None else True,
+                )  # fmt: skip
 
-    def read_served(self, replica_id: int, served_ms: int, now_ms: int) -> None:
+    def read_served(
+        self, replica_id: int, served_ms: int, now_ms: int, *, read_records: bool = True
+    ) -> None:
         """A read for ``replica_id`` answered in time, its longest partition read
-        ``served_ms`` on the disk: counts towards how slow this leader is to serve it."""
+        ``served_ms`` on the disk (``read_records``: whether any returned records): counts
+        towards how slow this leader is to serve it."""
         with self._lock:
             self._slow[replica_id] = isr_rules.follower_fetch_served(
-                self._slow.get(replica_id, SlowLeader()), served_ms, now_ms, self.config
-            )
+                self._slow.get(replica_id, SlowLeader()), served_ms, now_ms, self.config,
+                read_records=read_records,
+            )  # fmt: skip
 
     def too_slow_for_all(self, followers: Sequence[int], now_ms: int) -> tuple[bool, str]:
         """Whether this leader has been too slow to serve every one of ``followers`` (one slow

@@ -341,23 +341,32 @@ def validate_isr_write(
 
 @dataclass(frozen=True, slots=True)
 class SlowLeader:
-    """Since when the leader has been too slow serving follower fetches (None: it is not)."""
+    """Since when the leader has been too slow serving follower fetches (None: it is not), and
+    when it was last seen too slow (a read or send that took too long, or one under way)."""
 
     slow_since_ms: int | None = None
+    last_slow_ms: int | None = None
 
 
 def follower_fetch_served(
-    tracking: SlowLeader, served_ms: int, now_ms: int, config: IsrConfig
+    tracking: SlowLeader,
+    served_ms: int,
+    now_ms: int,
+    config: IsrConfig,
+    *,
+    read_records: bool = True,
 ) -> SlowLeader:
     """A follower fetch's response took ``served_ms`` from its read to its last byte sent (the
-    part a slow disk makes slow; not the long-poll wait). One within
-    `follower.fetch.process.time.max.ms` ends a slow spell; a slower one starts one, from when
-    it began, or continues it."""
+    part a slow disk makes slow; not the long-poll wait). A slower one than
+    `follower.fetch.process.time.max.ms` starts a slow spell, from when it began, or continues
+    it. One within it ends the spell only if it ``read_records``: a read that found nothing to
+    return touched no record on the disk and says nothing of it. (Reads of a slow dir's
+    partitions at their log end came between the slow reads of records, each ending the spell
+    those had started, and the leader never stayed slow for the lag time: a flaky test.)"""
     if served_ms <= config.follower_fetch_process_time_max_ms:
-        return SlowLeader()
-    if tracking.slow_since_ms is not None:
-        return tracking
-    return SlowLeader(now_ms - served_ms)
+        return SlowLeader() if read_records else tracking
+    since = tracking.slow_since_ms
+    return SlowLeader(now_ms - served_ms if since is None else since, now_ms)
 
 
 def slow_leader_check(
@@ -374,20 +383,26 @@ def slow_leader_check(
     outright is noticed; a response still being sent (``oldest_sending_ms``) counts only once
     it has hung for the whole lag time: sending thousands of partitions' records takes long on
     a busy machine without any disk being slow (a slow send marks the dirs slow, and their
-    reads, timed on the dirs' own threads, tell). Returns the new tracking state, whether to
-    resign, and why."""
+    reads, timed on the dirs' own threads, tell). A spell in which nothing was seen slow for
+    half the lag time is over: nothing waits on this leader (a follower not fetching, or
+    partitions left unread while idle, `session_reads`); otherwise only a read that returns
+    records in time ends it (`follower_fetch_served`). Returns the new tracking state, whether
+    to resign, and why."""
     limit = config.follower_fetch_process_time_max_ms
-    since = tracking.slow_since_ms
+    since, last = tracking.slow_since_ms, tracking.last_slow_ms
     if oldest_unsent_ms is not None and now_ms - oldest_unsent_ms > limit:
         since = oldest_unsent_ms if since is None else min(since, oldest_unsent_ms)
+        last = now_ms
     if (
         oldest_sending_ms is not None
         and now_ms - oldest_sending_ms > config.replica_lag_time_max_ms
     ):
         since = oldest_sending_ms if since is None else min(since, oldest_sending_ms)
+        last = now_ms
+    if since is not None and (last is None or now_ms - last > config.replica_lag_time_max_ms / 2):
+        since = last = None
     if since is None:
         return SlowLeader(), False, f"follower fetches are served within {limit} ms"
     slow_for = now_ms - since
-    if slow_for > config.replica_lag_time_max_ms:
-        return SlowLeader(since), True, f"follower fetches slower than {limit} ms for {slow_for} ms"
-    return SlowLeader(since), False, f"follower fetches slower than {limit} ms for {slow_for} ms"
+    why = f"follower fetches slower than {limit} ms for {slow_for} ms"
+    return SlowLeader(since, last), slow_for > config.replica_lag_time_max_ms, why
