@@ -132,11 +132,9 @@ class Fetches:
             answered_high_watermarks={tp: hw for tp, (hw, _) in answered.items()},
         )
         await self._path.fetch_purgatory.wait(op, [r.tp for r in watched])
-        changed = self._changed(unread, replica_id, isolation_level)
         if (
             op.expired
             and total == 0
-            and not changed
             and not self._path.stopped
             and op.unchanged({tp: start for tp, (_, start) in answered.items()})
             and not self._stale(requests, replica_id, received)
@@ -145,8 +143,11 @@ class Fetches:
             # the first read is the answer. Reading every partition of a follower's session
             # again was half of an idle broker's CPU at 2,000 partitions. The follower's
             # caught-up time stays that of the first read, at most max_wait_ms older, so ISR
-            # expiry can only come that much sooner, never later.
+            # expiry can only come that much sooner, never later. (The unread partitions too:
+            # no byte appended, same high watermark, log start and leader epoch; a change of
+            # anything else in their stamps answers nothing new, and the next Fetch reads it.)
             return results
+        changed = self._changed(unread, replica_id, isolation_level)
         # Read again: offsets (high watermark, log start) may have moved.
         close_records(results)
         again = [*requests, *changed]
