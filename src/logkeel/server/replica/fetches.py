@@ -302,7 +302,9 @@ class Fetches:
                     )
                     if into_memory:
                         read_into_memory(result)
-                if disk is not None and result.records is not None:
+                if disk is not None and into_memory and result.records is not None:
+                    # Records read from the disk (a file region is only located: its bytes
+                    # are read by the send, timed as such).
                     disk.read_records = True
                 if result.records is not None:
                     remaining = max(0, remaining - result.records.size)
