@@ -228,13 +228,21 @@ def test_a_read_that_returned_nothing_does_not_end_a_slow_spell() -> None:
         now += 50
         tracking = follower_fetch_served(tracking, 0, now, cfg, read_records=False)
         assert tracking.slow_since_ms == 500
+        if now < 6000:
+            # Then only reads that find nothing for longer than half the lag time (the
+            # producer waits on the slow leader): the follower still reads, the spell goes on.
+            for _ in range(8):
+                now += 1000
+                tracking = follower_fetch_served(tracking, 0, now, cfg, read_records=False)
+                tracking, _, why = slow_leader_check(tracking, None, now, cfg)
+                assert tracking.slow_since_ms == 500, why
     tracking, resign, why = slow_leader_check(tracking, None, now, cfg)
     assert resign, why
     assert follower_fetch_served(tracking, 30, now + 10, cfg, read_records=True) == SlowLeader()
 
 
 def test_a_lone_slow_read_followed_by_no_reads_fades_without_a_resignation() -> None:
-    """One read stretched past the budget (a loaded CPU), then nothing read at all (an idle
+    """One read stretched past the budget (a loaded CPU), then no read at all (an idle
     follower's session leaves its partitions unread): nothing waits on the leader, and half
     the lag time later the spell is over."""
     cfg = IsrConfig(replica_lag_time_max_ms=LAG, follower_fetch_process_time_max_ms=500)

@@ -342,10 +342,10 @@ def validate_isr_write(
 @dataclass(frozen=True, slots=True)
 class SlowLeader:
     """Since when the leader has been too slow serving follower fetches (None: it is not), and
-    when it was last seen too slow (a read or send that took too long, or one under way)."""
+    when a read or send for that follower was last seen (done or under way, slow or not)."""
 
     slow_since_ms: int | None = None
-    last_slow_ms: int | None = None
+    last_seen_ms: int | None = None
 
 
 def follower_fetch_served(
@@ -359,14 +359,17 @@ def follower_fetch_served(
     """A follower fetch's response took ``served_ms`` from its read to its last byte sent (the
     part a slow disk makes slow; not the long-poll wait). A slower one than
     `follower.fetch.process.time.max.ms` starts a slow spell, from when it began, or continues
-    it. One within it ends the spell only if it ``read_records``: a read that found nothing to
-    return touched no record on the disk and says nothing of it. (Reads of a slow dir's
-    partitions at their log end came between the slow reads of records, each ending the spell
-    those had started, and the leader never stayed slow for the lag time: a flaky test.)"""
-    if served_ms <= config.follower_fetch_process_time_max_ms:
-        return SlowLeader() if read_records else tracking
-    since = tracking.slow_since_ms
-    return SlowLeader(now_ms - served_ms if since is None else since, now_ms)
+    it. One within it ends the spell only if it ``read_records`` from the disk: a read that
+    found nothing to return (or only located its records for sendfile) read no record and
+    says nothing of the disk. (Reads of a slow dir's partitions at their log end came between
+    its slow reads of records, each ending the spell those had started, and the leader never
+    stayed slow for the lag time: a flaky test.)"""
+    if served_ms > config.follower_fetch_process_time_max_ms:
+        since = tracking.slow_since_ms
+        return SlowLeader(now_ms - served_ms if since is None else since, now_ms)
+    if read_records or tracking.slow_since_ms is None:
+        return SlowLeader()
+    return SlowLeader(tracking.slow_since_ms, now_ms)
 
 
 def slow_leader_check(
@@ -383,26 +386,25 @@ def slow_leader_check(
     outright is noticed; a response still being sent (``oldest_sending_ms``) counts only once
     it has hung for the whole lag time: sending thousands of partitions' records takes long on
     a busy machine without any disk being slow (a slow send marks the dirs slow, and their
-    reads, timed on the dirs' own threads, tell). A spell in which nothing was seen slow for
-    half the lag time is over: nothing waits on this leader (a follower not fetching, or
-    partitions left unread while idle, `session_reads`); otherwise only a read that returns
-    records in time ends it (`follower_fetch_served`). Returns the new tracking state, whether
-    to resign, and why."""
+    reads, timed on the dirs' own threads, tell). A spell is over once no read or send for
+    the follower was seen for half the lag time: nothing waits on this leader (a follower not
+    fetching, or its partitions left unread while idle, `session_reads`); otherwise only a
+    read of records in time ends it (`follower_fetch_served`). Returns the new tracking state,
+    whether to resign, and why."""
     limit = config.follower_fetch_process_time_max_ms
-    since, last = tracking.slow_since_ms, tracking.last_slow_ms
-    if oldest_unsent_ms is not None and now_ms - oldest_unsent_ms > limit:
-        since = oldest_unsent_ms if since is None else min(since, oldest_unsent_ms)
-        last = now_ms
-    if (
-        oldest_sending_ms is not None
-        and now_ms - oldest_sending_ms > config.replica_lag_time_max_ms
-    ):
-        since = oldest_sending_ms if since is None else min(since, oldest_sending_ms)
-        last = now_ms
-    if since is not None and (last is None or now_ms - last > config.replica_lag_time_max_ms / 2):
-        since = last = None
+    since, seen = tracking.slow_since_ms, tracking.last_seen_ms
+    if oldest_unsent_ms is not None:
+        seen = now_ms
+        if now_ms - oldest_unsent_ms > limit:
+            since = oldest_unsent_ms if since is None else min(since, oldest_unsent_ms)
+    if oldest_sending_ms is not None:
+        seen = now_ms
+        if now_ms - oldest_sending_ms > config.replica_lag_time_max_ms:
+            since = oldest_sending_ms if since is None else min(since, oldest_sending_ms)
+    if since is not None and (seen is None or now_ms - seen > config.replica_lag_time_max_ms / 2):
+        since = seen = None
     if since is None:
         return SlowLeader(), False, f"follower fetches are served within {limit} ms"
     slow_for = now_ms - since
     why = f"follower fetches slower than {limit} ms for {slow_for} ms"
-    return SlowLeader(since, last), slow_for > config.replica_lag_time_max_ms, why
+    return SlowLeader(since, seen), slow_for > config.replica_lag_time_max_ms, why
