@@ -242,18 +242,23 @@ def test_a_read_that_returned_nothing_does_not_end_a_slow_spell() -> None:
 
 
 def test_a_lone_slow_read_followed_by_no_reads_fades_without_a_resignation() -> None:
-    """One read stretched past the budget (a loaded CPU), then no read at all (an idle
-    follower's session leaves its partitions unread): nothing waits on the leader, and half
-    the lag time later the spell is over."""
+    """One read stretched past the budget that read no record from the disk (a file region
+    located while the CPU was loaded), then no read at all (an idle follower's session leaves
+    its partitions unread): the disk was not seen slow, and half the lag time later the spell
+    is over. One that read records slowly showed the disk slow: only a read of records in time
+    ends that spell, however long the partitions have nothing to read."""
     cfg = IsrConfig(replica_lag_time_max_ms=LAG, follower_fetch_process_time_max_ms=500)
-    tracking = follower_fetch_served(SlowLeader(), 700, 1000, cfg)
+    tracking = follower_fetch_served(SlowLeader(), 700, 1000, cfg, read_records=False)
     tracking, resign, _ = slow_leader_check(tracking, None, 1000 + LAG // 2, cfg)
     assert tracking.slow_since_ms == 300 and not resign
     tracking, resign, _ = slow_leader_check(tracking, None, 1001 + LAG // 2, cfg)
     assert tracking == SlowLeader() and not resign
+    disk = follower_fetch_served(SlowLeader(), 700, 1000, cfg, read_records=True)
+    disk, resign, why = slow_leader_check(disk, None, 1000 + LAG, cfg)
+    assert disk.slow_since_ms == 300 and resign, why
     # A read under way counts as seen slow at every check: a hung disk never fades.
     hung = SlowLeader()
     for now in range(1600, 2000 + LAG, LAG // 2):
         hung, resign, _ = slow_leader_check(hung, 1000, now, cfg)
-    assert hung.slow_since_ms == 1000
+    assert hung.slow_since_ms == 1000 and hung.on_disk
     assert slow_leader_check(hung, 1000, 1001 + LAG, cfg)[1]

@@ -226,8 +226,8 @@ def test_a_late_read_counts_from_its_dirs_oldest_partition_read_under_way() -> N
         assert resign, why
     assert clock.busy_since_ms() is None
     with queued.partition():
-        pass
-    # Ended, its own partition read short: the spell is over.
+        queued.read_records = True
+    # Ended, its own partition read of records short: the spell is over.
     assert queued.longest_ms < CONFIG.follower_fetch_process_time_max_ms
     tracking.response_sent(1, since + CONFIG.replica_lag_time_max_ms + 2, leader=True)
     resign, why = tracking.too_slow_for_all([FOLLOWER], since + 2 * CONFIG.replica_lag_time_max_ms)
