@@ -197,3 +197,16 @@ def test_fetched_unchanged_never_moves_a_follower_back() -> None:
     f = FollowerState(5, 3_000, 3_000, 5)
     assert isr_rules.fetched_unchanged(f, 2_000) is f
     assert isr_rules.fetched_unchanged(f, 4_000) == FollowerState(5, 4_000, 4_000, 5)
+
+
+def test_a_partition_the_leader_reads_anyway_is_not_left_unread(logs: LogManager) -> None:
+    """A follower's partitions on a slow log dir are read on every Fetch (`Fetches.on_slow_dir`):
+    each read tells the slow-leader rule about the disk, for all of the dir's partitions at
+    once; the follower's link to the session's clock ends as for any change."""
+    p = caught_up(logs)
+    reads = SessionReads(F2)
+    read(reads, p, 2)
+    lookup = {p.tp: p}.get
+    assert KEY in reads.unread(lookup, 0, read_anyway=lambda _p: False)
+    assert KEY not in reads.unread(lookup, 0, read_anyway=lambda _p: True)
+    assert len(reads) == 0

@@ -220,7 +220,11 @@ class FetchApi:
         if reads is not None:
             reads.forget(key for key, _ in requested)
             reads.forget(forgotten)
-            unread = reads.unread(self._fetches.partition, isolation_level)
+            unread = reads.unread(
+                self._fetches.partition,
+                isolation_level,
+                read_anyway=self._fetches.on_slow_dir if follower else None,
+            )
         entries = self._entries(ctx, session, by_id, follower, client_rack, unread)
         for key, _ in entries:
             if key in unread:  # now answered with an error (an ACL, a topic id)

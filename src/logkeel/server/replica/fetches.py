@@ -72,6 +72,13 @@ class Fetches:
     def partition(self, tp: TopicPartition) -> Partition | None:
         return self._path.partition(tp)
 
+    def on_slow_dir(self, p: Partition) -> bool:
+        """Whether ``p``'s log dir is slow: a follower's session reads its partitions there on
+        every Fetch (each read tells the slow-leader rule about the disk, and all of a dir's
+        partitions show it together), not only those that changed."""
+        plog = p.log
+        return plog is not None and self.dir_reads.slow(plog.log_dir)
+
     async def fetch(
         self,
         requests: Sequence[FetchPartitionRequest],
@@ -172,7 +179,8 @@ class Fetches:
         stamps.clear()
         for r in requests:
             p = self._path.partition(r.tp)
-            stamps[id(r)] = session_reads.stamp(p, r, replica_id, isolation_level)
+            slow = replica_id >= 0 and p is not None and self.on_slow_dir(p)
+            stamps[id(r)] = None if slow else session_reads.stamp(p, r, replica_id, isolation_level)
 
     def _changed(
         self, unread: Sequence[Unread], replica_id: int, isolation_level: int

@@ -145,14 +145,22 @@ class SessionReads:
         lookup: Callable[[TopicPartition], Partition | None],
         isolation_level: int,
         now_ms: int | None = None,
+        *,
+        read_anyway: Callable[[Partition], bool] | None = None,
     ) -> dict[PartitionKey, Unread]:
         """A Fetch of the session arrived: the partitions still answered without a read (the
-        others are read from now on). A follower counts as having fetched them now."""
+        others are read from now on; ``read_anyway``: those the leader reads whatever the
+        stamp says). A follower counts as having fetched them now."""
         fetched_ms = int(time.time() * 1000) if now_ms is None else now_ms
         still = {}
         for key, u in list(self._unread.items()):
             r = u.request
-            if stamp(lookup(r.tp), r, self.replica_id, isolation_level) == u.stamp:
+            p = lookup(r.tp)
+            if (
+                p is not None
+                and stamp(p, r, self.replica_id, isolation_level) == u.stamp
+                and (read_anyway is None or not read_anyway(p))
+            ):
                 still[key] = u
             else:
                 self._drop(key)
