@@ -1,10 +1,10 @@
-"""What an idle follower's fetch costs its leader per partition (issue 19, idle CPU): every
-fetch of a caught-up follower reads each partition of its session twice (before and after its
-long poll), and at 2,000 partitions RF 3 each broker serves two followers ~667 partitions each,
-twice a second. Measured in-process on real logs, no brokers: ``partition_reads.read`` of a
-follower at the log end of an empty leader partition (ISR of three, KIP-501's pending reads on,
-as by default); a follower's ``Partition.fetch_position``, which its fetcher asks of every
-partition of every round.
+"""What an idle follower's fetch costs its leader per partition (issue 19, idle CPU): at 2,000
+partitions RF 3 each broker serves two followers ~667 partitions each, twice a second.
+Measured in-process on real logs, no brokers: ``partition_reads.read`` of a follower at the log
+end of an empty leader partition (ISR of three, KIP-501's pending reads on, as by default);
+what a Fetch of that follower's incremental session does instead once a read found nothing
+(``SessionReads.unread``: checks that nothing changed); a follower's
+``Partition.fetch_position``, which its fetcher asks of every partition of every round.
 
     .venv/bin/python bench/idle_fetch_read.py --partitions 2000
 
@@ -22,10 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from logkeel.cluster.metadata import PartitionState
-from logkeel.server.replica import partition_reads
+from logkeel.server.replica import partition_reads, session_reads
 from logkeel.server.replica.isr_rules import IsrConfig
 from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.results import FetchPartitionRequest
+from logkeel.server.replica.session_reads import SessionReads
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -84,9 +85,23 @@ def main() -> None:
                 for p in followed:
                     p.fetch_position()
 
+            # An incremental session over the same partitions, each read once at the log end
+            # (nothing to return): its next Fetches only check that nothing changed.
+            reads = SessionReads(FOLLOWER)
+            by_tp = {p.tp: p for p in led}
+            for p, r in zip(led, requests, strict=True):
+                before = session_reads.stamp(p, r, FOLLOWER, 0)
+                result, _ = partition_reads.read(p, r, FOLLOWER, 1 << 20, 0, True)
+                reads.read((r.tp.topic, r.tp.partition), r, before, result)
+            assert len(reads) == n, "every partition left unread"
+
+            def session_checks() -> None:
+                assert len(reads.unread(by_tp.get, 0)) == n
+
             result = {
                 "partitions": n,
                 "leader_read_us": per_partition_us(leader_reads, n, args.repeats, args.rounds),
+                "leader_unread_us": per_partition_us(session_checks, n, args.repeats, args.rounds),
                 "follower_position_us": per_partition_us(positions, n, args.repeats, args.rounds),
             }
         finally:

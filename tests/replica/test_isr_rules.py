@@ -135,7 +135,9 @@ def test_slow_leader_resigns_only_after_sustained_slowness() -> None:
     assert fast.slow_since_ms is None and not slow_leader_check(fast, None, 100, cfg)[1]
     slow = follower_fetch_served(fast, 800, 1000, cfg)
     assert slow.slow_since_ms == 200  # the spell began when the slow fetch did
-    assert follower_fetch_served(slow, 900, 2000, cfg) == slow
+    for now in range(2000, 200 + LAG, 1000):  # slow fetches go on
+        slow = follower_fetch_served(slow, 900, now, cfg)
+        assert slow.slow_since_ms == 200
     tracking, resign, _ = slow_leader_check(slow, None, 200 + LAG, cfg)
     assert not resign
     tracking, resign, why = slow_leader_check(tracking, None, 200 + LAG + 1, cfg)
@@ -210,3 +212,53 @@ def test_a_fetch_stays_pending_until_its_records_are_sent() -> None:
     # One fetch at a time: a new one replaces a pending one whose response was lost.
     again = fetch_started(f, 20, 2_000, KIP501)
     assert [p.started_ms for p in again.pending] == [2_000]
+
+
+def test_a_read_that_returned_nothing_does_not_end_a_slow_spell() -> None:
+    """A slow dir's follower reads: the reads of records take seconds, and between them reads
+    of the same partitions at their log end take no time (nothing to return touches no record
+    on the disk). Those must not end the spell the slow reads started, or the leader never
+    stays slow for the lag time (the flake of test_cluster_slow_disk: "still led from the slow
+    dir after 55s"). A read that returns records in time does end it."""
+    cfg = IsrConfig(replica_lag_time_max_ms=LAG, follower_fetch_process_time_max_ms=500)
+    tracking, now = SlowLeader(), 0
+    while now < LAG + 3000:
+        now += 2500
+        tracking = follower_fetch_served(tracking, 2000, now, cfg)  # a read of records, late
+        now += 50
+        tracking = follower_fetch_served(tracking, 0, now, cfg, read_records=False)
+        assert tracking.slow_since_ms == 500
+        if now < 6000:
+            # Then only reads that find nothing for longer than half the lag time (the
+            # producer waits on the slow leader): the follower still reads, the spell goes on.
+            for _ in range(8):
+                now += 1000
+                tracking = follower_fetch_served(tracking, 0, now, cfg, read_records=False)
+                tracking, _, why = slow_leader_check(tracking, None, now, cfg)
+                assert tracking.slow_since_ms == 500, why
+    tracking, resign, why = slow_leader_check(tracking, None, now, cfg)
+    assert resign, why
+    assert follower_fetch_served(tracking, 30, now + 10, cfg, read_records=True) == SlowLeader()
+
+
+def test_a_lone_slow_read_followed_by_no_reads_fades_without_a_resignation() -> None:
+    """One read stretched past the budget that read no record from the disk (a file region
+    located while the CPU was loaded), then no read at all (an idle follower's session leaves
+    its partitions unread): the disk was not seen slow, and half the lag time later the spell
+    is over. One that read records slowly showed the disk slow: only a read of records in time
+    ends that spell, however long the partitions have nothing to read."""
+    cfg = IsrConfig(replica_lag_time_max_ms=LAG, follower_fetch_process_time_max_ms=500)
+    tracking = follower_fetch_served(SlowLeader(), 700, 1000, cfg, read_records=False)
+    tracking, resign, _ = slow_leader_check(tracking, None, 1000 + LAG // 2, cfg)
+    assert tracking.slow_since_ms == 300 and not resign
+    tracking, resign, _ = slow_leader_check(tracking, None, 1001 + LAG // 2, cfg)
+    assert tracking == SlowLeader() and not resign
+    disk = follower_fetch_served(SlowLeader(), 700, 1000, cfg, read_records=True)
+    disk, resign, why = slow_leader_check(disk, None, 1000 + LAG, cfg)
+    assert disk.slow_since_ms == 300 and resign, why
+    # A read under way counts as seen slow at every check: a hung disk never fades.
+    hung = SlowLeader()
+    for now in range(1600, 2000 + LAG, LAG // 2):
+        hung, resign, _ = slow_leader_check(hung, 1000, now, cfg)
+    assert hung.slow_since_ms == 1000 and hung.on_disk
+    assert slow_leader_check(hung, 1000, 1001 + LAG, cfg)[1]

@@ -622,3 +622,56 @@ def test_a_long_poll_that_waited_out_unchanged_answers_its_first_read(tmp_path: 
         assert len(reads) == 2
 
     run_broker(tmp_path, scenario)
+
+
+def test_a_session_long_poll_reads_only_the_partitions_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An incremental session's partitions whose last read found nothing (`session_reads`)
+    are not read while they stay unchanged, and its long poll still watches them: an append
+    to one ends the poll and only that one is read, its result after the others'."""
+    from logkeel.server.replica import partition_reads
+    from logkeel.server.replica.session_reads import SessionReads, stamp
+
+    read_tps: list[TopicPartition] = []
+    read_one = partition_reads.read
+
+    def counted(p: Any, r: FetchPartitionRequest, *args: Any) -> Any:
+        read_tps.append(r.tp)
+        return read_one(p, r, *args)
+
+    monkeypatch.setattr(partition_reads, "read", counted)
+
+    async def scenario(broker: Broker) -> None:
+        rm = broker.replica_manager
+        broker.metadata.create_topic("quiet", 3, 1, {})
+        tps = [TopicPartition("quiet", i) for i in range(3)]
+        for tp in tps:
+            assert (await rm.appends.append_records(tp, records(b"a"), acks=1)).error == 0
+        reads = SessionReads(-1)
+        at_end = [FetchPartitionRequest(tp, 1, 1 << 20) for tp in tps]
+        stamps: dict[int, Any] = {}
+        first = await rm.fetches.fetch(at_end, max_wait_ms=0, stamps=stamps)
+        for r, result in zip(at_end, first, strict=True):
+            reads.read((r.tp.topic, r.tp.partition), r, stamps[id(r)], result)
+        assert len(reads) == 3
+
+        read_tps.clear()
+        unread = reads.unread(rm.partition, 0)
+        assert await rm.fetches.fetch([], max_wait_ms=200, unread=list(unread.values())) == []
+        assert read_tps == [], "an unchanged session was read"
+
+        unread = reads.unread(rm.partition, 0)
+        waiting = asyncio.create_task(
+            rm.fetches.fetch([], max_wait_ms=5000, unread=list(unread.values()))
+        )
+        await asyncio.to_thread(wait_until, lambda: rm.fetch_purgatory.pending > 0, 10,
+                                "the session's poll parked")  # fmt: skip
+        assert (await rm.appends.append_records(tps[1], records(b"b"), acks=1)).error == 0
+        [changed] = await asyncio.wait_for(waiting, 10)
+        assert changed.tp == tps[1] and changed.size > 0 and changed.high_watermark == 2
+        close_records([changed])
+        assert read_tps == [tps[1]]
+        assert stamp(rm.partition(tps[0]), at_end[0], -1, 0) == unread[("quiet", 0)].stamp
+
+    run_broker(tmp_path, scenario)

@@ -311,3 +311,15 @@ def test_session_ids_are_random_non_zero_and_unique() -> None:
     ids = {open_session(cache, 1) for _ in range(200)}
     assert len(ids) == 200 and INVALID_SESSION_ID not in ids
     assert all(0 < i < (1 << 31) for i in ids)
+
+
+def test_a_partition_left_unread_is_not_carried_and_keeps_what_it_was_told() -> None:
+    """None for a partition the broker knows unchanged without reading it (`session_reads`):
+    not in the response, and what the session remembers telling it stays, so a later read
+    that moved nothing is still not carried."""
+    cache = FetchSessionCache(10, rng=random.Random(2))
+    sid = open_session(cache, 2)
+    ctx = context(cache, sid, 1, [])
+    assert cache.answer(ctx, [None, idle(1, hw=11)[0]], 1).include == [False, True]
+    ctx = context(cache, sid, 2, [])
+    assert cache.answer(ctx, idle(1) + idle(1, hw=11), 2).include == [False, False]

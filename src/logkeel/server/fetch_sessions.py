@@ -134,6 +134,9 @@ class FetchSession:
     last_used_ms: int
     epoch: int  # the epoch the next request must carry
     partitions: dict[PartitionKey, _Cached] = field(default_factory=dict)
+    # What the data path keeps of the session between its Fetches (its partitions answered
+    # without a read: `replica.session_reads`); opaque here.
+    reads: object = None
 
     def evictable_key(self) -> tuple[bool, int, int]:
         return (self.privileged, len(self.partitions), self.id)
@@ -268,15 +271,17 @@ class FetchSessionCache:
     def answer(
         self,
         context: FetchContext,
-        outcomes: Sequence[PartitionOutcome],
+        outcomes: Sequence[PartitionOutcome | None],
         now_ms: int,
         *,
         throttled: bool = False,
     ) -> SessionAnswer:
         """The response's session id and partitions for the context's ``outcomes`` (one per
         context partition). A full request's session is created here (with what the response
-        tells each partition); an incremental response carries only what changed. A
-        throttled response carries nothing and creates no session, as in Kafka."""
+        tells each partition); an incremental response carries only what changed, and None
+        (an incremental request's partition the broker knows unchanged without reading it)
+        is not carried. A throttled response carries nothing and creates no session, as in
+        Kafka."""
         n = len(context.partitions)
         if context.kind is ContextKind.ERROR:
             return SessionAnswer(INVALID_SESSION_ID, context.error, [])
@@ -297,6 +302,9 @@ class FetchSessionCache:
         include = []
         sent_records = []
         for (key, _), outcome in zip(context.partitions, outcomes, strict=True):
+            if outcome is None:
+                include.append(False)
+                continue
             entry = session.partitions.get(key)
             respond = entry is None or entry.must_respond(outcome)
             include.append(respond)
@@ -311,7 +319,7 @@ class FetchSessionCache:
     # -- the cache ----------------------------------------------------------------------------
 
     def _maybe_create(
-        self, context: FetchContext, outcomes: Sequence[PartitionOutcome], now_ms: int
+        self, context: FetchContext, outcomes: Sequence[PartitionOutcome | None], now_ms: int
     ) -> int:
         size = len(context.partitions)
         if self.max_slots <= 0 or size > self.max_session_partitions:
@@ -332,7 +340,8 @@ class FetchSessionCache:
         )
         for (key, params), outcome in zip(context.partitions, outcomes, strict=True):
             entry = _Cached(params)
-            entry.must_respond(outcome)
+            if outcome is not None:
+                entry.must_respond(outcome)
             session.partitions[key] = entry
         self._sessions[session_id] = session
         return session_id

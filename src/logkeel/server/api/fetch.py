@@ -11,8 +11,10 @@ Python (see ``network._send_parts``).
 
 Fetch sessions (KIP-227): ``fetch_sessions.FetchSessionCache`` decides (one cache per broker,
 ``max.incremental.fetch.session.cache.slots``; 0 declines every session, as a full Kafka cache
-does). This module reads the session's whole partition set (the long poll covers all of it) and
-answers an incremental request with only the partitions the cache says changed.
+does). The long poll covers the session's whole partition set; an incremental request is
+answered with only the partitions the cache says changed. A partition whose last read had
+nothing to return and that has not changed since is not read at all (``session_reads``): an
+idle follower's Fetch reads none of its ~667 partitions at 2,000 partitions RF 3.
 
 Reading from the nearest replica (KIP-392): with ``replica.selector.class`` set, a consumer's
 Fetch v11+ carries its ``rack_id`` into each partition's request; the leader may answer with a
@@ -66,6 +68,7 @@ from logkeel.server.replica.results import (
     RegionRecords,
     close_records,
 )
+from logkeel.server.replica.session_reads import SessionReads, Stamp, Unread
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = ["MAX_VERSION", "MIN_VERSION", "FetchApi", "FetchResponseFrame", "register"]
@@ -188,11 +191,12 @@ class FetchApi:
             replica_id = int(request.replica_id)
         follower = replica_id >= 0
         by_id = version >= _TOPIC_IDS_FROM
+        requested, forgotten = _requested(request, by_id), _forgotten(request, by_id)
         session = self._sessions.new_context(
             int(getattr(request, "session_id", INVALID_SESSION_ID)),
             int(getattr(request, "session_epoch", FINAL_EPOCH)),
-            _requested(request, by_id),
-            _forgotten(request, by_id),
+            requested,
+            forgotten,
             privileged=follower,
             owner=(ctx.session.principal, follower),
             uses_topic_ids=by_id,
@@ -210,29 +214,49 @@ class FetchApi:
             if not follower and version >= _CLIENT_RACK_FROM
             else None
         )
-        entries = self._entries(ctx, session, by_id, follower, client_rack)
+        isolation_level = int(getattr(request, "isolation_level", 0))
+        reads = _reads(session, replica_id)
+        unread: dict[PartitionKey, Unread] = {}
+        if reads is not None:
+            reads.forget(key for key, _ in requested)
+            reads.forget(forgotten)
+            unread = reads.unread(
+                self._fetches.partition,
+                isolation_level,
+                read_anyway=self._fetches.on_slow_dir if follower else None,
+            )
+        entries = self._entries(ctx, session, by_id, follower, client_rack, unread)
+        for key, _ in entries:
+            if key in unread:  # now answered with an error (an ACL, a topic id)
+                del unread[key]
+                if reads is not None:
+                    reads.drop(key)
         wanted = [e for _, e in entries if isinstance(e, FetchPartitionRequest)]
+        # A session's reads are stamped, to answer the partitions they find idle without a
+        # read next time (a full request's session is made when it is answered).
+        stamps: dict[int, Stamp | None] | None = (
+            {} if session.kind in (ContextKind.FULL, ContextKind.INCREMENTAL) else None
+        )
         results = await self._fetches.fetch(
             wanted,
             replica_id=replica_id,
             max_wait_ms=round(request.max_wait.total_seconds() * 1000),
             min_bytes=int(request.min_bytes),
             max_bytes=self._max_bytes(int(getattr(request, "max_bytes", _INT32_MAX)), follower),
-            isolation_level=int(getattr(request, "isolation_level", 0)),
+            isolation_level=isolation_level,
+            unread=list(unread.values()),
+            stamps=stamps,
         )
         try:
-            by_request = {id(r): res for r, res in zip(wanted, results, strict=True)}
-            answered = [
-                by_request[id(e)]
-                if isinstance(e, FetchPartitionRequest)
-                else FetchPartitionResult(TopicPartition("", key[1]), e)
-                for key, e in entries
-            ]
+            answered = _answered(session, entries, wanted, results, unread)
             throttle_ms = 0
             if not follower and self._quotas is not None:
                 throttle_ms = self._throttle(ctx, results)
             outcome = self._sessions.answer(
-                session, [_outcome(r) for r in answered], _now_ms(), throttled=bool(throttle_ms)
+                session,
+                [_outcome(r) if r is not None else None for r in answered],
+                _now_ms(),
+                throttled=bool(throttle_ms),
             )
             if throttle_ms or outcome.error != ErrorCode.none:
                 # Kafka answers a throttled fetch empty (the bytes read are not charged) and
@@ -250,12 +274,20 @@ class FetchApi:
                 )
             sent = [
                 (key, r)
-                for (key, _), r, included in zip(entries, answered, outcome.include, strict=True)
-                if included
+                for (key, _), r, included in zip(
+                    session.partitions, answered, outcome.include, strict=True
+                )
+                if included and r is not None
             ]
             close_records(
-                r for r, included in zip(answered, outcome.include, strict=True) if not included
+                r
+                for r, included in zip(answered, outcome.include, strict=True)
+                if not included and r is not None
             )
+            if stamps is not None and outcome.session_id != INVALID_SESSION_ID:
+                self._remember_reads(
+                    outcome.session_id, replica_id, session, entries, unread, answered, stamps
+                )
             frame = self._response(ctx, mod, sent, outcome.session_id, by_id)
         except BaseException:
             close_records(results)
@@ -268,6 +300,35 @@ class FetchApi:
             )
         return frame
 
+    def _remember_reads(
+        self,
+        session_id: int,
+        replica_id: int,
+        context: FetchContext,
+        entries: list[tuple[PartitionKey, FetchPartitionRequest | ErrorCode]],
+        unread: dict[PartitionKey, Unread],
+        answered: list[FetchPartitionResult | None],
+        stamps: dict[int, Stamp | None],
+    ) -> None:
+        """The session learns which of the partitions just read and answered it need not
+        read next time (`session_reads`)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return
+        reads = session.reads
+        if not isinstance(reads, SessionReads) or reads.replica_id != replica_id:
+            reads = session.reads = SessionReads(replica_id)
+        requests = {key: e for key, e in entries if isinstance(e, FetchPartitionRequest)}
+        for (key, _), result in zip(context.partitions, answered, strict=True):
+            request = requests.get(key)
+            if request is None:
+                u = unread.get(key)
+                if u is None or result is None:
+                    continue  # an error entry, or unread and unchanged
+                request = u.request
+            if result is not None:
+                reads.read(key, request, stamps.get(id(request)), result)
+
     def _entries(
         self,
         ctx: RequestContext,
@@ -275,7 +336,10 @@ class FetchApi:
         by_id: bool,
         follower: bool,
         client_rack: str | None,
+        unread: dict[PartitionKey, Unread],
     ) -> list[tuple[PartitionKey, FetchPartitionRequest | ErrorCode]]:
+        """Per partition of the session, in order: the request to read, or the error it is
+        answered with; the ``unread`` partitions still allowed are left out."""
         metadata = self._metadata
         # Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
         # checked on every request, for the whole session.
@@ -304,6 +368,8 @@ class FetchApi:
                 )
             if not allowed[name]:
                 entries.append((key, ErrorCode.topic_authorization_failed))
+                continue
+            if key in unread:
                 continue
             entries.append(
                 (
@@ -379,6 +445,40 @@ class FetchApi:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _reads(context: FetchContext, replica_id: int) -> SessionReads | None:
+    """An incremental request's session's record of its partitions answered without reading."""
+    session = context.session
+    if context.kind is not ContextKind.INCREMENTAL or session is None:
+        return None
+    reads = session.reads
+    return reads if isinstance(reads, SessionReads) and reads.replica_id == replica_id else None
+
+
+def _answered(
+    context: FetchContext,
+    entries: list[tuple[PartitionKey, FetchPartitionRequest | ErrorCode]],
+    wanted: list[FetchPartitionRequest],
+    results: list[FetchPartitionResult],
+    unread: dict[PartitionKey, Unread],
+) -> list[FetchPartitionResult | None]:
+    """Per partition of the session, in order: its result (an error entry's error), or None
+    for one left unread (``results`` has the ``wanted`` ones', then those of the unread
+    partitions that changed during the long poll)."""
+    by_request = {id(r): res for r, res in zip(wanted, results, strict=False)}
+    late = {res.tp: res for res in results[len(wanted) :]}
+    entry_of = dict(entries)
+    answered: list[FetchPartitionResult | None] = []
+    for key, _ in context.partitions:
+        e = entry_of.get(key)
+        if e is None:
+            answered.append(late.get(unread[key].request.tp))
+        elif isinstance(e, FetchPartitionRequest):
+            answered.append(by_request[id(e)])
+        else:
+            answered.append(FetchPartitionResult(TopicPartition("", key[1]), e))
+    return answered
 
 
 def _topic_key(topic: Any, by_id: bool) -> str:

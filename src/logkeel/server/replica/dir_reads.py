@@ -196,13 +196,16 @@ class DirReads:
     def _served_in_time(
         self, disk: ReadTime, wanted: list[FetchPartitionRequest], replica_id: int
     ) -> None:
-        """A dir read within the budget is evidence its disk is fine: it ends a slow spell
-        (one partition read that a loaded CPU stretched must not stand for the lag time)."""
+        """A dir read within the budget that returned records is evidence its disk is fine:
+        it ends a slow spell (one partition read that a loaded CPU stretched must not stand for
+        the lag time); one that found nothing to return is not (`isr_rules`)."""
         now = int(time.time() * 1000)
         for r in wanted:
             p = self._path.partition(r.tp)
             if p is not None and p.is_leader:
-                p.followers.read_served(replica_id, disk.longest_ms, now)
+                p.followers.read_served(
+                    replica_id, disk.longest_ms, now, read_records=disk.read_records
+                )
 
     def _from_late_read(
         self,

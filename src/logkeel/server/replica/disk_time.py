@@ -56,12 +56,15 @@ class DirClock:
 
 
 class ReadTime:
-    """One read of a dir: the longest any of its partitions took, and (through its dir) since
-    when the disk it waits for has been busy with one partition."""
+    """One read of a dir: the longest any of its partitions took, whether any of them read
+    records from the disk (into memory; a read that found nothing to return, or only located
+    its records for sendfile, read no record byte: no evidence that the disk is fine), and
+    (through its dir) since when the disk it waits for has been busy with one partition."""
 
     def __init__(self, dir_clock: DirClock) -> None:
         self._dir = dir_clock
         self.longest_ms = 0
+        self.read_records = False
 
     @contextmanager
     def partition(self) -> Iterator[None]:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from logkeel.server.replica import partition_reads
+from logkeel.server.replica import partition_reads, session_reads
 from logkeel.server.replica.data_path import DataPath
 from logkeel.server.replica.delayed import DelayedFetch
 from logkeel.server.replica.dir_reads import DirReads, read_into_memory
 from logkeel.server.replica.disk_time import ReadTime
+from logkeel.server.replica.partition import Partition
 from logkeel.server.replica.replication_quota import ReplicationQuota
 from logkeel.server.replica.results import (
     CONSUMER_REPLICA_ID,
@@ -31,6 +32,7 @@ from logkeel.server.replica.results import (
     FetchPartitionResult,
     close_records,
 )
+from logkeel.server.replica.session_reads import Stamp, Unread
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
 
@@ -67,6 +69,16 @@ class Fetches:
         self._sending: dict[int, int] = {}  # follower response token -> when sending began
         self._budget_s = follower_budget_ms / 1000
 
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        return self._path.partition(tp)
+
+    def on_slow_dir(self, p: Partition) -> bool:
+        """Whether ``p``'s log dir is slow: a follower's session reads its partitions there on
+        every Fetch (each read tells the slow-leader rule about the disk, and all of a dir's
+        partitions show it together), not only those that changed."""
+        plog = p.log
+        return plog is not None and self.dir_reads.slow(plog.log_dir)
+
     async def fetch(
         self,
         requests: Sequence[FetchPartitionRequest],
@@ -76,11 +88,19 @@ class Fetches:
         min_bytes: int = 1,
         max_bytes: int = _INT32_MAX,
         isolation_level: int = READ_UNCOMMITTED,
+        unread: Sequence[Unread] = (),
+        stamps: dict[int, Stamp | None] | None = None,
     ) -> list[FetchPartitionResult]:
         """Reads every partition in order, long-polling up to ``max_wait_ms`` for
         ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
-        (Kafka's rule, so a consumer never gets stuck behind a large batch)."""
+        (Kafka's rule, so a consumer never gets stuck behind a large batch).
+
+        ``unread``: partitions of the fetch's session answered without a read
+        (`session_reads`); the long poll watches them too, and those that changed when it
+        ends are read, their results after the others'. ``stamps``: filled with each
+        partition's stamp just before the read whose result is returned (by request id)."""
         received = time.monotonic()
+        self._stamp(requests, replica_id, isolation_level, stamps)
         results = await self._read(requests, replica_id, max_bytes, isolation_level)
         total = sum(r.size for r in results)
         if total < min_bytes and max_wait_ms > 0 and any(r.throttled for r in results):
@@ -90,12 +110,12 @@ class Fetches:
             wait_ms = min(max_wait_ms, self._leader_quota.throttle_ms(time.monotonic()))
             await asyncio.sleep(wait_ms / 1000)
             close_records(results)
-            return await self._read_again(
-                requests, replica_id, max_bytes, isolation_level, received
-            )
+            again = [*requests, *self._changed(unread, replica_id, isolation_level)]
+            self._stamp(again, replica_id, isolation_level, stamps)
+            return await self._read_again(again, replica_id, max_bytes, isolation_level, received)
         if (
             max_wait_ms <= 0
-            or not requests
+            or not (requests or unread)
             or total >= min_bytes
             or any(
                 r.error != ErrorCode.none or r.diverging_epoch or r.preferred_read_replica >= 0
@@ -104,37 +124,74 @@ class Fetches:
             or self._path.stopped
         ):
             return results
+        answered = {r.tp: (r.high_watermark, r.log_start_offset) for r in results}
+        for u in unread:
+            answered[u.request.tp] = (u.stamp.high_watermark, u.stamp.log_start_offset)
+        watched = [*requests, *(u.request for u in unread)]
         op = DelayedFetch(
             self._path,
             max_wait_ms,
-            requests,
+            watched,
             replica_id=replica_id,
             min_bytes=min_bytes,
             isolation_level=isolation_level,
             bytes_already=total,
-            answered_high_watermarks={r.tp: r.high_watermark for r in results},
+            answered_high_watermarks={tp: hw for tp, (hw, _) in answered.items()},
         )
-        await self._path.fetch_purgatory.wait(op, [r.tp for r in requests])
+        await self._path.fetch_purgatory.wait(op, [r.tp for r in watched])
         if (
             op.expired
             and total == 0
             and not self._path.stopped
-            and op.unchanged({r.tp: r.log_start_offset for r in results})
+            and op.unchanged({tp: start for tp, (_, start) in answered.items()})
             and not self._stale(requests, replica_id, received)
         ):
             # Nothing moved while it waited (an idle follower's or tail consumer's long poll):
             # the first read is the answer. Reading every partition of a follower's session
             # again was half of an idle broker's CPU at 2,000 partitions. The follower's
             # caught-up time stays that of the first read, at most max_wait_ms older, so ISR
-            # expiry can only come that much sooner, never later.
+            # expiry can only come that much sooner, never later. (The unread partitions too:
+            # no byte appended, same high watermark, log start and leader epoch; a change of
+            # anything else in their stamps answers nothing new, and the next Fetch reads it.)
             return results
+        changed = self._changed(unread, replica_id, isolation_level)
         # Read again: offsets (high watermark, log start) may have moved.
         close_records(results)
+        again = [*requests, *changed]
+        self._stamp(again, replica_id, isolation_level, stamps)
         if self._path.stopped:
             return await asyncio.to_thread(
-                self._read_all, requests, replica_id, max_bytes, isolation_level
+                self._read_all, again, replica_id, max_bytes, isolation_level
             )
-        return await self._read_again(requests, replica_id, max_bytes, isolation_level, received)
+        return await self._read_again(again, replica_id, max_bytes, isolation_level, received)
+
+    def _stamp(
+        self,
+        requests: Sequence[FetchPartitionRequest],
+        replica_id: int,
+        isolation_level: int,
+        stamps: dict[int, Stamp | None] | None,
+    ) -> None:
+        """Each partition's stamp before its read (`session_reads`): taken before, so that
+        whatever changes during the read makes it differ later."""
+        if stamps is None:
+            return
+        stamps.clear()
+        for r in requests:
+            p = self._path.partition(r.tp)
+            slow = replica_id >= 0 and p is not None and self.on_slow_dir(p)
+            stamps[id(r)] = None if slow else session_reads.stamp(p, r, replica_id, isolation_level)
+
+    def _changed(
+        self, unread: Sequence[Unread], replica_id: int, isolation_level: int
+    ) -> list[FetchPartitionRequest]:
+        """The requests of the ``unread`` partitions that changed since their last read."""
+        return [
+            u.request
+            for u in unread
+            if session_reads.stamp(self._path.partition(u.request.tp), u.request, replica_id,
+                                   isolation_level) != u.stamp
+        ]  # fmt: skip
 
     async def _read_again(
         self,
@@ -253,6 +310,10 @@ class Fetches:
                     )
                     if into_memory:
                         read_into_memory(result)
+                if disk is not None and into_memory and result.records is not None:
+                    # Records read from the disk (a file region is only located: its bytes
+                    # are read by the send, timed as such).
+                    disk.read_records = True
                 if result.records is not None:
                     remaining = max(0, remaining - result.records.size)
                     min_one_message = False

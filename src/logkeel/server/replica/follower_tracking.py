@@ -12,7 +12,18 @@ from logkeel.server.replica import isr_rules
 from logkeel.server.replica.disk_time import ReadTime
 from logkeel.server.replica.isr_rules import FollowerState, IsrConfig, SlowLeader
 
-__all__ = ["FollowerTracking"]
+__all__ = ["FetchClock", "FollowerTracking"]
+
+
+class FetchClock:
+    """When a follower's fetch session last fetched (wall-clock ms, the fetch's arrival): the
+    caught-up time of every partition it answered without reading (`FollowerTracking.unread`).
+    Advanced only after the session found those partitions unchanged in that fetch."""
+
+    __slots__ = ("fetched_ms",)
+
+    def __init__(self) -> None:
+        self.fetched_ms = 0
 
 
 class FollowerTracking:
@@ -38,6 +49,10 @@ class FollowerTracking:
         # follower -> the log start offset its last fetch gave (KIP-392: a consumer is never
         # sent to a follower that has deleted its offset). Written by the fetch, one store.
         self.log_starts: dict[int, int] = {}
+        # follower -> the clock of the fetch session that answers this partition without
+        # reading it while nothing changes: its state is as of its last read, and each fetch
+        # of that session since counts as one at the same log end (`isr_rules.fetched_unchanged`).
+        self._unread: dict[int, FetchClock] = {}
 
     def new_term(self, replicas: Sequence[int], isr: Sequence[int], now_ms: int) -> None:
         """A new leader term: followers start unknown; ISR members count as caught up now, so
@@ -49,16 +64,43 @@ class FollowerTracking:
                 if r != self._node_id
             }
             self.log_starts = {}
+            self._unread = {}
 
     def keep_only(self, replicas: Sequence[int]) -> None:
         with self._lock:
             self.states = {r: f for r, f in self.states.items() if r in replicas}
             self.log_starts = {r: o for r, o in self.log_starts.items() if r in replicas}
+            self._unread = {r: c for r, c in self._unread.items() if r in replicas}
 
     def snapshot(self) -> dict[int, FollowerState]:
         """Per follower: log end offset, last caught-up time, pending fetches (KIP-501)."""
         with self._lock:
-            return dict(self.states)
+            states = dict(self.states)
+            for r, clock in self._unread.items():
+                state = states.get(r)
+                if state is not None:
+                    states[r] = isr_rules.fetched_unchanged(state, clock.fetched_ms)
+            return states
+
+    def unread(self, replica_id: int, clock: FetchClock) -> None:
+        """The follower's fetch session answers this partition without reading it from now on,
+        while nothing changes (its last read reached the log end); ``clock`` tells when it
+        fetched last. Ends with the next read of it (or `read_again`)."""
+        with self._lock:
+            if replica_id in self.states:
+                self._unread[replica_id] = clock
+
+    def read_again(self, replica_id: int) -> None:
+        """The session found this partition changed: its fetches up to now count, later ones
+        only as they read it."""
+        with self._lock:
+            self._settle_unread(replica_id)
+
+    def _settle_unread(self, replica_id: int) -> None:
+        clock = self._unread.pop(replica_id, None)
+        state = self.states.get(replica_id)
+        if clock is not None and state is not None:
+            self.states[replica_id] = isr_rules.fetched_unchanged(state, clock.fetched_ms)
 
     def fetch_started(
         self, replica_id: int, replicas: Sequence[int], fetch_offset: int, now_ms: int
@@ -139,16 +181,21 @@ class FollowerTracking:
                 replica, started, _sending, disk = entry
                 served = disk.longest_ms if disk is not None else now_ms - started
                 self._slow[replica] = isr_rules.follower_fetch_served(
-                    self._slow.get(replica, SlowLeader()), served, now_ms, self.config
-                )
+                    self._slow.get(replica, SlowLeader()), served, now_ms, self.config,
+                    read_records=disk.read_records if disk is not None else True,
+                )  # fmt: skip
 
-    def read_served(self, replica_id: int, served_ms: int, now_ms: int) -> None:
+    def read_served(
+        self, replica_id: int, served_ms: int, now_ms: int, *, read_records: bool = True
+    ) -> None:
         """A read for ``replica_id`` answered in time, its longest partition read
-        ``served_ms`` on the disk: counts towards how slow this leader is to serve it."""
+        ``served_ms`` on the disk (``read_records``: whether any returned records): counts
+        towards how slow this leader is to serve it."""
         with self._lock:
             self._slow[replica_id] = isr_rules.follower_fetch_served(
-                self._slow.get(replica_id, SlowLeader()), served_ms, now_ms, self.config
-            )
+                self._slow.get(replica_id, SlowLeader()), served_ms, now_ms, self.config,
+                read_records=read_records,
+            )  # fmt: skip
 
     def too_slow_for_all(self, followers: Sequence[int], now_ms: int) -> tuple[bool, str]:
         """Whether this leader has been too slow to serve every one of ``followers`` (one slow
@@ -181,6 +228,8 @@ class FollowerTracking:
         with self._lock:
             if replica_id == self._node_id or replica_id not in replicas:
                 return None
+            if self._unread:
+                self._settle_unread(replica_id)
             state = change(self.states.get(replica_id, isr_rules.UNKNOWN_FOLLOWER))
             self.states[replica_id] = state
             return state

@@ -138,6 +138,22 @@ def fetch_completed(
     )
 
 
+def fetched_unchanged(follower: FollowerState, fetched_ms: int) -> FollowerState:
+    """The follower's fetch session fetched this partition at ``fetched_ms`` and found it as
+    its last read left it, which reached the log end: nothing was appended since (the leader
+    answered without reading, `session_reads`). That fetch was at the log end, so the follower
+    was caught up at its start, as a read would have recorded."""
+    if fetched_ms <= follower.last_fetch_ms:
+        return follower
+    return FollowerState(
+        follower.log_end_offset,
+        max(follower.last_caught_up_ms, fetched_ms),
+        fetched_ms,
+        follower.last_fetch_leader_log_end_offset,
+        follower.pending,
+    )
+
+
 def fetch_sent(
     follower: FollowerState,
     fetch_offset: int,
@@ -325,23 +341,40 @@ def validate_isr_write(
 
 @dataclass(frozen=True, slots=True)
 class SlowLeader:
-    """Since when the leader has been too slow serving follower fetches (None: it is not)."""
+    """Since when the leader has been too slow serving follower fetches (None: it is not),
+    when it was last seen too slow, and whether the disk was seen slow in this spell: a read
+    of records from it that took too long, or a read of it still under way past the budget."""
 
     slow_since_ms: int | None = None
+    last_slow_ms: int | None = None
+    on_disk: bool = False
 
 
 def follower_fetch_served(
-    tracking: SlowLeader, served_ms: int, now_ms: int, config: IsrConfig
+    tracking: SlowLeader,
+    served_ms: int,
+    now_ms: int,
+    config: IsrConfig,
+    *,
+    read_records: bool = True,
 ) -> SlowLeader:
     """A follower fetch's response took ``served_ms`` from its read to its last byte sent (the
-    part a slow disk makes slow; not the long-poll wait). One within
-    `follower.fetch.process.time.max.ms` ends a slow spell; a slower one starts one, from when
-    it began, or continues it."""
-    if served_ms <= config.follower_fetch_process_time_max_ms:
+    part a slow disk makes slow; not the long-poll wait). A slower one than
+    `follower.fetch.process.time.max.ms` starts a slow spell, from when it began, or continues
+    it; ``read_records`` from the disk, it shows the disk slow. One within the budget ends the
+    spell if it read records from the disk, or if the disk was not seen slow in the spell
+    (one read a loaded CPU stretched). A read that found nothing to return (or only located its
+    records for sendfile) says nothing of the disk: reads of a slow dir's partitions at their
+    log end came between its slow reads of records and ended each spell those had started, so
+    the leader never stayed slow for the lag time (a flaky test)."""
+    if served_ms > config.follower_fetch_process_time_max_ms:
+        since = tracking.slow_since_ms
+        return SlowLeader(
+            now_ms - served_ms if since is None else since, now_ms, tracking.on_disk or read_records
+        )
+    if read_records or not tracking.on_disk:
         return SlowLeader()
-    if tracking.slow_since_ms is not None:
-        return tracking
-    return SlowLeader(now_ms - served_ms)
+    return tracking
 
 
 def slow_leader_check(
@@ -358,20 +391,26 @@ def slow_leader_check(
     outright is noticed; a response still being sent (``oldest_sending_ms``) counts only once
     it has hung for the whole lag time: sending thousands of partitions' records takes long on
     a busy machine without any disk being slow (a slow send marks the dirs slow, and their
-    reads, timed on the dirs' own threads, tell). Returns the new tracking state, whether to
-    resign, and why."""
+    reads, timed on the dirs' own threads, tell). A spell in which the disk was not seen slow
+    is over once nothing was seen slow for half the lag time (one stretched read, then an idle
+    follower whose partitions are not even read, `session_reads`); one in which it was goes on
+    until a read of records in time ends it (`follower_fetch_served`): between the slow reads
+    a slow leader's partitions may have nothing to read for long (its producers wait on it).
+    Returns the new tracking state, whether to resign, and why."""
     limit = config.follower_fetch_process_time_max_ms
-    since = tracking.slow_since_ms
+    since, last, on_disk = tracking.slow_since_ms, tracking.last_slow_ms, tracking.on_disk
     if oldest_unsent_ms is not None and now_ms - oldest_unsent_ms > limit:
         since = oldest_unsent_ms if since is None else min(since, oldest_unsent_ms)
+        last, on_disk = now_ms, True
     if (
         oldest_sending_ms is not None
         and now_ms - oldest_sending_ms > config.replica_lag_time_max_ms
     ):
         since = oldest_sending_ms if since is None else min(since, oldest_sending_ms)
-    if since is None:
+        last = now_ms
+    faded = last is None or now_ms - last > config.replica_lag_time_max_ms / 2
+    if since is None or (faded and not on_disk):
         return SlowLeader(), False, f"follower fetches are served within {limit} ms"
     slow_for = now_ms - since
-    if slow_for > config.replica_lag_time_max_ms:
-        return SlowLeader(since), True, f"follower fetches slower than {limit} ms for {slow_for} ms"
-    return SlowLeader(since), False, f"follower fetches slower than {limit} ms for {slow_for} ms"
+    why = f"follower fetches slower than {limit} ms for {slow_for} ms"
+    return SlowLeader(since, last, on_disk), slow_for > config.replica_lag_time_max_ms, why
