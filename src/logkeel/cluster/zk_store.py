@@ -54,7 +54,7 @@ from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.log_dir import random_uuid
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
-__all__ = ["ZkMetadataStore"]
+__all__ = ["ZkMetadataStore", "noticed_states"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ class ZkMetadataStore(MetadataStore):
         for name in self._known_topics:
             _until_connected(deadline, functools.partial(self._refresh_topic, name, notify=False))
         self._scram_secret = _until_connected(deadline, self.client.scram_secret)
+        self._watch_notices()
         self.client.brokers(watch=lambda _ids: self._tasks.put(("brokers", "")))
         # A registration's data changes (offline log dirs) come with a log dir event.
         self.client.zk.ChildrenWatch(
@@ -492,9 +493,10 @@ class ZkMetadataStore(MetadataStore):
         self._tasks.put(("state", topic))
 
     def states_written(self, states: Iterable[tuple[TopicPartition, LeaderIsr]]) -> None:
-        """States this broker's controller has just written (ZooKeeper answered the
-        transaction; each with its new version): taken at once, as their watches would bring
-        them. Only partitions already watched: a new one's first state comes from its watch."""
+        """States the controller has just written (this broker's controller once ZooKeeper
+        answered the transaction, or any controller's notice; each with its new version):
+        taken at once, as their watches would bring them, the newer version winning. Only
+        partitions already watched: a new one's first state comes from its watch."""
         changed: dict[str, list[int]] = {}
         for tp, state in states:
             key = (tp.topic, tp.partition)
@@ -502,6 +504,22 @@ class ZkMetadataStore(MetadataStore):
                 changed.setdefault(tp.topic, []).append(tp.partition)
         for topic, partitions in changed.items():
             self._state_changed(topic, partitions)
+
+    def _watch_notices(self) -> None:
+        """The controller's notices of the states it wrote (`zk_data.STATE_NOTICES`): one read
+        brings a whole transaction's states, ahead of the re-reads their watches set off."""
+        for slot in range(zd.STATE_NOTICE_SLOTS):
+            self._states.data(zd.state_notice_path(slot), self._on_notice)
+
+    def _on_notice(self, data: bytes | None, _stat: Any) -> None:
+        if not data:
+            return
+        try:
+            notice = zd.decode_state_notice(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring an unreadable state notice (%s)", exc)
+            return
+        self.states_written(noticed_states(notice, self._assignments))
 
     def _take_changed_states(self, topic: str) -> set[int]:
         with self._changed_lock:
@@ -515,6 +533,7 @@ class ZkMetadataStore(MetadataStore):
         """After a session expired (its watches went with it) or a watch failed."""
         self._states.close()
         self._states = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        self._watch_notices()
         for name in list(self._assignments):
             self._refresh_topic(name)
 
@@ -563,7 +582,8 @@ class ZkMetadataStore(MetadataStore):
     ) -> None:
         """Rebuilds the topic's state; ``reread``: its assignment and configs changed;
         not ``full``: only the partition states the watches delivered since changed."""
-        if reread or name not in self._assignments:
+        read_now = reread or name not in self._assignments
+        if read_now:
             assignment = self.client.topic_assignment(name)
             if assignment is not None:
                 self._assignments[name] = assignment
@@ -584,13 +604,16 @@ class ZkMetadataStore(MetadataStore):
             return
         self._watch_topic(name)
         configs = self._configs[name]
-        new = {
-            zd.partition_state_path(name, p)
-            for p in assignment.partitions
-            if self._watch_state(name, p)
-        }
-        # The first delivery of each watch just set (a new topic, or new partitions).
-        self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
+        if full or old is None or read_now:
+            # Only a new assignment brings partitions to watch: a rebuild for changed states
+            # (one per burst of moves) went over every partition's watch for nothing.
+            new = {
+                zd.partition_state_path(name, p)
+                for p in assignment.partitions
+                if self._watch_state(name, p)
+            }
+            # The first delivery of each watch just set (a new topic, or new partitions).
+            self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
         changed = self._take_changed_states(name)
         if full or old is None:
             partitions: dict[int, PartitionState] = {}
@@ -846,6 +869,21 @@ class ZkMetadataStore(MetadataStore):
             return False
         self.write_fence.left()
         return True
+
+
+def noticed_states(
+    notice: Iterable[tuple[TopicPartition, str | None, LeaderIsr]],
+    assignments: Mapping[str, TopicAssignment],
+) -> list[tuple[TopicPartition, LeaderIsr]]:
+    """The states of a notice that belong to the topics as this broker knows them: a notice
+    read late may name a deleted topic whose name was taken again (its znodes' versions
+    start over), so a state is taken only under the topic id it was written for."""
+    out = []
+    for tp, topic_id, state in notice:
+        a = assignments.get(tp.topic)
+        if topic_id is not None and a is not None and a.topic_id == topic_id:
+            out.append((tp, state))
+    return out
 
 
 def _until_connected(deadline: float, fn: Callable[..., _T], *args: Any) -> _T:
