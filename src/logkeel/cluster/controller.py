@@ -719,9 +719,10 @@ class Controller:
                     if rest:
                         pending.append(rest)
                 else:
+                    # This broker's store first: the context and the history can wait.
+                    self._tell_written(batch, results[first:])
                     for w, stat in zip(batch, results[first:], strict=True):
                         self._written(ctx, w, stat, logged=len(writes) <= _LOGGED_CHANGES)
-                    self._tell_written(batch, results[first:])
         if moved:
             raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
 
