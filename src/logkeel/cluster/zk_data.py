@@ -86,7 +86,9 @@ OFFLINE_REASONS = "/logkeel/offline_reasons"
 # one read, ahead of its watches' re-reads of each state znode (which stay the record: a
 # notice overwritten before a broker read it is only a lost shortcut).
 STATE_NOTICES = "/logkeel/state_notices"
-STATE_NOTICE_SLOTS = 16
+# Enough for the leaderships of 6,400 partitions in flight at once: a slot overwritten before a
+# broker read it costs that broker its watches' re-reads of those states.
+STATE_NOTICE_SLOTS = 64
 
 
 def offline_reason_path(tp: TopicPartition) -> str:

@@ -65,6 +65,8 @@ ADMIN_WAIT_S = 15.0
 # Changes are gathered until none came for this long, or this long passed since the first.
 _COALESCE_QUIET_S = 0.01
 _COALESCE_MAX_S = 0.1
+# How often the partition states whose watches fired are read (`_state_watches`).
+_STATE_CATCH_UP_S = 0.25
 # How long a rebuild waits for the first states of partitions it just began watching.
 _FIRST_STATES_WAIT_S = 30.0
 
@@ -98,7 +100,7 @@ class ZkMetadataStore(MetadataStore):
         self._assignments: dict[str, TopicAssignment] = {}
         self._configs: dict[str, dict[str, str]] = {}
         # The partition states, watched pipelined (thousands of them: `zk_watch`).
-        self._states = WatchedZnodes(client.zk, self._state_watch_failed)
+        self._states = self._state_watches()
         # Partitions whose state a watch delivered since their topic was last rebuilt.
         self._changed_states: dict[str, set[int]] = {}
         self._changed_lock = threading.Lock()
@@ -113,6 +115,7 @@ class ZkMetadataStore(MetadataStore):
         self._session_lost = False
         self.write_fence = SessionFence(client.session_timeout_ms)
         self._closing = False
+        self._catch_up_wake = threading.Event()
         self._leaving = False  # a controlled shutdown is under way: no registering again
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
         self._known_topics: set[str] = set()
@@ -166,6 +169,7 @@ class ZkMetadataStore(MetadataStore):
         self.client.add_session_listener(self._on_session)
         self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
         self._worker.start()
+        threading.Thread(target=self._catch_up, name="zk-state-catch-up", daemon=True).start()
         return self
 
     def register(
@@ -314,6 +318,7 @@ class ZkMetadataStore(MetadataStore):
     def close(self) -> None:
         """Ends the session: the registration (and /controller, if held) goes at once."""
         self._closing = True
+        self._catch_up_wake.set()
         if self._worker is not None:
             self._tasks.put(("stop", ""))
             self._worker.join(10)
@@ -505,6 +510,21 @@ class ZkMetadataStore(MetadataStore):
         for topic, partitions in changed.items():
             self._state_changed(topic, partitions)
 
+    def _state_watches(self) -> WatchedZnodes:
+        """Partition-state watches that only note a change, read every _STATE_CATCH_UP_S
+        (`_catch_up`): the controller's notices bring its states at once, and re-reading each
+        moved state as its watch fired, on every broker, tripled ZooKeeper's reads in the very
+        burst of writes a controlled shutdown waits for; a leader's own ISR change shows here
+        that much later."""
+        watches = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        watches.quiet(lambda path: path.endswith("/state"))
+        return watches
+
+    def _catch_up(self) -> None:
+        while not self._closing:
+            self._states.catch_up()
+            self._catch_up_wake.wait(_STATE_CATCH_UP_S)
+
     def _watch_notices(self) -> None:
         """The controller's notices of the states it wrote (`zk_data.STATE_NOTICES`): one read
         brings a whole transaction's states, ahead of the re-reads their watches set off."""
@@ -532,7 +552,7 @@ class ZkMetadataStore(MetadataStore):
     def _rewatch_states(self) -> None:
         """After a session expired (its watches went with it) or a watch failed."""
         self._states.close()
-        self._states = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        self._states = self._state_watches()
         self._watch_notices()
         for name in list(self._assignments):
             self._refresh_topic(name)
