@@ -1,9 +1,11 @@
 """Cluster metadata read from ZooKeeper: a `MetadataStore` whose snapshot is a cache fed by
 watches on live brokers, the controller, topics, their assignments, configs and partition states.
 
-Watches only say *what* changed; one worker thread re-reads it from ZooKeeper, builds the next
-immutable snapshot, swaps it in and calls the listeners (the partition table, which may create or
-delete logs: never on kazoo's own thread, which must stay free to deliver events). Writes
+Watches only say *what* changed (a partition state's watch is only noted, and read every
+250 ms: the controller's notices of the states it wrote come first); one worker thread re-reads
+it from ZooKeeper, builds the next immutable snapshot, swaps it in and calls the listeners (the
+partition table, which may create or delete logs: never on kazoo's own thread, which must stay
+free to deliver events). Writes
 (topic creation, deletion, partitions, configs) go to ZooKeeper, where the controller acts on
 them; each then waits, bounded, until this broker's cache shows the result, so that an admin
 request answers with the leaders the controller chose.
