@@ -15,6 +15,9 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   Metadata shows it (one connection to that broker alone: it has applied them); all probes run
   at once from the signal; then its restart until it is back in every ISR in ZooKeeper
   (rejoin_after_shutdown_s);
+  ..._broker_metadata_after_s: when the last probe of each survivor that still saw one
+  was sent (the probes are paced at three times their own cost, so under load the figure
+  before is coarse by seconds: it lies between the two);
 - kill_controller_s (and ..._metadata_s): SIGKILL of the controller's broker, until every
   partition has a live leader; then its restart until it is back in every ISR
   (rejoin_after_kill_s);
@@ -154,16 +157,20 @@ def phase_timeout(n: int) -> float:
     return PHASE_TIMEOUT_S * max(1.0, n / 2000)
 
 
-def wait_paced(probe: Callable[[], bool], what: str, timeout: float) -> None:
+def wait_paced(probe: Callable[[], bool], what: str, timeout: float) -> float | None:
     """Polls ``probe`` until it holds, resting three times as long as each probe took between
     them: a probe is a Metadata request or ZooKeeper read of every partition, and polled every
     50 ms at 10,000 partitions it kept the broker answering it busy (its main thread holding
-    the GIL a second per answer), slowing the very work it waited for."""
+    the GIL a second per answer), slowing the very work it waited for. Returns when the last
+    probe that did not hold was sent (None: the first held): what it waited for came after
+    that, and the pacing makes the end coarse by up to three probes under load."""
     deadline = time.monotonic() + timeout
+    last_miss = None
     while True:
         started = time.monotonic()
         if probe():
-            return
+            return last_miss
+        last_miss = started
         now = time.monotonic()
         if now >= deadline:
             raise TimeoutError(what)
@@ -171,17 +178,25 @@ def wait_paced(probe: Callable[[], bool], what: str, timeout: float) -> None:
 
 
 def timed(
-    probe: Callable[[], bool], what: str, started: float, timeout: float = PHASE_TIMEOUT_S
+    probe: Callable[[], bool],
+    what: str,
+    started: float,
+    timeout: float = PHASE_TIMEOUT_S,
+    misses: list[float] | None = None,
 ) -> float | str:
     """Seconds from ``started`` until ``probe`` holds; a phase that never ends within
-    ``timeout`` is reported as such and the run goes on."""
+    ``timeout`` is reported as such and the run goes on. ``misses``, if given, gets when the
+    last probe that did not hold was sent (seconds from ``started``): the lower bound."""
     try:
-        wait_paced(probe, what, timeout)
+        last_miss = wait_paced(probe, what, timeout)
     except TimeoutError:
         print(f"{what}: not within {timeout:.0f}s", file=sys.stderr, flush=True)
         return f">{timeout:.0f}"
     took = round(time.monotonic() - started, 2)
-    print(f"{what}: {took}s", file=sys.stderr, flush=True)
+    after = 0.0 if last_miss is None else round(last_miss - started, 2)
+    if misses is not None:
+        misses.append(after)
+    print(f"{what}: {took}s (after {after}s)", file=sys.stderr, flush=True)
     return took
 
 
@@ -324,8 +339,10 @@ def run(
     # Start-up after a crash recovers every replica's log: longer with more of them.
     start_s = 120 * max(1.0, n / 2000)
 
-    def timed_here(probe: Callable[[], bool], what: str, started: float) -> float | str:
-        return timed(probe, what, started, limit)
+    def timed_here(
+        probe: Callable[[], bool], what: str, started: float, misses: list[float] | None = None
+    ) -> float | str:
+        return timed(probe, what, started, limit, misses)
 
     zk = ZooKeeperServer(base / "zookeeper").start()
     chroot = "/scale"
@@ -409,6 +426,7 @@ def run(
             act()
             profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
             found: dict[str, Any] = {}
+            lower: dict[str, list[float]] = {}
             probes = {
                 "zk": (lambda: zkv.none_led_by(victim), f"{moved} (ZooKeeper)"),
                 "metadata": (lambda: view[other].none_led_by(victim, n), f"{moved} (Metadata)"),
@@ -422,7 +440,7 @@ def run(
             }
 
             def probe(name: str, check: Callable[[], bool], what: str) -> None:
-                found[name] = timed_here(check, what, started)
+                found[name] = timed_here(check, what, started, lower.setdefault(name, []))
                 if name == "zk":
                     zk_use[key] = zk_delta(before, mntr(zk))
 
@@ -437,6 +455,11 @@ def run(
             result[f"{key}_s"] = found["zk"]
             result[f"{key}_metadata_s"] = found["metadata"]
             result[f"{key}_broker_metadata_s"] = {i: found[f"broker{i}"] for i in survivors}
+            # The last probe of each survivor that still saw a leadership to move was sent
+            # this long after the signal: the figure above lies between the two.
+            result[f"{key}_broker_metadata_after_s"] = {
+                i: (lower[f"broker{i}"] or [None])[0] for i in survivors
+            }
             return started
 
         if "shutdown" in phases:

@@ -41,6 +41,7 @@ from logkeel.cluster.controller_decisions import (
     leader_moves_first,
     leaders_leaving,
     shutdown_remaining,
+    state_notice,
 )
 from logkeel.cluster.crash_detection import CrashDetector
 from logkeel.cluster.elections import (
@@ -149,6 +150,10 @@ class Controller:
         self._next_sweep = 0.0
         # The last answer written to each controlled shutdown: (broker epoch, remaining).
         self._shutdown_answers: dict[int, tuple[int, int]] = {}
+        # Whether each transaction of states carries a notice of them (`zk_data.STATE_NOTICES`),
+        # and the slot the next one overwrites.
+        self._notices = True
+        self._notice_slot = 0
         # Every broker probes the others: a crashed one (the controller's included) is removed
         # at once rather than after its session expires.
         self.crash_detector = CrashDetector(client, broker_id)
@@ -354,6 +359,7 @@ class Controller:
             # Read now, before the first pass's writes: read after them it waited ~0.9 s behind
             # their watches' re-reads on the one connection, between leaderships and ISRs.
             self._offline_reasons = self.client.offline_reasons()
+            self._notices = self._notice_slots_ready()
             self._context = ctx
             with ctx.lock:
                 everything = ctx.all_partitions()
@@ -362,6 +368,24 @@ class Controller:
             log.info("controller context loaded (%s): %d partitions in %.2fs", source,
                      len(everything), time.monotonic() - started)  # fmt: skip
         return self._context
+
+    def _notice_slots_ready(self) -> bool:
+        """Creates the slots of the state notices that are missing (pipelined); False when
+        that failed (the states' watches alone tell the brokers then)."""
+        zk = self.client.zk
+        empty = zd.encode_state_notice(())
+        pending = [zk.create_async(zd.state_notice_path(slot), empty)
+                   for slot in range(zd.STATE_NOTICE_SLOTS)]  # fmt: skip
+        ready = True
+        for answer in pending:
+            try:
+                answer.get()
+            except NodeExistsError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - a shortcut only
+                log.warning("state notices off: creating their slots failed (%s)", exc)
+                ready = False
+        return ready
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -666,7 +690,7 @@ class Controller:
             after_send()
         moved = False
         while pending and not moved:
-            sent = [(batch, self._commit(ctl, batch)) for batch in pending]
+            sent = [(batch, self._commit(ctl, ctx, batch)) for batch in pending]
             if after_send is not None:
                 after_send()
                 after_send = None
@@ -679,24 +703,46 @@ class Controller:
                     for w in batch:
                         self._retry(w[0])
                     continue
+                first = len(results) - len(batch)  # the epoch check, and a notice if sent
                 failed = next((i for i in range(len(results)) if _failed(results, i)), None)
                 if failed == 0:
                     moved = True
+                elif failed is not None and failed < first:
+                    # The notice's slot is gone (removed by hand): the watches tell instead.
+                    log.warning("state notices off: writing %s failed (%r)", zd.STATE_NOTICES,
+                                results[failed])  # fmt: skip
+                    self._notices = False
+                    pending.append(batch)
                 elif failed is not None:
-                    self._retry(batch[failed - 1][0])
-                    rest = batch[: failed - 1] + batch[failed:]
+                    self._retry(batch[failed - first][0])
+                    rest = batch[: failed - first] + batch[failed - first + 1 :]
                     if rest:
                         pending.append(rest)
                 else:
-                    for w, stat in zip(batch, results[1:], strict=True):
+                    # This broker's store first: the context and the history can wait.
+                    self._tell_written(batch, results[first:])
+                    for w, stat in zip(batch, results[first:], strict=True):
                         self._written(ctx, w, stat, logged=len(writes) <= _LOGGED_CHANGES)
-                    self._tell_written(batch, results[1:])
         if moved:
             raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
 
-    def _commit(self, ctl: ControllerEpoch, batch: list[Any]) -> Any:
+    def _commit(self, ctl: ControllerEpoch, ctx: ControllerContext, batch: list[Any]) -> Any:
         txn = self.client.zk.transaction()
         txn.check(zd.CONTROLLER_EPOCH, ctl.zk_version)
+        if self._notices:
+            # First after the check: ZooKeeper sends each session its watch events in the
+            # order of the operations, so a broker reads the notice ahead of its re-reads of
+            # the states below.
+            slot, self._notice_slot = (
+                self._notice_slot,
+                (self._notice_slot + 1) % zd.STATE_NOTICE_SLOTS,
+            )
+            with ctx.lock:
+                ids = {
+                    tp.topic: a.topic_id for tp, *_ in batch if (a := ctx.assignments.get(tp.topic))
+                }
+            notice = state_notice(batch, ids)
+            txn.set_data(zd.state_notice_path(slot), zd.encode_state_notice(notice))
         for tp, before, after, _decision, _reg in batch:
             txn.set_data(
                 zd.partition_state_path(tp.topic, tp.partition),

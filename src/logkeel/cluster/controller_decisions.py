@@ -25,7 +25,7 @@ from logkeel.cluster.partition_state import (
     Views,
     acknowledged_offset,
 )
-from logkeel.cluster.zk_data import ReplicaLogReport
+from logkeel.cluster.zk_data import LeaderIsr, ReplicaLogReport
 from logkeel.storage.topic_partition import TopicPartition
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "leader_moves_first",
     "leaders_leaving",
     "shutdown_remaining",
+    "state_notice",
 ]
 
 
@@ -338,3 +339,16 @@ def leader_moves_first(
         moved = (after.leader, after.leader_epoch) != (before.leader, before.leader_epoch)
         (leaders if moved else isr_only).append(tp)
     return leaders, isr_only
+
+
+def state_notice(
+    writes: Iterable[tuple[TopicPartition, LeaderIsr, LeaderIsr, object, object]],
+    topic_ids: Mapping[str, str | None],
+) -> list[tuple[TopicPartition, str | None, LeaderIsr]]:
+    """What a transaction of conditional writes (partition, state decided from, new state, ...)
+    tells the brokers: each new state with its topic's id and the version its znode has once
+    the transaction is applied (one past the version it was conditional on)."""
+    return [
+        (tp, topic_ids.get(tp.topic), replace(after, zk_version=before.zk_version + 1))
+        for tp, before, after, *_ in writes
+    ]

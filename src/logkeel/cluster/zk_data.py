@@ -80,6 +80,17 @@ ELECTION_LOSS_PREFIX = "loss_"
 OFFLINE_REASONS = "/logkeel/offline_reasons"
 
 
+# logkeel's own (Kafka's controller sent UpdateMetadata instead): a few slots, each overwritten in
+# turn by the controller inside its transaction of partition states with those states and
+# their new versions, so that a broker watching the slots learns a transaction's states with
+# one read, ahead of its watches' re-reads of each state znode (which stay the record: a
+# notice overwritten before a broker read it is only a lost shortcut).
+STATE_NOTICES = "/logkeel/state_notices"
+# Enough for the leaderships of 6,400 partitions in flight at once: a slot overwritten before a
+# broker read it costs that broker its watches' re-reads of those states.
+STATE_NOTICE_SLOTS = 64
+
+
 def offline_reason_path(tp: TopicPartition) -> str:
     return f"{OFFLINE_REASONS}/{tp.topic}-{tp.partition}"
 
@@ -103,6 +114,7 @@ PERSISTENT_PATHS = (
     ELECTIONS,
     ELECTION_LOSSES,
     REASSIGNMENTS,
+    STATE_NOTICES,
 )
 
 
@@ -494,23 +506,28 @@ class LeaderIsr:
     isr_since: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
 
+def _partition_state_obj(s: LeaderIsr) -> dict[str, Any]:
+    return {
+        "controller_epoch": s.controller_epoch,
+        "leader": s.leader,
+        "version": 1,
+        "leader_epoch": s.leader_epoch,
+        "isr": list(s.isr),
+        **({"leader_broker_epoch": s.leader_broker_epoch} if s.leader_broker_epoch >= 0 else {}),
+    }
+
+
 def encode_partition_state(s: LeaderIsr) -> bytes:
-    return _dump(
-        {
-            "controller_epoch": s.controller_epoch,
-            "leader": s.leader,
-            "version": 1,
-            "leader_epoch": s.leader_epoch,
-            "isr": list(s.isr),
-            **(
-                {"leader_broker_epoch": s.leader_broker_epoch} if s.leader_broker_epoch >= 0 else {}
-            ),
-        }
-    )
+    return _dump(_partition_state_obj(s))
 
 
 def decode_partition_state(data: bytes, zk_version: int, written_zxid: int = -1) -> LeaderIsr:
-    obj = _load(data)
+    return _partition_state_of(_load(data), zk_version, written_zxid)
+
+
+def _partition_state_of(
+    obj: Mapping[str, Any], zk_version: int, written_zxid: int = -1
+) -> LeaderIsr:
     return LeaderIsr(
         leader=int(obj["leader"]),
         leader_epoch=int(obj["leader_epoch"]),
@@ -520,6 +537,33 @@ def decode_partition_state(data: bytes, zk_version: int, written_zxid: int = -1)
         leader_broker_epoch=int(obj.get("leader_broker_epoch", -1)),
         written_zxid=written_zxid,
     )
+
+
+def state_notice_path(slot: int) -> str:
+    return f"{STATE_NOTICES}/{slot}"
+
+
+def encode_state_notice(states: Iterable[tuple[TopicPartition, str | None, LeaderIsr]]) -> bytes:
+    """The body of /logkeel/state_notices/<slot>: each state of one controller transaction,
+    with its topic's id and the version its znode has once written."""
+    return _dump(
+        {
+            "version": 1,
+            "states": [
+                {"topic": tp.topic, "topic_id": topic_id, "partition": tp.partition,
+                 "zk_version": s.zk_version, "state": _partition_state_obj(s)}
+                for tp, topic_id, s in states
+            ],
+        }
+    )  # fmt: skip
+
+
+def decode_state_notice(data: bytes) -> list[tuple[TopicPartition, str | None, LeaderIsr]]:
+    return [
+        (TopicPartition(o["topic"], int(o["partition"])), o.get("topic_id"),
+         _partition_state_of(o["state"], int(o["zk_version"])))
+        for o in _load(data)["states"]
+    ]  # fmt: skip
 
 
 def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegistration:

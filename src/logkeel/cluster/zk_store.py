@@ -1,9 +1,11 @@
 """Cluster metadata read from ZooKeeper: a `MetadataStore` whose snapshot is a cache fed by
 watches on live brokers, the controller, topics, their assignments, configs and partition states.
 
-Watches only say *what* changed; one worker thread re-reads it from ZooKeeper, builds the next
-immutable snapshot, swaps it in and calls the listeners (the partition table, which may create or
-delete logs: never on kazoo's own thread, which must stay free to deliver events). Writes
+Watches only say *what* changed (a partition state's watch is only noted, and read every
+250 ms: the controller's notices of the states it wrote come first); one worker thread re-reads
+it from ZooKeeper, builds the next immutable snapshot, swaps it in and calls the listeners (the
+partition table, which may create or delete logs: never on kazoo's own thread, which must stay
+free to deliver events). Writes
 (topic creation, deletion, partitions, configs) go to ZooKeeper, where the controller acts on
 them; each then waits, bounded, until this broker's cache shows the result, so that an admin
 request answers with the leaders the controller chose.
@@ -54,7 +56,7 @@ from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.log_dir import random_uuid
 from logkeel.storage.topic_partition import TopicPartition, validate_topic_name
 
-__all__ = ["ZkMetadataStore"]
+__all__ = ["ZkMetadataStore", "noticed_states"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ ADMIN_WAIT_S = 15.0
 # Changes are gathered until none came for this long, or this long passed since the first.
 _COALESCE_QUIET_S = 0.01
 _COALESCE_MAX_S = 0.1
+# How often the partition states whose watches fired are read (`_state_watches`).
+_STATE_CATCH_UP_S = 0.25
 # How long a rebuild waits for the first states of partitions it just began watching.
 _FIRST_STATES_WAIT_S = 30.0
 
@@ -98,7 +102,7 @@ class ZkMetadataStore(MetadataStore):
         self._assignments: dict[str, TopicAssignment] = {}
         self._configs: dict[str, dict[str, str]] = {}
         # The partition states, watched pipelined (thousands of them: `zk_watch`).
-        self._states = WatchedZnodes(client.zk, self._state_watch_failed)
+        self._states = self._state_watches()
         # Partitions whose state a watch delivered since their topic was last rebuilt.
         self._changed_states: dict[str, set[int]] = {}
         self._changed_lock = threading.Lock()
@@ -113,6 +117,7 @@ class ZkMetadataStore(MetadataStore):
         self._session_lost = False
         self.write_fence = SessionFence(client.session_timeout_ms)
         self._closing = False
+        self._catch_up_wake = threading.Event()
         self._leaving = False  # a controlled shutdown is under way: no registering again
         self._cannot_serve: dict[int, set[TopicPartition]] = {}
         self._known_topics: set[str] = set()
@@ -149,6 +154,7 @@ class ZkMetadataStore(MetadataStore):
         for name in self._known_topics:
             _until_connected(deadline, functools.partial(self._refresh_topic, name, notify=False))
         self._scram_secret = _until_connected(deadline, self.client.scram_secret)
+        self._watch_notices()
         self.client.brokers(watch=lambda _ids: self._tasks.put(("brokers", "")))
         # A registration's data changes (offline log dirs) come with a log dir event.
         self.client.zk.ChildrenWatch(
@@ -165,6 +171,7 @@ class ZkMetadataStore(MetadataStore):
         self.client.add_session_listener(self._on_session)
         self._worker = threading.Thread(target=self._run, name="zk-metadata", daemon=True)
         self._worker.start()
+        threading.Thread(target=self._catch_up, name="zk-state-catch-up", daemon=True).start()
         return self
 
     def register(
@@ -313,6 +320,7 @@ class ZkMetadataStore(MetadataStore):
     def close(self) -> None:
         """Ends the session: the registration (and /controller, if held) goes at once."""
         self._closing = True
+        self._catch_up_wake.set()
         if self._worker is not None:
             self._tasks.put(("stop", ""))
             self._worker.join(10)
@@ -492,9 +500,10 @@ class ZkMetadataStore(MetadataStore):
         self._tasks.put(("state", topic))
 
     def states_written(self, states: Iterable[tuple[TopicPartition, LeaderIsr]]) -> None:
-        """States this broker's controller has just written (ZooKeeper answered the
-        transaction; each with its new version): taken at once, as their watches would bring
-        them. Only partitions already watched: a new one's first state comes from its watch."""
+        """States the controller has just written (this broker's controller once ZooKeeper
+        answered the transaction, or any controller's notice; each with its new version):
+        taken at once, as their watches would bring them, the newer version winning. Only
+        partitions already watched: a new one's first state comes from its watch."""
         changed: dict[str, list[int]] = {}
         for tp, state in states:
             key = (tp.topic, tp.partition)
@@ -502,6 +511,37 @@ class ZkMetadataStore(MetadataStore):
                 changed.setdefault(tp.topic, []).append(tp.partition)
         for topic, partitions in changed.items():
             self._state_changed(topic, partitions)
+
+    def _state_watches(self) -> WatchedZnodes:
+        """Partition-state watches that only note a change, read every _STATE_CATCH_UP_S
+        (`_catch_up`): the controller's notices bring its states at once, and re-reading each
+        moved state as its watch fired, on every broker, tripled ZooKeeper's reads in the very
+        burst of writes a controlled shutdown waits for; a leader's own ISR change shows here
+        that much later."""
+        watches = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        watches.quiet(lambda path: path.endswith("/state"))
+        return watches
+
+    def _catch_up(self) -> None:
+        while not self._closing:
+            self._states.catch_up()
+            self._catch_up_wake.wait(_STATE_CATCH_UP_S)
+
+    def _watch_notices(self) -> None:
+        """The controller's notices of the states it wrote (`zk_data.STATE_NOTICES`): one read
+        brings a whole transaction's states, ahead of the re-reads their watches set off."""
+        for slot in range(zd.STATE_NOTICE_SLOTS):
+            self._states.data(zd.state_notice_path(slot), self._on_notice)
+
+    def _on_notice(self, data: bytes | None, _stat: Any) -> None:
+        if not data:
+            return
+        try:
+            notice = zd.decode_state_notice(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring an unreadable state notice (%s)", exc)
+            return
+        self.states_written(noticed_states(notice, self._assignments))
 
     def _take_changed_states(self, topic: str) -> set[int]:
         with self._changed_lock:
@@ -514,7 +554,8 @@ class ZkMetadataStore(MetadataStore):
     def _rewatch_states(self) -> None:
         """After a session expired (its watches went with it) or a watch failed."""
         self._states.close()
-        self._states = WatchedZnodes(self.client.zk, self._state_watch_failed)
+        self._states = self._state_watches()
+        self._watch_notices()
         for name in list(self._assignments):
             self._refresh_topic(name)
 
@@ -563,7 +604,8 @@ class ZkMetadataStore(MetadataStore):
     ) -> None:
         """Rebuilds the topic's state; ``reread``: its assignment and configs changed;
         not ``full``: only the partition states the watches delivered since changed."""
-        if reread or name not in self._assignments:
+        read_now = reread or name not in self._assignments
+        if read_now:
             assignment = self.client.topic_assignment(name)
             if assignment is not None:
                 self._assignments[name] = assignment
@@ -584,13 +626,16 @@ class ZkMetadataStore(MetadataStore):
             return
         self._watch_topic(name)
         configs = self._configs[name]
-        new = {
-            zd.partition_state_path(name, p)
-            for p in assignment.partitions
-            if self._watch_state(name, p)
-        }
-        # The first delivery of each watch just set (a new topic, or new partitions).
-        self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
+        if full or old is None or read_now:
+            # Only a new assignment brings partitions to watch: a rebuild for changed states
+            # (one per burst of moves) went over every partition's watch for nothing.
+            new = {
+                zd.partition_state_path(name, p)
+                for p in assignment.partitions
+                if self._watch_state(name, p)
+            }
+            # The first delivery of each watch just set (a new topic, or new partitions).
+            self._states.wait_delivered(new, _FIRST_STATES_WAIT_S)
         changed = self._take_changed_states(name)
         if full or old is None:
             partitions: dict[int, PartitionState] = {}
@@ -846,6 +891,21 @@ class ZkMetadataStore(MetadataStore):
             return False
         self.write_fence.left()
         return True
+
+
+def noticed_states(
+    notice: Iterable[tuple[TopicPartition, str | None, LeaderIsr]],
+    assignments: Mapping[str, TopicAssignment],
+) -> list[tuple[TopicPartition, LeaderIsr]]:
+    """The states of a notice that belong to the topics as this broker knows them: a notice
+    read late may name a deleted topic whose name was taken again (its znodes' versions
+    start over), so a state is taken only under the topic id it was written for."""
+    out = []
+    for tp, topic_id, state in notice:
+        a = assignments.get(tp.topic)
+        if topic_id is not None and a is not None and a.topic_id == topic_id:
+            out.append((tp, state))
+    return out
 
 
 def _until_connected(deadline: float, fn: Callable[..., _T], *args: Any) -> _T:
