@@ -248,3 +248,21 @@ def test_one_stretched_partition_read_does_not_stand_for_the_lag_time() -> None:
     tracking.read_served(FOLLOWER, 3, 2_500)
     resign, why = tracking.too_slow_for_all([FOLLOWER], 2_000 + CONFIG.replica_lag_time_max_ms * 2)
     assert not resign and "served within" in why, why
+
+
+def test_only_leaders_with_a_read_under_way_or_a_slow_spell_are_suspected_slow() -> None:
+    """Pure: what the once-a-second resignation check looks at (`slow_suspected`): nothing
+    on a quiet leader, a read for a follower under way, a slow spell until it is over."""
+    tracking = FollowerTracking(0, CONFIG)
+    assert not tracking.slow_suspected()
+    late = DirClock().read()
+    late.longest_ms = CONFIG.follower_fetch_process_time_max_ms + 50
+    tracking.response_started(FOLLOWER, 1, 1_000, disk=late)
+    assert tracking.slow_suspected()  # under way
+    tracking.response_sent(1, 2_000, leader=True)
+    tracking.too_slow_for_all([FOLLOWER], 2_100)
+    assert tracking.slow_suspected()  # the spell it began
+    tracking.read_served(FOLLOWER, 3, 2_500)
+    resign, why = tracking.too_slow_for_all([FOLLOWER], 2_000 + CONFIG.replica_lag_time_max_ms * 2)
+    assert not resign and "served within" in why, why
+    assert not tracking.slow_suspected()

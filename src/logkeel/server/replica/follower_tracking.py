@@ -197,6 +197,12 @@ class FollowerTracking:
                 read_records=read_records,
             )  # fmt: skip
 
+    def slow_suspected(self) -> bool:
+        """Whether a read or send for a follower is under way or a slow spell is going on: the
+        partitions the frequent resignation check looks at (a lock-free look; the check
+        itself takes the lock)."""
+        return bool(self._unsent) or any(s.slow_since_ms is not None for s in self._slow.values())
+
     def too_slow_for_all(self, followers: Sequence[int], now_ms: int) -> tuple[bool, str]:
         """Whether this leader has been too slow to serve every one of ``followers`` (one slow
         follower or network is not the leader's fault), and why, follower by follower."""

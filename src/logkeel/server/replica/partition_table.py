@@ -246,6 +246,17 @@ class PartitionTable:
             except Exception:
                 log.exception("checking the ISR of %s failed", p.tp)
 
+    def check_resignations(self, now_ms: int) -> None:
+        """The slow-leader check alone, for the leaders with a slow spell or a follower read
+        under way: run every second so a slow leadership moves soon after it has been slow
+        for replica.lag.time.max.ms, not up to half of that later (the full check's period)."""
+        for p in self.all():
+            try:
+                if p.is_leader and p.followers.slow_suspected():
+                    p.maybe_resign(now_ms)
+            except Exception:
+                log.exception("checking whether %s should hand leadership over failed", p.tp)
+
     def take_dir_online(self, log_dir: str, loaded: list[TopicPartition]) -> list[TopicPartition]:
         """A failed dir is back: the partitions that went offline with it (or found no log
         at start-up while it was offline) serve again from the log it now holds, or from a
