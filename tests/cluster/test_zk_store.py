@@ -20,6 +20,7 @@ from logkeel.cluster.acls import (
     ResourceType,
 )
 from logkeel.cluster.controller import Controller
+from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.metadata import MetadataError, TopicState
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import LeaderIsr
@@ -294,3 +295,59 @@ def test_the_controllers_own_broker_takes_the_states_it_wrote(nodes) -> None:
     # A config change rebuilds the whole topic from the cached states once it is seen.
     assert a.store.set_topic_configs("t", {"retention.ms": "5"}).configs == {"retention.ms": "5"}
     assert a.store.partition(tp) == held
+
+
+def test_a_topic_created_again_before_its_deletion_was_seen_takes_its_new_states(
+    zk_connect: str,
+) -> None:
+    """A topic deleted and created again under the same name, both in one transaction, so
+    neither a broker's cache nor the controller's view ever reads the topic gone: the new
+    topic's states start their versions over, and must replace the old topic's (higher)
+    ones, not be taken for stale."""
+    client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
+    store = ZkMetadataStore(client, 1, rack=None).start()
+    writer = ZkMetadataClient(zk_connect).start()
+    zk = writer.zk
+    view = ControllerContext(zk, lambda _kind, _tps: None)
+    tp = TopicPartition("again", 0)
+    try:
+        old = zd.TopicAssignment("again", "AAAAAAAAAAAAAAAAAAAAAA", {0: (1, 2)})
+        zk.create(zd.topic_path("again"), zd.encode_topic(old), makepath=True)
+        state = zd.partition_state_path("again", 0)
+        zk.create(state, zd.encode_partition_state(LeaderIsr(1, 0, (1, 2), 1)), makepath=True)
+        for epoch in (1, 2, 3):  # the old topic's state reaches version 3
+            zk.set(state, zd.encode_partition_state(LeaderIsr(1, epoch, (1, 2), 1)))
+
+        def leader_epoch() -> int | None:
+            topic = store.topics().get("again")
+            p = topic.partitions.get(0) if topic is not None else None
+            return p.leader_epoch if p is not None else None
+
+        wait_until(lambda: leader_epoch() == 3, WAIT, "the old topic's state in the cache")
+        assert view.load(WAIT)
+        assert view.states[tp].leader_epoch == 3
+        new = zd.TopicAssignment("again", "BBBBBBBBBBBBBBBBBBBBBB", {0: (2, 1)})
+        txn = zk.transaction()
+        txn.delete(state)
+        txn.delete(zd.partition_path("again", 0))
+        txn.delete(zd.partitions_path("again"))
+        txn.delete(zd.topic_path("again"))
+        txn.create(zd.topic_path("again"), zd.encode_topic(new))
+        txn.create(zd.partitions_path("again"))
+        txn.create(zd.partition_path("again", 0))
+        txn.create(state, zd.encode_partition_state(LeaderIsr(2, 0, (2, 1), 1)))
+        assert not any(isinstance(r, Exception) for r in txn.commit())
+        wait_until(
+            lambda: (t := store.topics().get("again")) is not None
+            and t.topic_id == new.topic_id and 0 in t.partitions
+            and t.partitions[0].leader == 2 and t.partitions[0].leader_epoch == 0,
+            WAIT, "the new topic's state in the cache",
+        )  # fmt: skip
+        wait_until(
+            lambda: (s := view.states.get(tp)) is not None and (s.leader, s.leader_epoch) == (2, 0),
+            WAIT, "the new topic's state in the controller's view",
+        )  # fmt: skip
+    finally:
+        view.close()
+        writer.close()
+        store.close()

@@ -249,7 +249,15 @@ class ControllerContext:
                 self._watches.forget(zd.topic_path(topic))
                 self._watches.forget(zd.topic_config_path(topic))
             else:
-                self.assignments[topic] = zd.decode_topic(topic, data)
+                assignment = zd.decode_topic(topic, data)
+                before = self.assignments.get(topic)
+                if before is not None and before.topic_id != assignment.topic_id:
+                    # Deleted and created again before this view read it gone: the new
+                    # topic's state versions start over, so the old states would hide them.
+                    for tp in self._topic_partitions(topic):
+                        self.states.pop(tp, None)
+                        self._watches.forget(zd.partition_state_path(tp.topic, tp.partition))
+                self.assignments[topic] = assignment
                 touched = self._topic_partitions(topic)
         for tp in sorted(touched) if data is not None else ():
             self._watches.data(

@@ -486,6 +486,21 @@ class ZkMetadataStore(MetadataStore):
 
         return self._states.data(zd.partition_state_path(topic, partition), on_state)
 
+    def _forget_if_created_again(self, name: str, assignment: zd.TopicAssignment) -> None:
+        """A topic deleted and created again before this worker read it gone (another topic
+        id): the new topic's state versions start over, so the old topic's cached states
+        would hide them as stale. They are dropped and their watches read afresh."""
+        before = self._assignments.get(name)
+        if before is None or before.topic_id == assignment.topic_id:
+            return
+        log.info("topic %s was created again (topic id %s, was %s)",
+                 name, assignment.topic_id, before.topic_id)  # fmt: skip
+        with self._states_lock:
+            for key in [k for k in self._leader_isr if k[0] == name]:
+                del self._leader_isr[key]
+        for p in before.partitions:
+            self._states.forget(zd.partition_state_path(name, p))
+
     def _put_state(self, key: tuple[str, int], state: LeaderIsr) -> bool:
         with self._states_lock:
             cached = self._leader_isr.get(key)
@@ -608,6 +623,7 @@ class ZkMetadataStore(MetadataStore):
         if read_now:
             assignment = self.client.topic_assignment(name)
             if assignment is not None:
+                self._forget_if_created_again(name, assignment)
                 self._assignments[name] = assignment
                 self._configs[name] = self.client.topic_config(name)
         else:
