@@ -475,6 +475,14 @@ class SetUpFailed(RuntimeError):
     """The fault could not be arranged: the test fails as a set-up failure, never passes."""
 
 
+def controller_of(cluster: Any) -> int:
+    """The controller's id once one is in office (a new cluster's Metadata answers -1 first)."""
+    return wait_until(
+        lambda: (c := cluster.metadata().controller_id) in cluster.brokers and c,
+        30, "a controller in office", retry_on=PROBE_ERRORS,
+    )  # fmt: skip
+
+
 @contextmanager
 def arranging() -> Iterator[None]:
     """A failed wait or check before the attack itself is a set-up that did not happen (the
@@ -556,7 +564,7 @@ def test_controlled_shutdown_never_elects_a_wiped_follower_restarted_unseen(
     newer than the ISR's last write, takes it out, and C leads."""
     with cluster_of(zookeeper, tmp_path, "cs_wiped", **FREEZABLE) as cluster:
         with arranging():
-            controller = cluster.metadata().controller_id
+            controller = controller_of(cluster)
             leader, damaged = (b for b in cluster.brokers if b != controller)
             run = Run(cluster, "cs", replicas=[leader, damaged, controller])
             assert run.produce(400) == 400
@@ -582,7 +590,7 @@ def test_preferred_election_never_elects_a_wiped_preferred_replica_restarted_uns
     `logkeel elect --preferred` asks for D: the operator's election must refuse it."""
     with cluster_of(zookeeper, tmp_path, "pref_wiped", **FREEZABLE) as cluster:
         with arranging():
-            controller = cluster.metadata().controller_id
+            controller = controller_of(cluster)
             damaged, leader = (b for b in cluster.brokers if b != controller)
             run = Run(cluster, "pw", replicas=[damaged, leader, controller])
             moved = elect(cluster, "--topic", "pw", "--partition", "0", "--replica", str(leader))
