@@ -22,11 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from logkeel.cluster.metadata import PartitionState, TopicState
-from logkeel.config import BrokerConfig, TopicConfig
-from logkeel.server.replica.context import ReplicaManagerContext
 from logkeel.server.replica.partition_table import PartitionTable
-from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
+from logkeel.testing.partition_tables import partition_table_over
 
 
 def publishes(
@@ -50,14 +48,7 @@ def table_in(tmp: str) -> tuple[LogManager, PartitionTable]:
     """A started log manager over ``tmp`` and broker 1's partition table over it."""
     logs = LogManager([Path(tmp)])
     logs.startup(start_background=False)
-    topic_config = TopicConfig.from_broker(BrokerConfig({"node.id": "1", "log.dirs": tmp}), {})
-    ctx = ReplicaManagerContext(
-        node_id=1, metadata=None, log_manager=logs,  # type: ignore[arg-type]
-        topic_config=lambda _n: topic_config, log_config=lambda _n: LogConfig(), num_io_threads=1,
-    )  # fmt: skip
-    table = PartitionTable(ctx)
-    table.started = True
-    return logs, table
+    return logs, partition_table_over(logs, Path(tmp))
 
 
 def main() -> None:

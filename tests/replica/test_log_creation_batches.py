@@ -9,24 +9,10 @@ from pathlib import Path
 import pytest
 
 from logkeel.cluster.metadata import PartitionState, TopicState
-from logkeel.config import BrokerConfig, TopicConfig
 from logkeel.server.replica import partition_table
-from logkeel.server.replica.context import ReplicaManagerContext
-from logkeel.server.replica.partition_table import PartitionTable
-from logkeel.storage.engine.log_config import LogConfig
 from logkeel.storage.log_manager import LogManager
 from logkeel.storage.topic_partition import TopicPartition
-
-
-def table_over(logs: LogManager, path: Path) -> PartitionTable:
-    config = TopicConfig.from_broker(BrokerConfig({"node.id": "1", "log.dirs": str(path)}), {})
-    ctx = ReplicaManagerContext(
-        node_id=1, metadata=None, log_manager=logs,  # type: ignore[arg-type]
-        topic_config=lambda _n: config, log_config=lambda _n: LogConfig(), num_io_threads=1,
-    )  # fmt: skip
-    table = PartitionTable(ctx)
-    table.started = True
-    return table
+from logkeel.testing.partition_tables import partition_table_over
 
 
 def topic(n: int) -> TopicState:
@@ -43,7 +29,7 @@ def test_new_partitions_serve_batch_by_batch(
     monkeypatch.setattr(partition_table, "CREATE_BATCH", 4)
     logs = LogManager([tmp_path])
     logs.startup(start_background=False)
-    table = table_over(logs, tmp_path)
+    table = partition_table_over(logs, tmp_path)
     told: list[list[TopicPartition]] = []
 
     def progress(tps: list[TopicPartition]) -> None:
@@ -68,7 +54,7 @@ def test_new_partitions_serve_batch_by_batch(
 def test_without_progress_new_partitions_are_returned(tmp_path: Path) -> None:
     logs = LogManager([tmp_path])
     logs.startup(start_background=False)
-    table = table_over(logs, tmp_path)
+    table = partition_table_over(logs, tmp_path)
     try:
         changed = table.apply_topic("t", topic(6))
         assert sorted(tp.partition for tp in changed) == list(range(6))
