@@ -185,20 +185,27 @@ def metadata_lines(broker: BrokerProcess, lines: int = 40) -> str:
     return "\n".join(picked[-lines:])
 
 
-def lead_again(cluster: Cluster, replica: int) -> None:
-    """`logkeel elect --replica`: an in-sync replica leads partition 0 (a clean designation).
-    The election asks every broker for a fresh report of its logs and refuses a replica whose
-    report is late (a loaded machine): asked again then, as an operator would."""
+def elect_replica(replica: int, bootstrap: str) -> None:
+    """`logkeel elect --replica` for partition 0 through ``bootstrap``, asked again (up to
+    three times) while the election finds no eligible leader: a replica whose fresh log
+    report came late on a loaded machine is refused, as an operator would see and retry."""
     for _ in range(3):
         done = subprocess.run(
             [sys.executable, "-m", "logkeel", "elect", "--topic", TOPIC, "--partition", "0",
-             "--replica", str(replica), "--bootstrap-server", cluster.live()[0].bootstrap],
+             "--replica", str(replica), "--bootstrap-server", bootstrap],
             capture_output=True, text=True, timeout=90,
         )  # fmt: skip
         if done.returncode == 0 or "ELIGIBLE_LEADERS_NOT_AVAILABLE" not in done.stdout:
             break
         time.sleep(2)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def lead_again(cluster: Cluster, replica: int) -> None:
+    """`logkeel elect --replica`: an in-sync replica leads partition 0 (a clean designation).
+    The election asks every broker for a fresh report of its logs and refuses a replica whose
+    report is late (a loaded machine): asked again then, as an operator would."""
+    elect_replica(replica, cluster.live()[0].bootstrap)
     wait_until(
         lambda: cluster.partitions(TOPIC)[0].leader_id == replica,
         15.0,

@@ -9,8 +9,6 @@ is bounded; a failover that needed the session's expiry would miss the bounds be
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +33,7 @@ from tests.cluster.test_cluster_history import (
     Reader,
     Writer,
     agreed,
+    elect_replica,
     final_logs,
     views,
 )
@@ -131,16 +130,7 @@ def designate(cluster: Cluster, replica: int, via: int, seen_by: list[int] | Non
     """`logkeel elect --replica`: ``replica`` leads partition 0 (it is in sync), as every
     broker of ``seen_by`` (default: all running) shows it."""
     seen_by = seen_by or [b for b in cluster.brokers if cluster.brokers[b].alive()]
-    for _ in range(3):
-        done = subprocess.run(
-            [sys.executable, "-m", "logkeel", "elect", "--topic", TOPIC, "--partition", "0",
-             "--replica", str(replica), "--bootstrap-server", cluster.brokers[via].bootstrap],
-            capture_output=True, text=True, timeout=90,
-        )  # fmt: skip
-        if done.returncode == 0 or "ELIGIBLE_LEADERS_NOT_AVAILABLE" not in done.stdout:
-            break
-        time.sleep(2)
-    assert done.returncode == 0, done.stdout + done.stderr
+    elect_replica(replica, cluster.brokers[via].bootstrap)
     wait_until(lambda: all(leader(cluster, 0, b) == replica for b in seen_by), 20, "the designated leader", retry_on=PROBE_ERRORS)  # fmt: skip
 
 
