@@ -9,7 +9,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   first, which still holds the followers' first fetches and the new logs' checkpoints);
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
-  led by it in ZooKeeper (the controller's decisions written), and ..._metadata_s until another
+  led by it in ZooKeeper (the controller's decisions written: polled, so coarse; ..._zk_written_s
+  is exact, from the write times ZooKeeper keeps on each partition's state), and ..._metadata_s until another
   broker's Metadata shows it (librdkafka's list_topics, which asks whichever broker it picks,
   the stopping one included); ..._broker_metadata_s: until each surviving broker's own
   Metadata shows it (one connection to that broker alone: it has applied them); all probes run
@@ -18,7 +19,7 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   ..._broker_metadata_after_s: when the last probe of each survivor that still saw one
   was sent (the probes are paced at three times their own cost, so under load the figure
   before is coarse by seconds: it lies between the two);
-- kill_controller_s (and ..._metadata_s): SIGKILL of the controller's broker, until every
+- kill_controller_s (and ..._metadata_s, ..._zk_written_s): SIGKILL of the controller's broker, until every
   partition has a live leader; then its restart until it is back in every ISR
   (rejoin_after_kill_s);
 - zookeeper: ZooKeeper's own counters (4lw `mntr`) over each failure, from the signal until the
@@ -141,8 +142,28 @@ class ZkView:
         self.n = n
 
     def states(self) -> list[Any]:
+        return [state for state, _mtime_ms in self.stamped_states()]
+
+    def stamped_states(self) -> list[tuple[Any, int]]:
+        """Each partition's state with the time ZooKeeper last wrote it (ms since the epoch)."""
         pending = [self.zk.get_async(zd.partition_state_path(TOPIC, p)) for p in range(self.n)]
-        return [zd.decode_partition_state(r.get()[0], 0) for r in pending]
+        out = []
+        for r in pending:
+            data, stat = r.get()
+            out.append((zd.decode_partition_state(data, 0), int(stat.mtime)))
+        return out
+
+    def moves_written(self, before: list[Any], broker: int, signal_wall_s: float) -> float | str:
+        """Seconds from the signal until ZooKeeper wrote the last of ``broker``'s leaderships
+        (``before``: the states then) to another broker, from the znodes' own write times:
+        exact, where the paced probes are coarse. A leadership written twice since (a second
+        election) is not timed by its write: then "inexact" and how many."""
+        led = [p for p, s in enumerate(before) if s.leader == broker]
+        now = self.stamped_states()
+        twice = [p for p in led if now[p][0].leader_epoch != before[p].leader_epoch + 1]
+        if twice:
+            return f"inexact: {len(twice)} of {len(led)} written more than once"
+        return round(max((now[p][1] for p in led), default=0) / 1000 - signal_wall_s, 3)
 
     def none_led_by(self, broker: int) -> bool:
         return all(s.leader not in (broker, -1) for s in self.states())
@@ -422,7 +443,8 @@ def run(
             # not counted.
             view[other].none_led_by(victim, n)
             before = mntr(zk)
-            started = time.monotonic()
+            states_before = zkv.states()
+            started, signal_wall_s = time.monotonic(), time.time()
             act()
             profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
             found: dict[str, Any] = {}
@@ -453,6 +475,7 @@ def run(
             for t in threads:
                 t.join()
             result[f"{key}_s"] = found["zk"]
+            result[f"{key}_zk_written_s"] = zkv.moves_written(states_before, victim, signal_wall_s)
             result[f"{key}_metadata_s"] = found["metadata"]
             result[f"{key}_broker_metadata_s"] = {i: found[f"broker{i}"] for i in survivors}
             # The last probe of each survivor that still saw a leadership to move was sent
