@@ -240,6 +240,9 @@ class Sender(threading.Thread):
         self.n = n
         self.stop = threading.Event()
         self.acked = self.failed = self.sent = 0
+        # Sends librdkafka refused at once, its queue of unacknowledged messages full (the
+        # acks falling behind the send rate): not sent, so neither acked nor failed.
+        self.queue_full = 0
         self.errors: dict[str, int] = {}
         self.failed_partitions: set[int] = set()
         self.producer = confluent_kafka.Producer(
@@ -256,9 +259,14 @@ class Sender(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            self.producer.produce(
-                TOPIC, b"x" * 100, partition=self.sent % self.n, on_delivery=self._done
-            )
+            try:
+                self.producer.produce(
+                    TOPIC, b"x" * 100, partition=self.sent % self.n, on_delivery=self._done
+                )
+            except BufferError:
+                self.queue_full += 1
+                self.producer.poll(0.1)
+                continue
             self.sent += 1
             self.producer.poll(0)
             self.stop.wait(1 / SEND_RATE)
@@ -268,7 +276,7 @@ class Sender(threading.Thread):
         self.join()
         left = self.producer.flush(flush_s)
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
-                "unacknowledged_at_end": left, "errors": self.errors,
+                "unacknowledged_at_end": left, "refused_queue_full": self.queue_full, "errors": self.errors,
                 "failed_partitions": len(self.failed_partitions),
                 "failed_partitions_first": sorted(self.failed_partitions)[:20]}  # fmt: skip
 

@@ -84,6 +84,8 @@ _LOAD_TIMEOUT_S = 60.0
 _CREATE_BATCH = 500
 # Partition states written in one ZooKeeper transaction (one log entry there, not one each).
 _WRITE_BATCH = 100
+# ISR-only changes written between two looks for brokers that started leaving meanwhile.
+_PREEMPT_CHUNK = 500
 # A pass writing more changes than this logs one summary line rather than one per partition.
 _LOGGED_CHANGES = 20
 # How long a standby context whose watch failed waits before it is loaded again.
@@ -537,16 +539,62 @@ class Controller:
         """Decides ``touched`` and writes what changed. The partitions whose leader is leaving
         (shutting down, gone, its log dir offline) are decided and their new leaderships
         written first, before the rest is even decided: a controlled shutdown is over, and
-        clients find a leader again, as soon as those are in ZooKeeper."""
+        clients find a leader again, as soon as those are in ZooKeeper. A broker that starts
+        leaving while the rest is decided or written has its leaderships moved between two
+        chunks of the rest's writes, not after them (at 10,000 partitions a pass's ISR changes
+        took 9 s to write, and a controlled shutdown asked meanwhile waited for all of them)."""
         started = time.monotonic()
         with ctx.lock:
+            view = _leaving_view(ctx)
             leaving = leaders_leaving(
                 ctx.live_brokers(),
                 ((tp, s.leader) for tp in touched if (s := ctx.states.get(tp)) is not None),
             )
-        first = self._decide_partitions(ctl, ctx, leaving, preferred)
-        decided_first = time.monotonic()
-        early = self._early_answers(ctx, first)
+        first = self._move_leaving(ctl, ctx, leaving, preferred)
+        moved = time.monotonic()
+
+        def move_newly_leaving() -> None:
+            nonlocal view
+            with ctx.lock:
+                now = _leaving_view(ctx)
+                if now == view:
+                    return  # no broker started leaving: no leader can have become one that is
+                view = now
+                newly = leaders_leaving(
+                    ctx.live_brokers(), ((tp, s.leader) for tp, s in ctx.states.items())
+                )
+            if newly:
+                log.info("controller pass: %d leaderships of brokers leaving meanwhile moved "
+                         "first", len(self._move_leaving(ctl, ctx, newly, preferred).changes))  # fmt: skip
+
+        move_newly_leaving()
+        rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
+        for topic, states in sorted(rest.new.items()):
+            self._create_first_states(ctl, ctx, topic, states)
+        decided = time.monotonic()
+        leaders, isr_only = self._write_changes(ctl, ctx, rest, move_newly_leaving)
+        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
+        self._note_offline(first.outcomes + rest.outcomes)
+        if first.changes or rest.changes:
+            log.info(
+                "controller pass: %d partitions of leaving leaders decided and %d changes "
+                "written in %.3fs; %d others decided in %.3fs, %d new leaderships and %d ISR "
+                "changes written in %.3fs", len(leaving), len(first.changes), moved - started,
+                len(touched) - len(leaving), decided - moved, leaders, isr_only,
+                time.monotonic() - decided,
+            )  # fmt: skip
+
+    def _move_leaving(
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        leaving: set[TopicPartition],
+        preferred: set[TopicPartition],
+    ) -> _Decided:
+        """Decides and writes the partitions of leaving leaders, each controlled shutdown this
+        leaves with nothing to move answered right behind the writes."""
+        decided = self._decide_partitions(ctl, ctx, leaving, preferred)
+        early = self._early_answers(ctx, decided)
         sent: dict[int, tuple[int, Any]] = {}
 
         def answer() -> None:
@@ -554,26 +602,11 @@ class Controller:
                 sent[broker] = (epoch, self.client.answer_controlled_shutdown_after(
                     broker, epoch, checks))  # fmt: skip
 
-        self._write_changes(ctl, ctx, first, answer if early else None)
-        moved = time.monotonic()
+        self._write_changes(ctl, ctx, decided, after_send=answer if early else None)
         self._take_early_answers(sent)
         self._answer_shutdowns(ctx)
         self._check_stopping()
-        rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
-        for topic, states in sorted(rest.new.items()):
-            self._create_first_states(ctl, ctx, topic, states)
-        decided = time.monotonic()
-        leaders, isr_only = self._write_changes(ctl, ctx, rest)
-        # After the leaderships: a reason changes rarely, and is written (one by one) only then.
-        self._note_offline(first.outcomes + rest.outcomes)
-        if first.changes or rest.changes:
-            log.info(
-                "controller pass: %d partitions of leaving leaders decided in %.3fs, %d changes "
-                "written in %.3fs; %d others decided in %.3fs, %d new leaderships and %d ISR "
-                "changes written in %.3fs", len(leaving), decided_first - started,
-                len(first.changes), moved - decided_first, len(touched) - len(leaving),
-                decided - moved, leaders, isr_only, time.monotonic() - decided,
-            )  # fmt: skip
+        return decided
 
     def _decide_partitions(
         self,
@@ -625,17 +658,23 @@ class Controller:
         ctl: ControllerEpoch,
         ctx: ControllerContext,
         decided: _Decided,
+        between: Callable[[], None] | None = None,
         after_send: Callable[[], None] | None = None,
     ) -> tuple[int, int]:
         """Writes the new leaderships (``after_send`` once they are sent), then the changes of
-        the ISR alone; returns how many of each."""
+        the ISR alone, ``between`` called before each _PREEMPT_CHUNK of those; returns how
+        many of each."""
         changes = decided.changes
         leaders, isr_only = leader_moves_first(
             (tp, reg, zd.registration_of(reg.replicas, after))
             for tp, (_before, after, _d, reg) in changes.items()
         )
         self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders], after_send)
-        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in isr_only])
+        for i in range(0, len(isr_only), _PREEMPT_CHUNK):
+            if between is not None:
+                between()
+            chunk = isr_only[i : i + _PREEMPT_CHUNK]
+            self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in chunk])
         return len(leaders), len(isr_only)
 
     def _create_first_states(
@@ -989,6 +1028,16 @@ class Controller:
 
 class _Stopping(Exception):
     """The controller is stopping: the pass under way ends here."""
+
+
+def _leaving_view(ctx: ControllerContext) -> tuple[Any, ...]:
+    """What decides which leaders are leaving (`leaders_leaving`): the registered brokers,
+    those in a controlled shutdown, the replicas each cannot serve. Under ``ctx.lock``."""
+    return (
+        frozenset(ctx.brokers),
+        frozenset(ctx.shutting_down),
+        frozenset((b, frozenset(tps)) for b, tps in ctx.offline_replicas.items()),
+    )
 
 
 @dataclass
