@@ -10,7 +10,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written: polled, so coarse; ..._zk_written_s
-  is exact, from the write times ZooKeeper keeps on each partition's state), and ..._metadata_s until another
+  is exact, from the write times ZooKeeper keeps on each partition's state, and
+  ..._zk_first_written_s when the first of them was written), and ..._metadata_s until another
   broker's Metadata shows it (librdkafka's list_topics, which asks whichever broker it picks,
   the stopping one included); ..._broker_metadata_s: until each surviving broker's own
   Metadata shows it (one connection to that broker alone: it has applied them); all probes run
@@ -153,17 +154,21 @@ class ZkView:
             out.append((zd.decode_partition_state(data, 0), int(stat.mtime)))
         return out
 
-    def moves_written(self, before: list[Any], broker: int, signal_wall_s: float) -> float | str:
-        """Seconds from the signal until ZooKeeper wrote the last of ``broker``'s leaderships
-        (``before``: the states then) to another broker, from the znodes' own write times:
-        exact, where the paced probes are coarse. A leadership written twice since (a second
-        election) is not timed by its write: then "inexact" and how many."""
+    def moves_written(
+        self, before: list[Any], broker: int, signal_wall_s: float
+    ) -> tuple[float, float] | str:
+        """Seconds from the signal until ZooKeeper wrote the first and the last of
+        ``broker``'s leaderships (``before``: the states then) to another broker, from the
+        znodes' own write times: exact, where the paced probes are coarse. A leadership
+        written twice since (a second election) is not timed by its write: then "inexact" and
+        how many."""
         led = [p for p, s in enumerate(before) if s.leader == broker]
         now = self.stamped_states()
         twice = [p for p in led if now[p][0].leader_epoch != before[p].leader_epoch + 1]
-        if twice:
+        if twice or not led:
             return f"inexact: {len(twice)} of {len(led)} written more than once"
-        return round(max((now[p][1] for p in led), default=0) / 1000 - signal_wall_s, 3)
+        times = [now[p][1] / 1000 - signal_wall_s for p in led]
+        return round(min(times), 3), round(max(times), 3)
 
     def none_led_by(self, broker: int) -> bool:
         return all(s.leader not in (broker, -1) for s in self.states())
@@ -483,7 +488,11 @@ def run(
             for t in threads:
                 t.join()
             result[f"{key}_s"] = found["zk"]
-            result[f"{key}_zk_written_s"] = zkv.moves_written(states_before, victim, signal_wall_s)
+            written = zkv.moves_written(states_before, victim, signal_wall_s)
+            if isinstance(written, str):
+                result[f"{key}_zk_written_s"] = written
+            else:
+                result[f"{key}_zk_first_written_s"], result[f"{key}_zk_written_s"] = written
             result[f"{key}_metadata_s"] = found["metadata"]
             result[f"{key}_broker_metadata_s"] = {i: found[f"broker{i}"] for i in survivors}
             # The last probe of each survivor that still saw a leadership to move was sent
