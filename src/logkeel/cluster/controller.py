@@ -591,19 +591,34 @@ class Controller:
         leaving: set[TopicPartition],
         preferred: set[TopicPartition],
     ) -> _Decided:
-        """Decides and writes the partitions of leaving leaders, each controlled shutdown this
-        leaves with nothing to move answered right behind the writes."""
-        decided = self._decide_partitions(ctl, ctx, leaving, preferred)
-        early = self._early_answers(ctx, decided)
-        sent: dict[int, tuple[int, Any]] = {}
-
-        def answer() -> None:
-            for broker, (epoch, checks) in early.items():
-                sent[broker] = (epoch, self.client.answer_controlled_shutdown_after(
-                    broker, epoch, checks))  # fmt: skip
-
-        self._write_changes(ctl, ctx, decided, after_send=answer if early else None)
-        self._take_early_answers(sent)
+        """Decides and writes the partitions of leaving leaders, _PREEMPT_CHUNK at a time:
+        each chunk's new leaderships are sent as soon as it is decided, so that ZooKeeper
+        writes them while the next is decided (deciding 3,333 took 2 s before the first write
+        at 10,000 partitions, loaded), and each controlled shutdown this leaves with nothing
+        to move is answered right behind them all."""
+        decided = _Decided()
+        sent: list[tuple[list[Any], Any]] = []
+        isr_only: list[Any] = []
+        ordered = sorted(leaving)
+        for i in range(0, len(ordered), _PREEMPT_CHUNK):
+            chunk = self._decide_partitions(
+                ctl, ctx, set(ordered[i : i + _PREEMPT_CHUNK]), preferred
+            )
+            decided.add(chunk)
+            leaders, isr = leader_moves_first(
+                (tp, reg, zd.registration_of(reg.replicas, after))
+                for tp, (_before, after, _d, reg) in chunk.changes.items()
+            )
+            moves = [(tp, *chunk.changes[tp]) for tp in leaders]
+            sent += [(batch, self._commit(ctl, ctx, batch)) for batch in _batches(moves)]
+            isr_only += [(tp, *chunk.changes[tp]) for tp in isr]
+        answers = {
+            broker: (epoch, self.client.answer_controlled_shutdown_after(broker, epoch, checks))
+            for broker, (epoch, checks) in self._early_answers(ctx, decided).items()
+        }
+        self._write_states(ctl, ctx, [], sent=sent)
+        self._write_states(ctl, ctx, isr_only)
+        self._take_early_answers(answers)
         self._answer_shutdowns(ctx)
         self._check_stopping()
         return decided
@@ -659,17 +674,15 @@ class Controller:
         ctx: ControllerContext,
         decided: _Decided,
         between: Callable[[], None] | None = None,
-        after_send: Callable[[], None] | None = None,
     ) -> tuple[int, int]:
-        """Writes the new leaderships (``after_send`` once they are sent), then the changes of
-        the ISR alone, ``between`` called before each _PREEMPT_CHUNK of those; returns how
-        many of each."""
+        """Writes the new leaderships, then the changes of the ISR alone, ``between`` called
+        before each _PREEMPT_CHUNK of those; returns how many of each."""
         changes = decided.changes
         leaders, isr_only = leader_moves_first(
             (tp, reg, zd.registration_of(reg.replicas, after))
             for tp, (_before, after, _d, reg) in changes.items()
         )
-        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders], after_send)
+        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
         for i in range(0, len(isr_only), _PREEMPT_CHUNK):
             if between is not None:
                 between()
@@ -717,24 +730,23 @@ class Controller:
         ctl: ControllerEpoch,
         ctx: ControllerContext,
         writes: list[tuple[TopicPartition, LeaderIsr, LeaderIsr, Decision, PartitionRegistration]],
-        after_send: Callable[[], None] | None = None,
+        sent: Iterable[tuple[list[Any], Any]] = (),
     ) -> None:
         """Writes in transactions of up to _WRITE_BATCH partitions (the controller epoch
         checked first, then each state over the version it was decided against), every one
-        sent before the first answer is awaited (and ``after_send`` called once they are). A
+        sent before the first answer is awaited; ``sent``: transactions of `_commit` already
+        sent, whose answers are taken first. A
         transaction refused for one partition that changed meanwhile (a leader's ISR change)
         is sent again without it; that partition is decided again on its new state."""
-        pending = [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
-        if not pending and after_send is not None:
-            after_send()
+        pending = _batches(writes)
+        collect = list(sent)
+        logged = len(writes) + sum(len(batch) for batch, _answer in collect) <= _LOGGED_CHANGES
         moved = False
-        while pending and not moved:
-            sent = [(batch, self._commit(ctl, ctx, batch)) for batch in pending]
-            if after_send is not None:
-                after_send()
-                after_send = None
+        while (pending or collect) and not moved:
+            collect += [(batch, self._commit(ctl, ctx, batch)) for batch in pending]
             pending = []
-            for batch, answer in sent:
+            sent_now, collect = collect, []
+            for batch, answer in sent_now:
                 try:
                     results: list[Any] = answer.get()
                 except Exception as exc:  # noqa: BLE001 - the connection: decided again later
@@ -761,7 +773,7 @@ class Controller:
                     # This broker's store first: the context and the history can wait.
                     self._tell_written(batch, results[first:])
                     for w, stat in zip(batch, results[first:], strict=True):
-                        self._written(ctx, w, stat, logged=len(writes) <= _LOGGED_CHANGES)
+                        self._written(ctx, w, stat, logged=logged)
         if moved:
             raise ControllerMoved(f"controller epoch {ctl.epoch} is no longer current")
 
@@ -1030,6 +1042,11 @@ class _Stopping(Exception):
     """The controller is stopping: the pass under way ends here."""
 
 
+def _batches(writes: list[Any]) -> list[list[Any]]:
+    """Writes in the transactions they are sent in."""
+    return [writes[i : i + _WRITE_BATCH] for i in range(0, len(writes), _WRITE_BATCH)]
+
+
 def _leaving_view(ctx: ControllerContext) -> tuple[Any, ...]:
     """What decides which leaders are leaving (`leaders_leaving`): the registered brokers,
     those in a controlled shutdown, the replicas each cannot serve. Under ``ctx.lock``."""
@@ -1051,6 +1068,12 @@ class _Decided:
         field(default_factory=dict)
     )
     outcomes: list[tuple[TopicPartition, PartitionRegistration, str]] = field(default_factory=list)
+
+    def add(self, other: _Decided) -> None:
+        for topic, states in other.new.items():
+            self.new.setdefault(topic, {}).update(states)
+        self.changes.update(other.changes)
+        self.outcomes += other.outcomes
 
 
 def _failed(results: list[Any], index: int) -> bool:
