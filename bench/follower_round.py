@@ -52,6 +52,8 @@ SESSION_ID = 777
 
 
 def followed(logs: LogManager, n: int) -> list[Partition]:
+    # As logkeel.testing.partition_tables.follower_partitions, built here so that this script
+    # also times older sources (which lack that helper).
     out = []
     for i in range(n):
         tp = TopicPartition("followed", i)
