@@ -6,8 +6,10 @@ In-process on real follower ``Partition``s over real logs in a temp dir: a ``Rep
 whose connection to the leader is replaced by one answering at once, as a leader with a fetch
 session (KIP-227) does, so that what is timed is the follower's side only: building the
 request (positions, fetch parameters, the session's diff) and handling the answer. Two cases
-per size: nothing changed (the leader's incremental answer is empty) and one partition changed
-(its answer carries one batch, appended to its real log).
+per size: nothing changed (the leader's incremental answer is empty), one partition changed
+(its answer carries one batch, appended to its real log), and a tenth of them changed. The
+timed CPU includes the stand-in leader's building of its answer (one small batch per changed
+partition), the same for every version timed.
 
     .venv/bin/python bench/follower_round.py
     PYTHONPATH=<checkout of an older commit>/src .venv/bin/python bench/follower_round.py
@@ -130,8 +132,8 @@ def round_of(f: ReplicaFetcher) -> Callable[[], Awaitable[object]]:
 
 async def measure(logs: LogManager, n: int, rounds: int) -> dict[str, Any]:
     parts = followed(logs, n)
-    one: list[Partition] = []
-    leader = Leader(lambda: one)
+    changing: list[Partition] = []
+    leader = Leader(lambda: changing)
     f = ReplicaFetcher(
         BrokerInfo(LEADER, "127.0.0.1", 9), 0, FOLLOWER, ReplicationSettings(), inline,
         lambda _p, _exc: None,
@@ -149,15 +151,21 @@ async def measure(logs: LogManager, n: int, rounds: int) -> dict[str, Any]:
     while leader.requests < 2:  # truncation (to an empty log), the full request, its session
         await step()
     out: dict[str, Any] = {"partitions": n}
-    for case, changed in (("nothing_changed", []), ("one_changed", [parts[n // 2]])):
-        one[:] = changed
-        before = parts[n // 2].log.log_end_offset  # type: ignore[union-attr]
+    cases = (
+        ("nothing_changed", []),
+        ("one_changed", [parts[n // 2]]),
+        ("tenth_changed", parts[::10]),
+    )
+    for case, changed in cases:
+        changing[:] = changed
+        watched = changed[0] if changed else parts[0]
+        before = watched.log.log_end_offset  # type: ignore[union-attr]
         times = []
         for _ in range(rounds):
             started = time.process_time()
             await step()
             times.append(time.process_time() - started)
-        after = parts[n // 2].log.log_end_offset  # type: ignore[union-attr]
+        after = watched.log.log_end_offset  # type: ignore[union-attr]
         assert after - before == (rounds if changed else 0), "each round appended the change"
         median = statistics.median(times)
         out[case] = {
