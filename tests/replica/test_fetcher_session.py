@@ -76,10 +76,24 @@ def test_session_errors_and_failures_fall_back_to_a_full_request() -> None:
 def test_a_leader_that_declines_sessions_gets_full_requests() -> None:
     f = Fetcher()
     s = f.session
-    for _ in range(3):
-        plan = f.plan(wanted({0: 1, 1: 1}))
+    for i in range(3):
+        w = wanted({0: i, 1: 1})
+        plan = f.plan(w)
         assert plan.full and len(plan.send) == 2
         s.answered(plan, ErrorCode.none, 0)
+        # Nothing told, but what its answer was read with is known: its records are appended.
+        assert s.asked(plan, (T, 0)) == w[(T, 0)]
+
+
+def test_what_an_incremental_answer_was_read_with() -> None:
+    f = Fetcher()
+    s = f.session
+    s.answered(f.plan(wanted({0: 1, 1: 1})), ErrorCode.none, 42)
+    plan = f.plan(wanted({0: 1, 1: 4}))
+    s.answered(plan, ErrorCode.none, 42)
+    assert s.asked(plan, (T, 0)) == wanted({0: 1})[(T, 0)]  # held by the session
+    assert s.asked(plan, (T, 1)) == wanted({1: 4})[(T, 1)]  # sent
+    assert s.asked(plan, (T, 2)) is None
 
 
 def test_an_answer_for_another_session_is_not_trusted() -> None:

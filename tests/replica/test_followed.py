@@ -294,3 +294,31 @@ def test_random_moves_keep_what_is_asked_equal_to_a_full_recomputation(
         assert f.truncating == {
             tp for tp, st in f.states.items() if st.truncating and st.delayed_until <= now
         }
+
+
+def test_a_refresh_failing_half_way_loses_no_change(logs: LogManager) -> None:
+    """A recompute that raises leaves the rest dirty, and the keys already changed are still
+    handed to the next plan."""
+    parts = follower_partitions(logs, "t", TOPIC_ID, 3)
+    broken: set[TopicPartition] = set()
+
+    def throttled(tp: TopicPartition, _p: Partition) -> bool:
+        if tp in broken:
+            raise RuntimeError("settings unreadable")
+        return False
+
+    t = Tracked(throttled)
+    f = t.followed
+    for p in parts:
+        t.add_fetching(p, 0.0)
+    f.take_changed()
+    for p in parts:
+        append(p, 2)
+        f.touch(p.tp)
+    broken.add(parts[1].tp)
+    with pytest.raises(RuntimeError):
+        f.refresh(0.0)
+    broken.clear()
+    f.refresh(0.0)
+    assert f.wanted == from_scratch(f, 0.0)
+    assert f.take_changed() == {f.states[p.tp].key for p in parts}

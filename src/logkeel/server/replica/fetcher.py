@@ -41,7 +41,7 @@ from logkeel.cluster.metadata import BrokerInfo
 from logkeel.server.fetch_sessions import FetchParams
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.replica.context import ReplicationSettings
-from logkeel.server.replica.fetcher_session import FetcherSession, FetchPlan, SessionKey
+from logkeel.server.replica.fetcher_session import FetcherSession, FetchPlan
 from logkeel.server.replica.followed import FetchState, FollowedPartitions
 from logkeel.server.replica.partition import Partition
 from logkeel.storage.errors import KafkaStorageError, StorageError
@@ -194,9 +194,6 @@ class ReplicaFetcher:
             self._throttled,
             self._log_listener,
         )
-        # Session keys whose entry in the followed partitions' ``wanted`` changed since the
-        # last Fetch was planned (kept across truncation rounds, which plan none).
-        self._wanted_changed: set[SessionKey] = set()
         self._changed = asyncio.Event()
         self._client = settings.inter_broker.client(
             source,
@@ -286,7 +283,7 @@ class ReplicaFetcher:
         """One round: the partitions due to truncate truncate, or else a Fetch; False when no
         partition was ready. What changed since the last round is recomputed, nothing else."""
         followed = self._followed
-        self._wanted_changed |= followed.refresh(now)
+        followed.refresh(now)
         if followed.truncating:
             states = {tp: followed.states[tp] for tp in followed.truncating}
             try:
@@ -307,7 +304,7 @@ class ReplicaFetcher:
                     now + wait_ms / 1000,
                     now,
                 )
-                self._wanted_changed |= followed.refresh(now)
+                followed.refresh(now)
         if not followed.wanted:
             return False
         await self._fetch()
@@ -415,8 +412,7 @@ class ReplicaFetcher:
         settings = self._settings
         followed = self._followed
         # A fetch session (KIP-227): only what changed is sent, only what changed comes back.
-        plan = self._session.plan(followed.wanted, self._wanted_changed)
-        self._wanted_changed = set()
+        plan = self._session.plan(followed.wanted, followed.take_changed())
         followed.planned += 1
         fetch = followed.planned
         try:
@@ -451,8 +447,7 @@ class ReplicaFetcher:
                 followed.touch(tp)
                 if quota.bound is not None and tp in followed.throttled:
                     quota.record(_records_size(part), time.monotonic())
-                told = self._session.told(key)
-                append = await self._fetched(tp, fetched, part, told)
+                append = await self._fetched(tp, fetched, part, self._session.asked(plan, key))
                 if append is not None:
                     appends.append(append)
         if appends:
@@ -472,11 +467,11 @@ class ReplicaFetcher:
         )
 
     async def _fetched(
-        self, tp: TopicPartition, s: FetchState, part: Any, told: FetchParams | None
+        self, tp: TopicPartition, s: FetchState, part: Any, asked: FetchParams | None
     ) -> _Append | None:
-        """Handles one partition of a fetch answer (``told``: what the leader fetched it
-        with); records (or a new high watermark) to append are returned, to be appended with
-        the others."""
+        """Handles one partition of a fetch answer (``asked``: what the leader read it with);
+        records (or a new high watermark) to append are returned, to be appended with the
+        others."""
         error = part.error_code
         if error == ErrorCode.offset_out_of_range:
             await self._out_of_range(tp, s, int(part.log_start_offset))
@@ -489,15 +484,15 @@ class ReplicaFetcher:
             await self._truncate_on_epoch(tp, s, int(diverging.epoch), int(diverging.end_offset))
             return None
         records = bytes(part.records) if part.records else b""
-        if records and told is None:
-            return None  # not asked for in this session: nothing to append it after
+        if records and asked is None:
+            return None  # not asked for: nothing to append it after
         return _Append(
             tp,
             s,
             records,
             int(part.high_watermark),
             int(part.log_start_offset),
-            told.fetch_offset if told is not None else -1,
+            asked.fetch_offset if asked is not None else -1,
         )
 
     def _append_failed(self, append: _Append, exc: StorageError) -> None:

@@ -76,9 +76,14 @@ class FetcherSession:
         return FetchPlan(self.session_id, self.epoch, send, forget)
 
     def told(self, key: SessionKey) -> FetchParams | None:
-        """What the leader's session holds for ``key`` (after an answered plan: what it fetched
-        with)."""
+        """What the leader's session holds for ``key``, as last told."""
         return self._told.get(key)
+
+    def asked(self, plan: FetchPlan, key: SessionKey) -> FetchParams | None:
+        """What the leader read ``key`` with to answer ``plan``: what the plan sent, else what
+        its session held (a leader without a session is sent everything)."""
+        sent = plan.send.get(key)
+        return sent if sent is not None else self._told.get(key)
 
     def answered(self, plan: FetchPlan, error: ErrorCode, session_id: int) -> None:
         """The leader answered ``plan`` with this top-level error and session id."""

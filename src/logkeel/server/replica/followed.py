@@ -82,6 +82,9 @@ class FollowedPartitions:
         self._by_key: dict[SessionKey, TopicPartition] = {}
         self._due: list[tuple[float, int, TopicPartition]] = []
         self._pushed = 0
+        # Keys whose entry in ``wanted`` changed since the last ``take_changed`` (kept across
+        # rounds that plan no Fetch, and across a refresh that failed half way).
+        self._unplanned: set[SessionKey] = set()
 
     def add(self, partition: Partition, leader_epoch: int) -> FetchState:
         """Starts (or restarts, truncating first) following ``partition`` in ``leader_epoch``."""
@@ -138,14 +141,27 @@ class FollowedPartitions:
 
     def refresh(self, now: float) -> set[SessionKey]:
         """Recomputes the dirty partitions and those whose delay ended; the session keys whose
-        entry in ``wanted`` may have changed (added, updated or dropped)."""
+        entry in ``wanted`` this may have changed (added, updated or dropped), which are also
+        kept for ``take_changed``."""
         due = self._due
         while due and due[0][0] <= now:
             self._dirty.add(heapq.heappop(due)[2])
         changed: set[SessionKey] = set()
         dirty, self._dirty = self._dirty, set()
-        for tp in dirty:
-            self._recompute(tp, now, changed)
+        try:
+            while dirty:
+                tp = next(iter(dirty))
+                self._recompute(tp, now, changed)
+                dirty.discard(tp)
+        finally:
+            self._dirty |= dirty  # an error half way: the rest next time
+            self._unplanned |= changed
+        return changed
+
+    def take_changed(self) -> set[SessionKey]:
+        """The keys whose entry in ``wanted`` changed since the last call: what the next
+        Fetch's plan must look at (``FetcherSession.plan``)."""
+        changed, self._unplanned = self._unplanned, set()
         return changed
 
     def _recompute(self, tp: TopicPartition, now: float, changed: set[SessionKey]) -> None:
