@@ -224,8 +224,12 @@ def test_isr_shrinks_and_a_follower_that_was_down_catches_up(tmp_path: Path) -> 
         c.stop_all()
 
 
-def test_three_brokers_with_two_fetchers_per_source(tmp_path: Path) -> None:
-    c = Cluster(tmp_path, 3, {"num.replica.fetchers": "2"})
+@pytest.mark.parametrize("slots", ["1000", "0"], ids=["sessions", "leaders-declining-sessions"])
+def test_three_brokers_with_two_fetchers_per_source(tmp_path: Path, slots: str) -> None:
+    """With fetch sessions, and with leaders that decline them (every Fetch full, answered
+    without a session: the fetchers append what a sessionless answer carries)."""
+    overrides = {"num.replica.fetchers": "2", "max.incremental.fetch.session.cache.slots": slots}
+    c = Cluster(tmp_path, 3, overrides)
     try:
         for node in range(3):
             c.start(node)

@@ -7,7 +7,9 @@ at all falls back to its high watermark. Then it fetches (Fetch as a replica) fr
 appends the leader's batches with their offsets and epochs unchanged, and takes the leader's
 high watermark. A fetch answer carrying a diverging epoch (KIP-320) truncates the same way.
 Fetches go through a fetch session (KIP-227, ``fetcher_session``): after the first, a request
-carries only the partitions whose position changed and the answer only those that changed.
+carries only the partitions whose position changed and the answer only those that changed. The
+positions are kept between rounds (``followed``) and read again only for the partitions that
+something may have moved, so a round costs what changed, not what the fetcher follows.
 
 Errors: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and the like back the
 partition off for ``replica.fetch.backoff.ms`` (new partition state fixes them: the manager then
@@ -24,7 +26,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -35,11 +37,12 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from logkeel.cluster.metadata import BrokerInfo, topic_uuid
+from logkeel.cluster.metadata import BrokerInfo
 from logkeel.server.fetch_sessions import FetchParams
 from logkeel.server.network.client import BrokerConnectionError
 from logkeel.server.replica.context import ReplicationSettings
-from logkeel.server.replica.fetcher_session import FetcherSession, FetchPlan, SessionKey
+from logkeel.server.replica.fetcher_session import FetcherSession, FetchPlan
+from logkeel.server.replica.followed import FetchState, FollowedPartitions
 from logkeel.server.replica.partition import Partition
 from logkeel.storage.errors import KafkaStorageError, StorageError
 from logkeel.storage.topic_partition import TopicPartition
@@ -80,24 +83,15 @@ def truncation_offset(
 
 
 @dataclass(slots=True)
-class _FetchState:
-    """One partition in a fetcher, for one leader epoch."""
-
-    partition: Partition
-    leader_epoch: int
-    truncating: bool = True
-    delayed_until: float = 0.0
-
-
-@dataclass(slots=True)
 class _Append:
     """A partition's part of a fetch answer, to append."""
 
     tp: TopicPartition
-    state: _FetchState
+    state: FetchState
     records: bytes
     high_watermark: int
     log_start_offset: int
+    fetch_offset: int  # where the leader read the records: our log end, unless it moved since
 
 
 def _append_all(appends: list[_Append]) -> list[StorageError | None]:
@@ -108,8 +102,9 @@ def _append_all(appends: list[_Append]) -> list[StorageError | None]:
     for a in appends:
         try:
             a.state.partition.append_as_follower(
-                a.records, a.state.leader_epoch, a.high_watermark, a.log_start_offset
-            )
+                a.records, a.state.leader_epoch, a.high_watermark, a.log_start_offset,
+                expected_log_end=a.fetch_offset,
+            )  # fmt: skip
         except StorageError as exc:
             outcomes.append(exc)
         else:
@@ -193,7 +188,12 @@ class ReplicaFetcher:
         self._settings = settings
         self._run_in_io = run_in_io
         self._storage_failure = storage_failure
-        self._states: dict[TopicPartition, _FetchState] = {}
+        self._followed = FollowedPartitions(
+            settings.fetch_max_bytes,
+            settings.fetch_backoff_ms / 1000,
+            self._throttled,
+            self._log_listener,
+        )
         self._changed = asyncio.Event()
         self._client = settings.inter_broker.client(
             source,
@@ -211,18 +211,35 @@ class ReplicaFetcher:
 
     @property
     def partitions(self) -> list[TopicPartition]:
-        return list(self._states)
+        return list(self._followed.states)
 
     def add(self, partition: Partition, leader_epoch: int) -> None:
         """Starts (or restarts, truncating first) replicating ``partition`` in ``leader_epoch``."""
-        self._states[partition.tp] = _FetchState(partition, leader_epoch)
+        self._followed.add(partition, leader_epoch)
         self._changed.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=repr(self))
 
     def remove(self, tp: TopicPartition) -> None:
-        if self._states.pop(tp, None) is not None:
+        if self._followed.remove(tp):
             self._changed.set()
+
+    def touch(self, tp: TopicPartition) -> None:
+        """``tp``'s fetch position, or whether it is throttled, may have changed without this
+        fetcher (its log replaced, its metadata or topic configs changed): read it again."""
+        if tp in self._followed.states:
+            self._followed.touch(tp)
+            self._changed.set()
+
+    def _log_listener(self, tp: TopicPartition) -> Callable[[], None]:
+        """What ``tp``'s log calls, from whichever thread moved it, when its position moved."""
+        loop = asyncio.get_running_loop()
+
+        def moved() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing to fetch
+                loop.call_soon_threadsafe(self.touch, tp)
+
+        return moved
 
     async def stop(self) -> None:
         # The flag as well as the cancel: a cancel swallowed by a library call must not leave
@@ -234,6 +251,8 @@ class ReplicaFetcher:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for tp in list(self._followed.states):
+            self._followed.remove(tp)  # its logs stop telling this fetcher
         await self._client.close()
 
     # -- the loop -----------------------------------------------------------------------------
@@ -242,41 +261,66 @@ class ReplicaFetcher:
         while not self._stopped:
             self._changed.clear()
             now = time.monotonic()
-            ready = {tp: s for tp, s in self._states.items() if s.delayed_until <= now}
-            if not ready:
-                later = [s.delayed_until - now for s in self._states.values()]
-                # Not wait_for: on 3.11 it can swallow a cancel that lands as the event is set,
-                # and with no partitions left this wait has no timeout, so stop() would hang.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(later, default=None)):
-                        await self._changed.wait()
-                continue
             try:
-                truncating = {tp: s for tp, s in ready.items() if s.truncating}
-                if truncating:
-                    await self._truncate(truncating)
-                else:
-                    await self._fetch(ready)
+                if await self._round(now):
+                    continue
             except BrokerConnectionError as exc:
                 log.warning("%r: %s; backing off", self, exc)
-                self._back_off(ready.values())
+                self._back_off(self._followed.ready())
+                continue
             except Exception:
                 log.exception("%r: replication round failed; backing off", self)
-                self._back_off(ready.values())
+                self._back_off(self._followed.ready())
+                continue
+            # Nothing ready: wait for a change or the first delay to end. Not wait_for: on
+            # 3.11 it can swallow a cancel that lands as the event is set, and with no
+            # partitions left this wait has no timeout, so stop() would hang.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._followed.next_due(time.monotonic())):
+                    await self._changed.wait()
 
-    def _back_off(self, states: Any) -> None:
-        until = time.monotonic() + self._settings.fetch_backoff_ms / 1000
-        for s in states:
-            s.delayed_until = until
+    async def _round(self, now: float) -> bool:
+        """One round: the partitions due to truncate truncate, or else a Fetch; False when no
+        partition was ready. What changed since the last round is recomputed, nothing else."""
+        followed = self._followed
+        followed.refresh(now)
+        if followed.truncating:
+            states = {tp: followed.states[tp] for tp in followed.truncating}
+            try:
+                await self._truncate(states)
+            finally:
+                for tp in states:
+                    followed.touch(tp)
+            return True
+        quota = self._settings.throttles.follower
+        if followed.throttled and followed.wanted and quota.bound is not None:
+            wait_ms = quota.throttle_ms(now)
+            if wait_ms:
+                # Over follower.replication.throttled.rate: the throttled replicas wait until
+                # the rate is back within it; the others fetch on.
+                held = [followed.states.get(tp) for tp in followed.throttled]
+                followed.back_off(
+                    [s for s in held if s is not None and s.key in followed.wanted],
+                    now + wait_ms / 1000,
+                    now,
+                )
+                followed.refresh(now)
+        if not followed.wanted:
+            return False
+        await self._fetch()
+        return True
 
-    def _current(self, tp: TopicPartition, state: _FetchState) -> bool:
+    def _back_off(self, states: Iterable[FetchState]) -> None:
+        self._followed.back_off(states, None, time.monotonic())
+
+    def _current(self, tp: TopicPartition, state: FetchState) -> bool:
         """The answer still concerns the partition as we hold it (not removed or re-added)."""
-        return self._states.get(tp) is state
+        return self._followed.states.get(tp) is state
 
     # -- truncation by leader epoch -----------------------------------------------------------
 
-    async def _truncate(self, states: dict[TopicPartition, _FetchState]) -> None:
-        asked: dict[TopicPartition, tuple[_FetchState, int]] = {}
+    async def _truncate(self, states: dict[TopicPartition, FetchState]) -> None:
+        asked: dict[TopicPartition, tuple[FetchState, int]] = {}
         for tp, s in states.items():
             position = s.partition.fetch_position()
             if position is None:
@@ -322,7 +366,7 @@ class ReplicaFetcher:
                 await self._truncate_on_epoch(tp, s, int(part.leader_epoch), int(part.end_offset))
 
     async def _truncate_on_epoch(
-        self, tp: TopicPartition, s: _FetchState, epoch: int, end_offset: int
+        self, tp: TopicPartition, s: FetchState, epoch: int, end_offset: int
     ) -> None:
         plog = s.partition.log
         if plog is None:
@@ -340,7 +384,7 @@ class ReplicaFetcher:
     async def _truncate_to(
         self,
         tp: TopicPartition,
-        s: _FetchState,
+        s: FetchState,
         offset: int,
         *,
         complete: bool,
@@ -364,39 +408,13 @@ class ReplicaFetcher:
 
     # -- fetching -----------------------------------------------------------------------------
 
-    async def _fetch(self, states: dict[TopicPartition, _FetchState]) -> None:
+    async def _fetch(self) -> None:
         settings = self._settings
-        wanted: dict[SessionKey, FetchParams] = {}
-        by_key: dict[SessionKey, TopicPartition] = {}
-        quota = settings.throttles.follower
-        wait_ms = quota.throttle_ms(time.monotonic()) if quota.bound is not None else 0
-        throttled: set[TopicPartition] = set()
-        for tp, s in states.items():
-            if quota.bound is not None and self._throttled(tp, s.partition):
-                if wait_ms:
-                    # Over follower.replication.throttled.rate: this replica waits until the
-                    # rate is back within it; the others fetch on.
-                    s.delayed_until = time.monotonic() + wait_ms / 1000
-                    continue
-                throttled.add(tp)
-            position = s.partition.fetch_position()
-            if position is None:
-                self._back_off([s])
-                continue
-            log_end, latest_epoch, log_start = position
-            key = (topic_uuid(s.partition.topic_id), tp.partition)
-            by_key[key] = tp
-            wanted[key] = FetchParams(
-                log_end,
-                settings.fetch_max_bytes,
-                current_leader_epoch=s.leader_epoch,
-                last_fetched_epoch=latest_epoch,
-                log_start_offset=log_start,
-            )
-        if not wanted:
-            return
+        followed = self._followed
         # A fetch session (KIP-227): only what changed is sent, only what changed comes back.
-        plan = self._session.plan(wanted)
+        plan = self._session.plan(followed.wanted, followed.take_changed())
+        followed.planned += 1
+        fetch = followed.planned
         try:
             response = await self._client.send(_fetch_request(self._node_id, settings, plan))
         except BaseException:
@@ -410,23 +428,28 @@ class ReplicaFetcher:
             return
         if response.error_code != ErrorCode.none:
             log.warning("%r: fetch failed with %s", self, response.error_code.name.upper())
-            self._back_off(states.values())
+            self._back_off(followed.ready())
             return
+        quota = settings.throttles.follower
         appends: list[_Append] = []
-        # An incremental answer leaves out the partitions that did not change.
+        # An incremental answer leaves out the partitions that did not change: this costs what
+        # the answer holds, and only the partitions it names are recomputed next round.
         for topic in response.responses:
             for part in topic.partitions:
-                tp_or_none = by_key.get((topic.topic_id, int(part.partition_index)))
+                key = (topic.topic_id, int(part.partition_index))
+                tp_or_none = followed.tp_of(key)
                 if tp_or_none is None:
                     continue
                 tp = tp_or_none
-                fetched = states[tp]
-                if self._current(tp, fetched):
-                    if tp in throttled:
-                        quota.record(_records_size(part), time.monotonic())
-                    append = await self._fetched(tp, fetched, part)
-                    if append is not None:
-                        appends.append(append)
+                fetched = followed.current(tp, fetch)
+                if fetched is None:
+                    continue
+                followed.touch(tp)
+                if quota.bound is not None and tp in followed.throttled:
+                    quota.record(_records_size(part), time.monotonic())
+                append = await self._fetched(tp, fetched, part, self._session.asked(plan, key))
+                if append is not None:
+                    appends.append(append)
         if appends:
             # Every partition of the answer in one trip to the IO threads: a trip per
             # partition would add two thread switches each to the round trip.
@@ -443,9 +466,12 @@ class ReplicaFetcher:
             self._node_id not in p.isr
         )
 
-    async def _fetched(self, tp: TopicPartition, s: _FetchState, part: Any) -> _Append | None:
-        """Handles one partition of a fetch answer; records (or a new high watermark) to
-        append are returned, to be appended with the others."""
+    async def _fetched(
+        self, tp: TopicPartition, s: FetchState, part: Any, asked: FetchParams | None
+    ) -> _Append | None:
+        """Handles one partition of a fetch answer (``asked``: what the leader read it with);
+        records (or a new high watermark) to append are returned, to be appended with the
+        others."""
         error = part.error_code
         if error == ErrorCode.offset_out_of_range:
             await self._out_of_range(tp, s, int(part.log_start_offset))
@@ -458,7 +484,16 @@ class ReplicaFetcher:
             await self._truncate_on_epoch(tp, s, int(diverging.epoch), int(diverging.end_offset))
             return None
         records = bytes(part.records) if part.records else b""
-        return _Append(tp, s, records, int(part.high_watermark), int(part.log_start_offset))
+        if records and asked is None:
+            return None  # not asked for: nothing to append it after
+        return _Append(
+            tp,
+            s,
+            records,
+            int(part.high_watermark),
+            int(part.log_start_offset),
+            asked.fetch_offset if asked is not None else -1,
+        )
 
     def _append_failed(self, append: _Append, exc: StorageError) -> None:
         tp, s = append.tp, append.state
@@ -473,7 +508,7 @@ class ReplicaFetcher:
         s.truncating = True
         self._back_off([s])
 
-    async def _out_of_range(self, tp: TopicPartition, s: _FetchState, leader_start: int) -> None:
+    async def _out_of_range(self, tp: TopicPartition, s: FetchState, leader_start: int) -> None:
         """Kafka's reset: below the leader's log start, restart there with an empty log; above
         its log end, our tail diverged: truncate again by epoch."""
         position = s.partition.fetch_position()
@@ -493,7 +528,7 @@ class ReplicaFetcher:
             s.truncating = True
 
     def _partition_error(
-        self, tp: TopicPartition, s: _FetchState, error: ErrorCode, api: str
+        self, tp: TopicPartition, s: FetchState, error: ErrorCode, api: str
     ) -> None:
         level = logging.INFO if error in _BACKOFF_ERRORS else logging.WARNING
         log.log(level, "%r: %s for %s answered %s; backing off", self, api, tp, error.name.upper())

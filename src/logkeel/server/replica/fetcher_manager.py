@@ -77,6 +77,9 @@ class ReplicaFetcherManager:
             key = (p.leader_id, fetcher_id(tp, self._settings.num_fetchers))
             current = self._assigned.get(tp)
             if current == (key, p, p.leader_epoch):
+                # Still followed as it was: its ISR, topic configs or log may have changed,
+                # which its fetcher (keeping each position between rounds) reads again.
+                self.touch([tp])
                 continue
             self._unassign(tp)
             fetcher = self._fetchers.get(key) or self._new_fetcher(key)
@@ -87,6 +90,15 @@ class ReplicaFetcherManager:
             log.info(
                 "following %s from broker %d in leader epoch %d", tp, p.leader_id, p.leader_epoch
             )
+
+    def touch(self, tps: Iterable[TopicPartition]) -> None:
+        """The fetch positions of ``tps`` may have moved without their fetchers (a log
+        replaced): their fetchers read them again."""
+        for tp in tps:
+            entry = self._assigned.get(tp)
+            fetcher = self._fetchers.get(entry[0]) if entry is not None else None
+            if fetcher is not None:
+                fetcher.touch(tp)
 
     def _should_follow(self, p: Partition) -> bool:
         return (

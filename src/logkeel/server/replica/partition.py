@@ -261,16 +261,28 @@ class Partition:
         leader_epoch: int,
         leader_high_watermark: int,
         leader_log_start_offset: int = -1,
+        *,
+        expected_log_end: int | None = None,
     ) -> AppendInfo | None:
         """Appends the leader's batches with their offsets and epochs unchanged, then takes the
         leader's high watermark (never above our own log end) and log start offset (never above
         our high watermark). None: the partition moved on (no longer a follower in
-        ``leader_epoch``) and nothing was written."""
+        ``leader_epoch``, or, with records, its log end is no longer ``expected_log_end``, where
+        the leader read them: a cut since the fetch would leave a gap) and nothing was
+        written."""
         plog = self.log
         if plog is None:
             return None
         with plog.lock:
             if self.log is not plog or self.is_leader or self.leader_epoch != leader_epoch:
+                return None
+            if records and expected_log_end is not None and plog.log_end_offset != expected_log_end:
+                log.info(
+                    "%s: fetched at %d but the log end is now %d; fetching again",
+                    self.tp,
+                    expected_log_end,
+                    plog.log_end_offset,
+                )
                 return None
             info = plog.append_as_follower(records) if records else None
             self._follower_high_watermark_locked(leader_high_watermark)

@@ -225,6 +225,10 @@ class ReplicaManager:
         p = self._table.get(tp)
         if p is not None and p.log is not None:
             p.log = plog
+            # A follower's fetcher keeps its position between rounds: it reads the new log's.
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self.fetcher_manager.touch, [tp])
 
     def on_partition_failure(self, tp: TopicPartition, reason: str) -> None:
         """One partition's log went offline for an error that is not a device fault (its dir

@@ -98,6 +98,10 @@ class PartitionLog:
         self._last_flush_ms = _now_ms()
         self._last_snapshot_ms = _now_ms()
         self._truncations = 0  # bumped by truncations; a snapshot written meanwhile is stale
+        # Told (on the thread that did it, this log's lock held) when the log end, log start or
+        # latest leader epoch moved other than by an append: the fetcher following this replica
+        # keeps its fetch position between rounds and re-reads it only when told.
+        self.position_listener: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.tp}, [{self.log_start_offset}, {self.log_end_offset}))"
@@ -434,6 +438,7 @@ class PartitionLog:
                 # (this replica became leader and appended nothing before losing the office);
                 # kept, it makes every fetch diverge again and the follower never catches up.
                 self.leader_epochs.truncate_from_end(self.log_end_offset)
+                self._position_moved()
                 return 0
             if offset < self.log_start_offset:
                 offset = self.log_start_offset
@@ -453,6 +458,7 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, offset)
             self.leader_epochs.truncate_from_end(offset)
             self._reload_producer_state()
+            self._position_moved()
             log.info("%s: truncated to offset %d (%d bytes removed)", self.tp, offset, removed)
             return removed
 
@@ -469,6 +475,12 @@ class PartitionLog:
             self.high_watermark = offset
             self.leader_epochs.clear()
             self.producer_state.truncate_fully_and_start_at(offset)
+            self._position_moved()
+
+    def _position_moved(self) -> None:
+        listener = self.position_listener
+        if listener is not None:
+            listener()
 
     def _reload_producer_state(self) -> None:
         """Rebuilds producer state after truncation: newest snapshot, then replay (the
@@ -497,6 +509,7 @@ class PartitionLog:
             self.leader_epochs.truncate_from_start(new_start)
             self.producer_state.on_log_start_offset_incremented(new_start)
             self._delete_segments_below_start()
+            self._position_moved()
             return True
 
     def _delete_segments_below_start(self) -> int:
@@ -560,6 +573,7 @@ class PartitionLog:
                 self.leader_epochs.truncate_from_start(new_start)
                 self.producer_state.on_log_start_offset_incremented(new_start)
                 self.producer_state.delete_snapshots_below(new_start)
+                self._position_moved()
             log.info(
                 "%s: deleted %d segment(s) by retention; log start now %d",
                 self.tp,
