@@ -220,20 +220,26 @@ async def measure(n: int, rounds: int, profile: bool) -> dict[str, Any]:
                 await f.fetch(dict(f.offsets))  # full: the session
                 assert f.session_id, "a session"
                 await f.fetch()  # every partition read once, found idle
-            profiler = cProfile.Profile() if profile else None
-            idle, changed, wake = [], [], []
+            idle: list[float] = []
+            changed: list[float] = []
+            wake: list[float] = []
             for r in range(rounds):
-                if profiler is not None:
-                    profiler.enable()
                 took, parts = await f2.fetch()
                 assert not parts, sorted(parts)
                 idle.append(took)
                 changed += await _changed_round(broker, f2, f3, r % n)
-                if profiler is not None:
-                    profiler.disable()
                 await f3.fetch()  # f3 told the high watermark too
                 wake.append(await _wake(broker, f2, (r + n // 2) % n))
                 await _settle(f2, f3)
+            profiler = None
+            if profile:  # rounds of their own: the profiler slows what it watches
+                profiler = cProfile.Profile()
+                for r in range(rounds):
+                    profiler.enable()
+                    await f2.fetch()
+                    await _changed_round(broker, f2, f3, (r + 7) % n)
+                    profiler.disable()
+                    await _settle(f2, f3)
             out: dict[str, Any] = {
                 "partitions": n,
                 "idle_ms": _median_ms(idle),
