@@ -32,114 +32,17 @@ import pstats
 import statistics
 import tempfile
 import time
-import uuid
-from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from kio.schema.fetch.v15 import request as fetch_request
-from kio.schema.types import BrokerId
-from kio.static.primitive import i32, i32Timedelta, i64
-
-from logkeel.cluster.metadata import topic_uuid
-from logkeel.config import BrokerConfig
 from logkeel.records.builder import build_batch
-from logkeel.server.api.fetch import FetchApi, FetchResponseFrame
 from logkeel.server.broker import Broker
-from logkeel.server.handlers import RequestContext
-from logkeel.server.protocol import ApiKey
 from logkeel.storage.topic_partition import TopicPartition
+from logkeel.testing.follower_fetches import FollowerSession, leader_with_followers
 
 TOPIC = "rounds"
 VERSION = 15
 Params = dict[int, int]  # partition -> fetch offset
-
-
-class Follower:
-    """A follower's side of a fetch session, as the replica fetcher keeps it."""
-
-    def __init__(self, api: FetchApi, replica_id: int, topic_id: uuid.UUID, n: int) -> None:
-        self.api, self.replica_id, self.topic_id = api, replica_id, topic_id
-        self.offsets = dict.fromkeys(range(n), 0)
-        self.session_id, self.epoch = 0, 0
-        self.moved: Params = {}  # offsets moved since the last request: sent in the next
-
-    def request(self, send: Params, max_wait_ms: int) -> Any:
-        parts = tuple(
-            fetch_request.FetchPartition(
-                partition=i32(index), current_leader_epoch=i32(0), fetch_offset=i64(offset),
-                last_fetched_epoch=i32(-1), log_start_offset=i64(0),
-                partition_max_bytes=i32(1 << 20),
-            )
-            for index, offset in send.items()
-        )  # fmt: skip
-        return fetch_request.FetchRequest(
-            replica_state=fetch_request.ReplicaState(
-                replica_id=BrokerId(self.replica_id), replica_epoch=i64(-1)
-            ),
-            max_wait=i32Timedelta.parse(timedelta(milliseconds=max_wait_ms)),
-            min_bytes=i32(1),
-            max_bytes=i32(10 << 20),
-            session_id=i32(self.session_id),
-            session_epoch=i32(self.epoch),
-            topics=(fetch_request.FetchTopic(topic_id=self.topic_id, partitions=parts),)
-            if parts
-            else (),
-            forgotten_topics_data=(),
-        )
-
-    async def fetch(
-        self, send: Params | None = None, max_wait_ms: int = 0
-    ) -> tuple[float, dict[int, Any]]:
-        """One round (``send``: the offsets that moved): (seconds in the handler, the
-        partitions answered by index)."""
-        if send is None:
-            send, self.moved = self.moved, {}
-        ctx = RequestContext(
-            api_key=ApiKey.FETCH, api_version=VERSION, correlation_id=self.epoch,
-            client_id=f"broker-{self.replica_id}-fetcher-0", peer=("127.0.0.1", 1),
-            connection_id="bench", listener="PLAINTEXT",
-        )  # fmt: skip
-        started = time.perf_counter()
-        frame = await self.api.handle(ctx, self.request(send, max_wait_ms))
-        took = time.perf_counter() - started
-        assert isinstance(frame, FetchResponseFrame), frame
-        answer = frame.response
-        frame.close()
-        assert answer.error_code == 0, answer.error_code
-        self.session_id = int(answer.session_id)
-        self.epoch += 1
-        parts = {int(p.partition_index): p for t in answer.responses for p in t.partitions}
-        for index, p in parts.items():
-            assert p.error_code == 0, (index, p.error_code)
-            size = len(p.records) if p.records else 0
-            if size:  # one record of one batch per append here
-                self.offsets[index] += 1
-                self.moved[index] = self.offsets[index]
-        return took, parts
-
-
-async def _replicate(broker: Broker, n: int) -> None:
-    """The topic's partitions RF 3, led here: followers 2 and 3 may fetch them."""
-    store: Any = broker.metadata  # the single-node store: one write for every partition
-    with store._write_lock:
-        state = store.topics()[TOPIC]
-        parts = {
-            i: replace(p, replicas=[1, 2, 3], isr=[1, 2, 3], leader_epoch=0)
-            for i, p in state.partitions.items()
-        }
-        state = replace(state, partitions=parts)
-        store._publish({**store.topics(), TOPIC: state})
-    store._notify(TOPIC, state)
-    rm = broker.replica_manager
-    deadline = time.monotonic() + 120
-    while not all(
-        (p := rm.partition(TopicPartition(TOPIC, i))) is not None and len(p.isr) == 3
-        for i in range(n)
-    ):
-        assert time.monotonic() < deadline, "every partition RF 3 within 120 s"
-        await asyncio.sleep(0.05)
 
 
 def _median_ms(values: list[float]) -> float:
@@ -154,7 +57,9 @@ async def _append(broker: Broker, index: int) -> None:
     assert result.error == 0, result.error
 
 
-async def _changed_round(broker: Broker, f2: Follower, f3: Follower, index: int) -> list[float]:
+async def _changed_round(
+    broker: Broker, f2: FollowerSession, f3: FollowerSession, index: int
+) -> list[float]:
     """An acks=all write to one partition, as the followers' rounds carry it."""
     await _append(broker, index)
     times = []
@@ -172,7 +77,7 @@ async def _changed_round(broker: Broker, f2: Follower, f3: Follower, index: int)
     return times
 
 
-async def _settle(*followers: Follower) -> None:
+async def _settle(*followers: FollowerSession) -> None:
     """Rounds until no follower is told anything: every session idle again."""
     for _ in range(10):
         told = [bool((await f.fetch())[1]) for f in followers]
@@ -181,7 +86,7 @@ async def _settle(*followers: Follower) -> None:
     raise AssertionError("the sessions never went idle")
 
 
-async def _wake(broker: Broker, f: Follower, index: int) -> float:
+async def _wake(broker: Broker, f: FollowerSession, index: int) -> float:
     """A parked long poll woken by an append to one partition."""
     purgatory = broker.replica_manager.fetch_purgatory
     task = asyncio.ensure_future(f.fetch(max_wait_ms=500))
@@ -195,31 +100,8 @@ async def _wake(broker: Broker, f: Follower, index: int) -> float:
 
 
 async def measure(n: int, rounds: int, profile: bool) -> dict[str, Any]:
-    from logkeel.ports import free_port
-
     with tempfile.TemporaryDirectory() as d:
-        config = BrokerConfig.from_properties(
-            None,
-            {
-                "node.id": "1",
-                "log.dirs": str(Path(d) / "logs"),
-                "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
-            },
-        )
-        broker = Broker(config)
-        await broker.start()
-        try:
-            state = broker.metadata.create_topic(TOPIC, n, 1, {})
-            await _replicate(broker, n)
-            api = FetchApi(
-                broker.config, broker.metadata, broker.replica_manager.fetches, broker.authorizer
-            )
-            topic_id = topic_uuid(state.topic_id)
-            f2, f3 = Follower(api, 2, topic_id, n), Follower(api, 3, topic_id, n)
-            for f in (f2, f3):
-                await f.fetch(dict(f.offsets))  # full: the session
-                assert f.session_id, "a session"
-                await f.fetch()  # every partition read once, found idle
+        async with leader_with_followers(Path(d), TOPIC, n) as (broker, f2, f3):
             idle: list[float] = []
             changed: list[float] = []
             wake: list[float] = []
@@ -255,8 +137,6 @@ async def measure(n: int, rounds: int, profile: bool) -> dict[str, Any]:
                     for (file, line, fn), v in top
                 }
             return out
-        finally:
-            await broker.stop()
 
 
 def main() -> None:
