@@ -139,15 +139,18 @@ def test_only_empty_answers_at_the_end_are_skipped(logs: LogManager) -> None:
     assert stamp(p, FetchPartitionRequest(p.tp, 2, 1, client_rack="r"), -1, 0) is None
 
 
+@pytest.mark.parametrize("told", [False, True], ids=["checked", "told by a feed"])
 def test_an_unread_follower_stays_caught_up_and_one_that_stops_fetching_leaves_the_isr(
-    logs: LogManager,
+    logs: LogManager, told: bool
 ) -> None:
     """Both followers at the log end; then only F2's session fetches (its partition unread),
     for longer than the lag time. An append then puts both behind the leader's log end: F2
     fetched at the old end a moment ago and is in sync; F3 stopped and is out. Without the
-    session's clock F2 would look caught up last at its last read, and be shrunk too."""
+    session's clock F2 would look caught up last at its last read, and be shrunk too. The
+    same when the session is told of changes rather than checking each partition."""
     p = caught_up(logs)
-    reads = SessionReads(F2)
+    feed: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("fetch")
+    reads = SessionReads(F2, feed if told else None)
     read(reads, p, 2)
     last_read_ms = p.followers.snapshot()[F2].last_caught_up_ms
     t = last_read_ms
@@ -156,6 +159,7 @@ def test_an_unread_follower_stays_caught_up_and_one_that_stops_fetching_leaves_t
         assert unread(reads, p, now_ms=t)
     assert p.followers.states[F2].last_caught_up_ms == last_read_ms  # not written per Fetch
     append(p, b"c")  # both followers now behind
+    feed.check_and_complete(p.tp)  # as the append path does
     assert p.log is not None
     now = t + 200
 
