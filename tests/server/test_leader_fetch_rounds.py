@@ -15,6 +15,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from logkeel.cluster.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from logkeel.records.builder import build_batch
 from logkeel.server.broker import Broker
 from logkeel.storage.topic_partition import TopicPartition
@@ -104,3 +112,33 @@ def test_a_closed_session_is_no_longer_told_of_changes(tmp_path: Path) -> None:
         assert purgatory.listeners() == 0
 
     run(tmp_path, close)
+
+
+def test_a_follower_refused_cluster_action_is_refused_every_partition(tmp_path: Path) -> None:
+    """CLUSTER_ACTION is checked on every request of a follower's session: refused, every
+    partition answers TOPIC_AUTHORIZATION_FAILED, the unread ones too; allowed again, every
+    partition is answered again (its error cleared), then the session is idle again."""
+    deny = AclBinding(
+        ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:ANONYMOUS", "*",
+        AclOperation.CLUSTER_ACTION, AclPermissionType.DENY,
+    )  # fmt: skip
+
+    async def refused(broker: Broker, f2: FollowerSession, f3: FollowerSession) -> None:
+        broker.metadata.alter_acls([deny], [])
+        parts = await fetch(f2)
+        assert len(parts) == N
+        assert {p.error_code for p in parts.values()} == {ErrorCode.topic_authorization_failed}
+        broker.metadata.alter_acls([], [deny])
+        parts = await fetch(f2)
+        assert len(parts) == N and {p.error_code for p in parts.values()} == {ErrorCode.none}
+        assert await fetch(f2) == {}
+
+    async def main() -> None:
+        async with leader_with_followers(
+            tmp_path, TOPIC, N,
+            **{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+               "allow.everyone.if.no.acl.found": "true"},
+        ) as (broker, f2, f3):  # fmt: skip
+            await refused(broker, f2, f3)
+
+    asyncio.run(main())

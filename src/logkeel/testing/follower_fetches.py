@@ -108,17 +108,18 @@ class FollowerSession:
 
 @asynccontextmanager
 async def leader_with_followers(
-    log_dir: Path, topic: str, partitions: int
+    log_dir: Path, topic: str, partitions: int, **overrides: str
 ) -> AsyncIterator[tuple[Broker, FollowerSession, FollowerSession]]:
-    """A started single-node broker (node 1) leading ``topic`` RF 3, and the sessions of its
-    followers 2 and 3 through its Fetch handler: each created by a full request, then
-    every partition read once and found idle (nothing appended yet)."""
+    """A started single-node broker (node 1, ``overrides`` its configs) leading ``topic`` RF 3,
+    and the sessions of its followers 2 and 3 through its Fetch handler: each created by a
+    full request, then every partition read once and found idle (nothing appended yet)."""
     config = BrokerConfig.from_properties(
         None,
         {
             "node.id": "1",
             "log.dirs": str(log_dir),
             "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+            **overrides,
         },
     )
     broker = Broker(config)
