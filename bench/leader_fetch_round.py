@@ -14,7 +14,9 @@ of ``handle``, the event loop doing nothing else):
   follower's fetch that returns it, each follower's next fetch at the new offset (its
   high watermark moves), and the fetch that tells the high watermark;
 - ``wake``: a follower's long poll parked (``max_wait`` 500 ms) until a record is appended to
-  one partition: from the append to the response.
+  one partition: from the append to the response;
+- ``idle_full_check``: an idle round that checks every partition's stamp, as a follower's
+  session does once a second (every round before it was told of changes).
 
     .venv/bin/python bench/leader_fetch_round.py --partitions 1000 3333 10000 --profile 3333
 
@@ -113,6 +115,17 @@ async def measure(n: int, rounds: int, profile: bool) -> dict[str, Any]:
                 await f3.fetch()  # f3 told the high watermark too
                 wake.append(await _wake(broker, f2, (r + n // 2) % n))
                 await _settle(f2, f3)
+            # What the check of every partition costs, due once a second per follower
+            # session (`SessionReads.full_check_ms`; before it, every Fetch checked them all).
+            full: list[float] = []
+            session = f2.api._sessions.get(f2.session_id)
+            assert session is not None
+            for _ in range(rounds):
+                session.reads.full_check_ms = 0  # type: ignore[attr-defined]
+                took, parts = await f2.fetch()
+                assert not parts, sorted(parts)
+                full.append(took)
+            session.reads.full_check_ms = 1_000  # type: ignore[attr-defined]
             profiler = None
             if profile:  # rounds of their own: the profiler slows what it watches
                 profiler = cProfile.Profile()
@@ -127,6 +140,7 @@ async def measure(n: int, rounds: int, profile: bool) -> dict[str, Any]:
                 "idle_ms": _median_ms(idle),
                 "changed_ms": _median_ms(changed),
                 "wake_ms": _median_ms(wake),
+                "idle_full_check_ms": _median_ms(full),
             }
             if profiler is not None:
                 stats = pstats.Stats(profiler)
