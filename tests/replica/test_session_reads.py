@@ -16,6 +16,7 @@ from logkeel.server.replica import isr_rules, partition_reads
 from logkeel.server.replica.follower_tracking import FetchClock, FollowerTracking
 from logkeel.server.replica.isr_rules import FollowerState, IsrConfig
 from logkeel.server.replica.partition import Partition
+from logkeel.server.replica.purgatory import DelayedOperationPurgatory
 from logkeel.server.replica.results import (
     READ_COMMITTED,
     FetchPartitionRequest,
@@ -138,15 +139,18 @@ def test_only_empty_answers_at_the_end_are_skipped(logs: LogManager) -> None:
     assert stamp(p, FetchPartitionRequest(p.tp, 2, 1, client_rack="r"), -1, 0) is None
 
 
+@pytest.mark.parametrize("told", [False, True], ids=["checked", "told by a feed"])
 def test_an_unread_follower_stays_caught_up_and_one_that_stops_fetching_leaves_the_isr(
-    logs: LogManager,
+    logs: LogManager, told: bool
 ) -> None:
     """Both followers at the log end; then only F2's session fetches (its partition unread),
     for longer than the lag time. An append then puts both behind the leader's log end: F2
     fetched at the old end a moment ago and is in sync; F3 stopped and is out. Without the
-    session's clock F2 would look caught up last at its last read, and be shrunk too."""
+    session's clock F2 would look caught up last at its last read, and be shrunk too. The
+    same when the session is told of changes rather than checking each partition."""
     p = caught_up(logs)
-    reads = SessionReads(F2)
+    feed: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("fetch")
+    reads = SessionReads(F2, feed if told else None)
     read(reads, p, 2)
     last_read_ms = p.followers.snapshot()[F2].last_caught_up_ms
     t = last_read_ms
@@ -155,6 +159,7 @@ def test_an_unread_follower_stays_caught_up_and_one_that_stops_fetching_leaves_t
         assert unread(reads, p, now_ms=t)
     assert p.followers.states[F2].last_caught_up_ms == last_read_ms  # not written per Fetch
     append(p, b"c")  # both followers now behind
+    feed.check_and_complete(p.tp)  # as the append path does
     assert p.log is not None
     now = t + 200
 
@@ -210,3 +215,59 @@ def test_a_partition_the_leader_reads_anyway_is_not_left_unread(logs: LogManager
     assert KEY in reads.unread(lookup, 0, read_anyway=lambda _p: False)
     assert KEY not in reads.unread(lookup, 0, read_anyway=lambda _p: True)
     assert len(reads) == 0
+
+
+def test_with_a_change_feed_a_fetch_checks_only_what_it_was_told_changed(logs: LogManager) -> None:  # fmt: skip
+    """A follower's session told of changes by the fetch purgatory: a Fetch looks up only the
+    partitions told changed, a change nobody told (the log start moved by retention) is found
+    by the check of every partition due every ``full_check_ms``, and a closed session is no
+    longer told."""
+    p = caught_up(logs)
+    feed: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("fetch")
+    reads = SessionReads(F2, feed, full_check_ms=1_000)
+    looked_up: list[TopicPartition] = []
+
+    def lookup(tp: TopicPartition) -> Partition | None:
+        looked_up.append(tp)
+        return p if tp == p.tp else None
+
+    reads.forget([KEY])  # the session's partition, read by the first Fetch
+    assert reads.to_read() == [KEY]
+    read(reads, p, 2)
+    assert reads.to_read() == [] and feed.listeners() == 1
+    assert KEY in reads.unread(lookup, 0, now_ms=10_000)  # the first check: every partition
+    looked_up.clear()
+    assert KEY in reads.unread(lookup, 0, now_ms=10_500)
+    assert looked_up == [], "nothing told: nothing looked up"
+    assert p.log is not None and p.log.maybe_increment_log_start_offset(1)  # untold
+    assert KEY in reads.unread(lookup, 0, now_ms=10_900), "not before the full check is due"
+    assert KEY not in reads.unread(lookup, 0, now_ms=11_000), "the full check finds it"
+    assert reads.to_read() == [KEY] and feed.listeners() == 0
+    read(reads, p, 2)
+    append(p, b"c")
+    feed.check_and_complete(p.tp)  # as the append path does
+    assert KEY not in reads.unread(lookup, 0, now_ms=11_100), "told: checked, changed"
+    assert reads.to_read() == [KEY]
+    read(reads, p, 2)  # the record returned: read again next time
+    assert reads.to_read() == [KEY]
+    read(reads, p, 3)
+    assert reads.to_read() == [] and feed.listeners() == 1
+    reads.close()
+    assert feed.listeners() == 0
+
+
+def test_a_parked_session_is_woken_only_by_a_change(logs: LogManager) -> None:
+    p = caught_up(logs)
+    feed: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("fetch")
+    reads = SessionReads(F2, feed)
+    read(reads, p, 2)
+    assert KEY in reads.unread(lambda tp: p, 0)
+    woken: list[int] = []
+    reads.park(lambda: woken.append(1))
+    feed.check_and_complete(p.tp)  # told, but nothing changed
+    assert woken == [] and reads.changed() == []
+    append(p, b"c")
+    feed.check_and_complete(p.tp)
+    assert woken == [1]
+    ((key, request),) = reads.changed()
+    assert key == KEY and request.fetch_offset == 2 and KEY not in reads.unread(lambda tp: p, 0)

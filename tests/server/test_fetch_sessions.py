@@ -323,3 +323,32 @@ def test_a_partition_left_unread_is_not_carried_and_keeps_what_it_was_told() -> 
     assert cache.answer(ctx, [None, idle(1, hw=11)[0]], 1).include == [False, True]
     ctx = context(cache, sid, 2, [])
     assert cache.answer(ctx, idle(1) + idle(1, hw=11), 2).include == [False, False]
+
+
+def test_an_incremental_context_given_only_some_partitions_carries_only_those() -> None:
+    """The caller may answer an incremental request for only the partitions it reads (the
+    others unread and unchanged): the context is left unlisted, ``partitions_of`` gives the
+    named ones (in that order, none the session lacks) with their parameters."""
+    cache = FetchSessionCache(2)
+    sid = open_session(cache, 5)
+    ctx = cache.new_context(
+        sid, 1, [(("t", 3), FetchParams(7, 1024))], [("t", 4)], privileged=False,
+        owner=CONSUMER, uses_topic_ids=False, now_ms=1, listed=False,
+    )  # fmt: skip
+    assert ctx.kind is ContextKind.INCREMENTAL and ctx.partitions == []
+    assert [k for k, _ in cache.partitions_of(ctx)] == [("t", i) for i in range(4)]
+    ctx.partitions = cache.partitions_of(ctx, [("t", 3), ("t", 4), ("t", 1)])
+    assert ctx.partitions == [(("t", 3), FetchParams(7, 1024)), (("t", 1), FetchParams(0, 1024))]
+    moved = PartitionOutcome(high_watermark=11, last_stable_offset=11, log_start_offset=0)
+    answer = cache.answer(ctx, [moved, idle(1)[0]], 1)
+    assert answer.include == [True, False]
+
+
+def test_a_session_leaving_the_cache_is_told() -> None:
+    removed: list[int] = []
+    cache = FetchSessionCache(1, on_removed=lambda s: removed.append(s.id))
+    a = open_session(cache, 3)
+    context(cache, a, FINAL_EPOCH, [])  # closed
+    b = open_session(cache, 3, now=1)
+    c = open_session(cache, 3, now=EVICTION_MS + 2)  # b idle past the eviction time
+    assert c != INVALID_SESSION_ID and removed == [a, b]

@@ -30,7 +30,7 @@ Single-threaded: the broker calls it on its event loop only.
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -183,8 +183,11 @@ class FetchSessionCache:
         eviction_ms: int = EVICTION_MS,
         max_session_partitions: int = MAX_SESSION_PARTITIONS,
         rng: random.Random | None = None,
+        on_removed: Callable[[FetchSession], None] | None = None,
     ) -> None:
+        """``on_removed``: told of each session that leaves the cache (closed, evicted)."""
         self.max_slots = max_slots
+        self._on_removed = on_removed
         self.eviction_ms = eviction_ms
         self.max_session_partitions = max_session_partitions
         self._rng = rng or random.SystemRandom()
@@ -215,9 +218,12 @@ class FetchSessionCache:
         owner: Hashable,
         uses_topic_ids: bool,
         now_ms: int,
+        listed: bool = True,
     ) -> FetchContext:
         """Kafka's FetchManager.newContext: closes, checks or updates the session a request
-        names. An incremental request's session advances to its next epoch here."""
+        names. An incremental request's session advances to its next epoch here. Not
+        ``listed``: an incremental context's partitions are left empty for the caller to set
+        (``partitions_of``: the session's, or only those it reads)."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             old = self._sessions.get(session_id) if session_id != INVALID_SESSION_ID else None
             if old is not None and old.owner == owner:
@@ -260,7 +266,7 @@ class FetchSessionCache:
         session.epoch = next_epoch(session.epoch)
         return FetchContext(
             ContextKind.INCREMENTAL,
-            [(k, c.params) for k, c in cached.items()],
+            [(k, c.params) for k, c in cached.items()] if listed else [],
             privileged=session.privileged,
             owner=owner,
             uses_topic_ids=uses_topic_ids,
@@ -315,6 +321,19 @@ class FetchSessionCache:
         for key in sent_records:
             session.partitions[key] = session.partitions.pop(key)
         return SessionAnswer(session.id, ErrorCode.none, include)
+
+    @staticmethod
+    def partitions_of(
+        context: FetchContext, keys: Iterable[PartitionKey] | None = None
+    ) -> list[tuple[PartitionKey, FetchParams]]:
+        """An incremental context's session's partitions (``keys``: only these of them, in
+        that order), with their parameters. Answering only some of them is the caller's
+        promise that the others would not be carried: unread and unchanged."""
+        assert context.session is not None
+        cached = context.session.partitions
+        if keys is None:
+            return [(k, c.params) for k, c in cached.items()]
+        return [(k, cached[k].params) for k in keys if k in cached]
 
     # -- the cache ----------------------------------------------------------------------------
 
@@ -383,6 +402,8 @@ class FetchSessionCache:
     def _remove(self, session: FetchSession) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+            if self._on_removed is not None:
+                self._on_removed(session)
 
     def _touch(self, session: FetchSession, now_ms: int) -> None:
         session.last_used_ms = now_ms

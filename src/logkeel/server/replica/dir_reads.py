@@ -105,6 +105,13 @@ class DirReads:
     def slow(self, log_dir: Path) -> bool:
         return self._slow_until.get(log_dir, 0.0) > time.monotonic()
 
+    def any_slow(self) -> bool:
+        if not self._slow_until:
+            return False
+        now = time.monotonic()
+        # (A copy: a read's end marks dirs slow from an IO thread.)
+        return any(until > now for until in list(self._slow_until.values()))
+
     def mark_slow(self, log_dir: Path) -> None:
         self._slow_until[log_dir] = time.monotonic() + _SLOW_FOR_S
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -23,6 +24,7 @@ from logkeel.server.replica.delayed import DelayedFetch
 from logkeel.server.replica.dir_reads import DirReads, read_into_memory
 from logkeel.server.replica.disk_time import ReadTime
 from logkeel.server.replica.partition import Partition
+from logkeel.server.replica.purgatory import DelayedOperationPurgatory
 from logkeel.server.replica.replication_quota import ReplicationQuota
 from logkeel.server.replica.results import (
     CONSUMER_REPLICA_ID,
@@ -36,11 +38,24 @@ from logkeel.server.replica.session_reads import Stamp, Unread
 from logkeel.storage.errors import KafkaStorageError
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["Fetches"]
+__all__ = ["Fetches", "SessionWatch"]
 
 log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
+
+
+class SessionWatch(Protocol):
+    """A fetch session's unread partitions, as a fetch of it waits on them (`session_reads`,
+    with a change feed)."""
+
+    def __len__(self) -> int: ...
+
+    def changed(self) -> list[FetchPartitionRequest]:
+        """The requests of the unread partitions that changed: read from now on."""
+        ...
+
+    def park(self, wake: Callable[[], object] | None) -> None: ...
 
 
 class Fetches:
@@ -72,6 +87,11 @@ class Fetches:
     def partition(self, tp: TopicPartition) -> Partition | None:
         return self._path.partition(tp)
 
+    @property
+    def changes(self) -> DelayedOperationPurgatory[TopicPartition]:
+        """Where a change of a partition is told (`session_reads`' change feed)."""
+        return self._path.fetch_purgatory
+
     def on_slow_dir(self, p: Partition) -> bool:
         """Whether ``p``'s log dir is slow: a follower's session reads its partitions there on
         every Fetch (each read tells the slow-leader rule about the disk, and all of a dir's
@@ -90,6 +110,7 @@ class Fetches:
         isolation_level: int = READ_UNCOMMITTED,
         unread: Sequence[Unread] = (),
         stamps: dict[int, Stamp | None] | None = None,
+        session: SessionWatch | None = None,
     ) -> list[FetchPartitionResult]:
         """Reads every partition in order, long-polling up to ``max_wait_ms`` for
         ``min_bytes``. The first partition with data may exceed ``max_bytes`` by one batch
@@ -97,7 +118,9 @@ class Fetches:
 
         ``unread``: partitions of the fetch's session answered without a read
         (`session_reads`); the long poll watches them too, and those that changed when it
-        ends are read, their results after the others'. ``stamps``: filled with each
+        ends are read, their results after the others'. ``session``: instead of ``unread``,
+        the session that knows which of its unread partitions changed (a follower's: its
+        long poll is woken by them without watching each). ``stamps``: filled with each
         partition's stamp just before the read whose result is returned (by request id)."""
         received = time.monotonic()
         self._stamp(requests, replica_id, isolation_level, stamps)
@@ -110,12 +133,20 @@ class Fetches:
             wait_ms = min(max_wait_ms, self._leader_quota.throttle_ms(time.monotonic()))
             await asyncio.sleep(wait_ms / 1000)
             close_records(results)
-            again = [*requests, *self._changed(unread, replica_id, isolation_level)]
+            again = [*requests, *self._changed(unread, replica_id, isolation_level, session)]
+            self._stamp(again, replica_id, isolation_level, stamps)
+            return await self._read_again(again, replica_id, max_bytes, isolation_level, received)
+        # Unread partitions that changed since the session checked them (during the read):
+        # read now rather than parked on.
+        early = self._changed((), replica_id, isolation_level, session)
+        if early:
+            close_records(results)
+            again = [*requests, *early]
             self._stamp(again, replica_id, isolation_level, stamps)
             return await self._read_again(again, replica_id, max_bytes, isolation_level, received)
         if (
             max_wait_ms <= 0
-            or not (requests or unread)
+            or not (requests or unread or (session is not None and len(session)))
             or total >= min_bytes
             or any(
                 r.error != ErrorCode.none or r.diverging_epoch or r.preferred_read_replica >= 0
@@ -138,11 +169,19 @@ class Fetches:
             bytes_already=total,
             answered_high_watermarks={tp: hw for tp, (hw, _) in answered.items()},
         )
-        await self._path.fetch_purgatory.wait(op, [r.tp for r in watched])
+        if session is not None:
+            session.park(op.force_complete)
+        try:
+            await self._path.fetch_purgatory.wait(op, [r.tp for r in watched])
+        finally:
+            if session is not None:
+                session.park(None)
+        changed = self._changed(unread, replica_id, isolation_level, session)
         if (
             op.expired
             and total == 0
             and not self._path.stopped
+            and not changed
             and op.unchanged({tp: start for tp, (_, start) in answered.items()})
             and not self._stale(requests, replica_id, received)
         ):
@@ -154,7 +193,6 @@ class Fetches:
             # no byte appended, same high watermark, log start and leader epoch; a change of
             # anything else in their stamps answers nothing new, and the next Fetch reads it.)
             return results
-        changed = self._changed(unread, replica_id, isolation_level)
         # Read again: offsets (high watermark, log start) may have moved.
         close_records(results)
         again = [*requests, *changed]
@@ -183,15 +221,23 @@ class Fetches:
             stamps[id(r)] = None if slow else session_reads.stamp(p, r, replica_id, isolation_level)
 
     def _changed(
-        self, unread: Sequence[Unread], replica_id: int, isolation_level: int
+        self,
+        unread: Sequence[Unread],
+        replica_id: int,
+        isolation_level: int,
+        session: SessionWatch | None = None,
     ) -> list[FetchPartitionRequest]:
-        """The requests of the ``unread`` partitions that changed since their last read."""
-        return [
+        """The requests of the ``unread`` partitions (and of the ``session``'s) that changed
+        since their last read."""
+        changed = [
             u.request
             for u in unread
             if session_reads.stamp(self._path.partition(u.request.tp), u.request, replica_id,
                                    isolation_level) != u.stamp
         ]  # fmt: skip
+        if session is not None:
+            changed += session.changed()
+        return changed
 
     async def _read_again(
         self,

@@ -5,6 +5,10 @@ until ``min.bytes`` of data have arrived; both must answer at their deadline at 
 This is the same idea on asyncio: an operation is watched under the keys (partitions) whose
 changes may complete it, and whoever changes a partition calls ``check_and_complete(key)``.
 
+Besides operations, a key may have *listeners*: told of every ``check_and_complete`` of their
+key, for as long as they listen (a follower's fetch session learns which of its thousands of
+partitions changed between its Fetches, without checking each: ``session_reads``).
+
 Everything here runs on the event loop thread, so there is no locking: ``try_complete`` must
 only read cheap in-memory state (offsets, leadership), never touch the disk.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 __all__ = ["DelayedOperation", "DelayedOperationPurgatory"]
@@ -63,6 +67,7 @@ class DelayedOperationPurgatory(Generic[K]):
     def __init__(self, name: str) -> None:
         self.name = name
         self._watchers: dict[K, set[DelayedOperation]] = {}
+        self._listeners: dict[K, set[Callable[[K], None]]] = {}
         self._pending = 0
         self._closed = False
 
@@ -73,6 +78,21 @@ class DelayedOperationPurgatory(Generic[K]):
 
     def watched_keys(self) -> int:
         return len(self._watchers)
+
+    def listen(self, key: K, fn: Callable[[K], None]) -> None:
+        """``fn(key)`` on every check of ``key`` from now on, until ``unlisten``."""
+        self._listeners.setdefault(key, set()).add(fn)
+
+    def unlisten(self, key: K, fn: Callable[[K], None]) -> None:
+        fns = self._listeners.get(key)
+        if fns is not None:
+            fns.discard(fn)
+            if not fns:
+                del self._listeners[key]
+
+    def listeners(self) -> int:
+        """Keys listened to (for tests: a closed session leaves none behind)."""
+        return len(self._listeners)
 
     async def wait(self, op: DelayedOperation, keys: Iterable[K]) -> None:
         """Returns once ``op`` is complete: at once if ``try_complete`` says so, else after a
@@ -115,6 +135,11 @@ class DelayedOperationPurgatory(Generic[K]):
         event loop); returns how many completed."""
         ops: dict[DelayedOperation, None] = {}
         for key in keys:
+            for fn in list(self._listeners.get(key, ())):
+                try:
+                    fn(key)
+                except Exception:
+                    log.exception("%s: a listener of %r failed", self.name, key)
             ops.update(dict.fromkeys(self._watchers.get(key, ())))
         done = 0
         for op in ops:
@@ -132,7 +157,7 @@ class DelayedOperationPurgatory(Generic[K]):
 
     def check_all(self) -> int:
         """Re-checks every waiting operation (after a broad change such as a dir failure)."""
-        return sum(self.check_and_complete(key) for key in list(self._watchers))
+        return self.check_and_complete_keys(list({**self._watchers, **self._listeners}))
 
     def shutdown(self) -> None:
         """Completes every waiting operation now, so their requests answer before closing."""

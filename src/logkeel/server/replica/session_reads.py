@@ -28,9 +28,10 @@ with records, an error, a diverging epoch or a preferred replica.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -44,7 +45,7 @@ from logkeel.server.replica.results import (
 )
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["SessionReads", "Stamp", "Unread", "stamp"]
+__all__ = ["ChangeFeed", "SessionReads", "Stamp", "Unread", "stamp"]
 
 
 class Stamp(NamedTuple):
@@ -121,24 +122,70 @@ class Unread:
     stamp: Stamp
 
 
+class ChangeFeed(Protocol):
+    """Who tells a session's partitions' changes: the fetch purgatory, whose key every change
+    of a partition checks (an append, a high watermark move, a metadata change, going
+    offline, DeleteRecords)."""
+
+    def listen(self, key: TopicPartition, fn: Callable[[TopicPartition], None]) -> None: ...
+
+    def unlisten(self, key: TopicPartition, fn: Callable[[TopicPartition], None]) -> None: ...
+
+
 class SessionReads:
     """One fetch session's partitions answered without reading (by the session's partition
-    key), and, for a follower's session, the clock of its fetches. Used on the event loop."""
+    key), and, for a follower's session, the clock of its fetches. Used on the event loop.
 
-    def __init__(self, replica_id: int) -> None:
+    Without a ``feed`` each Fetch checks every unread partition's stamp. With one (a
+    follower's session) only those the feed said changed since are checked, and the session
+    keeps the partitions it reads (``to_read``: every other partition of the session is
+    unread), so a Fetch costs what changed, not the session's size. What changes a stamp
+    without telling the feed (a log replaced by a move between dirs, the log start moved by
+    retention, a dir found slow) is caught by a check of every partition at least every
+    ``full_check_ms``; a slow dir anywhere checks them all on every Fetch."""
+
+    def __init__(
+        self, replica_id: int, feed: ChangeFeed | None = None, *, full_check_ms: int = 1_000
+    ) -> None:
         self.replica_id = replica_id
         self.clock = FetchClock()
         self._unread: dict[PartitionKey, Unread] = {}
+        self._feed = feed
+        self.full_check_ms = full_check_ms
+        self._checked_ms = 0  # the last check of every partition
+        self._key_of: dict[TopicPartition, PartitionKey] = {}  # the unread, by partition
+        self._changed: dict[PartitionKey, None] = {}  # unread ones the feed told of since
+        self._to_read: dict[PartitionKey, None] = {}
+        self._on_change = self._told  # one bound method: the feed unlistens the same object
+        # While a Fetch of the session waits (its long poll): what wakes it, and how a change
+        # is checked (the partition lookup and isolation level of that Fetch).
+        self._wake: Callable[[], object] | None = None
+        self._lookup: Callable[[TopicPartition], Partition | None] | None = None
+        self._isolation_level = 0
 
     def __len__(self) -> int:
         return len(self._unread)
 
+    @property
+    def narrows(self) -> bool:
+        """Whether the session knows its partitions to read (``to_read``) without a walk."""
+        return self._feed is not None
+
+    def to_read(self) -> list[PartitionKey]:
+        """The session's partitions that a Fetch reads (with a feed): every other one is
+        unread. In the order they are answered (one that returned records goes last)."""
+        return list(self._to_read)
+
     def forget(self, keys: Iterable[PartitionKey]) -> None:
-        """The fetcher changed (or dropped) these partitions' parameters: read them again."""
-        if not self._unread:
-            return
+        """The fetcher changed these partitions' parameters (or added them): read them again."""
         for key in keys:
             self._drop(key)
+
+    def remove(self, keys: Iterable[PartitionKey]) -> None:
+        """These partitions left the session."""
+        for key in keys:
+            self._drop(key)
+            self._to_read.pop(key, None)
 
     def unread(
         self,
@@ -147,26 +194,64 @@ class SessionReads:
         now_ms: int | None = None,
         *,
         read_anyway: Callable[[Partition], bool] | None = None,
-    ) -> dict[PartitionKey, Unread]:
+        check_all: bool = False,
+    ) -> Mapping[PartitionKey, Unread]:
         """A Fetch of the session arrived: the partitions still answered without a read (the
         others are read from now on; ``read_anyway``: those the leader reads whatever the
-        stamp says). A follower counts as having fetched them now."""
+        stamp says; ``check_all``: check every partition, not only those the feed told of).
+        A follower counts as having fetched them now. A view: it changes as partitions are
+        read again."""
         fetched_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        still = {}
-        for key, u in list(self._unread.items()):
-            r = u.request
-            p = lookup(r.tp)
-            if (
+        self._lookup, self._isolation_level = lookup, isolation_level
+        if (
+            self._feed is None
+            or check_all
+            or fetched_ms - self._checked_ms >= self.full_check_ms
+            or fetched_ms < self._checked_ms
+        ):
+            keys: Iterable[PartitionKey] = list(self._unread)
+            self._checked_ms = fetched_ms
+        else:
+            keys = list(self._changed)
+        self._changed.clear()
+        for key in keys:
+            u = self._unread.get(key)
+            if u is None:
+                continue
+            p = lookup(u.request.tp)
+            if not (
                 p is not None
-                and stamp(p, r, self.replica_id, isolation_level) == u.stamp
+                and stamp(p, u.request, self.replica_id, isolation_level) == u.stamp
                 and (read_anyway is None or not read_anyway(p))
             ):
-                still[key] = u
-            else:
                 self._drop(key)
-        # After the check: every partition left unread was unchanged at this Fetch's arrival.
+        # After the check: every partition left unread was unchanged at this Fetch's arrival
+        # (with a feed: none was told changed, which an append, the only way its log end
+        # moves, always tells; Kafka too counts a follower caught up at a fetch that reached
+        # the log end of its previous fetch).
         self.clock.fetched_ms = max(self.clock.fetched_ms, fetched_ms)
-        return still
+        return MappingProxyType(self._unread)
+
+    def changed(self) -> list[tuple[PartitionKey, FetchPartitionRequest]]:
+        """The unread partitions the feed told of whose stamps changed since ``unread``: read
+        from now on; their keys and requests (to read them in the Fetch under way)."""
+        lookup = self._lookup
+        out = []
+        for key in list(self._changed):
+            u = self._unread.get(key)
+            if u is None:
+                continue
+            p = lookup(u.request.tp) if lookup is not None else None
+            if p is None or stamp(p, u.request, self.replica_id, self._isolation_level) != u.stamp:
+                self._drop(key)
+                out.append((key, u.request))
+        self._changed.clear()
+        return out
+
+    def park(self, wake: Callable[[], object] | None) -> None:
+        """A Fetch of the session waits (``wake`` ends its wait: called when one of the unread
+        partitions changes), or no longer waits (None)."""
+        self._wake = wake
 
     def read(
         self, key: PartitionKey, request: FetchPartitionRequest, before: Stamp | None,
@@ -176,18 +261,59 @@ class SessionReads:
         told to the fetcher: whether it is answered without a read from now on."""
         if not answers_nothing(result, before):
             self._drop(key)
+            if result.records is not None:
+                # Last among those read: the next responses' byte budget reaches the others
+                # first (the session's round robin).
+                self._to_read.pop(key, None)
+                self._to_read[key] = None
             return
         assert before is not None
         self._unread[key] = u = Unread(request, before)
+        self._to_read.pop(key, None)
+        if self._feed is not None and self._key_of.get(request.tp) != key:
+            self._key_of[request.tp] = key
+            self._feed.listen(request.tp, self._on_change)
         if self.replica_id >= 0:
             # (Again after a read during the long poll: the read ended the earlier link.)
             u.stamp.partition.followers.unread(self.replica_id, self.clock)
+
+    def keep_reading(self, key: PartitionKey) -> None:
+        """This partition is answered by every Fetch (an error: an ACL, an unknown topic id)."""
+        self._drop(key)
 
     def drop(self, key: PartitionKey) -> None:
         """Read this partition from now on (its answer changed for other reasons: an ACL)."""
         self._drop(key)
 
+    def close(self) -> None:
+        """The session ended: the feed stops telling it anything."""
+        for key in list(self._unread):
+            self._drop(key)
+        self._to_read.clear()
+        self._wake = self._lookup = None
+
+    def _told(self, tp: TopicPartition) -> None:
+        key = self._key_of.get(tp)
+        if key is None:
+            return
+        self._changed[key] = None
+        wake, lookup = self._wake, self._lookup
+        if wake is None or lookup is None:
+            return
+        u = self._unread.get(key)
+        if u is not None and stamp(lookup(tp), u.request, self.replica_id, self._isolation_level) != u.stamp:  # fmt: skip
+            wake()
+
     def _drop(self, key: PartitionKey) -> None:
+        self._to_read[key] = None
         u = self._unread.pop(key, None)
-        if u is not None and self.replica_id >= 0:
+        if u is None:
+            return
+        self._changed.pop(key, None)
+        if self._feed is not None:
+            tp = u.request.tp
+            if self._key_of.get(tp) == key:
+                del self._key_of[tp]
+                self._feed.unlisten(tp, self._on_change)
+        if self.replica_id >= 0:
             u.stamp.partition.followers.read_again(self.replica_id)
