@@ -11,7 +11,8 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written: polled, so coarse; ..._zk_written_s
   is exact, from the write times ZooKeeper keeps on each partition's state, and
-  ..._zk_first_written_s when the first of them was written), and ..._metadata_s until another
+  ..._zk_first_written_s when the first of them was written; ..._zk_written_again: how many
+  were written again since, left out of both), and ..._metadata_s until another
   broker's Metadata shows it (librdkafka's list_topics, which asks whichever broker it picks,
   the stopping one included); ..._broker_metadata_s: until each surviving broker's own
   Metadata shows it (one connection to that broker alone: it has applied them); all probes run
@@ -146,29 +147,36 @@ class ZkView:
         return [state for state, _mtime_ms in self.stamped_states()]
 
     def stamped_states(self) -> list[tuple[Any, int]]:
-        """Each partition's state with the time ZooKeeper last wrote it (ms since the epoch)."""
+        """Each partition's state (with its znode version) and the time ZooKeeper last wrote
+        it (ms since the epoch)."""
         pending = [self.zk.get_async(zd.partition_state_path(TOPIC, p)) for p in range(self.n)]
         out = []
         for r in pending:
             data, stat = r.get()
-            out.append((zd.decode_partition_state(data, 0), int(stat.mtime)))
+            out.append((zd.decode_partition_state(data, int(stat.version)), int(stat.mtime)))
         return out
 
     def moves_written(
         self, before: list[Any], broker: int, signal_wall_s: float
-    ) -> tuple[float, float] | str:
+    ) -> tuple[float, float, int] | str:
         """Seconds from the signal until ZooKeeper wrote the first and the last of
         ``broker``'s leaderships (``before``: the states then) to another broker, from the
         znodes' own write times: exact, where the paced probes are coarse. A leadership
-        written twice since (a second election) is not timed by its write: then "inexact" and
-        how many."""
+        written again since (a second election, a leader's ISR change) keeps only its last
+        write's time: those are left out and counted (the third value); "inexact" when that
+        is every one."""
         led = [p for p, s in enumerate(before) if s.leader == broker]
         now = self.stamped_states()
-        twice = [p for p in led if now[p][0].leader_epoch != before[p].leader_epoch + 1]
-        if twice or not led:
-            return f"inexact: {len(twice)} of {len(led)} written more than once"
-        times = [now[p][1] / 1000 - signal_wall_s for p in led]
-        return round(min(times), 3), round(max(times), 3)
+        once = [
+            p
+            for p in led
+            if now[p][0].leader_epoch == before[p].leader_epoch + 1
+            and now[p][0].zk_version == before[p].zk_version + 1
+        ]
+        if not once:
+            return f"inexact: all {len(led)} written more than once"
+        times = [now[p][1] / 1000 - signal_wall_s for p in once]
+        return round(min(times), 3), round(max(times), 3), len(led) - len(once)
 
     def none_led_by(self, broker: int) -> bool:
         return all(s.leader not in (broker, -1) for s in self.states())
@@ -492,7 +500,9 @@ def run(
             if isinstance(written, str):
                 result[f"{key}_zk_written_s"] = written
             else:
-                result[f"{key}_zk_first_written_s"], result[f"{key}_zk_written_s"] = written
+                first, last, rewritten = written
+                result[f"{key}_zk_first_written_s"], result[f"{key}_zk_written_s"] = first, last
+                result[f"{key}_zk_written_again"] = rewritten
             result[f"{key}_metadata_s"] = found["metadata"]
             result[f"{key}_broker_metadata_s"] = {i: found[f"broker{i}"] for i in survivors}
             # The last probe of each survivor that still saw a leadership to move was sent
