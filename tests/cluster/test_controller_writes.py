@@ -158,6 +158,24 @@ def test_an_election_attempt_that_failed_is_made_again(
         controller.stop()
 
 
+def controller_over(
+    client: ZkMetadataClient, n: int, replicas: tuple[int, ...], leader: Any
+) -> tuple[Any, Controller, ControllerContext]:
+    """Brokers 1-3 registered, a topic of ``n`` partitions on ``replicas`` (all in the ISR),
+    partition p led by ``leader(p)``, broker 1 the controller with its context loaded."""
+    for broker in (1, 2, 3):
+        client.register_broker(registration(broker))
+    client.create_topic(TopicAssignment(TOPIC, "id", {p: replicas for p in range(n)}), {})
+    ctl = client.try_become_controller(1)
+    assert ctl is not None
+    client.create_partition_states(
+        ctl, TOPIC, {p: LeaderIsr(leader(p), 0, replicas, ctl.epoch, 0) for p in range(n)}
+    )
+    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
+    assert ctx.load(10)
+    return ctl, Controller(client, 1), ctx
+
+
 def test_a_broker_that_starts_leaving_mid_pass_has_its_leaderships_moved_before_the_rest(
     client: ZkMetadataClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,20 +184,10 @@ def test_a_broker_that_starts_leaving_mid_pass_has_its_leaderships_moved_before_
     and a controlled shutdown asked meanwhile waited for all of it, its leaderships not even
     decided in that pass. Now they are moved between two chunks of those writes."""
     n = 1_200
-    for broker in (1, 2, 3):
-        client.register_broker(registration(broker))
     # Broker 2 leads every third partition; broker 4 (never registered) is in every ISR.
-    client.create_topic(TopicAssignment(TOPIC, "id", {p: (1, 2, 3, 4) for p in range(n)}), {})
-    ctl = client.try_become_controller(1)
-    assert ctl is not None
-    client.create_partition_states(
-        ctl,
-        TOPIC,
-        {p: LeaderIsr(2 if p % 3 == 0 else 1, 0, (1, 2, 3, 4), ctl.epoch, 0) for p in range(n)},
+    ctl, controller, ctx = controller_over(
+        client, n, (1, 2, 3, 4), lambda p: 2 if p % 3 == 0 else 1
     )
-    controller = Controller(client, 1)
-    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
-    assert ctx.load(10)
     touched = {TopicPartition(TOPIC, p) for p in range(n)}
     isr_chunks: list[int] = []
     write_states = controller._write_states
@@ -214,17 +222,7 @@ def test_a_leaving_brokers_first_leaderships_are_written_while_the_rest_are_deci
     first of them was sent. Now each chunk's moves are sent as soon as it is decided: the
     first are in ZooKeeper while a later chunk is still being decided."""
     n = 1_200
-    for broker in (1, 2, 3):
-        client.register_broker(registration(broker))
-    client.create_topic(TopicAssignment(TOPIC, "id", {p: (2, 1, 3) for p in range(n)}), {})
-    ctl = client.try_become_controller(1)
-    assert ctl is not None
-    client.create_partition_states(
-        ctl, TOPIC, {p: LeaderIsr(2, 0, (2, 1, 3), ctl.epoch, 0) for p in range(n)}
-    )
-    controller = Controller(client, 1)
-    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
-    assert ctx.load(10)
+    ctl, controller, ctx = controller_over(client, n, (2, 1, 3), lambda _p: 2)
     controller._notices = controller._notice_slots_ready()  # as taking office does
     client.request_controlled_shutdown(2, client.broker(2).broker_epoch, lambda *_: None)
     wait_until(lambda: 2 in ctx.shutting_down, 10, "the context to see broker 2 leaving")
@@ -255,19 +253,7 @@ def test_a_pass_moves_every_leadership_of_a_leaving_broker_even_untouched(
     partitions that shutdown touches were handed over: at 10,000 partitions such a pass moved
     none of its leaderships and wrote 3,334 ISR changes for 16 s while the broker waited."""
     n = 30
-    for broker in (1, 2, 3):
-        client.register_broker(registration(broker))
-    client.create_topic(TopicAssignment(TOPIC, "id", {p: (1, 2, 3) for p in range(n)}), {})
-    ctl = client.try_become_controller(1)
-    assert ctl is not None
-    client.create_partition_states(
-        ctl,
-        TOPIC,
-        {p: LeaderIsr(2 if p % 3 == 0 else 1, 0, (1, 2, 3), ctl.epoch, 0) for p in range(n)},
-    )
-    controller = Controller(client, 1)
-    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
-    assert ctx.load(10)
+    ctl, controller, ctx = controller_over(client, n, (1, 2, 3), lambda p: 2 if p % 3 == 0 else 1)
     client.request_controlled_shutdown(2, client.broker(2).broker_epoch, lambda *_: None)
     wait_until(lambda: 2 in ctx.shutting_down, 10, "the context to see broker 2 leaving")
     # Touched: only partitions broker 1 leads (another event's).
