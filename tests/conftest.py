@@ -28,12 +28,19 @@ settings.load_profile("logkeel")
 _SCENARIO_MODULES = {"test_cluster_up.py", "test_standalone.py", "test_kafka_streaming.py"}
 
 
+# The shared ZooKeeper, and one of a test's own (the failover attacks stop and restart it):
+# a test with either runs brokers against a real ZooKeeper.
+_ZOOKEEPER_FIXTURES = {"zookeeper", "own_zookeeper"}
+
 _RERUNS: list[tuple[str, str]] = []
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "zookeeper" in getattr(item, "fixturenames", ()) or item.path.name in _SCENARIO_MODULES:
+        if (
+            _ZOOKEEPER_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or item.path.name in _SCENARIO_MODULES
+        ):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
