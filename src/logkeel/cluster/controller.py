@@ -608,13 +608,9 @@ class Controller:
                 ctl, ctx, set(ordered[i : i + _PREEMPT_CHUNK]), preferred
             )
             decided.add(chunk)
-            leaders, isr = leader_moves_first(
-                (tp, reg, zd.registration_of(reg.replicas, after))
-                for tp, (_before, after, _d, reg) in chunk.changes.items()
-            )
-            moves = [(tp, *chunk.changes[tp]) for tp in leaders]
+            moves, isr = _split_writes(chunk)
             sent += [(batch, self._commit(ctl, ctx, batch)) for batch in _batches(moves)]
-            isr_only += [(tp, *chunk.changes[tp]) for tp in isr]
+            isr_only += isr
         answers = {
             broker: (epoch, self.client.answer_controlled_shutdown_after(broker, epoch, checks))
             for broker, (epoch, checks) in self._early_answers(ctx, decided).items()
@@ -680,17 +676,12 @@ class Controller:
     ) -> tuple[int, int]:
         """Writes the new leaderships, then the changes of the ISR alone, ``between`` called
         before each _PREEMPT_CHUNK of those; returns how many of each."""
-        changes = decided.changes
-        leaders, isr_only = leader_moves_first(
-            (tp, reg, zd.registration_of(reg.replicas, after))
-            for tp, (_before, after, _d, reg) in changes.items()
-        )
-        self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in leaders])
+        leaders, isr_only = _split_writes(decided)
+        self._write_states(ctl, ctx, leaders)
         for i in range(0, len(isr_only), _PREEMPT_CHUNK):
             if between is not None:
                 between()
-            chunk = isr_only[i : i + _PREEMPT_CHUNK]
-            self._write_states(ctl, ctx, [(tp, *changes[tp]) for tp in chunk])
+            self._write_states(ctl, ctx, isr_only[i : i + _PREEMPT_CHUNK])
         return len(leaders), len(isr_only)
 
     def _create_first_states(
@@ -1043,6 +1034,16 @@ class Controller:
 
 class _Stopping(Exception):
     """The controller is stopping: the pass under way ends here."""
+
+
+def _split_writes(decided: _Decided) -> tuple[list[Any], list[Any]]:
+    """The writes of ``decided``: new leaderships (`leader_moves_first`), then ISR-only ones."""
+    changes = decided.changes
+    leaders, isr_only = leader_moves_first(
+        (tp, reg, zd.registration_of(reg.replicas, after))
+        for tp, (_before, after, _d, reg) in changes.items()
+    )
+    return [(tp, *changes[tp]) for tp in leaders], [(tp, *changes[tp]) for tp in isr_only]
 
 
 def _batches(writes: list[Any]) -> list[list[Any]]:
