@@ -7,7 +7,7 @@ acknowledged record, unless an operator forced the election or the election repo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,6 +39,14 @@ class Model:
     live: set[int] = field(default_factory=lambda: set(REPLICAS))
     # What the controller has of each broker: its last report (outlives the broker).
     reports: dict[int, ReplicaLog] = field(default_factory=dict)
+    # Each report's partition epoch, if it was made by a member of that state's ISR that
+    # joined it in the reporting broker's run (`ReplicaLog.in_sync_when_reported`).
+    reported_in_sync: dict[int, int] = field(default_factory=dict)
+    # The broker run each report was made in: one of an earlier run is not used for a live
+    # broker (the controller waits for its report of this run, and judges that exactly).
+    report_runs: dict[int, int] = field(default_factory=dict)
+    # The broker run in which each member of the ISR joined it.
+    joined_run: dict[int, int] = field(default_factory=lambda: dict.fromkeys(REPLICAS, 0))
     hw: int = 0  # the leader's high watermark: the records below it are acknowledged
     acked: set[int] = field(default_factory=set)  # ids acknowledged to producers
     excused: set[int] = field(default_factory=set)  # ids an election reported lost, or forced
@@ -59,18 +67,21 @@ class Model:
         )
 
     def views(self) -> dict[int, ReplicaView]:
-        """Live replicas report against the leaderless partition at once (exact); while a
-        leader is live, the controller has their last periodic report; a dead one's last
-        report stays (its disk may have changed since)."""
+        """Live replicas report against an offline partition (or one whose leader restarted)
+        at once (exact); otherwise, the leader live or dead but not yet replaced, the
+        controller has their last periodic report, flagged when made in sync against this
+        very state; a dead one's last report stays (its disk may have changed since)."""
         lead = self.reg.leader
         restarted = lead != NO_LEADER and self.runs[lead] != self.leader_run
-        leaderless = self.reg.offline or lead not in self.live or restarted
+        leaderless = self.reg.offline or restarted
         out = {}
         for r in REPLICAS:
-            if r in self.live and leaderless:
+            if r in self.live and (leaderless or self.report_runs.get(r) != self.runs[r]):
                 log = self.log_of(r, current=True)
             elif r in self.reports:
                 log = self.reports[r]
+                if self.reported_in_sync.get(r) == self.reg.partition_epoch:
+                    log = replace(log, in_sync_when_reported=True)
             else:
                 log = None
             out[r] = ReplicaView(live=r in self.live, log=log, restarted=restarted and r == lead)
@@ -118,10 +129,16 @@ class Model:
         self.logs[r] = list(self.logs[lead])
         if r not in self.reg.isr:
             self.reg = self.reg.with_isr((*self.reg.isr, r))
+            self.joined_run[r] = self.runs[r]
 
     def report(self) -> None:
         for r in self.live:
             self.reports[r] = self.log_of(r, current=False)
+            self.report_runs[r] = self.runs[r]
+            if r in self.reg.isr and self.joined_run[r] == self.runs[r]:
+                self.reported_in_sync[r] = self.reg.partition_epoch
+            else:
+                self.reported_in_sync.pop(r, None)
 
     def kill(self, r: int) -> None:
         self.live.discard(r)
@@ -286,3 +303,19 @@ def test_a_wiped_leader_back_before_any_pass_does_not_serve_and_is_not_reelected
     assert m.serving_leader() == NO_LEADER and not m.lost()
     m.controller_pass()
     assert m.reg.leader in (1, 2) and not m.lost(), m.reg
+
+
+def test_a_wiped_follower_back_in_the_isr_is_not_vouched_for_by_its_empty_report() -> None:
+    """A follower dies, is wiped, restarts and reports its empty log while still in the ISR
+    (nothing has written since); then the leader dies. Its report was made against the
+    current state by an ISR member, but it joined the ISR in its earlier run: nothing vouches
+    for that empty log, and the other follower, which holds the records, takes over."""
+    m = Model()
+    m.write(3)
+    m.kill(1)
+    m.wipe(1)
+    m.restart(1)
+    m.report()
+    m.kill(0)
+    m.controller_pass()
+    assert m.reg.leader != 1 and not m.lost(), m.reg

@@ -93,7 +93,7 @@ class LiveBrokers:
                 log_ = self._log(r, tp, topic_id, reg.partition_epoch)
                 awaiting = not fresh and log_ is None
             else:
-                log_ = self._log(r, tp, topic_id, None)
+                log_ = self._log(r, tp, topic_id, None, in_isr_of=reg)
                 awaiting = r in self.live and self._unreported_since_restart(r)
             rejoined = (
                 not judged
@@ -154,9 +154,13 @@ class LiveBrokers:
         tp: TopicPartition,
         topic_id: str | None,
         partition_epoch: int | None,
+        *,
+        in_isr_of: PartitionRegistration | None = None,
     ) -> ReplicaLog | None:
         """The broker's report of this run (a dead broker's last), made against
-        ``partition_epoch`` (None: any, then given as an older report)."""
+        ``partition_epoch`` (None: any, then given as an older report). ``in_isr_of``: the
+        state decided on, to tell whether an older report was made against it by a member of
+        its ISR that joined during this run (`ReplicaLog.in_sync_when_reported`)."""
         report = (self.logs or {}).get(broker, {}).get(tp)
         if (
             report is None
@@ -165,12 +169,18 @@ class LiveBrokers:
             or report.broker_epoch != self.epochs.get(broker, report.broker_epoch)
         ):
             return None
+        joined = -1 if in_isr_of is None else in_isr_of.joined_isr_zxid(broker)
         return ReplicaLog(
             report.last_epoch,
             report.log_end_offset,
             high_watermark=report.high_watermark,
             current=partition_epoch is not None,
             unflushed_lost=report.unflushed_lost,
+            in_sync_when_reported=(
+                in_isr_of is not None
+                and report.partition_epoch == in_isr_of.partition_epoch
+                and 0 <= report.broker_epoch < joined
+            ),
         )
 
     def acked(self, tp: TopicPartition, topic_id: str | None) -> int:

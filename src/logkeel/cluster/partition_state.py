@@ -85,6 +85,11 @@ class ReplicaLog:
     # Its machine went down uncleanly since it last held what was acknowledged: records
     # acknowledged after its last flush may be missing, whatever its length says.
     unflushed_lost: bool = False
+    # An older report made against the very state decided on, by a member of its ISR that
+    # joined it during this run of its broker: the high watermark never passes the log end of
+    # a member of the written ISR, so an empty log then means nothing was acknowledged yet,
+    # not a wiped one (a follower's last report from before the partition's first records).
+    in_sync_when_reported: bool = False
 
     @property
     def empty(self) -> bool:
@@ -186,7 +191,7 @@ def lost_data(
     acked = max(acked, acknowledged_mark(views))
     if log.dir_id_changed:
         return f"replica {replica} is on a new log dir (new directory id)"
-    if log.empty:
+    if log.empty and not log.in_sync_when_reported:
         others_hold_data = any(
             other != replica and v.log is not None and not v.log.empty for other, v in views.items()
         )
