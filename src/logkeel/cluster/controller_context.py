@@ -49,6 +49,12 @@ class ControllerContext:
         self.shutting_down: set[int] = set()
         self.offline_replicas: dict[int, set[TopicPartition]] = {}
         self.assignments: dict[str, TopicAssignment] = {}
+        # Each topic's partitions and each broker's replicas, kept with the assignments: a
+        # report or a broker's change asks for a broker's partitions, and at 10,000 partitions
+        # working them out from the assignments on kazoo's thread, under ``lock``, held the
+        # controller's pass behind it for over a second in a controlled shutdown.
+        self._topic_tps: dict[str, frozenset[TopicPartition]] = {}
+        self._replicas_of: dict[int, set[TopicPartition]] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.states: dict[TopicPartition, LeaderIsr] = {}
         self.reports: dict[int, tuple[int, dict[TopicPartition, ReplicaLogReport]]] = {}
@@ -160,16 +166,29 @@ class ControllerContext:
 
     def partitions_of(self, brokers: Iterable[int]) -> set[TopicPartition]:
         """Every partition with a replica on one of ``brokers``."""
-        wanted = set(brokers)
-        return {
-            TopicPartition(a.topic, p)
-            for a in self.assignments.values()
-            for p, replicas in a.partitions.items()
-            if wanted.intersection(replicas)
-        }
+        return set().union(*(self._replicas_of.get(b, ()) for b in brokers))
 
     def all_partitions(self) -> set[TopicPartition]:
-        return {TopicPartition(a.topic, p) for a in self.assignments.values() for p in a.partitions}
+        return set().union(*self._topic_tps.values())
+
+    def _index(self, topic: str, assignment: TopicAssignment | None) -> None:
+        """Keeps `_topic_tps` and `_replicas_of` for ``topic`` now assigned so (None: gone)."""
+        before = self.assignments.get(topic)
+        if before is not None:
+            for p, replicas in before.partitions.items():
+                tp = TopicPartition(topic, p)
+                for r in replicas:
+                    self._replicas_of.get(r, set()).discard(tp)
+        if assignment is None:
+            self._topic_tps.pop(topic, None)
+            return
+        tps = []
+        for p, replicas in assignment.partitions.items():
+            tp = TopicPartition(topic, p)
+            tps.append(tp)
+            for r in replicas:
+                self._replicas_of.setdefault(r, set()).add(tp)
+        self._topic_tps[topic] = frozenset(tps)
 
     def state_written(self, tp: TopicPartition, state: LeaderIsr) -> None:
         """The controller wrote ``state`` (its ``zk_version`` the new one): in the view now,
@@ -232,13 +251,13 @@ class ControllerContext:
             self._watches.data(zd.topic_config_path(topic), partial(self._on_config, topic))
 
     def _topic_partitions(self, topic: str) -> set[TopicPartition]:
-        a = self.assignments.get(topic)
-        return {TopicPartition(topic, p) for p in (a.partitions if a else ())}
+        return set(self._topic_tps.get(topic, ()))
 
     def _on_assignment(self, topic: str, data: bytes | None, _stat: Any = None) -> None:
         with self.lock:
             if data is None:
                 touched = self._topic_partitions(topic)
+                self._index(topic, None)
                 self.assignments.pop(topic, None)
                 self.configs.pop(topic, None)
                 for tp in touched:
@@ -257,6 +276,7 @@ class ControllerContext:
                     for tp in self._topic_partitions(topic):
                         self.states.pop(tp, None)
                         self._watches.forget(zd.partition_state_path(tp.topic, tp.partition))
+                self._index(topic, assignment)
                 self.assignments[topic] = assignment
                 touched = self._topic_partitions(topic)
         for tp in sorted(touched) if data is not None else ():
@@ -402,11 +422,17 @@ class ControllerContext:
             self._raw_reports.pop(broker, None)
             self.reports[broker] = (generation, logs)
             # What a report can change: elections of offline partitions, and of those led by a
-            # restarted broker (they wait for its report of this run).
+            # restarted broker (they wait for its report of this run). A leadership of the
+            # broker's current run is untouched: every broker rewrites its report whenever
+            # partition epochs move, and each one touched every partition its broker led.
+            reg = self.brokers.get(broker)
+            epoch = None if reg is None else reg.broker_epoch
             touched = {
                 tp
-                for tp in self.partitions_of([broker])
-                if (s := self.states.get(tp)) is None or s.leader in (-1, broker)
+                for tp in self._replicas_of.get(broker, ())
+                if (s := self.states.get(tp)) is None
+                or s.leader == -1
+                or (s.leader == broker and s.leader_broker_epoch != epoch)
             }
         self._on_change("partitions", touched)
 

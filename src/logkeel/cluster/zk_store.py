@@ -683,7 +683,7 @@ class ZkMetadataStore(MetadataStore):
                     r
                     for r in replicas
                     if r not in self._live
-                    or TopicPartition(name, p) in self._cannot_serve.get(r, ())
+                    or ((cannot := self._cannot_serve.get(r)) and TopicPartition(name, p) in cannot)
                 ],
             )
         if not partitions:
