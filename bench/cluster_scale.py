@@ -139,9 +139,10 @@ class BrokerView:
 class ZkView:
     """The partition states in ZooKeeper, read pipelined: what the controller decided."""
 
-    def __init__(self, zk: KazooClient, n: int) -> None:
+    def __init__(self, zk: KazooClient, n: int, topic: str = TOPIC) -> None:
         self.zk = zk
         self.n = n
+        self.topic = topic
 
     def states(self) -> list[Any]:
         return [state for state, _mtime_ms in self.stamped_states()]
@@ -149,7 +150,7 @@ class ZkView:
     def stamped_states(self) -> list[tuple[Any, int]]:
         """Each partition's state (with its znode version) and the time ZooKeeper last wrote
         it (ms since the epoch)."""
-        pending = [self.zk.get_async(zd.partition_state_path(TOPIC, p)) for p in range(self.n)]
+        pending = [self.zk.get_async(zd.partition_state_path(self.topic, p)) for p in range(self.n)]
         out = []
         for r in pending:
             data, stat = r.get()
