@@ -261,3 +261,45 @@ def test_a_pass_moves_every_leadership_of_a_leaving_broker_even_untouched(
     controller._reconcile_partitions(ctl, ctx, touched, set())
     assert all(client.partition_state(TOPIC, p).leader != 2 for p in range(n))
     ctx.close()
+
+
+def test_a_topic_created_while_a_broker_starts_leaving_gets_no_first_leader_on_it(
+    client: ZkMetadataClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """First states are created 500 at a time. A controlled shutdown asked after the first
+    batch (an attack, with 1,000 partitions) got the rest's first leaderships on the leaving
+    broker, moved again later, and waited for the whole creation. Now the first batch's
+    leaderships are moved before the next batch, which is decided again without it."""
+    n = 1_200
+    for broker in (1, 2, 3):
+        client.register_broker(registration(broker))
+    client.create_topic(TopicAssignment(TOPIC, "id", {p: (2, 1, 3) for p in range(n)}), {})
+    ctl = client.try_become_controller(1)
+    assert ctl is not None
+    controller = Controller(client, 1)
+    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
+    assert ctx.load(10)
+    controller._notices = controller._notice_slots_ready()  # as taking office does
+    create = client.create_partition_states
+    batches: list[int] = []
+
+    def creating(ctl: Any, topic: str, states: dict[int, LeaderIsr]) -> None:
+        create(ctl, topic, states)
+        batches.append(len(states))
+        if len(batches) == 1:
+            client.request_controlled_shutdown(2, client.broker(2).broker_epoch, lambda *_: None)
+            wait_until(lambda: 2 in ctx.shutting_down, 10, "the context to see broker 2 leaving")
+
+    monkeypatch.setattr(client, "create_partition_states", creating)
+    controller._reconcile_partitions(ctl, ctx, {TopicPartition(TOPIC, p) for p in range(n)}, set())
+    assert batches == [500, 500, 200], batches
+    stats = {p: client.zk.exists(zd.partition_state_path(TOPIC, p)) for p in range(n)}
+    states = {p: client.partition_state(TOPIC, p) for p in range(n)}
+    on_2 = sorted(p for p, s in states.items() if s.leader != 1)
+    assert not on_2, f"first leaderships left on broker 2: {on_2[:5]}... ({len(on_2)})"
+    # The first batch's leaderships (created on broker 2) moved before the next was created.
+    moved_last = max(stats[p].mzxid for p in range(500))
+    assert moved_last < min(stats[p].czxid for p in range(500, n))
+    # The later batches were created on broker 1 directly: never written again.
+    assert all(stats[p].version == 0 for p in range(500, n))
+    ctx.close()

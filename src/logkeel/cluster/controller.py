@@ -558,22 +558,24 @@ class Controller:
         first = self._move_leaving(ctl, ctx, leaving, preferred)
         moved = time.monotonic()
 
-        def move_newly_leaving() -> None:
+        def move_newly_leaving() -> bool:
+            """True if a broker started or stopped leaving since the last look."""
             nonlocal view
             with ctx.lock:
                 now = _leaving_view(ctx)
                 if now == view:
-                    return  # no broker started leaving: no leader can have become one that is
+                    return False  # no broker started leaving: no leader can have become one
                 view = now
                 newly = _led_by_leaving(ctx)
             if newly:
                 log.info("controller pass: %d leaderships of brokers leaving meanwhile moved "
                          "first", len(self._move_leaving(ctl, ctx, newly, preferred).changes))  # fmt: skip
+            return True
 
         move_newly_leaving()
         rest = self._decide_partitions(ctl, ctx, touched - leaving, preferred)
         for topic, states in sorted(rest.new.items()):
-            self._create_first_states(ctl, ctx, topic, states)
+            self._create_first_states(ctl, ctx, topic, states, move_newly_leaving)
         decided = time.monotonic()
         leaders, isr_only = self._write_changes(ctl, ctx, rest, move_newly_leaving)
         # After the leaderships: a reason changes rarely, and is written (one by one) only then.
@@ -643,9 +645,8 @@ class Controller:
                     continue
                 current = ctx.states.get(tp)
                 if current is None:
-                    first = cluster.stamp(initial_state(replicas, cluster))
-                    out.new.setdefault(tp.topic, {})[tp.partition] = zd.leader_isr_of(
-                        first, ctl.epoch
+                    out.new.setdefault(tp.topic, {})[tp.partition] = _first_state(
+                        ctl, cluster, replicas
                     )
                     continue
                 reg = zd.registration_of(replicas, current)
@@ -672,7 +673,7 @@ class Controller:
         ctl: ControllerEpoch,
         ctx: ControllerContext,
         decided: _Decided,
-        between: Callable[[], None] | None = None,
+        between: Callable[[], object] | None = None,
     ) -> tuple[int, int]:
         """Writes the new leaderships, then the changes of the ISR alone, ``between`` called
         before each _PREEMPT_CHUNK of those; returns how many of each."""
@@ -685,11 +686,35 @@ class Controller:
         return len(leaders), len(isr_only)
 
     def _create_first_states(
-        self, ctl: ControllerEpoch, ctx: ControllerContext, topic: str, states: dict[int, LeaderIsr]
+        self,
+        ctl: ControllerEpoch,
+        ctx: ControllerContext,
+        topic: str,
+        states: dict[int, LeaderIsr],
+        between: Callable[[], bool] | None = None,
     ) -> None:
+        """Creates the first states in batches of _CREATE_BATCH; ``between`` is called before
+        each and tells whether a broker started or stopped leaving, in which case the rest is
+        decided again: a controlled shutdown asked while a 1,000-partition topic was created
+        got first leaderships on the leaving broker after its request, moved again later, and
+        waited for the whole creation."""
         ordered = sorted(states.items())
+        decided_anew = False
         for i in range(0, len(ordered), _CREATE_BATCH):
             chunk = dict(ordered[i : i + _CREATE_BATCH])
+            if between is not None and between():
+                decided_anew = True
+            if decided_anew:
+                with ctx.lock:
+                    cluster = ctx.live_brokers()
+                    a = ctx.assignments.get(topic)
+                    if a is None:
+                        return  # deleted meanwhile
+                    chunk = {
+                        p: _first_state(ctl, cluster, replicas)
+                        for p in chunk
+                        if (replicas := a.partitions.get(p)) is not None
+                    }
             try:
                 self.client.create_partition_states(ctl, topic, chunk)
             except NoNodeError:
@@ -1034,6 +1059,12 @@ class Controller:
 
 class _Stopping(Exception):
     """The controller is stopping: the pass under way ends here."""
+
+
+def _first_state(
+    ctl: ControllerEpoch, cluster: LiveBrokers, replicas: tuple[int, ...]
+) -> LeaderIsr:
+    return zd.leader_isr_of(cluster.stamp(initial_state(replicas, cluster)), ctl.epoch)
 
 
 def _split_writes(decided: _Decided) -> tuple[list[Any], list[Any]]:
