@@ -13,6 +13,7 @@ from typing import Self, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_handler import PollingHandler
@@ -20,6 +21,12 @@ from logkeel.cluster.zk_handler import PollingHandler
 __all__ = ["ZkSession", "ZooKeeperUnavailable", "raise_first_failure"]
 
 T = TypeVar("T")
+
+# The longest pause between two attempts to reach ZooKeeper again. kazoo doubles its pause after
+# each failed attempt up to an hour: after ZooKeeper was away for ~6 s under load, a broker came
+# back up to 9 s after it (a failover test missed its bound); ZooKeeper's Java client tries
+# again within a second.
+_RECONNECT_MAX_DELAY_S = 1.0
 
 
 class ZooKeeperUnavailable(Exception):
@@ -50,8 +57,14 @@ class ZkSession:
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        handler = PollingHandler()
         self.zk = KazooClient(
-            hosts=connect, timeout=session_timeout_ms / 1000, handler=PollingHandler()
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            handler=handler,
+            connection_retry=KazooRetry(
+                max_tries=-1, max_delay=_RECONNECT_MAX_DELAY_S, sleep_func=handler.sleep_func
+            ),
         )
 
     def start(self) -> Self:
