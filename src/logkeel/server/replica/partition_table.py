@@ -40,6 +40,10 @@ class PartitionTable:
     def __init__(self, ctx: ReplicaManagerContext) -> None:
         self._ctx = ctx
         self._partitions: dict[TopicPartition, Partition] = {}
+        # The same partitions by topic and partition number (changed with ``_partitions``): a
+        # publish of a 10,000-partition topic with a few moves went over every partition of
+        # every topic and built a TopicPartition for each of its own.
+        self._of_topic: dict[str, dict[int, Partition]] = {}
         self._lock = threading.RLock()
         # Serialises applying metadata changes (which create and delete logs).
         self._metadata_lock = threading.RLock()
@@ -112,16 +116,14 @@ class PartitionTable:
         lm = self._ctx.log_manager
         changed: list[TopicPartition] = []
         with self._lock:
-            existing = [tp for tp in self._partitions if tp.topic == name]
-            if state is None:
-                for tp in existing:
-                    self._partitions.pop(tp, None)
-                    changed.append(tp)
-            else:
-                for tp in existing:
-                    if tp.partition not in state.partitions:
-                        self._partitions.pop(tp, None)
-                        changed.append(tp)
+            existing = self._of_topic.get(name, {})
+            for part, gone in list(existing.items()):
+                if state is None or part not in state.partitions:
+                    self._partitions.pop(gone.tp, None)
+                    del existing[part]
+                    changed.append(gone.tp)
+            if not existing:
+                self._of_topic.pop(name, None)
         if state is None:
             self._applied_configs.pop(name, None)
             for tp in changed:
@@ -142,9 +144,9 @@ class PartitionTable:
         # A controller moving hundreds of leaderships publishes the topic many times over, a
         # few partitions changed each time: only those are applied (and woken) again.
         same_configs = self._applied_configs.get(name) == state.configs
-        for pstate in state.partitions.values():
-            tp = pstate.tp
-            p = self._partitions.get(tp)
+        known = self._of_topic.get(name, {})
+        for part, pstate in state.partitions.items():
+            p = known.get(part)
             if (
                 same_configs
                 and p is not None
@@ -155,6 +157,7 @@ class PartitionTable:
                 and (p.applied is pstate or p.applied == pstate)
             ):
                 continue
+            tp = pstate.tp
             with self._lock:
                 p = self._partitions.get(tp)
                 # New: created while we run. A partition known at start-up whose log is
@@ -170,6 +173,7 @@ class PartitionTable:
                         self._ctx.isr_change_requested or _log_isr_request,
                     )
                     self._partitions[tp] = p
+                    self._of_topic.setdefault(name, {})[tp.partition] = p
             moved = p.apply_state(pstate)
             p.resign_requested = self._ctx.resign_requested
             if self._ctx.shutting_down is not None:
