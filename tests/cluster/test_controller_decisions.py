@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from logkeel.cluster.controller_context import isr_joins
+from logkeel.cluster.controller_context import isr_joins, isr_joins_seen
 from logkeel.cluster.controller_decisions import (
     LiveBrokers,
     decide,
@@ -389,7 +389,9 @@ def test_an_in_sync_followers_empty_report_from_before_the_first_records_is_no_l
     or by a member whose joining the ISR no write of this run of its broker shows, is still a
     suspicion that waits for current reports."""
     members = since(100, 3, 1, 2)
-    state = PartitionRegistration((3, 1, 2), 3, 5, (3, 1, 2), 7, isr_since=members)
+    state = PartitionRegistration(
+        (3, 1, 2), 3, 5, (3, 1, 2), 7, isr_since=members, isr_seen_joining=frozenset({1, 2, 3})
+    )
 
     def after_crash(
         follower_epoch: int = 7, state: PartitionRegistration = state
@@ -409,3 +411,22 @@ def test_an_in_sync_followers_empty_report_from_before_the_first_records_is_no_l
     assert after_crash(state=unknown_join).leader == NO_LEADER
     joined_before_this_run = replace(state, isr_since=since(5, 3, 1, 2))
     assert after_crash(state=joined_before_this_run).leader == NO_LEADER
+    # The joins dated by a context's load (the state's last write), not seen: a follower
+    # restarted unseen and kept in the ISR by a leader's later write would look joined since.
+    joins_not_seen = replace(state, isr_seen_joining=frozenset())
+    assert after_crash(state=joins_not_seen).leader == NO_LEADER
+
+
+def test_only_joins_the_controller_saw_happen_are_dated_exactly() -> None:
+    created = LeaderIsr(1, 0, (1, 2), 1, zk_version=0, written_zxid=50)
+    assert isr_joins_seen(None, created) == {1, 2}  # created with them
+    loaded = LeaderIsr(1, 0, (1, 2), 1, zk_version=4, written_zxid=90)
+    assert isr_joins_seen(None, loaded) == frozenset()  # read at a load: when, not known
+    seen = replace(created, isr_seen_joining=isr_joins_seen(None, created))
+    grown = LeaderIsr(1, 0, (1, 2, 3), 1, zk_version=1, written_zxid=60)
+    assert isr_joins_seen(seen, grown) == {1, 2, 3}  # 3 added by the next version
+    skipped = LeaderIsr(1, 0, (1, 2, 3), 1, zk_version=3, written_zxid=80)
+    assert isr_joins_seen(seen, skipped) == {1, 2}  # 3 joined in a version not seen
+    after_load = replace(loaded, isr_seen_joining=frozenset())
+    kept = LeaderIsr(1, 0, (1, 2, 3), 1, zk_version=5, written_zxid=95)
+    assert isr_joins_seen(after_load, kept) == {3}  # 1 and 2 still dated by the load

@@ -32,7 +32,7 @@ from logkeel.cluster.zk_data import BrokerRegistration, LeaderIsr, ReplicaLogRep
 from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.topic_partition import TopicPartition
 
-__all__ = ["ControllerContext", "isr_joins"]
+__all__ = ["ControllerContext", "isr_joins", "isr_joins_seen"]
 
 log = logging.getLogger(__name__)
 
@@ -316,10 +316,17 @@ class ControllerContext:
                 # A state this controller created (its write's zxid not known): the watch
                 # brings it; nothing else changed.
                 self.states[tp] = replace(
-                    cached, written_zxid=state.written_zxid, isr_since=isr_joins(None, state)
+                    cached,
+                    written_zxid=state.written_zxid,
+                    isr_since=isr_joins(None, state),
+                    isr_seen_joining=isr_joins_seen(None, state),
                 )
             return False
-        self.states[tp] = replace(state, isr_since=isr_joins(cached, state))
+        self.states[tp] = replace(
+            state,
+            isr_since=isr_joins(cached, state),
+            isr_seen_joining=isr_joins_seen(cached, state),
+        )
         return True
 
     # -- election losses --------------------------------------------------------------------------
@@ -466,4 +473,25 @@ def isr_joins(before: LeaderIsr | None, after: LeaderIsr) -> tuple[tuple[int, in
             else after.written_zxid,
         )
         for r in after.isr
+    )
+
+
+def isr_joins_seen(before: LeaderIsr | None, after: LeaderIsr) -> frozenset[int]:
+    """The members of ``after``'s ISR whose join `isr_joins` dates exactly: all of them for a
+    state created with them (version 0); one added by a write the version after ``before``;
+    one kept from ``before`` if its join was seen there. Read without the version before
+    (a load) or across versions the watch skipped, a new member's join is dated to
+    ``after``'s write, perhaps later than it was."""
+    if after.written_zxid < 0:
+        return frozenset()
+    if after.zk_version == 0:
+        return frozenset(after.isr)
+    if before is None:
+        return frozenset()
+    next_version = after.zk_version == before.zk_version + 1
+    return frozenset(
+        r
+        for r in after.isr
+        if (r in before.isr and r in before.isr_seen_joining)
+        or (r not in before.isr and next_version)
     )

@@ -160,7 +160,7 @@ class LiveBrokers:
         """The broker's report of this run (a dead broker's last), made against
         ``partition_epoch`` (None: any, then given as an older report). ``in_isr_of``: the
         state decided on, to tell whether an older report was made against it by a member of
-        its ISR that joined during this run (`ReplicaLog.in_sync_when_reported`)."""
+        its ISR seen joining it during this run (`ReplicaLog.in_sync_when_reported`)."""
         report = (self.logs or {}).get(broker, {}).get(tp)
         if (
             report is None
@@ -180,6 +180,7 @@ class LiveBrokers:
                 in_isr_of is not None
                 and report.partition_epoch == in_isr_of.partition_epoch
                 and 0 <= report.broker_epoch < joined
+                and broker in in_isr_of.isr_seen_joining
             ),
         )
 

@@ -37,6 +37,11 @@ class PartitionRegistration:
     # member whose epoch is higher restarted since it joined, unseen
     # (`ReplicaView.restarted_since_isr`): a later write that kept it vouches for nothing.
     isr_since: tuple[tuple[int, int], ...] = ()
+    # The members whose joining the controller saw happen at that zxid: the state created
+    # with them, or a write one version after the one it knew that added them. A join read
+    # at a context's load, or after versions the watch skipped, is dated to the state's last
+    # write, later than it may have been.
+    isr_seen_joining: frozenset[int] = frozenset()
 
     def joined_isr_zxid(self, replica: int) -> int:
         """The zxid at which ``replica`` joined the ISR (-1: not known)."""
@@ -85,8 +90,8 @@ class ReplicaLog:
     # Its machine went down uncleanly since it last held what was acknowledged: records
     # acknowledged after its last flush may be missing, whatever its length says.
     unflushed_lost: bool = False
-    # An older report made against the very state decided on, by a member of its ISR that
-    # joined it during this run of its broker: the high watermark never passes the log end of
+    # An older report made against the very state decided on, by a member of its ISR seen
+    # joining it during this run of its broker: the high watermark never passes the log end of
     # a member of the written ISR, so an empty log then means nothing was acknowledged yet,
     # not a wiped one (a follower's last report from before the partition's first records).
     in_sync_when_reported: bool = False

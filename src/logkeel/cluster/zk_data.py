@@ -504,6 +504,7 @@ class LeaderIsr:
     # (`PartitionRegistration.isr_since`). Neither is stored in the znode.
     written_zxid: int = field(default=-1, compare=False)
     isr_since: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    isr_seen_joining: frozenset[int] = field(default=frozenset(), compare=False)
 
 
 def _partition_state_obj(s: LeaderIsr) -> dict[str, Any]:
@@ -576,6 +577,7 @@ def registration_of(replicas: Iterable[int], state: LeaderIsr) -> PartitionRegis
         state.zk_version,
         leader_broker_epoch=state.leader_broker_epoch,
         isr_since=state.isr_since,
+        isr_seen_joining=state.isr_seen_joining,
     )
 
 
