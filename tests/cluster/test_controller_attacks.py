@@ -265,11 +265,13 @@ class ShutdownRun:
     took: dict[int, float] = field(default_factory=dict)
     gone: dict[int, int] = field(default_factory=dict)  # when each left (ms, wall clock)
 
-    def exited(self, broker: BrokerProcess, started: float) -> None:
+    def exited(self, broker: BrokerProcess, started: float, *, moved: bool = True) -> None:
         """The broker ends its controlled shutdown in time, having seen its leaderships moved
-        (not by giving up after its wait: ``zookeeper.session.timeout.ms``)."""
+        (with ``moved``: not by giving up after its wait, ``zookeeper.session.timeout.ms``)."""
         self.took[broker_id(broker)] = exited_within(broker, started, SHUTDOWN_BOUND_S)
         self.gone[broker_id(broker)] = int(time.time() * 1000)
+        if not moved:
+            return
         last_run = broker.output(limit=50_000_000).rsplit("received SIGTERM", 1)[-1]
         assert "controlled shutdown: leaderships moved to other brokers" in last_run, [
             line for line in last_run.splitlines() if "controlled shutdown" in line
@@ -409,6 +411,34 @@ def one_leaves_while_another_restarts(cluster: Cluster, run: ShutdownRun) -> Non
     run.exited(cluster.brokers[leaving], t)
 
 
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer(tmp_path / "zookeeper") as server:
+        yield server
+
+
+def test_zookeeper_restarted_mid_shutdown_loses_no_acked_record(
+    own_zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """ZooKeeper is restarted (same data, same port) as soon as a broker's controlled shutdown
+    request appears: the moves may be half written, the answer lost. The broker still leaves
+    within the bound (it may give up waiting for its view: ZooKeeper was gone), and nothing
+    acknowledged is lost."""
+
+    def restart_zookeeper(cluster: Cluster, run: ShutdownRun) -> None:
+        ctl = controller_of(cluster)
+        leaving = others(cluster, ctl)[0]
+        t = sigterm(cluster.brokers[leaving])
+        wait_requested(cluster, leaving, run)
+        own_zookeeper.stop()
+        own_zookeeper.start(60)
+        run.exited(cluster.brokers[leaving], t, moved=False)
+
+    with three_brokers(own_zookeeper, tmp_path, "/zk_restart") as cluster:
+        run = attack_shutdowns(cluster, SMALL, restart_zookeeper)
+    print(f"shutdown across a ZooKeeper restart took {run.took}")
+
+
 BULK = "bulk"
 BULK_PARTITIONS = 1000
 
@@ -466,3 +496,120 @@ def test_controlled_shutdown_attacks_lose_no_acked_record(
     run = attack_shutdowns(trio, SMALL, fault)
     print(f"{fault.__name__}: shutdowns took {run.took}")
     assert all(took < SHUTDOWN_BOUND_S for took in run.took.values()), run.took
+
+
+# -- 2. an in-sync follower's older empty report ------------------------------------------------
+
+FLAG_PARTITIONS = 6
+FLAG_RECORDS = 200
+
+
+def report_of(cluster: Cluster, broker: int, partition: int) -> Any:
+    """The broker's last report of the partition (None: none), and the partition state's
+    current version."""
+    with zk_of(cluster) as zk:
+        _gen, logs = zk.replica_logs_of(broker) or (0, {})
+        state = zk.partition_state(TOPIC, partition)
+    version = -1 if state is None else state.zk_version
+    return logs.get(TopicPartition(TOPIC, partition)), version
+
+
+def produce_acked(cluster: Cluster, partition: int, first: int, history: History) -> None:
+    bootstrap = ",".join(b.bootstrap for b in cluster.live())
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(first, first + FLAG_RECORDS):
+        p.produce(
+            TOPIC, str(i).encode(), partition=partition,
+            on_delivery=lambda err, msg, seq=i: history.ack(
+                partition, msg.value().decode(), seq, msg.offset()
+            ) if err is None else history.__setattr__("failed_sends", history.failed_sends + 1),
+        )  # fmt: skip
+    assert p.flush(30) == 0
+    assert history.failed_sends == 0
+
+
+def partition_leader(cluster: Cluster, partition: int) -> int:
+    part = cluster.partitions(TOPIC).get(partition)
+    return -1 if part is None else int(part.leader_id)
+
+
+def check_partition(cluster: Cluster, partition: int, history: History) -> None:
+    """Every record acknowledged to ``partition`` is read back once at its offset."""
+    logs = final_logs(cluster, partition + 1)
+    assert history.check({partition: logs[partition]}) == []
+    losses = cluster_status(cluster.live()[0].bootstrap)["election_losses"]
+    assert [x for x in losses if x["topic"] == TOPIC] == []
+
+
+def test_a_follower_elected_on_its_older_empty_report_holds_every_acked_record(
+    trio: Cluster,
+) -> None:
+    """The follower (second in the assignment, so the clean election's first choice) last
+    reported an empty log against the current state; records are then acknowledged, the
+    leader reports them, the follower's partition dir is deleted under it (the broker keeps
+    running: it has not noticed) and the leader is SIGKILLed. The follower is elected on its
+    older report (before `in_sync_when_reported` it waited, suspected of a wiped disk), and
+    every acknowledged record must be read back -- from it, and again from the third replica
+    once the follower restarts with nothing on disk."""
+    ctl = controller_of(trio)
+    lead, follower = others(trio, ctl)
+    create_topic(trio, FLAG_PARTITIONS, [[lead, follower, ctl]] * FLAG_PARTITIONS)
+
+    def empty_reports() -> bool:
+        for p in range(FLAG_PARTITIONS):
+            report, version = report_of(trio, follower, p)
+            if report is None or report.log_end_offset != 0 or report.partition_epoch != version:
+                return False
+        return True
+
+    wait_until(empty_reports, 20, f"follower {follower}'s empty reports against the states")
+    history = History()
+    target = None
+    for p in range(FLAG_PARTITIONS):
+        produce_acked(trio, p, p * FLAG_RECORDS, history)
+
+        def first_report(p: int = p) -> str | None:
+            mine, _ = report_of(trio, follower, p)
+            if mine is not None and mine.log_end_offset > 0:
+                return "follower"
+            theirs, _ = report_of(trio, lead, p)
+            if theirs is not None and theirs.log_end_offset == FLAG_RECORDS:
+                # The follower's report may have landed meanwhile: looked at once more below.
+                return "leader"
+            return None
+
+        if wait_until(first_report, 15, "a report of the records") == "leader":
+            mine, version = report_of(trio, follower, p)
+            if mine.log_end_offset == 0 and mine.partition_epoch == version:
+                target = p
+                break
+    assert target is not None, "the follower reported every partition's records first"
+    part_dir = trio.brokers[follower].log_dirs[0] / f"{TOPIC}-{target}"
+    shutil.rmtree(part_dir)
+    trio.brokers[lead].kill()
+    elected = wait_until(
+        lambda: (x := partition_leader(trio, target)) not in (-1, lead) and x,
+        FAILOVER_BOUND_S,
+        f"a new leader of partition {target}",
+        retry_on=PROBE_ERRORS,
+    )
+    assert elected == follower, f"{elected} elected: the older empty report was not trusted"
+    check_partition(trio, target, history)
+    # Now the follower's records are gone for real: it restarts with no partition dir.
+    trio.brokers[follower].kill()
+    trio.brokers[follower].start(60)
+    wait_until(
+        lambda: partition_leader(trio, target) == ctl,
+        FAILOVER_BOUND_S,
+        f"the third replica ({ctl}) leading partition {target}",
+        retry_on=PROBE_ERRORS,
+    )
+    check_partition(trio, target, history)
+    trio.brokers[lead].start(60)
+    wait_until(
+        lambda: len(trio.partitions(TOPIC)[target].isr_nodes) == 3,
+        60,
+        "all three in sync again",
+        retry_on=PROBE_ERRORS,
+    )
+    check_partition(trio, target, history)
