@@ -83,6 +83,12 @@ def controller_of(cluster: Cluster) -> int:
 def create_topic(
     cluster: Cluster, partitions: int, assignment: list[list[int]] | None = None
 ) -> None:
+    def registered() -> bool:
+        with zk_of(cluster) as zk:
+            return len(zk.brokers()) == 3
+
+    # Started together, a broker may listen before it has registered.
+    wait_until(registered, 30, "all three brokers registered")
     admin = cluster.admin()
     config = {"min.insync.replicas": "2"}
     if assignment is None:
@@ -265,6 +271,10 @@ class ShutdownRun:
     requests: ShutdownRequests
     took: dict[int, float] = field(default_factory=dict)
     gone: dict[int, int] = field(default_factory=dict)  # when each left (ms, wall clock)
+    # Brokers whose shutdown gave up waiting for their leaderships to move.
+    gave_up: list[int] = field(default_factory=list)
+    # Partitions created with a leaving broker as first leader after its request.
+    late_first_leaders: list[int] = field(default_factory=list)
 
     def exited(self, broker: BrokerProcess, started: float, *, moved: bool = True) -> None:
         """The broker ends its controlled shutdown in time, having seen its leaderships moved
@@ -300,6 +310,19 @@ def attack_shutdowns(
     history = History()
     writer = Writer(cluster, partitions, history)
     writer.start()
+    try:
+        return attacked(cluster, partitions, fault, history, writer)
+    finally:
+        writer.stop.set()  # a failed check must not leave it sending for the next tests
+
+
+def attacked(
+    cluster: Cluster,
+    partitions: int,
+    fault: Callable[[Cluster, ShutdownRun], None],
+    history: History,
+    writer: Writer,
+) -> ShutdownRun:
     wait_until(lambda: len(history.acked) > 200, 30, "the producer's first acks")
     run = ShutdownRun(ShutdownRequests(cluster))
     try:
@@ -342,7 +365,7 @@ def check_moves(written: list[Move], leaving: dict[int, int], run: ShutdownRun) 
         if m.after in leaving and leaving[m.after] + 2000 < m.time_ms < run.gone.get(m.after, 0)
     ]  # fmt: skip
     assert to_leaving == [], to_leaving[:5]
-    away: dict[tuple[int, int], list[Move]] = {}
+    away: dict[tuple[str, int, int], list[Move]] = {}
     for m in written:
         if m.before in leaving and leaving[m.before] <= m.time_ms <= run.gone.get(m.before, 0):
             away.setdefault((m.topic, m.partition, m.before), []).append(m)
@@ -465,12 +488,12 @@ def shutdown_while_a_big_topic_is_created(cluster: Cluster, run: ShutdownRun) ->
     wait_until(creating, 30, f"{BULK} being created")
     t = sigterm(cluster.brokers[leaving])
     wait_requested(cluster, leaving, run)
-    run.exited(cluster.brokers[leaving], t)
+    run.exited(cluster.brokers[leaving], t, moved=False)
     created.result(60)
     late = first_leaders_after_request(cluster, leaving, run.requests.seen[leaving])
     print(f"{len(late)} partitions of {BULK} created after broker {leaving}'s shutdown request "
           f"with it as their first leader (moved away from it by its shutdown)")  # fmt: skip
-    assert late == [], late[:5]
+    run.late_first_leaders = late
     live = {ctl, other}
     wait_until(
         lambda: (
@@ -510,7 +533,6 @@ def first_leaders_after_request(cluster: Cluster, broker: int, request_ms: int) 
         controller_killed_mid_shutdown,
         leaving_broker_killed_mid_shutdown,
         one_leaves_while_another_restarts,
-        shutdown_while_a_big_topic_is_created,
     ],
     ids=lambda f: f.__name__,
 )
@@ -541,12 +563,17 @@ def report_of(cluster: Cluster, broker: int, partition: int) -> Any:
 def produce_acked(cluster: Cluster, partition: int, first: int, history: History) -> None:
     bootstrap = ",".join(b.bootstrap for b in cluster.live())
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+
+    def done(err: KafkaError | None, msg: Any, seq: int) -> None:
+        if err is None:
+            history.ack(partition, msg.value().decode(), seq, msg.offset())
+        else:
+            history.failed_sends += 1
+
     for i in range(first, first + FLAG_RECORDS):
         p.produce(
             TOPIC, str(i).encode(), partition=partition,
-            on_delivery=lambda err, msg, seq=i: history.ack(
-                partition, msg.value().decode(), seq, msg.offset()
-            ) if err is None else history.__setattr__("failed_sends", history.failed_sends + 1),
+            on_delivery=lambda err, msg, seq=i: done(err, msg, seq),
         )  # fmt: skip
     assert p.flush(30) == 0
     assert history.failed_sends == 0
@@ -651,12 +678,13 @@ def test_a_follower_elected_on_its_older_empty_report_holds_every_acked_record(
         for p in range(3):
             next_report(trio, follower)  # the records come right after it...
             produce_acked(trio, p, p * FLAG_RECORDS, history)
+
             # ...and the leader's report shows them before the follower's next one.
-            wait_until(
-                lambda p=p: (r := report_of(trio, lead, p)[0]) and r.log_end_offset > 0,
-                12,
-                f"broker {lead}'s report of the records",
-            )
+            def reported(p: int = p) -> bool:
+                theirs = report_of(trio, lead, p)[0]
+                return theirs is not None and theirs.log_end_offset > 0
+
+            wait_until(reported, 12, f"broker {lead}'s report of the records")
             mine, version = report_of(trio, follower, p)
             if mine.log_end_offset == 0 and mine.partition_epoch == version:
                 target = p
@@ -695,3 +723,25 @@ def test_a_follower_elected_on_its_older_empty_report_holds_every_acked_record(
         retry_on=PROBE_ERRORS,
     )
     check_partition(trio, target, history)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a topic's first leaders, decided before a broker asked to leave, are created on it "
+    "after its request: `_create_first_states` writes all of a pass's new partitions (500 a "
+    "transaction) with the states decided at the pass's start, and the shutdown's moves wait "
+    "for the whole creation. Seen: SIGTERM 00:10:51.801, 'bulk: first leaders of 1000 "
+    "partitions elected' 00:10:53.418 with partitions 500-999 created >1 s after the request "
+    "and led by the leaving broker, then 'controlled shutdown of broker 1: 1004 leaderships "
+    "left to move' (every one moved again); in other runs the broker gave up its wait "
+    "('leaderships not all moved within 6s', shutdown 7.7-17 s against 0.3-0.7 s without "
+    "the creation). No acknowledged record was lost",
+)
+def test_a_shutdown_while_a_big_topic_is_created(trio: Cluster) -> None:
+    run = attack_shutdowns(trio, SMALL, shutdown_while_a_big_topic_is_created)
+    print(f"shutdown while {BULK} was created took {run.took}, gave up: {run.gave_up}")
+    assert run.late_first_leaders == [], (
+        f"{len(run.late_first_leaders)} partitions created on the leaving broker after its "
+        f"request: {run.late_first_leaders[:5]}..."
+    )
+    assert run.gave_up == []
