@@ -532,6 +532,47 @@ def first_leaders_after_request(cluster: Cluster, broker: int, request_ms: int) 
     return sorted(p for p, ctime in created.items() if ctime > request_ms)
 
 
+DOOMED = "doomed"
+DOOMED_PARTITIONS = 300
+
+
+def shutdown_while_a_topic_is_deleted(cluster: Cluster, run: ShutdownRun) -> None:
+    """A broker leading every partition of a 300-partition topic asks to leave while that
+    topic is deleted: the deletion's passes and the shutdown's moves interleave."""
+    ctl = controller_of(cluster)
+    leaving = others(cluster, ctl)[0]
+    other = others(cluster, ctl, leaving)[0]
+    assignment = [[leaving, other, ctl]] * DOOMED_PARTITIONS
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(DOOMED, DOOMED_PARTITIONS, replica_assignment=assignment)])[
+        DOOMED
+    ].result(60)
+    wait_until(
+        lambda: len(cluster.partitions(DOOMED)) == DOOMED_PARTITIONS,
+        30,
+        f"{DOOMED} created",
+        retry_on=PROBE_ERRORS,
+    )
+    deleted = admin.delete_topics([DOOMED])[DOOMED]
+    with zk_of(cluster) as zk:
+        wait_until(
+            lambda: zk.zk.exists(f"{zd.DELETE_TOPICS}/{DOOMED}") is not None,
+            30,
+            f"{DOOMED}'s deletion asked",
+            interval=0.002,
+        )
+    t = sigterm(cluster.brokers[leaving])
+    wait_requested(cluster, leaving, run)
+    run.exited(cluster.brokers[leaving], t)
+    deleted.result(60)
+
+    def gone() -> bool:
+        with zk_of(cluster) as zk:
+            return zk.zk.exists(f"{zd.TOPICS}/{DOOMED}") is None
+
+    wait_until(gone, 60, f"{DOOMED} deleted")
+
+
 @pytest.mark.parametrize(
     "fault",
     [
@@ -751,3 +792,18 @@ def test_a_shutdown_while_a_big_topic_is_created(trio: Cluster) -> None:
         f"request: {run.late_first_leaders[:5]}..."
     )
     assert run.gave_up == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a broker leaving while a topic it leads is deleted gives up its controlled shutdown "
+    "('leaderships not all moved within 6s', 8-12 s in 3 of 3 runs against 0.2-0.7 s): its "
+    "wait (`ZkMetadataStore.controlled_shutdown`) counts the deleted topic's partitions its "
+    "own view still shows it leading (the brokers removed the 300 logs 9 s after 'controller "
+    "deleted topic doomed'), and the controller spent 3.1 s in a pass 'deciding 239 "
+    "partitions of leaving leaders' of the deleted topic before answering 0. No acknowledged "
+    "record was lost",
+)
+def test_a_shutdown_while_a_topic_it_leads_is_deleted(trio: Cluster) -> None:
+    run = attack_shutdowns(trio, SMALL, shutdown_while_a_topic_is_deleted)
+    print(f"shutdown while {DOOMED} was deleted took {run.took}")
