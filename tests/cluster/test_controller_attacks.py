@@ -466,12 +466,15 @@ def test_zookeeper_restarted_mid_shutdown_loses_no_acked_record(
 
 
 BULK = "bulk"
-BULK_PARTITIONS = 1000
+BULK_PARTITIONS = 1500
+# The controller creates first states this many at a time (`controller._CREATE_BATCH`): the
+# batch it is writing when a request lands is decided before it could know of it.
+CREATE_BATCH = 500
 
 
 def shutdown_while_a_big_topic_is_created(cluster: Cluster, run: ShutdownRun) -> None:
-    """A broker preferred leader of every partition of a 1,000-partition topic (two chunks of
-    leaderships to move) asks to leave while the controller creates the topic."""
+    """A broker preferred leader of every partition of a 1,500-partition topic (three batches
+    of first states) asks to leave while the controller creates the topic."""
     ctl = controller_of(cluster)
     leaving = others(cluster, ctl)[0]
     other = others(cluster, ctl, leaving)[0]
@@ -775,21 +778,18 @@ def test_a_follower_elected_on_its_older_empty_report_holds_every_acked_record(
     check_partition(trio, target, history)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a topic's first leaders, decided before a broker asked to leave, are created on it "
-    "after its request: `_create_first_states` writes all of a pass's new partitions (500 a "
-    "transaction) with the states decided at the pass's start, and the shutdown's moves wait "
-    "for the whole creation. Seen (SIGTERM once the first 500 states were written): "
-    "partitions 500-999 created after the request, led by the leaving broker, then "
-    "'controlled shutdown of broker 1: 1004 leaderships left to move' (each moved again); "
-    "shutdowns of 4.2-17 s against 0.2-0.7 s without the creation, and in two runs the broker "
-    "gave up its wait ('leaderships not all moved within 6s'). No acknowledged record was lost",
-)
 def test_a_shutdown_while_a_big_topic_is_created(trio: Cluster) -> None:
+    """SIGTERM once the first 500 first states of a big topic are written. It broke before
+    6d3b297 (with 1,000 partitions): every state after the request was created on the leaving
+    broker (all decided at the pass's start), then 'controlled shutdown of broker 1: 1004
+    leaderships left to move', each moved again; shutdowns of 4.2-17 s against 0.2-0.7 s, and
+    in two runs the broker gave up its wait ('leaderships not all moved within 6s'). No
+    acknowledged record was lost. The batch being written when the request lands was decided
+    before the controller could know of it and may still go to the leaving broker (Kafka's
+    controller, too, finishes an event before it takes the next); no later one may."""
     run = attack_shutdowns(trio, SMALL, shutdown_while_a_big_topic_is_created)
     print(f"shutdown while {BULK} was created took {run.took}, gave up: {run.gave_up}")
-    assert run.late_first_leaders == [], (
+    assert len(run.late_first_leaders) <= CREATE_BATCH, (
         f"{len(run.late_first_leaders)} partitions created on the leaving broker after its "
         f"request: {run.late_first_leaders[:5]}..."
     )

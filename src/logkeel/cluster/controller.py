@@ -697,16 +697,26 @@ class Controller:
         each and tells whether a broker started or stopped leaving, in which case the rest is
         decided again: a controlled shutdown asked while a 1,000-partition topic was created
         got first leaderships on the leaving broker after its request, moved again later, and
-        waited for the whole creation."""
+        waited for the whole creation. The requests are read from ZooKeeper before each batch:
+        the context's watch brings one only after the first reads of the states just created,
+        queued ahead of it (two batches went to a leaving broker that way)."""
         ordered = sorted(states.items())
         decided_anew = False
         for i in range(0, len(ordered), _CREATE_BATCH):
             chunk = dict(ordered[i : i + _CREATE_BATCH])
-            if between is not None and between():
+            requested: frozenset[int] = frozenset()
+            if between is not None:
+                decided_anew |= bool(between())
+                requested = frozenset(
+                    int(b) for b in self.client.zk.get_children(zd.CONTROLLED_SHUTDOWN)
+                )
+            with ctx.lock:
+                requested -= ctx.shutting_down
+            if decided_anew or requested:
                 decided_anew = True
-            if decided_anew:
                 with ctx.lock:
                     cluster = ctx.live_brokers()
+                    cluster = replace(cluster, shutting_down=cluster.shutting_down | requested)
                     a = ctx.assignments.get(topic)
                     if a is None:
                         return  # deleted meanwhile

@@ -87,10 +87,15 @@ class TopicZnodes(ZkSession):
             if self.zk.exists(zd.partitions_path(topic))
             else []
         )
+        # Pipelined, not a round trip per partition one after the other (the controller's pass,
+        # a controlled shutdown's moves among them, waits for the deletion).
+        states = {
+            p: self.zk.exists_async(zd.partition_state_path(topic, int(p))) for p in partitions
+        }
         txn = self.zk.transaction()
         txn.check(zd.CONTROLLER_EPOCH, ctl.zk_version)
         for p in partitions:
-            if self.zk.exists(zd.partition_state_path(topic, int(p))):
+            if states[p].get() is not None:
                 txn.delete(zd.partition_state_path(topic, int(p)))
             txn.delete(zd.partition_path(topic, int(p)))
         if partitions:

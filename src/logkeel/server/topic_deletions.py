@@ -21,11 +21,12 @@ def finish_topic_deletions(metadata: MetadataStore, log_manager: LogManager) -> 
     failed: set[str] = set()
     for tp in pending:
         try:
-            log_manager.delete_log(tp)
+            log_manager.delete_log(tp, checkpoint=False)
         except KafkaStorageError as exc:
             log_manager.handle_dir_failure(exc)
             failed.add(tp.topic)
     if pending:
+        log_manager.checkpoint_all()
         log.info("finished deleting %d partition(s) of deleted topics", len(pending))
     try:
         metadata.forget_deletions({tp.topic for tp in pending} - failed)

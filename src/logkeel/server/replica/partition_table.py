@@ -128,12 +128,13 @@ class PartitionTable:
             self._applied_configs.pop(name, None)
             for tp in changed:
                 try:
-                    lm.delete_log(tp)
+                    lm.delete_log(tp, checkpoint=False)
                 except KafkaStorageError as exc:
                     lm.handle_dir_failure(exc)
                 except Exception:
                     log.exception("deleting the log of %s failed", tp)
             if changed:
+                lm.checkpoint_all()
                 log.info("topic %s deleted: removed %d partition log(s)", name, len(changed))
             return changed
 
