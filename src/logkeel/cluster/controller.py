@@ -93,6 +93,11 @@ _LOGGED_CHANGES = 20
 _STANDBY_RETRY_S = 1.0
 # How often a standby context reads the partition states that changed.
 _STANDBY_CATCH_UP_S = 2.0
+# The first auto leader rebalance check after taking office comes this long after it (at most
+# the check interval), as Kafka's controller schedules its first 5 s after its failover: run
+# in the first pass, it moved 1,666 leaderships back to a preferred leader in the very pass
+# that moved a dead controller's 5,001 (10,000 partitions).
+_FIRST_REBALANCE_DELAY_S = 5.0
 # Events that read the requests in ZooKeeper (not only the partitions touched).
 _REQUEST_EVENTS = frozenset({"admin", "idle", "retry", "elect", "moved", "reload"})
 
@@ -364,6 +369,10 @@ class Controller:
             self._offline_reasons = self.client.offline_reasons()
             self._notices = self._notice_slots_ready()
             self._context = ctx
+            if self.rebalance_interval_s is not None:
+                self._next_rebalance = time.monotonic() + min(
+                    _FIRST_REBALANCE_DELAY_S, self.rebalance_interval_s
+                )
             with ctx.lock:
                 everything = ctx.all_partitions()
             with self._touched_lock:
