@@ -336,3 +336,30 @@ def test_the_first_leader_rebalance_waits_a_while_after_taking_office(
         assert leaders == {p: replicas[p][0] for p in range(n)}, leaders
     finally:
         controller._leave_office()
+
+
+def test_a_loss_of_a_topic_deleted_and_created_again_is_not_the_new_topics(
+    client: ZkMetadataClient,
+) -> None:
+    """Losses are recorded per partition name: one of an earlier topic of the same name would
+    cap the new topic's acknowledged mark (its epochs start over below the loss's). Each loss
+    carries its topic's id; the context counts only those of the topic as it is now (a loss
+    recorded without an id still counts)."""
+    tp, other = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+    client.create_topic(TopicAssignment(TOPIC, "new-id", {0: (1, 2), 1: (1, 2)}), {})
+    client.record_election_loss(ElectionLoss(tp, 2, 9, 500, {1: 5}, "unclean", 0, "old-id"))
+    client.record_election_loss(ElectionLoss(other, 2, 4, 60, {1: 5}, "unclean", 0, None))
+    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
+    try:
+        assert ctx.load(10)
+        with ctx.lock:
+            assert ctx.live_brokers().losses == {other: (4, 60)}
+        client.record_election_loss(ElectionLoss(tp, 2, 1, 30, {1: 5}, "unclean", 0, "new-id"))
+
+        def counted() -> bool:
+            with ctx.lock:
+                return ctx.live_brokers().losses.get(tp) == (1, 30)
+
+        wait_until(counted, 10, "the new topic's own loss", retry_on=PROBE_ERRORS)
+    finally:
+        ctx.close()

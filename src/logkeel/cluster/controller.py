@@ -857,7 +857,8 @@ class Controller:
             self.history.election(tp, reg.leader, after.leader, after.leader_epoch,
                                   "unclean" if unclean else "clean", decision.reason)  # fmt: skip
         if decision.truncate_from is not None:
-            self._report_loss(tp, decision)
+            a = ctx.assignments.get(tp.topic)
+            self._report_loss(tp, decision, a.topic_id if a is not None else None)
 
     def _tell_written(self, batch: list[Any], stats: list[Any]) -> None:
         if self.on_states_written is None:
@@ -1023,20 +1024,20 @@ class Controller:
                 self.history.election(tp, reg.leader, written.leader, written.leader_epoch, kind,
                                       d.reason)  # fmt: skip
             if d.truncate_from is not None:
-                self._report_loss(tp, d)
+                self._report_loss(tp, d, topic_id)
             else:
                 log.info("%s: %s", tp, d.reason)
             return (None, d.reason)
         return ("REQUEST_TIMED_OUT", f"{tp}: the partition state kept changing; try again")
 
-    def _report_loss(self, tp: TopicPartition, d: Decision) -> None:
+    def _report_loss(self, tp: TopicPartition, d: Decision, topic_id: str | None) -> None:
         """An election after which replicas lose records: the log line, the metric and the
         record in ZooKeeper that `logkeel cluster status` shows. Reporting must not stop the
         election, which is already written."""
         log.warning("%s: %s", tp, d.reason)
         loss = zd.ElectionLoss(
             tp, d.state.leader, d.state.leader_epoch, -1 if d.truncate_from is None
-            else d.truncate_from, dict(d.truncated), d.reason, int(time.time() * 1000),
+            else d.truncate_from, dict(d.truncated), d.reason, int(time.time() * 1000), topic_id,
         )  # fmt: skip
         try:
             self.client.record_election_loss(loss)

@@ -60,7 +60,7 @@ class ControllerContext:
         self.reports: dict[int, tuple[int, dict[TopicPartition, ReplicaLogReport]]] = {}
         # Each partition's last recorded election loss: (its sequential znode's name, leader
         # epoch, from offset). The znodes are written once; the newest name wins.
-        self.losses: dict[TopicPartition, tuple[str, int, int]] = {}
+        self.losses: dict[TopicPartition, tuple[str, int, int, str | None]] = {}
         # Brokers whose report znode was delivered but whose parts are still being read: the
         # first pass must not judge a returning replica before its earlier report is known.
         self._reports_reading: set[int] = set()
@@ -161,7 +161,14 @@ class ControllerContext:
             {b: set(tps) for b, tps in self.offline_replicas.items()},
             {b: logs for b, (_gen, logs) in self.reports.items()},
             {b: reg.broker_epoch for b, reg in self.brokers.items()},
-            {tp: (epoch, offset) for tp, (_name, epoch, offset) in self.losses.items()},
+            {
+                tp: (epoch, offset)
+                for tp, (_name, epoch, offset, topic_id) in self.losses.items()
+                # A loss of a topic deleted and created again under its name is not this one's.
+                if topic_id is None
+                or (a := self.assignments.get(tp.topic)) is None
+                or a.topic_id == topic_id
+            },
         )  # fmt: skip
 
     def partitions_of(self, brokers: Iterable[int]) -> set[TopicPartition]:
@@ -343,7 +350,7 @@ class ControllerContext:
             kept = self.losses.get(loss.tp)
             if kept is not None and kept[0] >= name:
                 return
-            self.losses[loss.tp] = (name, loss.leader_epoch, loss.from_offset)
+            self.losses[loss.tp] = (name, loss.leader_epoch, loss.from_offset, loss.topic_id)
         self._on_change("partitions", (loss.tp,))
 
     # -- replica-log reports ----------------------------------------------------------------------

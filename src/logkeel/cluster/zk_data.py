@@ -309,15 +309,21 @@ class ElectionLoss:
     truncated: Mapping[int, int]
     reason: str
     time_ms: int
+    # The topic's id: a loss of a topic deleted and created again under its name is not the
+    # new topic's (None: recorded before ids were, taken as the current topic's).
+    topic_id: str | None = None
 
 
 def encode_election_loss(loss: ElectionLoss) -> bytes:
-    return _dump({
+    obj: dict[str, Any] = {
         "version": 1, "topic": loss.tp.topic, "partition": loss.tp.partition,
         "leader": loss.leader, "leader_epoch": loss.leader_epoch, "from_offset": loss.from_offset,
         "truncated": {str(r): n for r, n in sorted(loss.truncated.items())},
         "reason": loss.reason, "time_ms": loss.time_ms,
-    })  # fmt: skip
+    }  # fmt: skip
+    if loss.topic_id is not None:
+        obj["topic_id"] = loss.topic_id
+    return _dump(obj)
 
 
 def decode_election_loss(data: bytes) -> ElectionLoss:
@@ -326,7 +332,7 @@ def decode_election_loss(data: bytes) -> ElectionLoss:
         TopicPartition(obj["topic"], int(obj["partition"])), int(obj["leader"]),
         int(obj["leader_epoch"]), int(obj["from_offset"]),
         {int(r): int(n) for r, n in obj.get("truncated", {}).items()}, str(obj.get("reason", "")),
-        int(obj.get("time_ms", 0)),
+        int(obj.get("time_ms", 0)), obj.get("topic_id"),
     )  # fmt: skip
 
 
