@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
@@ -318,6 +318,12 @@ ACTIONS = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(ACTIONS, st.sampled_from(["uniform", "range"]))
+# Found by CI: two answers lost in a row fence the static member, which must join again.
+@example(
+    [("join", 2), ("join", 0), ("join", 1), ("leave", 0), ("lose", 1), ("join", 0),
+     ("leave", 0), ("lose", 1), ("beat", 1)],
+    "uniform",
+)  # fmt: skip
 def test_no_partition_is_ever_owned_by_two_members(
     actions: list[tuple[str, int]], assignor: str
 ) -> None:
@@ -340,7 +346,12 @@ def test_no_partition_is_ever_owned_by_two_members(
         if lose:
             return
         if r.error in (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id):
-            c.epoch, c.owned, c.target = -1, {}, None  # the client drops everything, rejoins
+            # KIP-848's client drops everything and joins again at once, under its member id
+            # (two lost answers in a row fence it: without the rejoin it stayed in the group,
+            # never stable, until its session expired).
+            c.epoch, c.owned, c.target = -1, {}, None
+            if epoch != 0:
+                send(c, 0)
             return
         assert r.error in (ErrorCode.none, ErrorCode.unreleased_instance_id), r
         if r.error == ErrorCode.none:
