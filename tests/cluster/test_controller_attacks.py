@@ -437,12 +437,6 @@ def one_leaves_while_another_restarts(cluster: Cluster, run: ShutdownRun) -> Non
     run.exited(cluster.brokers[leaving], t)
 
 
-@pytest.fixture
-def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(tmp_path / "zookeeper") as server:
-        yield server
-
-
 def test_zookeeper_restarted_mid_shutdown_loses_no_acked_record(
     own_zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
@@ -487,19 +481,9 @@ def shutdown_while_a_big_topic_is_created(cluster: Cluster, run: ShutdownRun) ->
     ]
 
     # One session polled in a tight loop: the second transaction follows the first closely.
-    with zk_of(cluster) as zk:
-        first_written = zd.partition_state_path(BULK, 0)
-        wait_until(
-            # The first transaction of first states is written: the pass decided every one
-            # of them (before the request below), and writes the second 500 next.
-            lambda: zk.zk.exists(first_written) is not None,
-            30,
-            f"{BULK}'s first states being written",
-            interval=0.002,
-        )
-    t = sigterm(cluster.brokers[leaving])
-    wait_requested(cluster, leaving, run)
-    run.exited(cluster.brokers[leaving], t, moved=False)
+    # Once the first transaction of first states is written: the pass decided every one of
+    # them (before the request), and writes the second 500 next.
+    leave_once(cluster, run, leaving, zd.partition_state_path(BULK, 0), f"{BULK}'s first states")
     created.result(60)
     late = first_leaders_after_request(cluster, leaving, run.requests.seen[leaving])
     print(f"{len(late)} partitions of {BULK} created after broker {leaving}'s shutdown request "
@@ -515,6 +499,16 @@ def shutdown_while_a_big_topic_is_created(cluster: Cluster, run: ShutdownRun) ->
         f"every partition of {BULK} led by {live}",
         retry_on=PROBE_ERRORS,
     )
+
+
+def leave_once(cluster: Cluster, run: ShutdownRun, leaving: int, path: str, what: str) -> None:
+    """SIGTERM to ``leaving`` as soon as ``path`` exists (one session polled in a tight loop),
+    then until the broker has left."""
+    with zk_of(cluster) as zk:
+        wait_until(lambda: zk.zk.exists(path) is not None, 30, what, interval=0.002)
+    t = sigterm(cluster.brokers[leaving])
+    wait_requested(cluster, leaving, run)
+    run.exited(cluster.brokers[leaving], t, moved=False)
 
 
 def first_leaders_after_request(cluster: Cluster, broker: int, request_ms: int) -> list[int]:
@@ -559,16 +553,7 @@ def shutdown_while_a_topic_is_deleted(cluster: Cluster, run: ShutdownRun) -> Non
         retry_on=PROBE_ERRORS,
     )
     deleted = admin.delete_topics([DOOMED])[DOOMED]
-    with zk_of(cluster) as zk:
-        wait_until(
-            lambda: zk.zk.exists(f"{zd.DELETE_TOPICS}/{DOOMED}") is not None,
-            30,
-            f"{DOOMED}'s deletion asked",
-            interval=0.002,
-        )
-    t = sigterm(cluster.brokers[leaving])
-    wait_requested(cluster, leaving, run)
-    run.exited(cluster.brokers[leaving], t, moved=False)
+    leave_once(cluster, run, leaving, f"{zd.DELETE_TOPICS}/{DOOMED}", f"{DOOMED}'s deletion asked")
     deleted.result(60)
 
     def gone() -> bool:

@@ -282,13 +282,6 @@ def assert_replicas_agree(cluster: Cluster) -> None:
             )) from None  # fmt: skip
 
 
-@pytest.fixture
-def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    """A ZooKeeper of this test's own, to be restarted (the session's is shared)."""
-    with ZooKeeperServer(tmp_path / "zookeeper") as server:
-        yield server
-
-
 def test_zookeeper_restart_while_the_controller_and_a_follower_die(
     own_zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
