@@ -710,19 +710,17 @@ class Controller:
         the context's watch brings one only after the first reads of the states just created,
         queued ahead of it (two batches went to a leaving broker that way)."""
         ordered = sorted(states.items())
-        decided_anew = False
+        stale = False
         for i in range(0, len(ordered), _CREATE_BATCH):
             chunk = dict(ordered[i : i + _CREATE_BATCH])
-            requested: frozenset[int] = frozenset()
+            requested: set[int] = set()
             if between is not None:
-                decided_anew |= bool(between())
-                requested = frozenset(
-                    int(b) for b in self.client.zk.get_children(zd.CONTROLLED_SHUTDOWN)
-                )
-            with ctx.lock:
-                requested -= ctx.shutting_down
-            if decided_anew or requested:
-                decided_anew = True
+                stale |= bool(between())
+                asked = self.client.shutting_down()
+                with ctx.lock:
+                    requested = asked - ctx.shutting_down
+                stale |= bool(requested)
+            if stale:
                 with ctx.lock:
                     cluster = ctx.live_brokers()
                     cluster = replace(cluster, shutting_down=cluster.shutting_down | requested)
