@@ -32,7 +32,9 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
 - producer: an idempotent acks=all producer (confluent-kafka, its default retries and delivery
   timeout) sends to every partition in turn through both failures: acknowledged, failed, and
   still unacknowledged when the run stops waiting (FLUSH_S, or ``--flush-s``: a shorter wait
-  leaves the sends a fault delayed past it counted as unacknowledged, not failed).
+  leaves the sends a fault delayed past it counted as unacknowledged, not failed);
+  failed_sent_at_s: the failed sends by when they were produced (5 s buckets from the
+  producer's start), on the clock of ..._at_s (each fault's signal, each restart).
 
     .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
     .venv/bin/python bench/cluster_scale.py --phases kill --py-spy /tmp/spy   # one phase, profiled
@@ -77,6 +79,7 @@ TOPIC = "scale"
 IDLE_S = 10.0
 IDLE_WINDOWS = 3
 SEND_RATE = 500  # messages per second, round-robin over the partitions
+FAILED_BUCKET_S = 5
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
 PHASE_TIMEOUT_S = 180.0  # at 2,000 partitions; more in proportion above (--phase-timeout)
 PHASES = ("idle", "shutdown", "kill")
@@ -249,9 +252,13 @@ def zk_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, flo
 
 
 class Sender(threading.Thread):
-    def __init__(self, bootstrap: str, n: int) -> None:
+    def __init__(self, bootstrap: str, n: int, debug: str | None = None) -> None:
+        """``debug``: librdkafka's debug contexts (its log to stderr), e.g. "eos,msg"."""
         super().__init__(daemon=True)
         self.n = n
+        self.started = time.monotonic()
+        # Failed sends by when they were produced, in FAILED_BUCKET_S buckets from ``started``.
+        self.failed_sent_at: dict[int, int] = {}
         self.stop = threading.Event()
         self.acked = self.failed = self.sent = 0
         # Sends librdkafka refused at once, its queue of unacknowledged messages full (the
@@ -259,24 +266,27 @@ class Sender(threading.Thread):
         self.queue_full = 0
         self.errors: dict[str, int] = {}
         self.failed_partitions: set[int] = set()
-        self.producer = confluent_kafka.Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
-        )
+        conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+        self.producer = confluent_kafka.Producer({**conf, **({"debug": debug} if debug else {})})
 
-    def _done(self, err: Any, msg: Any) -> None:
+    def _done(self, err: Any, msg: Any, sent_at: float) -> None:
         if err is None:
             self.acked += 1
         else:
             self.failed += 1
+            bucket = int((sent_at - self.started) // FAILED_BUCKET_S) * FAILED_BUCKET_S
+            self.failed_sent_at[bucket] = self.failed_sent_at.get(bucket, 0) + 1
             self.failed_partitions.add(msg.partition())
             self.errors[str(err.name())] = self.errors.get(str(err.name()), 0) + 1
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
+                sent_at = time.monotonic()
                 self.producer.produce(
-                    TOPIC, b"x" * 100, partition=self.sent % self.n, on_delivery=self._done
-                )
+                    TOPIC, b"x" * 100, partition=self.sent % self.n,
+                    on_delivery=lambda err, msg, at=sent_at: self._done(err, msg, at),
+                )  # fmt: skip
             except BufferError:
                 self.queue_full += 1
                 self.producer.poll(0.1)
@@ -292,7 +302,8 @@ class Sender(threading.Thread):
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
                 "unacknowledged_at_end": left, "refused_queue_full": self.queue_full, "errors": self.errors,
                 "failed_partitions": len(self.failed_partitions),
-                "failed_partitions_first": sorted(self.failed_partitions)[:20]}  # fmt: skip
+                "failed_partitions_first": sorted(self.failed_partitions)[:20],
+                "failed_sent_at_s": dict(sorted(self.failed_sent_at.items()))}  # fmt: skip
 
 
 class Profiler:
@@ -375,6 +386,8 @@ def run(
     profile: Path | None = None,
     flush_s: float = FLUSH_S,
     limit: float | None = None,
+    rdkafka_debug: str | None = None,
+    broker_configs: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``limit``: each phase's timeout (default: phase_timeout(n))."""
     result: dict[str, Any] = {"partitions": n}
@@ -399,7 +412,8 @@ def run(
         watcher.start()
         # Under a load of 20-30 on this machine a broker took over 60 s to start listening.
         brokers = start_cluster(
-            base, zk.connect_string + chroot, {"zookeeper.session.timeout.ms": "18000"},
+            base, zk.connect_string + chroot,
+            {"zookeeper.session.timeout.ms": "18000", **(broker_configs or {})},
             start_timeout=180,
         )  # fmt: skip
         view = {i: View(b) for i, b in brokers.items()}
@@ -442,7 +456,7 @@ def run(
             latencies.append((time.perf_counter() - t0) * 1000)
         result["metadata_ms"] = round(statistics.median(latencies), 1)
 
-        sender = Sender(",".join(b.bootstrap for b in brokers.values()), n)
+        sender = Sender(",".join(b.bootstrap for b in brokers.values()), n, rdkafka_debug)
         sender.start()
         # Under way before the first fault (acks=all at thousands of partitions is slow here:
         # replication without fetch sessions).
@@ -467,6 +481,7 @@ def run(
             before = mntr(zk)
             states_before = zkv.states()
             started, signal_wall_s = time.monotonic(), time.time()
+            result[f"{key}_at_s"] = round(started - sender.started, 1)
             act()
             profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
             found: dict[str, Any] = {}
@@ -523,6 +538,7 @@ def run(
             brokers[victim].stop(120)
             result["shutdown_exit_s"] = round(time.monotonic() - started, 2)
             started = time.monotonic()
+            result["restart_after_shutdown_at_s"] = round(started - sender.started, 1)
             brokers[victim].start(start_s)
             result["rejoin_after_shutdown_s"] = timed_here(
                 lambda: zkv.in_every_isr(victim), "back in every ISR", started
@@ -533,6 +549,7 @@ def run(
             ctl = controller_of(watcher)
             fault("kill_controller", ctl, brokers[ctl].kill, "every partition led")
             started = time.monotonic()
+            result["restart_after_kill_at_s"] = round(started - sender.started, 1)
             brokers[ctl].start(start_s)
             result["rejoin_after_kill_s"] = timed_here(
                 lambda: zkv.in_every_isr(ctl), "back in every ISR", started
@@ -570,7 +587,18 @@ def main() -> None:
         "--phase-timeout", type=float, default=None, metavar="S",
         help=f"each phase's bound (default {PHASE_TIMEOUT_S:.0f}s per 2,000 partitions)",
     )  # fmt: skip
+    parser.add_argument(
+        "--rdkafka-debug", default=None, metavar="CONTEXTS",
+        help="the producer's librdkafka debug contexts (e.g. eos,msg), logged to stderr",
+    )  # fmt: skip
+    parser.add_argument(
+        "--broker-config", action="append", default=[], metavar="KEY=VALUE",
+        help="a broker config for every broker (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
+    bad = [kv for kv in args.broker_config if "=" not in kv]
+    if bad:
+        parser.error(f"--broker-config takes KEY=VALUE, not {bad[0]!r}")
     phases = tuple(p for p in args.phases.split(",") if p)
     unknown = set(phases) - set(PHASES)
     if unknown:
@@ -579,7 +607,17 @@ def main() -> None:
     for n in (int(x) for x in args.partitions.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"cluster-scale-{n}-"))
         try:
-            out.append(run(n, base, phases, args.py_spy, args.flush_s, args.phase_timeout))
+            out.append(
+                run(
+                    n,
+                    base,
+                    phases,
+                    args.py_spy,
+                    args.flush_s,
+                    args.phase_timeout,
+                    args.rdkafka_debug,
+                )
+            )
             print(json.dumps(out[-1]), flush=True)
         finally:
             if args.keep:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -353,5 +354,67 @@ def test_a_topic_created_again_before_its_deletion_was_seen_takes_its_new_states
         )  # fmt: skip
     finally:
         view.close()
+        writer.close()
+        store.close()
+
+
+def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
+    zk_connect: str,
+) -> None:
+    """As Kafka's metadata cache: a broker whose registration went stays listed, and the leader
+    of the partitions it led, until the controller's states name their new leaders (not
+    leaderless in between); where none comes, until the linger ends. As a follower it reads
+    offline at once."""
+    client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
+    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=10.0).start()
+    writer = ZkMetadataClient(zk_connect).start()
+    peers = {b: ZkMetadataClient(zk_connect).start() for b in (2, 3)}
+    zk = writer.zk
+    try:
+        for b, peer in peers.items():
+            peer.register_broker(
+                zd.BrokerRegistration(b, (zd.EndPoint("PLAINTEXT", "127.0.0.1", 9000 + b),))
+            )
+        assignment = zd.TopicAssignment(
+            "gone", "CCCCCCCCCCCCCCCCCCCCCC", {0: (3, 2), 1: (2, 3), 2: (3, 2)}
+        )
+        zk.create(zd.topic_path("gone"), zd.encode_topic(assignment), makepath=True)
+        for p, leader in ((0, 3), (1, 2), (2, 3)):
+            zk.create(zd.partition_state_path("gone", p),
+                      zd.encode_partition_state(LeaderIsr(leader, 0, (3, 2), 1)), makepath=True)  # fmt: skip
+
+        def view(p: int) -> tuple[int, list[int]]:
+            part = store.partition(TopicPartition("gone", p))
+            assert part is not None
+            return part.leader, part.offline_replicas
+
+        def listed(brokers: list[Any]) -> set[int]:
+            return {b.node_id for b in brokers}
+
+        wait_until(lambda: store.topic("gone") is not None and listed(store.brokers()) == {2, 3},
+                   WAIT, "the topic and brokers 2 and 3 in the cache")  # fmt: skip
+        peers.pop(3).close()  # its registration goes with its session
+        wait_until(lambda: 3 not in listed(store.brokers()), WAIT, "broker 3's registration gone")
+        gone_at = time.monotonic()
+        assert listed(store.advertised_brokers()) == {2, 3}
+        assert view(0) == (3, []) and view(2) == (3, [])  # still its leader, not leaderless
+        assert view(1) == (2, [3])  # a follower gone reads offline at once
+
+        # The controller's successor for partition 0: shown with broker 3 offline, together.
+        zk.set(
+            zd.partition_state_path("gone", 0), zd.encode_partition_state(LeaderIsr(2, 1, (2,), 1))
+        )
+        wait_until(lambda: view(0)[0] == 2, WAIT, "partition 0's new leader")
+        assert view(0) == (2, [3])
+        assert time.monotonic() - gone_at < 10.0, "too slow to tell the linger apart"
+        assert listed(store.advertised_brokers()) == {2, 3}  # still leads partition 2
+
+        # No successor for partition 2: once the linger ends it is leaderless, 3 unlisted.
+        wait_until(lambda: view(2) == (3, [3]), 20, "partition 2 offline after the linger")
+        assert time.monotonic() - gone_at >= 9.5
+        assert listed(store.advertised_brokers()) == {2}
+    finally:
+        for peer in peers.values():
+            peer.close()
         writer.close()
         store.close()

@@ -135,6 +135,11 @@ class MetadataStore(ABC):
     @abstractmethod
     def brokers(self) -> list[BrokerInfo]: ...
 
+    def advertised_brokers(self) -> list[BrokerInfo]:
+        """The brokers clients are told of: the live ones, and in a cluster a broker just gone
+        while still shown as a leader (`ZkMetadataStore`)."""
+        return self.brokers()
+
     @abstractmethod
     def topics(self) -> Mapping[str, TopicState]:
         """The current snapshot (read-only; never changes after it is returned)."""

@@ -86,7 +86,10 @@ class ZkMetadataStore(MetadataStore):
         *,
         rack: str | None = None,
         cluster_id: str | None = None,
+        departed_linger_s: float | None = None,
     ) -> None:
+        """``departed_linger_s``: how long a broker gone while leading is still shown at most
+        (`_refresh_brokers`; default: the session timeout)."""
         self.client = client
         self.node_id = node_id
         self.rack = rack
@@ -95,6 +98,12 @@ class ZkMetadataStore(MetadataStore):
         self._registration: BrokerRegistration | None = None
         self.broker_epoch = -1  # this incarnation's, once registered
         self._live: Mapping[int, BrokerRegistration] = MappingProxyType({})
+        # Brokers whose registration went while they still led partitions here, with when
+        # they stop being shown anyway (`advertised_brokers`). Replaced whole, never changed.
+        self._departed: Mapping[int, tuple[BrokerRegistration, float]] = MappingProxyType({})
+        self._departed_linger_s = (
+            client.session_timeout_ms / 1000 if departed_linger_s is None else departed_linger_s
+        )
         self._snapshot: Mapping[str, TopicState] = MappingProxyType({})
         self._leader_isr: dict[tuple[str, int], LeaderIsr] = {}
         # Each topic's assignment and configs as last read (a partition state's change
@@ -335,20 +344,11 @@ class ZkMetadataStore(MetadataStore):
     # -- reads ----------------------------------------------------------------------------------
 
     def brokers(self) -> list[BrokerInfo]:
-        out = []
-        for reg in sorted(self._live.values(), key=lambda r: r.broker_id):
-            end = reg.plaintext or (reg.endpoints[0] if reg.endpoints else None)
-            if end is not None:
-                out.append(
-                    BrokerInfo(
-                        reg.broker_id,
-                        end.host,
-                        end.port,
-                        reg.rack,
-                        tuple((e.listener, e.host, e.port) for e in reg.endpoints),
-                    )
-                )
-        return out
+        return _broker_infos(self._live.values())
+
+    def advertised_brokers(self) -> list[BrokerInfo]:
+        """The live brokers and those departed (`_refresh_brokers`) that still lead."""
+        return _broker_infos([*self._live.values(), *(reg for reg, _ in self._departed.values())])
 
     def registrations(self) -> Mapping[int, BrokerRegistration]:
         """Every live broker's registration (log dirs, epoch), for status tools."""
@@ -600,6 +600,10 @@ class ZkMetadataStore(MetadataStore):
                 reread = {name for kind, name in batch if kind == "topic"}
                 for name in sorted(reread | {name for kind, name in batch if kind == "state"}):
                     self._refresh_topic(name, reread=name in reread, full=name in reread)
+                if self._departed:
+                    # Those whose every leadership moved are shown no more; no partition's
+                    # view changes with it (each shows a departed broker only as its leader).
+                    self._departed = self._still_leading(self._departed)
             except Exception:
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
@@ -607,12 +611,50 @@ class ZkMetadataStore(MetadataStore):
                     self._tasks.put(task)
 
     def _refresh_brokers(self) -> None:
-        self._live = MappingProxyType(self.client.brokers())
+        """The live brokers, from their registrations. A broker whose registration went while
+        it still led partitions here is *departed* until the controller's new states name other
+        leaders, or for a session timeout at most: clients are still shown it, as the leader of
+        those partitions only, as Kafka's metadata cache shows a dead leader until the
+        controller's update brings its successor and the broker's removal together. Shown gone
+        at once, its partitions read leaderless (LEADER_NOT_AVAILABLE) for the seconds the
+        controller takes at thousands of partitions, and librdkafka's idempotent producer, handed
+        such a partition to no broker while its requests to the dead one were in flight, sent it
+        nothing more until its messages timed out (`bench/cluster_scale.py`, 10,000 partitions:
+        1,235 sends to 325 partitions failed)."""
+        live = self.client.brokers()
+        now = time.monotonic()
+        departed = {
+            b: entry for b, entry in self._departed.items() if b not in live and entry[1] > now
+        }
+        for b, reg in self._live.items():
+            if b not in live and b != self.node_id and b not in departed:
+                departed[b] = (reg, now + self._departed_linger_s)
+        # Departed first: a reader never sees the broker gone from both.
+        self._departed = self._still_leading(departed)
+        self._live = MappingProxyType(live)
+        if self._departed:
+            # Shown no longer once its time is up, led partitions or not: then leaderless.
+            wake = threading.Timer(
+                min(until for _, until in self._departed.values()) - now + 0.01,
+                lambda: self._tasks.put(("brokers", "")),
+            )
+            wake.daemon = True
+            wake.start()
         self._cannot_serve = self.client.offline_replicas()
         # offline_replicas depend on liveness: rebuild every topic from the cached states.
         for name in list(self._snapshot):
             self._refresh_topic(name, reread=False)
         self._signal()
+
+    def _still_leading(
+        self, departed: Mapping[int, tuple[BrokerRegistration, float]]
+    ) -> Mapping[int, tuple[BrokerRegistration, float]]:
+        """Those of ``departed`` that some cached partition state still names as leader."""
+        if not departed:
+            return MappingProxyType({})
+        with self._states_lock:
+            leaders = {state.leader for state in self._leader_isr.values()}
+        return MappingProxyType({b: e for b, e in departed.items() if b in leaders})
 
     def _refresh_topic(
         self, name: str, *, notify: bool = True, reread: bool = True, full: bool = True
@@ -682,7 +724,7 @@ class ZkMetadataStore(MetadataStore):
                 [
                     r
                     for r in replicas
-                    if r not in self._live
+                    if (r not in self._live and (r != leader or r not in self._departed))
                     or ((cannot := self._cannot_serve.get(r)) and TopicPartition(name, p) in cannot)
                 ],
             )
@@ -921,6 +963,23 @@ def noticed_states(
         a = assignments.get(tp.topic)
         if topic_id is not None and a is not None and a.topic_id == topic_id:
             out.append((tp, state))
+    return out
+
+
+def _broker_infos(registrations: Iterable[BrokerRegistration]) -> list[BrokerInfo]:
+    out = []
+    for reg in sorted(registrations, key=lambda r: r.broker_id):
+        end = reg.plaintext or (reg.endpoints[0] if reg.endpoints else None)
+        if end is not None:
+            out.append(
+                BrokerInfo(
+                    reg.broker_id,
+                    end.host,
+                    end.port,
+                    reg.rack,
+                    tuple((e.listener, e.host, e.port) for e in reg.endpoints),
+                )
+            )
     return out
 
 

@@ -143,9 +143,10 @@ def _endpoints(cluster: ClusterView, listener: str) -> list[tuple[int, str, int,
     """(node id, host, port, rack) of every broker, at its endpoint of the listener the
     client came in on (its TLS or SASL port, as Kafka does). This broker answers with its own
     (an ephemeral port (0) is only known once bound); a broker that registered one address
-    only (a single node's store) is shown there."""
+    only (a single node's store) is shown there. A broker just gone is listed while it is
+    still shown as a leader (`MetadataStore.advertised_brokers`)."""
     out = []
-    for info in cluster.metadata.brokers():
+    for info in cluster.metadata.advertised_brokers():
         if info.node_id == cluster.node_id:
             host, port = cluster.advertised_for(listener)
             out.append((info.node_id, host, port, cluster.config.broker_rack))
