@@ -210,3 +210,50 @@ def test_a_broker_wrongly_declared_gone_registers_again_and_loses_nothing(
     assert history.failed_sends == 0, writer.errors[:5]
     assert len(history.acked) == writer.sent
     assert anomalies == [], anomalies[:20]
+
+
+def test_a_killed_leader_is_shown_until_the_controller_names_its_successor(
+    cluster: Cluster,
+) -> None:
+    """As Kafka's Metadata: a SIGKILLed leader, its registration removed by a peer's crash
+    detector, is still its partitions' leader (and a listed broker) to clients until the
+    controller's new states name their successors, never LEADER_NOT_AVAILABLE in between. The
+    controller is frozen meanwhile, so that the in-between lasts (seconds at 10,000 partitions,
+    where librdkafka's idempotent producer, shown them leaderless, failed sends)."""
+    cluster.ensure_all_running()
+    cluster.create_topic("shown", 6, 3)
+    ctl = cluster.metadata().controller_id
+    others = [i for i in cluster.brokers if i != ctl]
+    parts = cluster.partitions("shown", via=others[0])
+    victim = max(others, key=lambda b: sum(p.leader_id == b for p in parts.values()))
+    watcher = next(i for i in others if i != victim)
+    led = {i for i, p in parts.items() if p.leader_id == victim}
+    assert led, parts
+    wait_until(lambda: f"broker {victim} reached" in cluster.brokers[watcher].output(400_000),
+               30.0, f"broker {watcher}'s crash detector reaching broker {victim}")  # fmt: skip
+    client = zk(cluster)
+    cluster.brokers[ctl].freeze()
+    try:
+        cluster.brokers[victim].kill()
+        wait_until(lambda: client.exists(zd.broker_path(victim)) is None, CRASH_BOUND_S,
+                   "the victim's registration removed")  # fmt: skip
+        seen = 0
+        until = time.monotonic() + 3.0
+        while time.monotonic() < until:
+            md = cluster.metadata(watcher, ["shown"])
+            assert victim in {b.node_id for b in md.brokers}
+            shown = {p.partition_index: p for p in md.topics[0].partitions}
+            assert all(shown[i].leader_id == victim and shown[i].error_code == 0 for i in led), {
+                i: (shown[i].leader_id, shown[i].error_code) for i in led
+            }
+            seen += 1
+            time.sleep(0.05)
+        assert seen > 10
+    finally:
+        cluster.brokers[ctl].thaw()
+        client.stop()
+    wait_until(lambda: all(cluster.partitions("shown", watcher)[i].leader_id not in (-1, victim) for i in led),
+               30.0, "the successors in the watcher's Metadata", retry_on=PROBE_ERRORS)  # fmt: skip
+    after = cluster.partitions("shown", watcher)
+    assert all(victim in after[i].offline_replicas for i in led)
+    cluster.brokers[victim].start(90)
