@@ -357,7 +357,8 @@ class Controller:
             if ctx is None:
                 ctx = ControllerContext(self.client.zk, self._context_changed)
                 ctx.start_loading()
-            ctx.wake()
+            stale = ctx.wake()
+            woken = time.monotonic()
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
                 ctx.close()
                 if ctx.failed:
@@ -377,8 +378,10 @@ class Controller:
                 everything = ctx.all_partitions()
             with self._touched_lock:
                 self._touched |= everything
-            log.info("controller context loaded (%s): %d partitions in %.2fs", source,
-                     len(everything), time.monotonic() - started)  # fmt: skip
+            log.info("controller context loaded (%s): %d partitions in %.2fs (%d znodes changed "
+                     "since read again; reports decoded %.2fs, the reads waited for %.2fs)",
+                     source, len(everything), time.monotonic() - started, stale,
+                     woken - started, time.monotonic() - woken)  # fmt: skip
         return self._context
 
     def _notice_slots_ready(self) -> bool:

@@ -136,10 +136,11 @@ class ControllerContext:
         self._watches.catch_up()
         self._decode_reports(stay_quiet=True)
 
-    def wake(self) -> None:
-        """Reads what changed while quiet; ``wait_loaded`` then waits for it."""
+    def wake(self) -> int:
+        """Reads what changed while quiet (``wait_loaded`` then waits for it): how many
+        znodes."""
         self._decode_reports(stay_quiet=False)
-        self._watches.wake()
+        return self._watches.wake()
 
     def _decode_reports(self, *, stay_quiet: bool) -> None:
         with self._reports_read:

@@ -50,21 +50,23 @@ class WatchedZnodes:
             if self._deferred is None:
                 self._deferred = {}
 
-    def catch_up(self) -> None:
-        """Reads again what changed so far (``wait_loaded`` waits for it), staying quiet."""
-        self._read_deferred(stay_quiet=True)
+    def catch_up(self) -> int:
+        """Reads again what changed so far (``wait_loaded`` waits for it), staying quiet; how
+        many znodes that is."""
+        return self._read_deferred(stay_quiet=True)
 
-    def wake(self) -> None:
+    def wake(self) -> int:
         """``catch_up``, and every change is read at once from now on."""
-        self._read_deferred(stay_quiet=False)
+        return self._read_deferred(stay_quiet=False)
 
-    def _read_deferred(self, *, stay_quiet: bool) -> None:
+    def _read_deferred(self, *, stay_quiet: bool) -> int:
         with self._lock:
             pending = self._deferred or {}
             self._deferred = {} if stay_quiet and self._deferred is not None else None
             self._delivered.difference_update(pending)
         for again in pending.values():
             again()
+        return len(pending)
 
     def close(self) -> None:
         """Stops every watch (each ends at its next delivery)."""
