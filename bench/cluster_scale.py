@@ -34,7 +34,10 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   still unacknowledged when the run stops waiting (FLUSH_S, or ``--flush-s``: a shorter wait
   leaves the sends a fault delayed past it counted as unacknowledged, not failed);
   failed_sent_at_s: the failed sends by when they were produced (5 s buckets from the
-  producer's start), on the clock of ..._at_s (each fault's signal, each restart).
+  producer's start), on the clock of ..._at_s (each fault's signal, each restart);
+  waiting_after_faults: when sends are still unacknowledged STATS_S * 3 into the last flush,
+  librdkafka's own statistics of where they wait (by leader: queued, being sent, in flight)
+  and of its broker connections.
 
     .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
     .venv/bin/python bench/cluster_scale.py --phases kill --py-spy /tmp/spy   # one phase, profiled
@@ -80,6 +83,7 @@ IDLE_S = 10.0
 IDLE_WINDOWS = 3
 SEND_RATE = 500  # messages per second, round-robin over the partitions
 FAILED_BUCKET_S = 5
+STATS_S = 10.0
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
 PHASE_TIMEOUT_S = 180.0  # at 2,000 partitions; more in proportion above (--phase-timeout)
 PHASES = ("idle", "shutdown", "kill")
@@ -267,7 +271,39 @@ class Sender(threading.Thread):
         self.errors: dict[str, int] = {}
         self.failed_partitions: set[int] = set()
         conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
-        self.producer = confluent_kafka.Producer({**conf, **({"debug": debug} if debug else {})})
+        # librdkafka's own statistics (every STATS_S): where the unacknowledged sends wait.
+        self.stats: dict[str, Any] | None = None
+        self.producer = confluent_kafka.Producer(
+            {**conf, **({"debug": debug} if debug else {}),
+             "statistics.interval.ms": int(STATS_S * 1000), "stats_cb": self._stats}
+        )  # fmt: skip
+
+    def _stats(self, raw: str) -> None:
+        self.stats = json.loads(raw)
+
+    def waiting(self) -> dict[str, Any]:
+        """From the last statistics: the partitions with sends unacknowledged, counted by
+        their leader and where the sends are (queued, being sent, in flight), and each
+        broker's connection state and requests."""
+        stats = self.stats or {}
+        where: dict[str, int] = {}
+        for p in stats.get("topics", {}).get(TOPIC, {}).get("partitions", {}).values():
+            if p.get("partition", -1) < 0 or not (
+                p["msgq_cnt"] or p["xmit_msgq_cnt"] or p["msgs_inflight"]
+            ):
+                continue
+            key = (f"leader {p['leader']}: queued {min(p['msgq_cnt'], 1)}, sending "
+                   f"{min(p['xmit_msgq_cnt'], 1)}, in flight {min(p['msgs_inflight'], 1)}")  # fmt: skip
+            where[key] = where.get(key, 0) + 1
+        brokers = {
+            name: {
+                k: b.get(k) for k in ("nodeid", "state", "outbuf_cnt", "waitresp_cnt", "toppars")
+            }
+            for name, b in stats.get("brokers", {}).items()
+        }
+        for b in brokers.values():
+            b["toppars"] = len(b["toppars"] or {})
+        return {"partitions": where, "brokers": brokers}
 
     def _done(self, err: Any, msg: Any, sent_at: float) -> None:
         if err is None:
@@ -298,12 +334,16 @@ class Sender(threading.Thread):
     def finish(self, flush_s: float = FLUSH_S) -> dict[str, Any]:
         self.stop.set()
         self.join()
-        left = self.producer.flush(flush_s)
+        left = self.producer.flush(min(flush_s, STATS_S * 3))
+        waiting = self.waiting() if left else None
+        if left:
+            left = self.producer.flush(flush_s - STATS_S * 3)
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed,
                 "unacknowledged_at_end": left, "refused_queue_full": self.queue_full, "errors": self.errors,
                 "failed_partitions": len(self.failed_partitions),
                 "failed_partitions_first": sorted(self.failed_partitions)[:20],
-                "failed_sent_at_s": dict(sorted(self.failed_sent_at.items()))}  # fmt: skip
+                "failed_sent_at_s": dict(sorted(self.failed_sent_at.items())),
+                "waiting_after_faults": waiting}  # fmt: skip
 
 
 class Profiler:
