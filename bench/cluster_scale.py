@@ -37,7 +37,7 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   producer's start), on the clock of ..._at_s (each fault's signal, each restart);
   waiting_after_faults: when sends are still unacknowledged STATS_S * 3 into the last flush,
   librdkafka's own statistics of where they wait (by leader: queued, being sent, in flight)
-  and of its broker connections.
+  and of its broker connections (requests queued and awaiting answers, round trips).
 
     .venv/bin/python bench/cluster_scale.py --partitions 1000,2000
     .venv/bin/python bench/cluster_scale.py --phases kill --py-spy /tmp/spy   # one phase, profiled
@@ -301,8 +301,11 @@ class Sender(threading.Thread):
             }
             for name, b in stats.get("brokers", {}).items()
         }
-        for b in brokers.values():
+        for name, b in brokers.items():
             b["toppars"] = len(b["toppars"] or {})
+            # A request's round trip (acks=all: until replicated), over the last window.
+            rtt = stats["brokers"][name].get("rtt") or {}
+            b["rtt_ms"] = {q: round(rtt.get(q, 0) / 1000, 1) for q in ("p50", "p99")}
         return {"partitions": where, "brokers": brokers}
 
     def _done(self, err: Any, msg: Any, sent_at: float) -> None:
