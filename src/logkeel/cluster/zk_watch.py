@@ -89,6 +89,11 @@ class WatchedZnodes:
             )
             return not self._failed and self._armed <= self._delivered
 
+    def undelivered(self) -> list[tuple[str, str]]:
+        """The watches not delivered once yet (what ``wait_loaded`` waits for)."""
+        with self._changed:
+            return sorted(self._armed - self._delivered)
+
     def wait_delivered(self, paths: set[str], timeout_s: float) -> bool:
         """Waits until the data watch of each of ``paths`` has delivered once (False at once
         if a read failed)."""
