@@ -14,7 +14,7 @@ from kazoo.exceptions import ConnectionLoss
 
 from logkeel.cluster import controller as controller_module
 from logkeel.cluster import zk_data as zd
-from logkeel.cluster.controller import Controller
+from logkeel.cluster.controller import Controller, _notice_slots_ready
 from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
 from logkeel.cluster.zk_client import ZkMetadataClient
@@ -224,7 +224,9 @@ def test_a_leaving_brokers_first_leaderships_are_written_while_the_rest_are_deci
     first are in ZooKeeper while a later chunk is still being decided."""
     n = 1_200
     ctl, controller, ctx = controller_over(client, n, (2, 1, 3), lambda _p: 2)
-    controller._notices = controller._notice_slots_ready()  # as taking office does
+    controller._notices = _notice_slots_ready(
+        controller._create_notice_slots()
+    )  # as taking office does
     client.request_controlled_shutdown(2, client.broker(2).broker_epoch, lambda *_: None)
     wait_until(lambda: 2 in ctx.shutting_down, 10, "the context to see broker 2 leaving")
     decide = controller._decide_partitions
@@ -280,7 +282,9 @@ def test_a_topic_created_while_a_broker_starts_leaving_gets_no_first_leader_on_i
     controller = Controller(client, 1)
     ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
     assert ctx.load(10)
-    controller._notices = controller._notice_slots_ready()  # as taking office does
+    controller._notices = _notice_slots_ready(
+        controller._create_notice_slots()
+    )  # as taking office does
     create = client.create_partition_states
     batches: list[int] = []
 

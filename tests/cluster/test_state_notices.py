@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from logkeel.cluster import zk_data as zd
-from logkeel.cluster.controller import Controller
+from logkeel.cluster.controller import Controller, _notice_slots_ready
 from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.controller_decisions import state_notice
 from logkeel.cluster.partition_state import Decision, PartitionRegistration
@@ -77,7 +77,7 @@ def _office(
     moved = LeaderIsr(2, 1, (2, 3), ctl.epoch, 0)
     client.create_partition_states(ctl, TOPIC, {p: first for p in range(3)})
     controller = Controller(client, 1)
-    assert controller._notice_slots_ready()
+    assert _notice_slots_ready(controller._create_notice_slots())
     return (
         ctl,
         controller,

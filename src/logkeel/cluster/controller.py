@@ -357,6 +357,9 @@ class Controller:
             if ctx is None:
                 ctx = ControllerContext(self.client.zk, self._context_changed)
                 ctx.start_loading()
+            # Sent first, answered while the context loads (once a cluster's first controller
+            # made them, each only answers that it exists).
+            slots = self._create_notice_slots()
             stale = ctx.wake()
             woken = time.monotonic()
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
@@ -365,10 +368,12 @@ class Controller:
                     # The next pass ("retry") reads a context of its own: never this one.
                     raise RuntimeError(f"reading the controller's context ({source}) failed")
                 raise TimeoutError(f"the controller's context did not load in {_LOAD_TIMEOUT_S}s")
+            loaded = time.monotonic()
             # Read now, before the first pass's writes: read after them it waited ~0.9 s behind
             # their watches' re-reads on the one connection, between leaderships and ISRs.
             self._offline_reasons = self.client.offline_reasons()
-            self._notices = self._notice_slots_ready()
+            self._notices = _notice_slots_ready(slots)
+            read = time.monotonic()
             self._context = ctx
             if self.rebalance_interval_s is not None:
                 self._next_rebalance = time.monotonic() + min(
@@ -379,28 +384,19 @@ class Controller:
             with self._touched_lock:
                 self._touched |= everything
             log.info("controller context loaded (%s): %d partitions in %.2fs (%d znodes changed "
-                     "since read again; reports decoded %.2fs, the reads waited for %.2fs)",
-                     source, len(everything), time.monotonic() - started, stale,
-                     woken - started, time.monotonic() - woken)  # fmt: skip
+                     "since read again; reports decoded %.2fs, reads waited for %.2fs, offline "
+                     "reasons and notice slots read in %.2fs)", source, len(everything),
+                     time.monotonic() - started, stale, woken - started, loaded - woken,
+                     read - loaded)  # fmt: skip
         return self._context
 
-    def _notice_slots_ready(self) -> bool:
-        """Creates the slots of the state notices that are missing (pipelined); False when
-        that failed (the states' watches alone tell the brokers then)."""
+    def _create_notice_slots(self) -> list[Any]:
+        """Creates the slots of the state notices that are missing (pipelined, answered in
+        `_notice_slots_ready`)."""
         zk = self.client.zk
         empty = zd.encode_state_notice(())
-        pending = [zk.create_async(zd.state_notice_path(slot), empty)
-                   for slot in range(zd.STATE_NOTICE_SLOTS)]  # fmt: skip
-        ready = True
-        for answer in pending:
-            try:
-                answer.get()
-            except NodeExistsError:
-                continue
-            except Exception as exc:  # noqa: BLE001 - a shortcut only
-                log.warning("state notices off: creating their slots failed (%s)", exc)
-                ready = False
-        return ready
+        return [zk.create_async(zd.state_notice_path(slot), empty)
+                for slot in range(zd.STATE_NOTICE_SLOTS)]  # fmt: skip
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -1080,6 +1076,21 @@ class Controller:
 
 class _Stopping(Exception):
     """The controller is stopping: the pass under way ends here."""
+
+
+def _notice_slots_ready(pending: list[Any]) -> bool:
+    """Whether every slot of the state notices exists; False when creating one failed (the
+    states' watches alone tell the brokers then)."""
+    ready = True
+    for answer in pending:
+        try:
+            answer.get()
+        except NodeExistsError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - a shortcut only
+            log.warning("state notices off: creating their slots failed (%s)", exc)
+            ready = False
+    return ready
 
 
 def _first_state(
