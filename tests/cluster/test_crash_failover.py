@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from kazoo.client import KazooClient
 
+from logkeel.admin.session import AdminSession
 from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.testing.history import History
@@ -249,6 +250,13 @@ def test_a_killed_leader_is_shown_until_the_controller_names_its_successor(
             seen += 1
             time.sleep(0.05)
         assert seen > 10
+        # Admin tools take the live brokers from DescribeCluster: there it is gone (a plan
+        # `reassign --generate` made now must not place replicas on it).
+        admin = AdminSession(cluster.brokers[watcher].bootstrap, client_id="departed-test")
+        try:
+            assert sorted(admin.brokers()) == sorted(i for i in cluster.brokers if i != victim)
+        finally:
+            admin.close()
     finally:
         cluster.brokers[ctl].thaw()
         client.stop()

@@ -123,10 +123,23 @@ class AdminSession:
         return self._runner.run(self._clients[address].send(request, timeout_ms))
 
     def brokers(self) -> dict[int, str]:
-        """Live brokers by id: their ``host:port`` as the bootstrap broker's Metadata gives."""
+        """Live brokers by id: their ``host:port`` as the bootstrap broker's DescribeCluster
+        gives (the registered brokers: Metadata also lists a broker just gone while it is still
+        shown as a leader), or its Metadata where DescribeCluster is refused."""
         if self._brokers is None:
-            answer = self.metadata(())
-            self._brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in answer.brokers}
+            Request = request_schema(ApiKey.DESCRIBE_CLUSTER, 0)
+            assert Request is not None
+            try:
+                answer = self.send(Request(include_cluster_authorized_operations=False))
+            except BrokerConnectionError:  # not served there
+                answer = None
+            if answer is not None and answer.error_code == ErrorCode.none:
+                self._brokers = {
+                    int(b.broker_id): f"{b.host}:{int(b.port)}" for b in answer.brokers
+                }
+            else:
+                found = self.metadata(()).brokers
+                self._brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in found}
         return self._brokers
 
     def send_to_node(

@@ -168,7 +168,12 @@ def _current(session: Admin, names: tuple[str, ...] | None) -> Plan:
 
 
 def _brokers(session: Admin) -> list[Broker]:
-    return [Broker(int(b.node_id), b.rack) for b in session.metadata(()).brokers]
+    live = session.brokers()  # not a broker Metadata still shows for a moment after it died
+    return [
+        Broker(int(b.node_id), b.rack)
+        for b in session.metadata(()).brokers
+        if int(b.node_id) in live
+    ]
 
 
 def _sizes(session: Admin) -> dict[TopicPartition, int]:

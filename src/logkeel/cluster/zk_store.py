@@ -101,6 +101,10 @@ class ZkMetadataStore(MetadataStore):
         # Brokers whose registration went while they still led partitions here, with when
         # they stop being shown anyway (`advertised_brokers`). Replaced whole, never changed.
         self._departed: Mapping[int, tuple[BrokerRegistration, float]] = MappingProxyType({})
+        # What clients are told (`advertised_brokers`): one value, so that a reader never
+        # sees a broker twice or not at all while it departs or registers again.
+        self._advertised: tuple[BrokerInfo, ...] = ()
+        self._departed_timer: threading.Timer | None = None
         self._departed_linger_s = (
             client.session_timeout_ms / 1000 if departed_linger_s is None else departed_linger_s
         )
@@ -348,7 +352,7 @@ class ZkMetadataStore(MetadataStore):
 
     def advertised_brokers(self) -> list[BrokerInfo]:
         """The live brokers and those departed (`_refresh_brokers`) that still lead."""
-        return _broker_infos([*self._live.values(), *(reg for reg, _ in self._departed.values())])
+        return list(self._advertised)
 
     def registrations(self) -> Mapping[int, BrokerRegistration]:
         """Every live broker's registration (log dirs, epoch), for status tools."""
@@ -603,7 +607,7 @@ class ZkMetadataStore(MetadataStore):
                 if self._departed:
                     # Those whose every leadership moved are shown no more; no partition's
                     # view changes with it (each shows a departed broker only as its leader).
-                    self._departed = self._still_leading(self._departed)
+                    self._set_brokers(self._live, self._still_leading(self._departed))
             except Exception:
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
@@ -629,22 +633,37 @@ class ZkMetadataStore(MetadataStore):
         for b, reg in self._live.items():
             if b not in live and b != self.node_id and b not in departed:
                 departed[b] = (reg, now + self._departed_linger_s)
-        # Departed first: a reader never sees the broker gone from both.
-        self._departed = self._still_leading(departed)
-        self._live = MappingProxyType(live)
+        self._set_brokers(MappingProxyType(live), self._still_leading(departed))
+        if self._departed_timer is not None:
+            self._departed_timer.cancel()
+            self._departed_timer = None
         if self._departed:
             # Shown no longer once its time is up, led partitions or not: then leaderless.
-            wake = threading.Timer(
+            self._departed_timer = threading.Timer(
                 min(until for _, until in self._departed.values()) - now + 0.01,
                 lambda: self._tasks.put(("brokers", "")),
             )
-            wake.daemon = True
-            wake.start()
+            self._departed_timer.daemon = True
+            self._departed_timer.start()
         self._cannot_serve = self.client.offline_replicas()
         # offline_replicas depend on liveness: rebuild every topic from the cached states.
         for name in list(self._snapshot):
             self._refresh_topic(name, reread=False)
         self._signal()
+
+    def _set_brokers(
+        self,
+        live: Mapping[int, BrokerRegistration],
+        departed: Mapping[int, tuple[BrokerRegistration, float]],
+    ) -> None:
+        # Departed first: the partitions' rebuilds never see the broker gone from both.
+        self._departed = departed
+        self._live = live
+        self._advertised = tuple(
+            _broker_infos(
+                [*live.values(), *(reg for b, (reg, _) in departed.items() if b not in live)]
+            )
+        )
 
     def _still_leading(
         self, departed: Mapping[int, tuple[BrokerRegistration, float]]

@@ -139,14 +139,18 @@ def cluster_operations(authorizer: RequestAuthorizer, ctx: RequestContext) -> in
     return authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
 
 
-def _endpoints(cluster: ClusterView, listener: str) -> list[tuple[int, str, int, str | None]]:
+def _endpoints(
+    cluster: ClusterView, listener: str, *, advertised: bool = True
+) -> list[tuple[int, str, int, str | None]]:
     """(node id, host, port, rack) of every broker, at its endpoint of the listener the
     client came in on (its TLS or SASL port, as Kafka does). This broker answers with its own
     (an ephemeral port (0) is only known once bound); a broker that registered one address
-    only (a single node's store) is shown there. A broker just gone is listed while it is
-    still shown as a leader (`MetadataStore.advertised_brokers`)."""
+    only (a single node's store) is shown there. ``advertised`` (Metadata): a broker just gone
+    is listed while it is still shown as a leader (`MetadataStore.advertised_brokers`); not
+    to DescribeCluster, which admin tools ask for the live brokers."""
     out = []
-    for info in cluster.metadata.advertised_brokers():
+    store = cluster.metadata
+    for info in store.advertised_brokers() if advertised else store.brokers():
         if info.node_id == cluster.node_id:
             host, port = cluster.advertised_for(listener)
             out.append((info.node_id, host, port, cluster.config.broker_rack))
@@ -400,7 +404,7 @@ class DescribeClusterApi:
                     rack=rack,
                     is_fenced=False,
                 )
-                for node_id, host, port, rack in _endpoints(broker, ctx.listener)
+                for node_id, host, port, rack in _endpoints(broker, ctx.listener, advertised=False)
             )
         include_ops = code == ErrorCode.none and getattr(
             request, "include_cluster_authorized_operations", False
