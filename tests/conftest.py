@@ -24,8 +24,16 @@ settings.load_profile("logkeel")
 # issue notes with what failed the first time.
 # test_kafka_streaming.py: Spark streaming queries on a real broker; two of its tests failed
 # once each under load (a query's result empty or short) and passed in every run after:
-# undiagnosed, in issue 28's note.
-_SCENARIO_MODULES = {"test_cluster_up.py", "test_standalone.py", "test_kafka_streaming.py"}
+# undiagnosed, in issue 28's note. test_consumer_group_migration_clients.py: librdkafka's
+# KIP-848 consumers migrating a group between protocols on a real broker; the cooperative case
+# failed once in a loaded CI run (ConsumerGroupHeartbeat: GROUP_ID_NOT_FOUND, fatal to the
+# client) and passed alone: undiagnosed, in issue 19's note of 2026-11-27.
+_SCENARIO_MODULES = {
+    "test_cluster_up.py",
+    "test_standalone.py",
+    "test_kafka_streaming.py",
+    "test_consumer_group_migration_clients.py",
+}
 
 
 # The shared ZooKeeper, and one of a test's own (the failover attacks stop and restart it):
