@@ -607,7 +607,9 @@ class ZkMetadataStore(MetadataStore):
                 if self._departed:
                     # Those whose every leadership moved are shown no more; no partition's
                     # view changes with it (each shows a departed broker only as its leader).
-                    self._set_brokers(self._live, self._still_leading(self._departed))
+                    kept = self._still_leading(self._departed)
+                    if kept.keys() != self._departed.keys():
+                        self._set_brokers(self._live, kept)
             except Exception:
                 log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
