@@ -166,7 +166,7 @@ class DirReads:
             else:
                 disk = disks[d] = self.clock(d).read()
                 thread_fut = self.executor(d).submit(
-                    self._read_dir, wanted, replica_id, limit, isolation_level,
+                    self._read_dir, d, wanted, replica_id, limit, isolation_level,
                     self.slow(d), disk,
                 )  # fmt: skip
                 fut = asyncio.wrap_future(thread_fut)
@@ -182,7 +182,7 @@ class DirReads:
                         await asyncio.wait([fut])
                         continue
                     # Not marked slow for this: the wait may have been the CPU's, not the
-                    # disk's (`_keep_late` marks it once the read's disk time says so).
+                    # disk's (`_read_dir` marks it once the read's disk time says so).
                     fut.add_done_callback(_retrieve)
                     self._keep_late(d, threads[fut], [requests[i] for i in indexes], replica_id,
                                     started_ms, disks[d])  # fmt: skip
@@ -273,8 +273,6 @@ class DirReads:
 
         def ended(_f: Future[list[FetchPartitionResult]]) -> None:
             now = int(time.time() * 1000)
-            if disk.longest_ms > self._budget_s * 1000:
-                self.mark_slow(d)
             for r in wanted:
                 p = self._path.partition(r.tp)
                 if p is not None:
@@ -298,6 +296,7 @@ class DirReads:
 
     def _read_dir(
         self,
+        log_dir: Path,
         requests: Sequence[FetchPartitionRequest],
         replica_id: int,
         max_bytes: int,
@@ -307,14 +306,18 @@ class DirReads:
     ) -> list[FetchPartitionResult]:
         """One dir's part of a follower's fetch, on that dir's threads, timed partition by
         partition. A read slow on the disk answers a later fetch: its records are read into
-        memory before it ends, so sending them never waits on this disk."""
+        memory before it ends, so sending them never waits on this disk. Its dir is marked slow
+        here, before the result can be seen: marked from the future's callback, a fetch could
+        take that result while the dir still read as healthy."""
         results = self._read_all(
             requests, replica_id, max_bytes, isolation_level, into_memory, disk
         )
-        if not into_memory and disk.longest_ms > self._budget_s * 1000:
-            for result in results:
-                with disk.partition():
-                    read_into_memory(result)
+        if disk.longest_ms > self._budget_s * 1000:
+            if not into_memory:
+                for result in results:
+                    with disk.partition():
+                        read_into_memory(result)
+            self.mark_slow(log_dir)
         return results
 
 
