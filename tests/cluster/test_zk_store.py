@@ -6,6 +6,7 @@ session expired."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -261,6 +262,46 @@ def test_a_controlled_shutdown_is_answered_by_the_controller_and_fences_writes(
     assert "shutting down" in (a.store.write_fence.why_fenced() or "")
     # Written in one transaction right behind the leaderships' writes, conditional on them.
     assert "broker 1: 0 leaderships left to move (answered behind the writes)" in caplog.text
+
+
+def test_a_controlled_shutdown_waits_for_the_controllers_answer_not_its_own_view(
+    zk_connect: str,
+) -> None:
+    """A broker whose own view shows it leading nothing still waits for the controller's
+    answer while a controller is elected: its view can lag the leaderships just given to it
+    (a topic being created), and leaving on that view left nine behind in an attack test. With
+    no controller to answer, its view decides."""
+    client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
+    store = ZkMetadataStore(client, 2, rack=None)
+    store.start()
+    store.register("127.0.0.1", 9002, ["dir-2"])
+    # A controller (its own session) that has not answered yet.
+    other = ZkMetadataClient(zk_connect, session_timeout_ms=6000).start()
+    try:
+        assert other.try_become_controller(7) is not None
+        wait_until(lambda: store.controller_id == 7, WAIT, "the controller seen")
+        started = time.monotonic()
+        assert not store.controlled_shutdown(1.5)  # on the code before: True at once
+        assert time.monotonic() - started >= 1.5
+        path = zd.controlled_shutdown_path(2)
+        answer = threading.Timer(
+            0.5,
+            lambda: other.zk.set(path, zd.encode_controlled_shutdown(store.broker_epoch, 0)),
+        )
+        answer.start()
+        started = time.monotonic()
+        assert store.controlled_shutdown(WAIT)
+        assert time.monotonic() - started >= 0.4
+        answer.join()
+        # Without a controller, nothing will answer: its own view (nothing led) decides.
+        other.close()
+        wait_until(lambda: store.controller_id == -1, WAIT, "the controller gone")
+        started = time.monotonic()
+        assert store.controlled_shutdown(WAIT)
+        assert time.monotonic() - started < 1.0
+    finally:
+        other.close()
+        store.close()
 
 
 def test_the_controllers_own_broker_takes_the_states_it_wrote(nodes) -> None:

@@ -938,9 +938,10 @@ class ZkMetadataStore(MetadataStore):
     def controlled_shutdown(
         self, timeout_s: float, leaving: Callable[[], AbstractSet[int]] = frozenset
     ) -> bool:
-        """Asks the controller to move this broker's leaderships away and waits until none is
-        left that another in-sync replica could take, as this broker's own view shows it (so
-        that it has stopped leading them, and unloaded their coordinators, before it stops);
+        """Asks the controller to move this broker's leaderships away and waits for its answer
+        that none is left, and until this broker's own view shows none that another in-sync
+        replica could take (so that it has stopped leading them, and unloaded their
+        coordinators, before it stops);
         False when ``timeout_s`` passed first. ``leaving``: the brokers in a controlled
         shutdown, this one's included."""
         self._leaving = True
@@ -955,14 +956,23 @@ class ZkMetadataStore(MetadataStore):
         me = self.node_id
 
         def moved() -> bool:
-            """Every leadership here moved or alone in the ISR, or -- once the controller
-            answered that nothing is left to move -- every one that another live replica not
-            leaving could take moved (when every broker stops at once, none can: nothing to
-            wait for, where waiting for the ISRs to shrink to this broker took seconds)."""
+            """Once the controller answered that nothing is left to move: every leadership
+            here that another live replica not leaving could take moved, as this broker's view
+            shows it (when every broker stops at once, none can: nothing to wait for, where
+            waiting for the ISRs to shrink to this broker took seconds). With no controller to
+            answer: every leadership here moved or alone in the ISR."""
             led = [p for t in self._snapshot.values() for p in t.partitions.values()
                    if p.leader == me and p.isr != [me]]  # fmt: skip
-            if not led or not answered.is_set():
+            if not answered.is_set():
+                # This broker's view may not hold yet every leadership the controller just gave
+                # it (the states of a topic being created): it leaving on that view left nine
+                # behind. Only the controller's answer says none is left, unless no controller
+                # can answer (none elected, or ZooKeeper out of reach).
+                if self.controller_id >= 0 and self.client.zk.connected:
+                    return False
                 return not led
+            if not led:
+                return True
             live, gone = self._live, leaving()
             return not any(r != me and r in live and r not in gone for p in led for r in p.isr)
 
