@@ -47,6 +47,10 @@ class ControllerContext:
         self.lock = threading.RLock()
         self.brokers: dict[int, BrokerRegistration] = {}
         self.shutting_down: set[int] = set()
+        # The controlled shutdown requests in ZooKeeper, and the registration (its broker
+        # epoch) that made each one seen (`_settle_leaving`).
+        self._requested: set[int] = set()
+        self._leaving: dict[int, int] = {}
         self.offline_replicas: dict[int, set[TopicPartition]] = {}
         self.assignments: dict[str, TopicAssignment] = {}
         # Each topic's partitions and each broker's replicas, kept with the assignments: a
@@ -237,16 +241,34 @@ class ControllerContext:
                 self.brokers[broker] = zd.decode_broker(broker, data, stat.czxid)
             if before == self.brokers.get(broker):
                 return
+            if data is not None and broker in self._requested:
+                self._leaving[broker] = self.brokers[broker].broker_epoch
+            self._settle_leaving()
             touched = self.partitions_of([broker])
         self._on_change("partitions", touched)
 
     def _on_shutting_down(self, ids: list[str]) -> None:
         with self.lock:
-            now = {int(i) for i in ids}
-            changed = now ^ self.shutting_down
-            self.shutting_down = now
-            touched = self.partitions_of(changed)
+            self._requested = {int(i) for i in ids}
+            for b in self._requested:
+                if (reg := self.brokers.get(b)) is not None:
+                    self._leaving[b] = reg.broker_epoch
+            before = set(self.shutting_down)
+            self._settle_leaving()
+            touched = self.partitions_of(before ^ self.shutting_down)
         self._on_change("partitions", touched)
+
+    def _settle_leaving(self) -> None:
+        """``shutting_down``: the brokers whose request is in ZooKeeper, and those whose request
+        went while the registration that made it is still seen. A request goes with its
+        broker's session, as the registration does, but its watch may fire first: taken for
+        live and not leaving in between, a broker was given first leaderships of a topic being
+        created as it exited. Under ``lock``."""
+        for b, epoch in list(self._leaving.items()):
+            reg = self.brokers.get(b)
+            if reg is None or reg.broker_epoch != epoch:
+                del self._leaving[b]
+        self.shutting_down = self._requested | set(self._leaving)
 
     def _on_offline_parents(self, ids: list[str]) -> None:
         for child in ids:
