@@ -675,3 +675,46 @@ def test_a_session_long_poll_reads_only_the_partitions_that_changed(
         assert stamp(rm.partition(tps[0]), at_end[0], -1, 0) == unread[("quiet", 0)].stamp
 
     run_broker(tmp_path, scenario)
+
+
+def test_a_sequence_gap_right_after_refusing_sends_as_not_the_leader_is_retriable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker refuses a producer's pipelined requests as not the leader (clients learned of
+    its leadership from another broker first), becomes the leader, and the next request has a
+    sequence gap where the refused ones were. Answered OUT_OF_ORDER_SEQUENCE_NUMBER, librdkafka
+    bumped its epoch and sent everything unacknowledged again: batches this replica already
+    held from the old leader were written twice (seen in an attack test, with librdkafka's
+    "skipped sequence numbers ... caused by previous failed request (NOT_LEADER_FOR_PARTITION)").
+    It is answered NOT_LEADER_OR_FOLLOWER now, so the refused ones go first; a gap with no
+    refusal before it is still OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from logkeel.server.replica import appends
+
+    def send(seq: int) -> bytes:
+        return records(f"v{seq}".encode(), producer_id=0, producer_epoch=0, base_sequence=seq)
+
+    async def scenario(broker: Broker) -> None:
+        rm = broker.replica_manager
+        broker.metadata.create_topic("moving", 1, 1, {})
+        tp = TopicPartition("moving", 0)
+        p = rm.partition(tp)
+        led = broker.metadata.partition(tp)
+        assert p is not None and p.is_leader and led is not None
+        assert (await rm.appends.append_records(tp, send(0), acks=1)).error == ErrorCode.none
+
+        p.leader_id = 7  # not the leader yet, as before the change is applied here
+        refused = await rm.appends.append_records(tp, send(1), acks=1)
+        assert refused.error == ErrorCode.not_leader_or_follower
+        p.apply_state(led)  # the leader now
+        gap = await rm.appends.append_records(tp, send(2), acks=1)
+        assert gap.error == ErrorCode.not_leader_or_follower, gap  # before: OUT_OF_ORDER
+        # The refused one, then the next, in order: nothing lost, nothing twice.
+        assert (await rm.appends.append_records(tp, send(1), acks=1)).base_offset == 1
+        assert (await rm.appends.append_records(tp, send(2), acks=1)).base_offset == 2
+
+        # No refusal lately: a gap is the producer's.
+        monkeypatch.setattr(appends, "_GAP_AFTER_REFUSAL_S", 0.0)
+        gap = await rm.appends.append_records(tp, send(4), acks=1)
+        assert gap.error == ErrorCode.out_of_order_sequence_number
+
+    run_broker(tmp_path, scenario)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
@@ -47,6 +48,11 @@ _REFUSED_RECORDS = frozenset(
         ErrorCode.message_too_large,
     }
 )
+
+# How long after refusing a producer's append as not the leader a sequence gap is taken for
+# that refusal (`_append_result`): librdkafka sends the refused requests again within a
+# second or two (its metadata refresh and retry backoff).
+_GAP_AFTER_REFUSAL_S = 10.0
 
 # Storage exceptions that are not in logkeel.server.errors' table (transactions).
 _EXTRA_ERROR_CODES: dict[type[BaseException], ErrorCode] = {
@@ -104,6 +110,8 @@ class Appends:
             refused = self._refuse_append(tp, p, acks)
             if refused is not None:
                 results[tp] = refused
+                if p is not None and refused.error == ErrorCode.not_leader_or_follower:
+                    p.refused_not_leader_at = time.monotonic()
             else:
                 assert p is not None  # a missing partition is refused
                 todo.append((p, records))
@@ -198,6 +206,21 @@ class Appends:
             code = storage_error_code(outcome)
             if code == ErrorCode.unknown_server_error and isinstance(outcome, InvalidBatchError):
                 code = ErrorCode.corrupt_message
+            if code == ErrorCode.out_of_order_sequence_number and _refused_lately(p):
+                # The gap is most likely the producer's requests this broker refused as not
+                # yet the leader, pipelined ahead of this one: answered OUT_OF_ORDER, librdkafka
+                # bumps its epoch and sends everything unacknowledged again, and what this
+                # replica already held from the old leader was written twice (the history
+                # checker saw it). Refused as not the leader, it is sent again after them, in
+                # order. Kafka's brokers meet this less: they learn they lead before clients do.
+                log.info("append to %s refused as NOT_LEADER_OR_FOLLOWER: %s, %.1fs after this "
+                         "broker refused a send as not the leader", tp, outcome,
+                         time.monotonic() - (p.refused_not_leader_at or 0))  # fmt: skip
+                return PartitionAppendResult(
+                    ErrorCode.not_leader_or_follower,
+                    error_message=f"{outcome} (sends refused here as not the leader just before: "
+                    "send them first)",
+                )
             log.info("append to %s rejected with %s: %s", tp, code.name.upper(), outcome)
             return PartitionAppendResult(code, error_message=str(outcome))
         if isinstance(outcome, BaseException):
@@ -216,3 +239,8 @@ class Appends:
             log_start_offset=info.log_start_offset,
             duplicate=info.duplicate,
         )
+
+
+def _refused_lately(p: Partition) -> bool:
+    at = p.refused_not_leader_at
+    return at is not None and time.monotonic() - at < _GAP_AFTER_REFUSAL_S

@@ -72,6 +72,9 @@ class Partition:
         self.isr: list[int] = []
         self.log: PartitionLog | None = None
         self.offline_reason: str | None = None
+        # When a producer's append was last refused as not led here (time.monotonic()): see
+        # `Appends._append_result`.
+        self.refused_not_leader_at: float | None = None
         # The metadata state last applied: an apply of an equal one changes nothing.
         self.applied: PartitionState | None = None
         # As leader: what it knows of its followers.
