@@ -25,10 +25,10 @@ from logkeel.cluster.controller import Controller
 from logkeel.cluster.controller_context import ControllerContext
 from logkeel.cluster.metadata import MetadataError, TopicState
 from logkeel.cluster.zk_client import ZkMetadataClient
-from logkeel.cluster.zk_data import LeaderIsr
+from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
 from logkeel.cluster.zk_store import ZkMetadataStore
 from logkeel.storage.topic_partition import TopicPartition
-from tests.cluster.test_zk_client import WAIT, expire_session
+from tests.cluster.test_zk_client import WAIT, expire_session, registration
 from tests.waiting import wait_until
 
 
@@ -269,30 +269,58 @@ def test_a_controlled_shutdown_waits_for_the_controllers_answer_not_its_own_view
 ) -> None:
     """A broker whose own view shows it leading nothing still waits for the controller's
     answer while a controller is elected: its view can lag the leaderships just given to it
-    (a topic being created), and leaving on that view left nine behind in an attack test. With
-    no controller to answer, its view decides."""
+    (a topic being created), and leaving on that view left nine behind in an attack test. It
+    refuses writes from the answer on, though its view may still show it leading. With no
+    controller to answer, its view decides."""
     client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
     store = ZkMetadataStore(client, 2, rack=None)
     store.start()
     store.register("127.0.0.1", 9002, ["dir-2"])
     # A controller (its own session) that has not answered yet.
     other = ZkMetadataClient(zk_connect, session_timeout_ms=6000).start()
+    path = zd.controlled_shutdown_path(2)
+
+    def answer_after(delay_s: float) -> threading.Timer:
+        answer = threading.Timer(
+            delay_s,
+            lambda: other.zk.set(path, zd.encode_controlled_shutdown(store.broker_epoch, 0)),
+        )
+        answer.start()
+        return answer
+
     try:
-        assert other.try_become_controller(7) is not None
+        ctl = other.try_become_controller(7)
+        assert ctl is not None
         wait_until(lambda: store.controller_id == 7, WAIT, "the controller seen")
         started = time.monotonic()
         assert not store.controlled_shutdown(1.5)  # on the code before: True at once
         assert time.monotonic() - started >= 1.5
-        path = zd.controlled_shutdown_path(2)
-        answer = threading.Timer(
-            0.5,
-            lambda: other.zk.set(path, zd.encode_controlled_shutdown(store.broker_epoch, 0)),
+        assert store.write_fence.why_fenced() is None  # unanswered: it still takes writes
+
+        # Answered while its view shows it leading (the move never seen here): fenced from
+        # the answer on; it waits for its view until the bound.
+        other.register_broker(registration(3))
+        other.create_topic(TopicAssignment("led", "id", {0: (2, 3)}), {})
+        other.create_partition_states(ctl, "led", {0: LeaderIsr(2, 0, (2, 3), ctl.epoch, 0)})
+        wait_until(
+            lambda: (t := store.topic("led")) is not None and t.partitions[0].leader == 2,
+            WAIT,
+            "broker 2 shown leading",
         )
-        answer.start()
+        answer = answer_after(0.3)
+        assert not store.controlled_shutdown(1.5)
+        answer.join()
+        assert "shutting down" in (store.write_fence.why_fenced() or "")
+
+        # Leading nothing: done once answered.
+        other.zk.delete(zd.topic_path("led"), recursive=True)
+        wait_until(lambda: store.topic("led") is None, WAIT, "the topic gone")
+        answer = answer_after(0.5)
         started = time.monotonic()
         assert store.controlled_shutdown(WAIT)
         assert time.monotonic() - started >= 0.4
         answer.join()
+
         # Without a controller, nothing will answer: its own view (nothing led) decides.
         other.close()
         wait_until(lambda: store.controller_id == -1, WAIT, "the controller gone")

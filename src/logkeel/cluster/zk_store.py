@@ -949,6 +949,10 @@ class ZkMetadataStore(MetadataStore):
 
         def on_answer(epoch: int, remaining: int | None) -> None:
             if epoch == self.broker_epoch and remaining == 0:
+                # Every leadership that could move has: a write taken as a leader this broker's
+                # view still shows would be truncated away, and the view can lag seconds
+                # behind (its worker applying a topic being created).
+                self.write_fence.left()
                 answered.set()
                 self._signal()
 
