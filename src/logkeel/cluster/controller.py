@@ -473,8 +473,8 @@ class Controller:
 
     def _answer_shutdowns(self, ctx: ControllerContext) -> None:
         """Tells each broker in a controlled shutdown how many of its leaderships are left to
-        move, when that changed (it stops waiting at 0, without waiting for its own view of
-        the metadata to catch up: Kafka's ControlledShutdown response)."""
+        move, when that changed (Kafka's ControlledShutdown response: at 0 the broker refuses
+        writes, and stops once its own view shows the moves, `ZkMetadataStore.controlled_shutdown`)."""
         with ctx.lock:
             if not ctx.shutting_down:
                 self._shutdown_answers.clear()
