@@ -400,3 +400,42 @@ def test_a_broker_stays_leaving_until_its_registration_goes_whichever_watch_fire
     ctx._on_broker(3, zd.encode_broker(registration(3)), SimpleNamespace(czxid=300))
     assert ctx.shutting_down == set()  # a new incarnation of 3, which never asked
     ctx.close()
+
+
+def test_a_topics_first_leaders_skip_a_broker_that_asks_to_leave_during_its_creation(
+    client: ZkMetadataClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first states are written batch by batch; each batch is decided against the context
+    and the shutdown requests read just before it. Deciding again only when the read found a
+    request the context did not hold, a batch went to the leaving broker when the context's
+    watch landed between the two looks (1,000 partitions in an attack test)."""
+    monkeypatch.setattr(controller_module, "_CREATE_BATCH", 5)
+    for b in (1, 2, 3):
+        client.register_broker(registration(b))
+    client.create_topic(TopicAssignment(TOPIC, "id", {p: (2, 1, 3) for p in range(10)}), {})
+    ctl = client.try_become_controller(1)
+    assert ctl is not None
+    ctx = ControllerContext(client.zk, lambda _kind, _tps: None)
+    assert ctx.load(10)
+    controller = Controller(client, 1)
+    with ctx.lock:
+        cluster = ctx.live_brokers()
+    states = {p: controller_module._first_state(ctl, cluster, (2, 1, 3)) for p in range(10)}
+    looks = 0
+
+    def between() -> bool:
+        nonlocal looks
+        looks += 1
+        if looks == 2:  # broker 2 asks to leave; the watch lands right after this look
+            epoch = cluster.epochs[2]
+            client.zk.create(
+                zd.controlled_shutdown_path(2), zd.encode_controlled_shutdown(epoch), makepath=True
+            )
+            ctx._on_shutting_down(["2"])
+        return False
+
+    controller._create_first_states(ctl, ctx, TOPIC, states, between)
+    leaders = {p: client.partition_state(TOPIC, p).leader for p in range(10)}
+    assert {leaders[p] for p in range(5)} == {2}  # decided before the request
+    assert {leaders[p] for p in range(5, 10)} == {1}, leaders  # on the code before: 2
+    ctx.close()

@@ -701,28 +701,24 @@ class Controller:
         states: dict[int, LeaderIsr],
         between: Callable[[], bool] | None = None,
     ) -> None:
-        """Creates the first states in batches of _CREATE_BATCH; ``between`` is called before
-        each and tells whether a broker started or stopped leaving, in which case the rest is
-        decided again: a controlled shutdown asked while a 1,000-partition topic was created
-        got first leaderships on the leaving broker after its request, moved again later, and
-        waited for the whole creation. The requests are read from ZooKeeper before each batch:
-        the context's watch brings one only after the first reads of the states just created,
-        queued ahead of it (two batches went to a leaving broker that way)."""
+        """Creates the first states in batches of _CREATE_BATCH. With ``between`` (which moves
+        the leaderships of brokers that started leaving), each batch is decided again,
+        against the context and the controlled shutdown requests read from ZooKeeper just
+        before: a shutdown asked while a 1,000-partition topic was created got first
+        leaderships on the leaving broker after its request, moved again later, and waited for
+        the whole creation. The context's watch brings a request only after the first reads of
+        the states just created, queued ahead of it (two batches went to a leaving broker that
+        way); and a batch decided again only when the read found a request the context did not
+        hold went to one when the watch landed between the two looks (1,000 partitions)."""
         ordered = sorted(states.items())
-        stale = False
         for i in range(0, len(ordered), _CREATE_BATCH):
             chunk = dict(ordered[i : i + _CREATE_BATCH])
-            requested: set[int] = set()
             if between is not None:
-                stale |= bool(between())
+                between()
                 asked = self.client.shutting_down()
                 with ctx.lock:
-                    requested = asked - ctx.shutting_down
-                stale |= bool(requested)
-            if stale:
-                with ctx.lock:
                     cluster = ctx.live_brokers()
-                    cluster = replace(cluster, shutting_down=cluster.shutting_down | requested)
+                    cluster = replace(cluster, shutting_down=cluster.shutting_down | asked)
                     a = ctx.assignments.get(topic)
                     if a is None:
                         return  # deleted meanwhile
