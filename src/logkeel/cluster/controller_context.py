@@ -241,8 +241,6 @@ class ControllerContext:
                 self.brokers[broker] = zd.decode_broker(broker, data, stat.czxid)
             if before == self.brokers.get(broker):
                 return
-            if data is not None and broker in self._requested:
-                self._leaving[broker] = self.brokers[broker].broker_epoch
             self._settle_leaving()
             touched = self.partitions_of([broker])
         self._on_change("partitions", touched)
@@ -250,9 +248,6 @@ class ControllerContext:
     def _on_shutting_down(self, ids: list[str]) -> None:
         with self.lock:
             self._requested = {int(i) for i in ids}
-            for b in self._requested:
-                if (reg := self.brokers.get(b)) is not None:
-                    self._leaving[b] = reg.broker_epoch
             before = set(self.shutting_down)
             self._settle_leaving()
             touched = self.partitions_of(before ^ self.shutting_down)
@@ -264,6 +259,9 @@ class ControllerContext:
         broker's session, as the registration does, but its watch may fire first: taken for
         live and not leaving in between, a broker was given first leaderships of a topic being
         created as it exited. Under ``lock``."""
+        for b in self._requested:
+            if (reg := self.brokers.get(b)) is not None:
+                self._leaving[b] = reg.broker_epoch
         for b, epoch in list(self._leaving.items()):
             reg = self.brokers.get(b)
             if reg is None or reg.broker_epoch != epoch:
