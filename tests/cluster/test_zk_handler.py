@@ -11,9 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import KazooState
 
 from logkeel.cluster.zk_handler import PollingHandler, poll_select
+from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.cluster.zk_session import ZkSession
 from tests.waiting import wait_until
 
@@ -85,3 +87,42 @@ def test_a_real_session_through_it_reads_watches_commits_and_reconnects(zk_conne
     finally:
         zk.stop()
         zk.close()
+
+
+def test_once_leaving_a_call_waits_for_no_connection_that_is_down(
+    own_zookeeper: ZooKeeperServer,
+) -> None:
+    """kazoo holds a call made while its connection is down until it is back, and a blocking
+    call waits without a bound: a broker stopping with ZooKeeper out of reach hung for ever.
+    Once the session is leaving, a call waiting on a down connection fails with ConnectionLoss,
+    the one already waiting included; with the connection up, calls answer as before."""
+    session = ZkSession(own_zookeeper.connect_string, session_timeout_ms=30_000).start()
+    try:
+        session.zk.create("/n", b"v")
+        own_zookeeper.stop()
+        wait_until(lambda: not session.zk.connected, 10, "the connection lost")
+        outcome: list[object] = []
+        waiting = threading.Thread(target=lambda: outcome.append(_get(session, "/n")))
+        waiting.start()
+        waiting.join(1.5)
+        assert waiting.is_alive(), f"answered with ZooKeeper down: {outcome}"
+        session.leaving()
+        waiting.join(2)
+        assert not waiting.is_alive()
+        assert isinstance(outcome[0], ConnectionLoss)
+        started = time.monotonic()
+        assert isinstance(_get(session, "/n"), ConnectionLoss)
+        assert time.monotonic() - started < 2
+
+        own_zookeeper.start(60)
+        wait_until(lambda: session.zk.connected, 30, "connected again")
+        assert _get(session, "/n") == b"v"
+    finally:
+        session.close()
+
+
+def _get(session: ZkSession, path: str) -> object:
+    try:
+        return session.zk.get(path)[0]
+    except ConnectionLoss as exc:
+        return exc

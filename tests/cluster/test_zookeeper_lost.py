@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -109,3 +110,69 @@ def test_a_session_is_back_within_seconds_of_a_long_outage(tmp_path: Path) -> No
             print(f"connected again {time.monotonic() - started:.2f}s after ZooKeeper's restart")
         finally:
             client.close()
+
+
+def test_brokers_told_to_stop_while_zookeeper_is_frozen_stop_cleanly(tmp_path: Path) -> None:
+    """SIGTERM with ZooKeeper frozen: a broker stuck for ever in its controlled shutdown's first
+    write (kazoo holds a call made while its connection is down until it is back) never exited.
+    Now each broker, the controller's and another, gives its controlled shutdown the session
+    timeout, skips what needs ZooKeeper and stops cleanly (its logs marked clean: no recovery at
+    the next start)."""
+    with ZooKeeperServer(tmp_path / "zk") as zk:
+        brokers = [
+            BrokerProcess(
+                tmp_path / f"b{i}",
+                overrides={
+                    "zookeeper.connect": zk.connect_string + "/frozen",
+                    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                },
+                extra_args=["--node-id", str(i)],
+            )  # fmt: skip
+            for i in (1, 2)
+        ]
+        for broker in brokers:
+            broker.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+            wait_until(
+                lambda: (
+                    controller_id(admin) in (1, 2)
+                    and len(admin.list_topics(timeout=5).brokers) == 2
+                ),
+                30,
+                "both brokers registered and a controller elected",
+                retry_on=PROBE_ERRORS,
+            )
+            # Leaderships on both brokers, so that each has something to move.
+            admin.create_topics([NewTopic("t", 4, 2)])["t"].result(30)
+            wait_until(
+                lambda: (
+                    {
+                        p.leader
+                        for p in admin.list_topics("t", timeout=5).topics["t"].partitions.values()
+                    }
+                    == {1, 2}
+                ),  # fmt: skip
+                30,
+                "leaders on both brokers",
+                retry_on=PROBE_ERRORS,
+            )
+            assert zk.process is not None
+            os.kill(zk.process.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                bound = SESSION_TIMEOUT_MS / 1000 + 20
+                with ThreadPoolExecutor(2) as pool:
+                    codes = list(pool.map(lambda b: b.stop(bound), brokers))
+                took = time.monotonic() - started
+            finally:
+                os.kill(zk.process.pid, signal.SIGCONT)
+            print(f"both brokers stopped {took:.1f}s after SIGTERM")
+            assert codes == [0, 0]
+            for broker in brokers:
+                out = broker.output(200_000)
+                assert "log manager shut down cleanly" in out, broker.output_tail(20)
+                assert "left the cluster" in out
+        finally:
+            for broker in brokers:
+                broker.kill()

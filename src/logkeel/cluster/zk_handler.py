@@ -1,4 +1,5 @@
-"""kazoo's threading handler with a cheaper ``select``.
+"""kazoo's threading handler with a cheaper ``select``, and calls that a leaving broker does
+not let wait for a ZooKeeper out of reach.
 
 kazoo's connection thread calls ``handler.select`` before every read and write of a packet
 (three times per response), and its stock select builds and closes an epoll selector each time:
@@ -6,14 +7,22 @@ five system calls, each of which lets go of the GIL. In a broker whose other thr
 GIL busy, every release costs the connection thread up to a switch interval (5 ms) to get it
 back, so a burst of thousands of watch re-reads or state writes (a controller moving hundreds of
 leaderships) crawled. ``poll`` needs one system call and no file descriptor of its own.
+
+kazoo queues a call made while its connection is down until it is back, and its blocking calls
+wait without a bound: a broker told to stop while ZooKeeper was frozen hung for ever in the
+first write of its shutdown (and, had that failed, in the next). Once the broker leaves
+(`PollingHandler.give_up_when`), a blocking call fails with ConnectionLoss whenever the
+connection is down, as a call in flight when it drops does.
 """
 
 from __future__ import annotations
 
 import select
+from collections.abc import Callable
 from typing import Any
 
-from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.exceptions import ConnectionLoss
+from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 
 __all__ = ["PollingHandler", "poll_select"]
@@ -21,6 +30,8 @@ __all__ = ["PollingHandler", "poll_select"]
 _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
 _DONE = select.POLLERR | select.POLLHUP | select.POLLNVAL
+# How often a blocking call waiting for its answer looks whether it should give up.
+_GIVE_UP_CHECK_S = 0.25
 
 
 def poll_select(
@@ -49,5 +60,32 @@ def poll_select(
 
 
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.give_up: Callable[[], bool] = lambda: False
+
+    def give_up_when(self, condition: Callable[[], bool]) -> None:
+        """From now on, a blocking call still waiting for its answer fails with ConnectionLoss
+        as soon as ``condition()`` holds (checked every quarter second), the calls waiting
+        already included."""
+        self.give_up = condition
+
     def select(self, *args: Any, **kwargs: Any) -> tuple[list[Any], list[Any], list[Any]]:
         return poll_select(*args, **kwargs)
+
+    def async_result(self) -> AsyncResult:
+        return _GivingUpResult(self)
+
+
+class _GivingUpResult(AsyncResult):  # type: ignore[misc]
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block and timeout is None:
+            # kazoo's blocking calls wait here without a bound.
+            while not self.ready():
+                with self._condition:
+                    if not self.ready():
+                        self._condition.wait(_GIVE_UP_CHECK_S)
+                if not self.ready() and self._handler.give_up():
+                    raise ConnectionLoss("ZooKeeper out of reach while the broker stops")
+            return super().get(block=False)
+        return super().get(block, timeout)

@@ -57,7 +57,7 @@ class ZkSession:
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
-        handler = PollingHandler()
+        self._handler = handler = PollingHandler()
         self.zk = KazooClient(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
@@ -80,6 +80,12 @@ class ZkSession:
         for path in zd.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
         return self
+
+    def leaving(self) -> None:
+        """From now on no call waits for a connection that is down: it fails with
+        ConnectionLoss, the calls already waiting included (a broker stopping while ZooKeeper
+        is out of reach must still stop)."""
+        self._handler.give_up_when(lambda: not self.zk.connected)
 
     def close(self) -> None:
         """Ends the session: every ephemeral node of it (registration, controller) goes."""

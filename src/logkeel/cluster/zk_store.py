@@ -71,6 +71,8 @@ _COALESCE_MAX_S = 0.1
 _STATE_CATCH_UP_S = 0.25
 # How long a rebuild waits for the first states of partitions it just began watching.
 _FIRST_STATES_WAIT_S = 30.0
+# How often a controlled shutdown asks again while ZooKeeper is out of reach.
+_CONNECTION_CHECK_S = 0.25
 
 _Task = tuple[str, str]  # ("topic", name) | ("brokers", "") | ("register", "") | ("stop", "")
 
@@ -956,7 +958,17 @@ class ZkMetadataStore(MetadataStore):
                 answered.set()
                 self._signal()
 
-        self.client.request_controlled_shutdown(self.node_id, self.broker_epoch, on_answer)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.client.request_controlled_shutdown(self.node_id, self.broker_epoch, on_answer)
+                break
+            except ConnectionLoss:
+                # ZooKeeper out of reach (the session may live on): asked again once it is back,
+                # until the time is up; no controller could move anything meanwhile.
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(_CONNECTION_CHECK_S)
         me = self.node_id
 
         def moved() -> bool:
@@ -980,7 +992,7 @@ class ZkMetadataStore(MetadataStore):
             live, gone = self._live, leaving()
             return not any(r != me and r in live and r not in gone for p in led for r in p.isr)
 
-        if not self.wait_for(moved, timeout_s):
+        if not self.wait_for(moved, max(0.0, deadline - time.monotonic())):
             return False
         self.write_fence.left()
         return True

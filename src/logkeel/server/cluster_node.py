@@ -256,23 +256,33 @@ class ClusterNode:
             log.exception("could not report offline replicas to the controller")
 
     async def leave(self) -> None:
-        """Controlled shutdown (when enabled), resignation, end of the session. Idempotent."""
+        """Controlled shutdown (when enabled), resignation, end of the session. Idempotent.
+        Bounded with ZooKeeper out of reach: no step waits for it to come back, and a step
+        that fails does not keep the others (the session's end above all) from running."""
         if self._left:
             return
         self._left = True
+        self.store.client.leaving()
         steps: list[tuple[str, float]] = []
         started = time.monotonic()
 
-        def step(name: str) -> None:
+        async def step(name: str, fn: Callable[[], object]) -> object:
             nonlocal started
-            now = time.monotonic()
-            steps.append((name, now - started))
-            started = now
+            try:
+                return await asyncio.to_thread(fn)
+            except Exception:
+                log.exception("leaving the cluster: %s failed", name)
+                return None
+            finally:
+                now = time.monotonic()
+                steps.append((name, now - started))
+                started = now
 
         if self._joined and self.config.controlled_shutdown_enable:
             timeout_s = self.config.zookeeper_session_timeout_ms / 1000
-            moved = await asyncio.to_thread(
-                self.store.controlled_shutdown, timeout_s, self.shutting_down
+            moved = await step(
+                "controlled shutdown",
+                lambda: self.store.controlled_shutdown(timeout_s, self.shutting_down),
             )
             if moved:
                 log.info("controlled shutdown: leaderships moved to other brokers")
@@ -280,15 +290,15 @@ class ClusterNode:
                 log.warning(
                     "controlled shutdown: leaderships not all moved within %.0fs", timeout_s
                 )
-            step("controlled shutdown")
         if self._report_task is not None:
             self._report_task.cancel()
         if self._joined:
-            await asyncio.to_thread(self.controller.stop)
-            step("controller")
-        await asyncio.to_thread(self.isr_manager.stop)
-        await asyncio.to_thread(self._isr_writer.shutdown, wait=True, cancel_futures=True)
-        step("ISR and report writers")
-        await asyncio.to_thread(self.store.close)
-        step("session")
+            await step("controller", self.controller.stop)
+
+        def stop_isr_writes() -> None:
+            self.isr_manager.stop()
+            self._isr_writer.shutdown(wait=True, cancel_futures=True)
+
+        await step("ISR and report writers", stop_isr_writes)
+        await step("session", self.store.close)
         log.info("left the cluster: %s", ", ".join(f"{name} {took:.3f}s" for name, took in steps))
