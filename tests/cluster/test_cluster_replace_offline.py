@@ -32,11 +32,11 @@ def test_replicas_lost_with_a_log_dir_are_recreated_on_another_broker(
         create(cluster, TOPIC, [[2, 1]] * PARTITIONS, **{"min.insync.replicas": "1"})
         wait_until(lambda: all(len(p.isr_nodes) == 2 for p in cluster.partitions(TOPIC).values()),
                    30, "every replica in sync")  # fmt: skip
-        on_fuse = wait_until(
-            lambda: sorted(int(p.name.rsplit("-", 1)[1])
-                           for p in (faulty_fs.mountpoint / "logs").glob(f"{TOPIC}-*")),
-            20, "a replica of broker 1 on the FUSE dir",
-        )  # fmt: skip
+        # Every replica of broker 1 created first: which are on the FUSE dir read while some
+        # logs were still being made missed one, then expected on broker 1 after the move.
+        wait_until(lambda: len(logs_in(dirs[1])) == PARTITIONS, 20, "broker 1's logs created")
+        on_fuse = logs_in(dirs[1][:1])
+        assert on_fuse, "no replica of broker 1 on the FUSE dir"
         producer = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all",
                              "enable.idempotence": True})  # fmt: skip
         for p in range(PARTITIONS):
@@ -67,3 +67,8 @@ def test_replicas_lost_with_a_log_dir_are_recreated_on_another_broker(
         for p in on_fuse:
             values = read(cluster, p)
             assert values == [f"{p}-{i}" for i in range(20)] + [f"{p}-late"]
+
+
+def logs_in(dirs: list[Path]) -> list[int]:
+    """The partitions of TOPIC with a log in any of ``dirs``."""
+    return sorted({int(p.name.rsplit("-", 1)[1]) for d in dirs for p in d.glob(f"{TOPIC}-*")})
