@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import KazooState
 
-from logkeel.cluster.zk_handler import PollingHandler, poll_select
+from logkeel.cluster.zk_handler import GaveUp, PollingHandler, poll_select
 from logkeel.cluster.zk_server import ZooKeeperServer
 from logkeel.cluster.zk_session import ZkSession
 from tests.waiting import wait_until
@@ -94,8 +93,9 @@ def test_once_leaving_a_call_waits_for_no_connection_that_is_down(
 ) -> None:
     """kazoo holds a call made while its connection is down until it is back, and a blocking
     call waits without a bound: a broker stopping with ZooKeeper out of reach hung for ever.
-    Once the session is leaving, a call waiting on a down connection fails with ConnectionLoss,
-    the one already waiting included; with the connection up, calls answer as before."""
+    Once the session is leaving, a call waiting on a down connection fails (GaveUp), the one
+    already waiting included, and a new one at once; with the connection up, calls answer as
+    before."""
     session = ZkSession(own_zookeeper.connect_string, session_timeout_ms=30_000).start()
     try:
         session.zk.create("/n", b"v")
@@ -109,9 +109,9 @@ def test_once_leaving_a_call_waits_for_no_connection_that_is_down(
         session.leaving()
         waiting.join(2)
         assert not waiting.is_alive()
-        assert isinstance(outcome[0], ConnectionLoss)
+        assert isinstance(outcome[0], GaveUp)
         started = time.monotonic()
-        assert isinstance(_get(session, "/n"), ConnectionLoss)
+        assert isinstance(_get(session, "/n"), GaveUp)
         assert time.monotonic() - started < 2
 
         own_zookeeper.start(60)
@@ -124,5 +124,5 @@ def test_once_leaving_a_call_waits_for_no_connection_that_is_down(
 def _get(session: ZkSession, path: str) -> object:
     try:
         return session.zk.get(path)[0]
-    except ConnectionLoss as exc:
+    except GaveUp as exc:
         return exc

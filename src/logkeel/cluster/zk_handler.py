@@ -11,8 +11,10 @@ leaderships) crawled. ``poll`` needs one system call and no file descriptor of i
 kazoo queues a call made while its connection is down until it is back, and its blocking calls
 wait without a bound: a broker told to stop while ZooKeeper was frozen hung for ever in the
 first write of its shutdown (and, had that failed, in the next). Once the broker leaves
-(`PollingHandler.give_up_when`), a blocking call fails with ConnectionLoss whenever the
-connection is down, as a call in flight when it drops does.
+(`PollingHandler.give_up_when`), a blocking call fails with `GaveUp` whenever the connection is
+down, and a new call is not even queued (`GivingUpClient`). `GaveUp` is kazoo's
+ConnectionClosedError: kazoo's own retrying recipes (a DataWatch retries a lost connection for
+ever, and kazoo's stop waits for its thread) end on it rather than retry.
 """
 
 from __future__ import annotations
@@ -21,17 +23,25 @@ import select
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import ConnectionLoss
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError
 from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 
-__all__ = ["PollingHandler", "poll_select"]
+__all__ = ["GaveUp", "GivingUpClient", "PollingHandler", "poll_select"]
 
 _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
 _DONE = select.POLLERR | select.POLLHUP | select.POLLNVAL
 # How often a blocking call waiting for its answer looks whether it should give up.
 _GIVE_UP_CHECK_S = 0.25
+
+
+class GaveUp(ConnectionClosedError):  # type: ignore[misc]
+    """ZooKeeper is out of reach while the broker stops: the call was not waited for."""
+
+    def __init__(self) -> None:
+        super().__init__("ZooKeeper out of reach while the broker stops")
 
 
 def poll_select(
@@ -65,8 +75,8 @@ class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
         self.give_up: Callable[[], bool] = lambda: False
 
     def give_up_when(self, condition: Callable[[], bool]) -> None:
-        """From now on, a blocking call still waiting for its answer fails with ConnectionLoss
-        as soon as ``condition()`` holds (checked every quarter second), the calls waiting
+        """From now on, a blocking call still waiting for its answer fails with `GaveUp` as
+        soon as ``condition()`` holds (checked every quarter second), the calls waiting
         already included."""
         self.give_up = condition
 
@@ -86,6 +96,20 @@ class _GivingUpResult(AsyncResult):  # type: ignore[misc]
                     if not self.ready():
                         self._condition.wait(_GIVE_UP_CHECK_S)
                 if not self.ready() and self._handler.give_up():
-                    raise ConnectionLoss("ZooKeeper out of reach while the broker stops")
+                    raise GaveUp()
             return super().get(block=False)
         return super().get(block, timeout)
+
+
+class GivingUpClient(KazooClient):  # type: ignore[misc]
+    """kazoo's client on a `PollingHandler`, whose calls are not queued once it gives up."""
+
+    def _call(self, request: Any, async_object: Any) -> Any:
+        # kazoo queues a call made while its connection is down, and wakes its connection
+        # thread with a byte on a socket pair that only a connected thread drains: calls
+        # retried in a loop while the broker stopped (each failing at once) filled it, and
+        # then every call blocked in that write, the controlled shutdown's own.
+        if self.handler.give_up():
+            async_object.set_exception(GaveUp())
+            return False
+        return super()._call(request, async_object)

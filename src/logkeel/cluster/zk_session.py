@@ -10,13 +10,12 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Self, TypeVar
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from logkeel.cluster import zk_data as zd
-from logkeel.cluster.zk_handler import PollingHandler
+from logkeel.cluster.zk_handler import GivingUpClient, PollingHandler
 
 __all__ = ["ZkSession", "ZooKeeperUnavailable", "raise_first_failure"]
 
@@ -58,7 +57,7 @@ class ZkSession:
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self._handler = handler = PollingHandler()
-        self.zk = KazooClient(
+        self.zk = GivingUpClient(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
             handler=handler,
@@ -83,7 +82,7 @@ class ZkSession:
 
     def leaving(self) -> None:
         """From now on no call waits for a connection that is down: it fails with
-        ConnectionLoss, the calls already waiting included (a broker stopping while ZooKeeper
+        `zk_handler.GaveUp`, the calls already waiting included (a broker stopping while ZooKeeper
         is out of reach must still stop)."""
         self._handler.give_up_when(lambda: not self.zk.connected)
 
