@@ -439,3 +439,66 @@ def test_a_topics_first_leaders_skip_a_broker_that_asks_to_leave_during_its_crea
     assert {leaders[p] for p in range(5)} == {2}  # decided before the request
     assert {leaders[p] for p in range(5, 10)} == {1}, leaders  # on the code before: 2
     ctx.close()
+
+
+def test_in_office_written_states_are_read_back_after_the_pass_and_others_changes_decided(
+    client: ZkMetadataClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller in office read each state it had just written back as its watch fired, on
+    the one connection, between its own writes (3,333 after a SIGKILL at 10,000 partitions).
+    Now a fired state watch is only noted in office: its state is read at the start of the
+    next pass. A state someone else changed is still decided at once: the note wakes a pass."""
+    # No idle pass would read the noted change in the test's time: only the note's own wake-up.
+    monkeypatch.setattr(controller_module, "_IDLE_RECONCILE_S", 120.0)
+    n = 300
+    for b in (1, 2, 3):
+        client.register_broker(registration(b))
+    client.create_topic(TopicAssignment(TOPIC, "id", {p: (2, 1, 3) for p in range(n)}), {})
+    controller = Controller(client, 1)
+    noted_in_pass: list[int] = []
+    write_states = controller._write_states
+
+    def writes(ctl: Any, ctx: Any, batch: list[Any], **kwargs: Any) -> None:
+        write_states(ctl, ctx, batch, **kwargs)
+        if kwargs.get("sent"):  # the moves of a leaving broker's leaderships, answered
+            deferred = ctx._watches._deferred
+            wait_until(lambda: deferred, 10, "the written states' watches noted")
+            noted_in_pass.append(len(deferred))
+
+    monkeypatch.setattr(controller, "_write_states", writes)
+    controller.start()
+    try:
+        wait_until(
+            lambda: all(
+                (s := client.partition_state(TOPIC, p)) and s.leader == 2 for p in range(n)
+            ),  # fmt: skip
+            20,
+            "the first leaders",
+        )
+        client.request_controlled_shutdown(2, client.broker(2).broker_epoch, lambda *_: None)
+        wait_until(
+            lambda: all(client.partition_state(TOPIC, p).leader == 1 for p in range(n)),
+            20,
+            "broker 2's leaderships moved",
+        )
+        assert noted_in_pass, "no pass moved the leaderships"
+        ctx = controller._context
+        assert ctx is not None
+        # Read back once the pass was over: the view holds what ZooKeeper holds.
+        wait_until(lambda: not ctx._watches._deferred, 10, "the noted states read")
+        tp = TopicPartition(TOPIC, 7)
+        assert ctx.states[tp].zk_version == client.partition_state(TOPIC, 7).zk_version
+        # Someone else's change (a leader no longer registered): noted, then decided at once.
+        current = client.partition_state(TOPIC, 7)
+        client.zk.set(
+            zd.partition_state_path(TOPIC, 7),
+            zd.encode_partition_state(replace(current, leader=4, isr=(4, 1, 3))),
+            version=current.zk_version,
+        )
+        wait_until(
+            lambda: client.partition_state(TOPIC, 7).leader in (1, 3),
+            10,
+            "the unregistered leader replaced",
+        )
+    finally:
+        controller.stop()

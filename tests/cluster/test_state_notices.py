@@ -191,7 +191,7 @@ def test_a_standby_decodes_reports_on_its_owners_thread_and_never_an_older_over_
         wait_until(lambda: raw_end() == 30, WAIT, "the newest report read, undecoded")
         # An earlier delivery's read finishing late is dropped, not decoded over the newer.
         standby._report_read(7, 1, 1, {}, [zd.encode_replica_logs(0, report(5))])
-        standby.wake()  # taking office: decoded now, and from now on as read
+        standby.take_office(lambda: None)  # decoded now, and from now on as read
         assert standby.reports[7][1][tp].log_end_offset == 30
         assert not standby._raw_reports
         writer.set_replica_logs(7, 1, report(40))

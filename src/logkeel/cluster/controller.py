@@ -146,6 +146,7 @@ class Controller:
         self._events: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._writing = False
         self._context: ControllerContext | None = None
         # A broker out of office keeps a loaded context too (KRaft's standby controllers keep
         # the metadata): taking office after the controller died then reads only the partition
@@ -173,6 +174,11 @@ class Controller:
     @property
     def active(self) -> bool:
         return self.epoch is not None
+
+    @property
+    def writing(self) -> bool:
+        """In a pass (which may write thousands of states on this broker's connection)."""
+        return self._writing
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -286,7 +292,11 @@ class Controller:
                 if self.epoch is not None:
                     if "reload" in events:
                         self._leave_office()
-                    self.reconcile(self.epoch, events)
+                    self._writing = True
+                    try:
+                        self.reconcile(self.epoch, events)
+                    finally:
+                        self._writing = False
             except _Stopping:
                 return
             except ControllerMoved:
@@ -360,7 +370,7 @@ class Controller:
             # Sent first, answered while the context loads (once a cluster's first controller
             # made them, each only answers that it exists).
             slots = self._create_notice_slots()
-            stale = ctx.wake()
+            stale = ctx.take_office(lambda: self._events.put("states"))
             woken = time.monotonic()
             if not ctx.wait_loaded(_LOAD_TIMEOUT_S):
                 ctx.close()
@@ -404,6 +414,10 @@ class Controller:
         """Brings the partitions that events touched (every one on a sweep) in line with
         the live brokers and pending requests."""
         ctx = self._take_office()
+        # The states changed since the last pass (their watches only noted it): read now,
+        # before deciding, and never between this pass's writes.
+        if not ctx.read_changed_states(_LOAD_TIMEOUT_S):
+            raise RuntimeError("reading the partition states that changed failed or timed out")
         events = set(events)
         self._retry_at = None
         preferred: set[TopicPartition] = set()

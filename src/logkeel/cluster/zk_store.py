@@ -51,6 +51,7 @@ from logkeel.cluster.session_fence import SessionFence
 from logkeel.cluster.zk_brokers import BrokerIdInUse
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint, LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_handler import GaveUp
 from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.cluster.zk_watch import WatchedZnodes
 from logkeel.storage.log_dir import random_uuid
@@ -71,6 +72,8 @@ _COALESCE_MAX_S = 0.1
 _STATE_CATCH_UP_S = 0.25
 # How long a rebuild waits for the first states of partitions it just began watching.
 _FIRST_STATES_WAIT_S = 30.0
+# The longest the re-reads of changed states wait for this broker's controller to finish a pass.
+_HOLD_MAX_S = 2.0
 # How often a controlled shutdown asks again while ZooKeeper is out of reach.
 _CONNECTION_CHECK_S = 0.25
 
@@ -118,6 +121,9 @@ class ZkMetadataStore(MetadataStore):
         self._configs: dict[str, dict[str, str]] = {}
         # The partition states, watched pipelined (thousands of them: `zk_watch`).
         self._states = self._state_watches()
+        # Whether the re-reads of changed states should wait (this broker's controller is
+        # writing a burst of them: `_catch_up`).
+        self.hold_state_reads: Callable[[], bool] = lambda: False
         # Partitions whose state a watch delivered since their topic was last rebuilt.
         self._changed_states: dict[str, set[int]] = {}
         self._changed_lock = threading.Lock()
@@ -544,8 +550,17 @@ class ZkMetadataStore(MetadataStore):
         return watches
 
     def _catch_up(self) -> None:
+        held_since: float | None = None
         while not self._closing:
-            self._states.catch_up()
+            now = time.monotonic()
+            if self.hold_state_reads() and (held_since is None or now - held_since < _HOLD_MAX_S):
+                # This broker's controller is writing a burst of states on this connection
+                # (handed to this store as each transaction is answered): their re-reads
+                # wait behind it rather than between its writes.
+                held_since = now if held_since is None else held_since
+            else:
+                held_since = None
+                self._states.catch_up()
             self._catch_up_wake.wait(_STATE_CATCH_UP_S)
 
     def _watch_notices(self) -> None:
@@ -612,8 +627,10 @@ class ZkMetadataStore(MetadataStore):
                     kept = self._still_leading(self._departed)
                     if kept.keys() != self._departed.keys():
                         self._set_brokers(self._live, kept)
-            except Exception:
-                log.exception("refreshing metadata from ZooKeeper failed; retrying")
+            except Exception as exc:
+                # GaveUp: stopping with ZooKeeper out of reach, tried again until the session ends.
+                if not isinstance(exc, GaveUp):
+                    log.exception("refreshing metadata from ZooKeeper failed; retrying")
                 time.sleep(0.5)
                 for task in batch:
                     self._tasks.put(task)
@@ -963,7 +980,7 @@ class ZkMetadataStore(MetadataStore):
             try:
                 self.client.request_controlled_shutdown(self.node_id, self.broker_epoch, on_answer)
                 break
-            except ConnectionLoss:
+            except (ConnectionLoss, GaveUp):
                 # ZooKeeper out of reach (the session may live on): asked again once it is back,
                 # until the time is up; no controller could move anything meanwhile.
                 if time.monotonic() >= deadline:

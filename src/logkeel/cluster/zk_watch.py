@@ -37,32 +37,32 @@ class WatchedZnodes:
         # was told through ``on_error`` and reads again with watches of its own).
         self._failed = False
         # While quiet (not None): the watches of ``_quiet_paths`` that fired, each with its
-        # read, left for `catch_up` or `wake`.
+        # read, left for `catch_up`.
         self._deferred: dict[tuple[str, str], Callable[[], None]] | None = None
         self._quiet_paths: Callable[[str], bool] = lambda _path: False
+        self._on_noted: Callable[[], None] | None = None
 
-    def quiet(self, paths: Callable[[str], bool]) -> None:
-        """From now on a data watch of a znode ``paths`` takes that fires is only noted, not
-        read again (nor re-armed) until ``catch_up`` or ``wake``: an owner that needs the view
-        later (a standby controller) reads a znode that changed ten times once."""
+    def quiet(
+        self, paths: Callable[[str], bool], on_noted: Callable[[], None] | None = None
+    ) -> None:
+        """From now on a data watch of a znode ``paths`` takes that fires is only noted (and
+        ``on_noted()`` called, on kazoo's thread), not read again (nor re-armed) until
+        ``catch_up``: an owner that needs the view later (a standby controller)
+        reads a znode that changed ten times once, and one that writes in bursts (the
+        controller in office) reads after its burst, not between its writes."""
         with self._lock:
             self._quiet_paths = paths
+            self._on_noted = on_noted
             if self._deferred is None:
                 self._deferred = {}
 
     def catch_up(self) -> int:
         """Reads again what changed so far (``wait_loaded`` waits for it), staying quiet; how
         many znodes that is."""
-        return self._read_deferred(stay_quiet=True)
-
-    def wake(self) -> int:
-        """``catch_up``, and every change is read at once from now on."""
-        return self._read_deferred(stay_quiet=False)
-
-    def _read_deferred(self, *, stay_quiet: bool) -> int:
         with self._lock:
             pending = self._deferred or {}
-            self._deferred = {} if stay_quiet and self._deferred is not None else None
+            if self._deferred is not None:
+                self._deferred = {}
             self._delivered.difference_update(pending)
         for again in pending.values():
             again()
@@ -194,10 +194,14 @@ class WatchedZnodes:
             if self._closed:
                 return
             with self._lock:
-                if self._deferred is not None and key[0] == "data" and self._quiet_paths(path):
-                    self._deferred[key] = again
-                    return
-            again()
+                noted = self._deferred is not None and key[0] == "data" and self._quiet_paths(path)
+                if noted:
+                    self._deferred[key] = again  # type: ignore[index]
+                on_noted = self._on_noted
+            if not noted:
+                again()
+            elif on_noted is not None:
+                on_noted()
 
         def done(result: Any) -> None:
             try:

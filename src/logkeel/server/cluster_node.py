@@ -87,6 +87,7 @@ class ClusterNode:
             imbalance_percentage=config.leader_imbalance_per_broker_percentage,
         )
         self.controller.on_states_written = self.store.states_written
+        self.store.hold_state_reads = lambda: self.controller.writing
         self.controller.crash_detector.listener = config.inter_broker_listener
         self._joined = False
         self._left = False
