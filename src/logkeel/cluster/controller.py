@@ -60,6 +60,7 @@ from logkeel.cluster.reassignment_driver import ReassignmentDriver
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_controller import ControllerEpoch, ControllerMoved
 from logkeel.cluster.zk_data import LeaderIsr, TopicAssignment
+from logkeel.cluster.zk_handler import GaveUp
 from logkeel.cluster.zk_history import ControllerHistory
 from logkeel.cluster.zk_topics import StalePartitionState
 from logkeel.storage.topic_partition import TopicPartition
@@ -303,8 +304,13 @@ class Controller:
                 log.warning("controller epoch moved on; broker %d resigns", self.broker_id)
                 self.epoch = None
                 self._leave_office()
-            except Exception:
-                log.exception("controller pass failed; retrying")
+            except Exception as exc:
+                # GaveUp: its broker is stopping with ZooKeeper out of reach (one line, not a
+                # traceback every half second until the session ends).
+                if isinstance(exc, GaveUp):
+                    log.info("controller pass skipped: %s", exc)
+                else:
+                    log.exception("controller pass failed; retrying")
                 self._events.put("retry")
                 threading.Event().wait(0.5)
 
