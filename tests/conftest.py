@@ -28,11 +28,16 @@ settings.load_profile("logkeel")
 # KIP-848 consumers migrating a group between protocols on a real broker; the cooperative case
 # failed once in a loaded CI run (ConsumerGroupHeartbeat: GROUP_ID_NOT_FOUND, fatal to the
 # client) and passed alone: undiagnosed, in issue 19's note of 2026-11-27.
+# test_fetch_session_clients.py: two kafka-python consumers of one group polled in turn from
+# one thread; the rebalance that splits the partitions between them did not finish within 60 s
+# once in a fresh-clone CI run ("Pre-rebalance offset commit failed" from kafka-python), and
+# passed in the 10 runs after, 3 at a time: undiagnosed, in issue 19's note of 2026-11-27.
 _SCENARIO_MODULES = {
     "test_cluster_up.py",
     "test_standalone.py",
     "test_kafka_streaming.py",
     "test_consumer_group_migration_clients.py",
+    "test_fetch_session_clients.py",
 }
 
 
