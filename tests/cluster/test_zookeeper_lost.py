@@ -28,6 +28,16 @@ SESSION_TIMEOUT_MS = 6000
 OUTAGE_S = 13.0
 
 
+def broker_on(zk: ZooKeeperServer, tmp_path: Path, chroot: str, node_id: int) -> BrokerProcess:
+    """A broker of the test's own ZooKeeper, with the short session these tests wait out."""
+    return BrokerProcess(
+        tmp_path / f"b{node_id}",
+        overrides={"zookeeper.connect": zk.connect_string + chroot,
+                   "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)},
+        extra_args=["--node-id", str(node_id)],
+    )  # fmt: skip
+
+
 def controller_id(admin: AdminClient) -> int | None:
     try:
         return admin.list_topics(timeout=5).controller_id
@@ -37,12 +47,7 @@ def controller_id(admin: AdminClient) -> int | None:
 
 def test_reads_go_on_and_writes_stop_while_zookeeper_is_gone(tmp_path: Path) -> None:
     with ZooKeeperServer(tmp_path / "zk") as zk:
-        broker = BrokerProcess(
-            tmp_path / "b1",
-            overrides={"zookeeper.connect": zk.connect_string + "/lost",
-                       "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)},
-            extra_args=["--node-id", "1"],
-        )  # fmt: skip
+        broker = broker_on(zk, tmp_path, "/lost", 1)
         broker.start()
         try:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -119,17 +124,7 @@ def test_brokers_told_to_stop_while_zookeeper_is_frozen_stop_cleanly(tmp_path: P
     timeout, skips what needs ZooKeeper and stops cleanly (its logs marked clean: no recovery at
     the next start)."""
     with ZooKeeperServer(tmp_path / "zk") as zk:
-        brokers = [
-            BrokerProcess(
-                tmp_path / f"b{i}",
-                overrides={
-                    "zookeeper.connect": zk.connect_string + "/frozen",
-                    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-                },
-                extra_args=["--node-id", str(i)],
-            )  # fmt: skip
-            for i in (1, 2)
-        ]
+        brokers = [broker_on(zk, tmp_path, "/frozen", i) for i in (1, 2)]
         for broker in brokers:
             broker.start()
         try:

@@ -141,7 +141,7 @@ class ControllerContext:
         ``catch_up`` or ``take_office`` (`WatchedZnodes.quiet`); the rest is read as it changes."""
         with self._reports_read:
             self._defer_reports = True
-        self._watches.quiet(lambda path: path.endswith("/state"))
+        self._watches.quiet(zd.is_partition_state_path)
 
     def take_office(self, on_state_noted: Callable[[], None]) -> int:
         """In office: the reports are decoded as they come; a partition state that changes is
@@ -152,7 +152,7 @@ class ControllerContext:
         Reads what changed while a standby (``wait_loaded`` then waits for it): how many
         znodes."""
         self._decode_reports(stay_quiet=False)
-        self._watches.quiet(lambda path: path.endswith("/state"), on_state_noted)
+        self._watches.quiet(zd.is_partition_state_path, on_state_noted)
         return self._watches.catch_up()
 
     def read_changed_states(self, timeout_s: float) -> bool:

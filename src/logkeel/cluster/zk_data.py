@@ -138,6 +138,11 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{partition_path(topic, partition)}/state"
 
 
+def is_partition_state_path(path: str) -> bool:
+    """Whether ``path`` is a partition's state znode (what quiet watches hold back)."""
+    return path.startswith(TOPICS + "/") and path.endswith("/state")
+
+
 def topic_config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
 

@@ -546,21 +546,18 @@ class ZkMetadataStore(MetadataStore):
         burst of writes a controlled shutdown waits for; a leader's own ISR change shows here
         that much later."""
         watches = WatchedZnodes(self.client.zk, self._state_watch_failed)
-        watches.quiet(lambda path: path.endswith("/state"))
+        watches.quiet(zd.is_partition_state_path)
         return watches
 
     def _catch_up(self) -> None:
-        held_since: float | None = None
+        held_since = time.monotonic()
         while not self._closing:
-            now = time.monotonic()
-            if self.hold_state_reads() and (held_since is None or now - held_since < _HOLD_MAX_S):
-                # This broker's controller is writing a burst of states on this connection
-                # (handed to this store as each transaction is answered): their re-reads
-                # wait behind it rather than between its writes.
-                held_since = now if held_since is None else held_since
-            else:
-                held_since = None
+            # While this broker's controller writes a burst of states on this connection
+            # (handed to this store as each transaction is answered), their re-reads wait
+            # behind it rather than between its writes: up to _HOLD_MAX_S at a time.
+            if not self.hold_state_reads() or time.monotonic() - held_since >= _HOLD_MAX_S:
                 self._states.catch_up()
+                held_since = time.monotonic()
             self._catch_up_wake.wait(_STATE_CATCH_UP_S)
 
     def _watch_notices(self) -> None:
