@@ -66,6 +66,15 @@ damage = st.lists(
 @given(which=st.sampled_from(["clean", "crashed"]), hits=damage)
 # Cuts the active segment back to its base (a lazy start keeps it empty, an eager one drops it).
 @example(which="clean", hits=[(479, 0.0, b"\x00" * 12), (4233, 0.015625, b"\x00")])
+# An offset index entry inside a batch (it passes the sanity check) and a damaged txn index:
+# its rebuild read from that hint, stopped, and lost two aborted transactions (lazy start).
+@example(which="crashed", hits=[(155, 0.875, b"\x00\x01"), (168, 0.0, b"\x01")])
+# ... and a marker damaged below the recovery point: its rebuild raised, the partition failed
+# to load eagerly where a lazy start cut it at that marker.
+@example(
+    which="crashed",
+    hits=[(155, 0.875, b"\x00\x01"), (168, 0.0, b"\x01"), (3415, 0.6813075979859815, b"(")],
+)
 def test_random_damage_never_raises_nor_serves_corrupt_data(
     templates, tmp_path_factory, which, hits
 ):

@@ -8,11 +8,11 @@ The same replay rebuilds the transaction index of one segment when validation fi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from logkeel.records.batch import BatchHeader
+from logkeel.records.batch import BatchHeader, InvalidBatchError
 from logkeel.records.walk import BatchPosition
 from logkeel.storage.engine.producer_entry import ProducerStateEntry
 from logkeel.storage.engine.producer_snapshot import read_snapshot
@@ -77,8 +77,7 @@ class ProducerReplay:
                 break
             if next_base is not None and next_base <= from_offset:
                 continue
-            position = index_hint(segment, from_offset)
-            for batch in segment.log.batches(position):
+            for batch in batches_from(segment, from_offset):
                 h = batch.header
                 if h.last_offset < from_offset:
                     continue
@@ -98,6 +97,26 @@ def index_hint(segment: LogSegment, offset: int) -> int:
     except (CorruptIndexError, ValueError):
         return 0
     return position if 0 <= position <= segment.size else 0
+
+
+def batches_from(segment: LogSegment, offset: int) -> Iterator[BatchPosition]:
+    """The segment's batches from the one holding ``offset`` (or one before it) onwards.
+
+    A damaged index can pass its sanity check and still point inside a batch or past
+    ``offset``: such a hint is dropped and the segment read from its start, so that a bad index
+    never stops a replay or skips batches of good data."""
+    position = index_hint(segment, offset)
+    if position:
+        batches = segment.log.batches(position)
+        try:
+            first = next(batches, None)
+        except InvalidBatchError:
+            first = None
+        if first is not None and first.header.base_offset <= offset:
+            yield first
+            yield from batches
+            return
+    yield from segment.log.batches(0)
 
 
 def restore_scratch_state(

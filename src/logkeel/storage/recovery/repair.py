@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from logkeel.records.batch import InvalidBatchError
-from logkeel.storage.engine.replay import ProducerReplay, index_hint, restore_scratch_state
+from logkeel.storage.engine.replay import ProducerReplay, batches_from, restore_scratch_state
 from logkeel.storage.engine.segment import (
     LogSegment,
 )
@@ -100,9 +100,8 @@ def rebuild_txn_index(segment: LogSegment, segments: list[LogSegment]) -> list[A
     for seg in segments:
         if seg.base_offset > segment.base_offset:
             break
-        position = index_hint(seg, offset)
         try:
-            for batch in seg.log.batches(position):
+            for batch in batches_from(seg, offset):
                 h = batch.header
                 if h.last_offset < offset:
                     continue
@@ -122,8 +121,8 @@ def rebuild_txn_index(segment: LogSegment, segments: list[LogSegment]) -> list[A
                             )
                         )
                     state.complete_txn(completed)
-        except InvalidBatchError:
-            break
+        except (InvalidBatchError, CorruptRecordError):
+            break  # data not validated yet: its validation cuts the log there
     return collected
 
 
