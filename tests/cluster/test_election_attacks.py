@@ -43,7 +43,14 @@ from tests.cluster.test_cluster_brokers import (
 from tests.server.test_admin_wire import Wire
 from tests.waiting import wait_until
 
-OVERRIDES = {"min.insync.replicas": "2", "default.replication.factor": "3"}
+# The attacks place leaders themselves (designated and operator's preferred elections): the
+# controller's own first rebalance check, 5 s after it takes office, would move a leadership
+# back to its preferred replica mid-arrangement (seen in CI: the broker about to be wiped led).
+OVERRIDES = {
+    "min.insync.replicas": "2",
+    "default.replication.factor": "3",
+    "auto.leader.rebalance.enable": "false",
+}
 # The periodic replica-log report runs every 5 s: the bound for one to carry a new high mark.
 REPORT_BOUND_S = 15.0
 # The controller frozen while another broker restarts (seconds on a loaded machine) must keep
