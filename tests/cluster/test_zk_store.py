@@ -427,6 +427,31 @@ def test_a_topic_created_again_before_its_deletion_was_seen_takes_its_new_states
         store.close()
 
 
+def leaders_unlisted(store: ZkMetadataStore) -> list[str]:
+    """Filled, from now on, with each moment a published partition names a leader neither
+    listed to clients (`advertised_brokers`) nor offline: a leader a client cannot find."""
+    broken: list[str] = []
+
+    def check(when: str) -> None:
+        listed = {b.node_id for b in store.advertised_brokers()}
+        for topic in store._snapshot.values():
+            for p in topic.partitions.values():
+                if p.leader >= 0 and p.leader not in p.offline_replicas and p.leader not in listed:
+                    broken.append(f"after {when}: {p.topic}-{p.partition} led by {p.leader}, "
+                                  f"brokers {sorted(listed)}")  # fmt: skip
+
+    for name in ("_publish", "_set_brokers"):
+        original = getattr(store, name)
+
+        def wrapper(*args: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
+            result = _original(*args, **kw)
+            check(_name)
+            return result
+
+        setattr(store, name, wrapper)
+    return broken
+
+
 def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
     zk_connect: str,
 ) -> None:
@@ -435,7 +460,9 @@ def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
     leaderless in between); where none comes, until the linger ends. As a follower it reads
     offline at once."""
     client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
-    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=10.0).start()
+    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=10.0)
+    broken = leaders_unlisted(store)
+    store.start()
     writer = ZkMetadataClient(zk_connect).start()
     peers = {b: ZkMetadataClient(zk_connect).start() for b in (2, 3)}
     zk = writer.zk
@@ -482,6 +509,66 @@ def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
         wait_until(lambda: view(2) == (3, [3]), 20, "partition 2 offline after the linger")
         assert time.monotonic() - gone_at >= 9.5
         assert listed(store.advertised_brokers()) == {2}
+        assert broken == []
+    finally:
+        for peer in peers.values():
+            peer.close()
+        writer.close()
+        store.close()
+
+
+def test_a_departed_leader_stays_listed_until_the_published_topic_names_its_successor(
+    zk_connect: str,
+) -> None:
+    """The controller's new state for a departed broker's partition is handed over
+    (`states_written`) while the store rebuilds that topic for the departure: cached at once,
+    published in the next rebuild. The broker stays listed until then; at no moment does a
+    published partition name a leader that is neither listed nor offline (CI once showed
+    "solo-0 led by 3" with brokers [1, 2])."""
+    client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
+    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=30.0)
+    writer = ZkMetadataClient(zk_connect).start()
+    peers = {b: ZkMetadataClient(zk_connect).start() for b in (2, 3)}
+    zk = writer.zk
+    tp0 = TopicPartition("moved", 0)
+    handed = threading.Event()
+    rebuild = store._refresh_topic
+
+    def rebuild_then_hand_over(name: str, **kwargs: Any) -> None:
+        rebuild(name, **kwargs)
+        if name == "moved" and 3 in store._departed and not handed.is_set():
+            handed.set()
+            new = LeaderIsr(2, 1, (2,), 1)
+            stat = zk.set(zd.partition_state_path("moved", 0), zd.encode_partition_state(new))
+            store.states_written([(tp0, LeaderIsr(2, 1, (2,), 1, zk_version=stat.version))])
+
+    store._refresh_topic = rebuild_then_hand_over  # type: ignore[method-assign]
+    broken = leaders_unlisted(store)
+    store.start()
+    try:
+        for b, peer in peers.items():
+            peer.register_broker(
+                zd.BrokerRegistration(b, (zd.EndPoint("PLAINTEXT", "127.0.0.1", 9000 + b),))
+            )
+        assignment = zd.TopicAssignment("moved", "DDDDDDDDDDDDDDDDDDDDDD", {0: (3, 2), 1: (2, 3)})
+        zk.create(zd.topic_path("moved"), zd.encode_topic(assignment), makepath=True)
+        for p, leader in ((0, 3), (1, 2)):
+            zk.create(zd.partition_state_path("moved", p),
+                      zd.encode_partition_state(LeaderIsr(leader, 0, (3, 2), 1)), makepath=True)  # fmt: skip
+        wait_until(
+            lambda: (
+                store.topic("moved") is not None and {b.node_id for b in store.brokers()} == {2, 3}
+            ),
+            WAIT,
+            "the topic and brokers 2 and 3 in the cache",
+        )
+        peers.pop(3).close()  # its registration goes with its session
+        wait_until(handed.is_set, WAIT, "the new state handed over during the rebuild")
+        wait_until(lambda: (p := store.partition(tp0)) is not None and p.leader == 2, WAIT,
+                   "partition 0's new leader published")  # fmt: skip
+        wait_until(lambda: {b.node_id for b in store.advertised_brokers()} == {2}, WAIT,
+                   "broker 3 no longer listed once it leads nothing")  # fmt: skip
+        assert broken == []
     finally:
         for peer in peers.values():
             peer.close()

@@ -109,6 +109,7 @@ class ZkMetadataStore(MetadataStore):
         # What clients are told (`advertised_brokers`): one value, so that a reader never
         # sees a broker twice or not at all while it departs or registers again.
         self._advertised: tuple[BrokerInfo, ...] = ()
+        self._shown: Mapping[int, BrokerRegistration] = MappingProxyType({})  # _advertised's
         self._departed_timer: threading.Timer | None = None
         self._departed_linger_s = (
             client.session_timeout_ms / 1000 if departed_linger_s is None else departed_linger_s
@@ -651,7 +652,9 @@ class ZkMetadataStore(MetadataStore):
         for b, reg in self._live.items():
             if b not in live and b != self.node_id and b not in departed:
                 departed[b] = (reg, now + self._departed_linger_s)
-        self._set_brokers(MappingProxyType(live), self._still_leading(departed))
+        # A broker no longer shown stays advertised until the topics are rebuilt without it
+        # as a leader: a client is never handed a leader missing from the broker list.
+        self._set_brokers(MappingProxyType(live), self._still_leading(departed), keep_shown=True)
         if self._departed_timer is not None:
             self._departed_timer.cancel()
             self._departed_timer = None
@@ -667,30 +670,35 @@ class ZkMetadataStore(MetadataStore):
         # offline_replicas depend on liveness: rebuild every topic from the cached states.
         for name in list(self._snapshot):
             self._refresh_topic(name, reread=False)
+        self._set_brokers(self._live, self._departed)
         self._signal()
 
     def _set_brokers(
         self,
         live: Mapping[int, BrokerRegistration],
         departed: Mapping[int, tuple[BrokerRegistration, float]],
+        *,
+        keep_shown: bool = False,
     ) -> None:
+        """``keep_shown``: those advertised before stay so (until a call without it)."""
         # Departed first: the partitions' rebuilds never see the broker gone from both.
         self._departed = departed
         self._live = live
-        self._advertised = tuple(
-            _broker_infos(
-                [*live.values(), *(reg for b, (reg, _) in departed.items() if b not in live)]
-            )
-        )
+        shown = {b: reg for b, (reg, _) in departed.items()} | dict(live)
+        if keep_shown:
+            shown = dict(self._shown) | shown
+        self._shown = MappingProxyType(shown)
+        self._advertised = tuple(_broker_infos(shown.values()))
 
     def _still_leading(
         self, departed: Mapping[int, tuple[BrokerRegistration, float]]
     ) -> Mapping[int, tuple[BrokerRegistration, float]]:
-        """Those of ``departed`` that some cached partition state still names as leader."""
+        """Those of ``departed`` that the published topics still show as a leader. Not the
+        cached states: a state handed over (`states_written`) is cached before its topic is
+        rebuilt, and a broker dropped on it was a leader clients could not find until then."""
         if not departed:
             return MappingProxyType({})
-        with self._states_lock:
-            leaders = {state.leader for state in self._leader_isr.values()}
+        leaders = {p.leader for t in self._snapshot.values() for p in t.partitions.values()}
         return MappingProxyType({b: e for b, e in departed.items() if b in leaders})
 
     def _refresh_topic(
