@@ -9,6 +9,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -452,17 +454,15 @@ def leaders_unlisted(store: ZkMetadataStore) -> list[str]:
     return broken
 
 
-def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
-    zk_connect: str,
-) -> None:
-    """As Kafka's metadata cache: a broker whose registration went stays listed, and the leader
-    of the partitions it led, until the controller's states name their new leaders (not
-    leaderless in between); where none comes, until the linger ends. As a follower it reads
-    offline at once."""
+@contextmanager
+def departure(
+    zk_connect: str, linger_s: float, assignment: zd.TopicAssignment, leaders: dict[int, int]
+) -> Iterator[tuple[ZkMetadataStore, Any, dict[int, ZkMetadataClient]]]:
+    """Broker 1's store (not started: a test wraps it first), brokers 2 and 3 registered by
+    their own sessions (close one to make it depart), and the topic written with ISR (3, 2):
+    yields the store, a ZooKeeper client to write with, and the peers."""
     client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
-    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=10.0)
-    broken = leaders_unlisted(store)
-    store.start()
+    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=linger_s)
     writer = ZkMetadataClient(zk_connect).start()
     peers = {b: ZkMetadataClient(zk_connect).start() for b in (2, 3)}
     zk = writer.zk
@@ -471,13 +471,31 @@ def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
             peer.register_broker(
                 zd.BrokerRegistration(b, (zd.EndPoint("PLAINTEXT", "127.0.0.1", 9000 + b),))
             )
-        assignment = zd.TopicAssignment(
-            "gone", "CCCCCCCCCCCCCCCCCCCCCC", {0: (3, 2), 1: (2, 3), 2: (3, 2)}
-        )
-        zk.create(zd.topic_path("gone"), zd.encode_topic(assignment), makepath=True)
-        for p, leader in ((0, 3), (1, 2), (2, 3)):
-            zk.create(zd.partition_state_path("gone", p),
+        zk.create(zd.topic_path(assignment.topic), zd.encode_topic(assignment), makepath=True)
+        for p, leader in leaders.items():
+            zk.create(zd.partition_state_path(assignment.topic, p),
                       zd.encode_partition_state(LeaderIsr(leader, 0, (3, 2), 1)), makepath=True)  # fmt: skip
+        yield store, zk, peers
+    finally:
+        for peer in peers.values():
+            peer.close()
+        writer.close()
+        store.close()
+
+
+def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
+    zk_connect: str,
+) -> None:
+    """As Kafka's metadata cache: a broker whose registration went stays listed, and the leader
+    of the partitions it led, until the controller's states name their new leaders (not
+    leaderless in between); where none comes, until the linger ends. As a follower it reads
+    offline at once."""
+    assignment = zd.TopicAssignment(
+        "gone", "CCCCCCCCCCCCCCCCCCCCCC", {0: (3, 2), 1: (2, 3), 2: (3, 2)}
+    )
+    with departure(zk_connect, 10.0, assignment, {0: 3, 1: 2, 2: 3}) as (store, zk, peers):
+        broken = leaders_unlisted(store)
+        store.start()
 
         def view(p: int) -> tuple[int, list[int]]:
             part = store.partition(TopicPartition("gone", p))
@@ -510,67 +528,42 @@ def test_a_broker_gone_while_leading_is_shown_as_leader_until_its_successor(
         assert time.monotonic() - gone_at >= 9.5
         assert listed(store.advertised_brokers()) == {2}
         assert broken == []
-    finally:
-        for peer in peers.values():
-            peer.close()
-        writer.close()
-        store.close()
 
 
 def test_a_departed_leader_stays_listed_until_the_published_topic_names_its_successor(
     zk_connect: str,
 ) -> None:
     """The controller's new state for a departed broker's partition is handed over
-    (`states_written`) while the store rebuilds that topic for the departure: cached at once,
+    (`states_written`) after the store rebuilt that topic for the departure: cached at once,
     published in the next rebuild. The broker stays listed until then; at no moment does a
     published partition name a leader that is neither listed nor offline (CI once showed
     "solo-0 led by 3" with brokers [1, 2])."""
-    client = ZkMetadataClient(zk_connect, session_timeout_ms=6000, connection_timeout_ms=10_000)
-    store = ZkMetadataStore(client, 1, rack=None, departed_linger_s=30.0)
-    writer = ZkMetadataClient(zk_connect).start()
-    peers = {b: ZkMetadataClient(zk_connect).start() for b in (2, 3)}
-    zk = writer.zk
     tp0 = TopicPartition("moved", 0)
-    handed = threading.Event()
-    rebuild = store._refresh_topic
+    assignment = zd.TopicAssignment("moved", "DDDDDDDDDDDDDDDDDDDDDD", {0: (3, 2), 1: (2, 3)})
+    with departure(zk_connect, 30.0, assignment, {0: 3, 1: 2}) as (store, zk, peers):
+        handed = threading.Event()
+        decide = store._still_leading
 
-    def rebuild_then_hand_over(name: str, **kwargs: Any) -> None:
-        rebuild(name, **kwargs)
-        if name == "moved" and 3 in store._departed and not handed.is_set():
-            handed.set()
-            new = LeaderIsr(2, 1, (2,), 1)
-            stat = zk.set(zd.partition_state_path("moved", 0), zd.encode_partition_state(new))
-            store.states_written([(tp0, LeaderIsr(2, 1, (2,), 1, zk_version=stat.version))])
+        def hand_over_then_decide(departed: Any) -> Any:
+            # Once 3 departed and its topic was rebuilt (the worker's end-of-batch decision),
+            # the controller's state for partition 0 arrives, as from another thread.
+            if 3 in store._departed and not handed.is_set():
+                handed.set()
+                new = LeaderIsr(2, 1, (2,), 1)
+                stat = zk.set(zd.partition_state_path("moved", 0), zd.encode_partition_state(new))
+                store.states_written([(tp0, replace(new, zk_version=stat.version))])
+            return decide(departed)
 
-    store._refresh_topic = rebuild_then_hand_over  # type: ignore[method-assign]
-    broken = leaders_unlisted(store)
-    store.start()
-    try:
-        for b, peer in peers.items():
-            peer.register_broker(
-                zd.BrokerRegistration(b, (zd.EndPoint("PLAINTEXT", "127.0.0.1", 9000 + b),))
-            )
-        assignment = zd.TopicAssignment("moved", "DDDDDDDDDDDDDDDDDDDDDD", {0: (3, 2), 1: (2, 3)})
-        zk.create(zd.topic_path("moved"), zd.encode_topic(assignment), makepath=True)
-        for p, leader in ((0, 3), (1, 2)):
-            zk.create(zd.partition_state_path("moved", p),
-                      zd.encode_partition_state(LeaderIsr(leader, 0, (3, 2), 1)), makepath=True)  # fmt: skip
-        wait_until(
-            lambda: (
-                store.topic("moved") is not None and {b.node_id for b in store.brokers()} == {2, 3}
-            ),
-            WAIT,
-            "the topic and brokers 2 and 3 in the cache",
-        )
+        store._still_leading = hand_over_then_decide  # type: ignore[method-assign]
+        broken = leaders_unlisted(store)
+        store.start()
+        wait_until(lambda: store.topic("moved") is not None
+                   and {b.node_id for b in store.brokers()} == {2, 3},
+                   WAIT, "the topic and brokers 2 and 3 in the cache")  # fmt: skip
         peers.pop(3).close()  # its registration goes with its session
-        wait_until(handed.is_set, WAIT, "the new state handed over during the rebuild")
+        wait_until(handed.is_set, WAIT, "the new state handed over after the rebuild")
         wait_until(lambda: (p := store.partition(tp0)) is not None and p.leader == 2, WAIT,
                    "partition 0's new leader published")  # fmt: skip
         wait_until(lambda: {b.node_id for b in store.advertised_brokers()} == {2}, WAIT,
                    "broker 3 no longer listed once it leads nothing")  # fmt: skip
         assert broken == []
-    finally:
-        for peer in peers.values():
-            peer.close()
-        writer.close()
-        store.close()
