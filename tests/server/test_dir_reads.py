@@ -10,8 +10,12 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from logkeel.server.replica import isr_rules as isr
 from logkeel.server.replica.disk_time import DirClock, ReadTime
@@ -203,6 +207,98 @@ def test_a_read_late_for_the_cpu_not_the_disk_counts_for_nothing() -> None:
     assert "served within" in why
     assert not fetches.dir_reads.slow(SLOW)
     fetches.dir_reads.shutdown()
+
+
+def test_a_send_late_for_the_cpu_marks_no_dir_slow_and_one_late_for_the_disk_does() -> None:
+    """A response to a follower that took longer than the budget to send while reading its
+    records from the file (``sendfile``) in no time waited on the socket, the CPU or the event
+    loop, not the disk: its dir is not marked slow (a slow dir has every Fetch read all its
+    partitions: at 10,000 partitions RF 3 that kept the loop busy enough for sends to stay
+    late, the dir marked slow again and again, acks=all round trips taking seconds). Neither
+    late send counts against the leader; one whose file reads took longer than the budget
+    marks its dir slow."""
+    tp = TopicPartition("t", 0)
+    fetches = TimedFetches(Path_({tp: Part(FAST)}), {FAST: None})
+    budget_s = CONFIG.follower_fetch_process_time_max_ms / 1000
+    fetches.follower_response([tp], FOLLOWER, 1, False)
+    time.sleep(budget_s * 1.5)
+    fetches.follower_response([tp], FOLLOWER, 1, True)  # nothing read from the file
+    assert not fetches.dir_reads.slow(FAST)
+    fetches.follower_response([tp], FOLLOWER, 2, False)
+    time.sleep(budget_s * 1.5)
+    fetches.follower_response([tp], FOLLOWER, 2, True, round(budget_s * 1000) - 1)
+    assert not fetches.dir_reads.slow(FAST)
+    tracking = fetches._parts[tp].followers
+    resign, why = tracking.too_slow_for_all([FOLLOWER], int(time.time() * 1000) + 60_000)
+    assert not resign and "slower than" not in why, why
+    fetches.follower_response([tp], FOLLOWER, 3, False)
+    fetches.follower_response([tp], FOLLOWER, 3, True, round(budget_s * 1000) + 1)
+    assert fetches.dir_reads.slow(FAST)
+
+
+def test_a_sent_regions_file_reads_are_told_to_the_response(tmp_path: Path) -> None:
+    """The network layer tells a response how long its regions took to come off the file
+    (each ``sendfile`` timed on its thread), and a follower's Fetch response hands the total
+    to whoever watches its send: the measure of a slow disk, apart from a slow socket."""
+    import os
+    import socket
+
+    from kio.schema.fetch.v12.response import FetchResponse
+
+    from logkeel.server.api.fetch import FetchResponseFrame
+    from logkeel.server.network import zero_copy
+    from logkeel.server.replica.results import RegionRecords
+
+    path = tmp_path / "segment"
+    data = os.urandom(256 * 1024)  # above the inline copy's limit: sent by sendfile
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    frame = FetchResponseFrame(FetchResponse(throttle_time=timedelta(0), error_code=ErrorCode.none,
+                                             session_id=i32(0), responses=()), [])  # fmt: skip
+    told: list[tuple[bool, int]] = []
+    frame.on_send = lambda done, file_read_ms: told.append((done, file_read_ms))
+    real = zero_copy._sendfile_some
+
+    def slow_disk(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        time.sleep(0.02)  # the file's pages read from a slow disk
+        return real(out_fd, in_fd, offset, count)
+
+    async def send() -> bytes:
+        a, b = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        received = bytearray()
+
+        async def drain_peer() -> None:
+            while len(received) < len(data):
+                received.extend(await loop.sock_recv(b, 1 << 16))
+
+        b.setblocking(False)
+        reader = asyncio.create_task(drain_peer())
+        try:
+            frame.frame_parts(0)
+            await zero_copy.send_parts(
+                transport,  # type: ignore[arg-type]
+                [RegionRecords(os.dup(fd), 0, len(data))],
+                lambda: asyncio.sleep(0),
+                lambda: False,
+                on_file_read=frame.file_read,
+            )
+            await asyncio.wait_for(reader, 10)
+            return bytes(received)
+        finally:
+            transport.close()
+            b.close()
+
+    zero_copy._sendfile_some = slow_disk  # type: ignore[assignment]
+    try:
+        assert asyncio.run(send()) == data
+    finally:
+        zero_copy._sendfile_some = real  # type: ignore[assignment]
+        os.close(fd)
+    frame.close()
+    assert told[0] == (False, 0) and told[1][0] is True
+    assert told[1][1] >= 20, told
 
 
 def test_a_late_read_counts_from_its_dirs_oldest_partition_read_under_way() -> None:

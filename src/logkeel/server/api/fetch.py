@@ -128,14 +128,21 @@ class FetchResponseFrame:
         self.__version__ = response.__version__
         self.response = response
         self._records = records
-        # Told when sending starts (False) and ends (True): a follower's fetch is timed so a
-        # leader too slow for its followers can tell (beyond KIP-501).
-        self.on_send: Callable[[bool], None] | None = None
+        # Told when sending starts (False) and ends (True), with the ms its regions took to
+        # read from their files (0 at the start): a follower's fetch is timed so a leader too
+        # slow for its followers can tell (beyond KIP-501).
+        self.on_send: Callable[[bool, int], None] | None = None
         self.throttle_time = response.throttle_time  # read by the connection (KIP-219 mute)
+        self._file_read_ms = 0
+
+    def file_read(self, seconds: float) -> None:
+        """The network layer read (part of) a region from its file in ``seconds`` (one
+        ``sendfile``): what the disk took, apart from the socket and the CPU."""
+        self._file_read_ms += round(seconds * 1000)
 
     def frame_parts(self, correlation_id: int) -> list[bytes | RegionRecords]:
         if self.on_send is not None:
-            self.on_send(False)
+            self.on_send(False, 0)
         response_type = type(self.response)
         header_type = response_type.__header_schema__
         head = io.BytesIO()
@@ -160,7 +167,7 @@ class FetchResponseFrame:
             r.close()
         on_send, self.on_send = self.on_send, None
         if on_send is not None:
-            on_send(True)
+            on_send(True, self._file_read_ms)
 
 
 class FetchApi:
@@ -324,8 +331,8 @@ class FetchApi:
         served = [r.tp for _, r in sent if r.records is not None and not r.read_earlier]
         if follower and served:
             token = id(frame)
-            frame.on_send = lambda done: self._fetches.follower_response(
-                served, replica_id, token, done
+            frame.on_send = lambda done, file_read_ms: self._fetches.follower_response(
+                served, replica_id, token, done, file_read_ms
             )
         return frame
 

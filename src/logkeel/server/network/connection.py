@@ -545,6 +545,9 @@ class Connection(asyncio.BufferedProtocol):
                     self._drain,
                     lambda: self._lost,
                     zero_copy=not self._owner.security.tls,
+                    # The response may want to know how long its records took to come off
+                    # the disk (a follower's Fetch: whether the disk or the CPU was slow).
+                    on_file_read=getattr(response, "file_read", None),
                 )
             except (OSError, EOFError) as exc:
                 # A client that went away mid-response is routine (a consumer closing during

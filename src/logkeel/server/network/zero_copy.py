@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = ["FileRegion", "FramePart", "send_parts"]
 
@@ -33,6 +34,8 @@ class FileRegion(Protocol):
 
 FramePart = bytes | bytearray | memoryview | FileRegion
 
+_T = TypeVar("_T")
+
 
 async def send_parts(
     transport: asyncio.Transport,
@@ -41,11 +44,15 @@ async def send_parts(
     is_lost: Callable[[], bool],
     *,
     zero_copy: bool = True,
+    on_file_read: Callable[[float], object] | None = None,
 ) -> int:
     """Writes ``parts`` (bytes, or file regions) to ``transport`` in order; returns the bytes
     sent. ``drain`` waits while the transport's buffer is full; ``is_lost`` says the peer
     went away. ``zero_copy=False`` for a TLS transport: asyncio still hands out its raw
-    socket, and ``sendfile`` into it would bypass the encryption."""
+    socket, and ``sendfile`` into it would bypass the encryption. ``on_file_read`` is told
+    the seconds each read of a region's file took on its thread (a ``sendfile`` call, or a
+    copy for TLS): the only part of a send that can wait on the disk. Waiting for the socket
+    to drain, for a thread or for the event loop is not in it."""
     total = sum(len(p) for p in parts)
     # A small region already in the page cache (a tail read: what was just appended) is
     # copied on the loop: handing it to a sendfile thread costs two thread switches, most of
@@ -62,7 +69,9 @@ async def send_parts(
         # No socket to sendfile into (TLS encrypts in Python): one copy per region.
         for part in parts:
             if not isinstance(part, bytes | bytearray | memoryview):
-                part = await asyncio.to_thread(part.read_bytes)
+                part, took = await asyncio.to_thread(_timed, part.read_bytes)
+                if on_file_read is not None:
+                    on_file_read(took)
             transport.write(part)
             await drain()
         return total
@@ -91,9 +100,11 @@ async def send_parts(
                 continue
             offset, remaining = part.position, part.size
             while remaining > 0:
-                n = await loop.run_in_executor(
-                    _sendfile_executor(), _sendfile_some, fd, part.fd, offset, remaining
+                n, took = await loop.run_in_executor(
+                    _sendfile_executor(), _timed, _sendfile_some, fd, part.fd, offset, remaining
                 )
+                if on_file_read is not None:
+                    on_file_read(took)
                 if n < 0:
                     await _wait_writable(loop, fd)
                 elif n == 0:
@@ -139,6 +150,14 @@ def _sendfile_executor() -> ThreadPoolExecutor:
             _SENDFILE_THREADS, thread_name_prefix="logkeel-sendfile"
         )
     return _sendfile_pool
+
+
+def _timed(fn: Callable[..., _T], *args: Any) -> tuple[_T, float]:
+    """``fn(*args)`` and the seconds it took, timed on the thread that runs it: the call's
+    own time (its disk reads), not the wait for that thread or for the loop to resume."""
+    started = time.monotonic()
+    result = fn(*args)
+    return result, time.monotonic() - started
 
 
 def _sendfile_some(out_fd: int, in_fd: int, offset: int, count: int) -> int:

@@ -429,30 +429,43 @@ class Fetches:
         return r.error, data, r.high_watermark
 
     def follower_response(
-        self, tps: Iterable[TopicPartition], replica_id: int, token: int, sent: bool
+        self,
+        tps: Iterable[TopicPartition],
+        replica_id: int,
+        token: int,
+        sent: bool,
+        file_read_ms: int = 0,
     ) -> None:
         """A response carrying these partitions' records to a follower starts being sent, or
-        is sent (beyond KIP-501: how long a leader takes to serve its followers). One that took
-        longer than the budget marks its partitions' dirs slow: their records are read into
-        memory on the dir's threads from then on, so sending cannot wait on the disk, and
-        those reads tell whether the disk is slow. Such a send is not itself counted against
-        the leader: a big response on a busy machine is slow to send with every disk healthy
-        (at 2,000 partitions leaders stepped down for it one by one)."""
+        is sent (beyond KIP-501: how long a leader takes to serve its followers);
+        ``file_read_ms``: how long its regions took to read from their files while sending
+        (``sendfile``), the only part of the send that waits on the disk. A send late for
+        the disk -- those reads longer than the budget -- marks its partitions' dirs slow: their
+        records are read into memory on the dir's threads from then on, so sending cannot wait
+        on the disk, and those reads tell whether the disk is slow. A send late for anything
+        else (the CPU, the event loop, a follower slow to read its socket) marks nothing: a
+        slow dir has every Fetch read all its partitions, which at 10,000 partitions RF 3 kept
+        the loop so busy that sends stayed late and the dir was marked slow again and again,
+        acks=all round trips taking seconds. A late send is not itself counted against the
+        leader either: a big response on a busy machine is slow to send with every disk
+        healthy (at 2,000 partitions leaders stepped down for it one by one)."""
         now = int(time.time() * 1000)
         tps = list(tps)
+        budget_ms = self._budget_s * 1000
         if sent:
             started = self._sending.pop(token, None)
-            slow = started is not None and now - started > self._budget_s * 1000
+            late = started is not None and now - started > budget_ms
         else:
             self._sending[token] = now
-            slow = False
+            late = False
+        on_disk = sent and file_read_ms > budget_ms
         for tp in tps:
             p = self._path.partition(tp)
             if p is None:
                 continue
-            if slow and p.log is not None:
+            if on_disk and p.log is not None:
                 self.dir_reads.mark_slow(p.log.log_dir)
             if sent:
-                p.followers.response_sent(token, now, leader=p.is_leader and not slow)
+                p.followers.response_sent(token, now, leader=p.is_leader and not late)
             else:
                 p.followers.response_started(replica_id, token, now, sending=True)
