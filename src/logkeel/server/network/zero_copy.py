@@ -68,11 +68,13 @@ async def send_parts(
     if sock is None or not hasattr(os, "sendfile"):
         # No socket to sendfile into (TLS encrypts in Python): one copy per region.
         for part in parts:
-            if not isinstance(part, bytes | bytearray | memoryview):
-                part, took = await asyncio.to_thread(_timed, part.read_bytes)
+            if isinstance(part, bytes | bytearray | memoryview):
+                transport.write(part)
+            else:
+                data, took = await asyncio.to_thread(_timed, part.read_bytes)
                 if on_file_read is not None:
                     on_file_read(took)
-            transport.write(part)
+                transport.write(data)
             await drain()
         return total
     # Our bytes go around the transport, so whatever it still buffers must go first.
