@@ -8,6 +8,13 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   last of IDLE_WINDOWS consecutive windows after every log is created (idle_cpu_first: the
   first, which still holds the followers' first fetches and the new logs' checkpoints);
 - metadata_ms: Metadata for every partition (median of 5, from one broker);
+- steady (phase): the producer's first STEADY_S seconds, before any fault: librdkafka's
+  ProduceRequest round trip to the leaders (the medians over its statistics windows and the
+  brokers of each window's p50 and p99: an acks=all request is answered once the followers
+  have the records) and each send's delivery time (from produce() to its acknowledgement,
+  the producer's own queue included), for the sends of the window. librdkafka sends one
+  partition per ProduceRequest (its issue #1700), at most 5 in flight per broker when
+  idempotent: a round trip above 3 x 5 / SEND_RATE seconds (30 ms) lets a backlog grow;
 - controlled_shutdown_s: SIGTERM of a broker that is not the controller, until no partition is
   led by it in ZooKeeper (the controller's decisions written: polled, so coarse; ..._zk_written_s
   is exact, from the write times ZooKeeper keeps on each partition's state, and
@@ -86,7 +93,8 @@ FAILED_BUCKET_S = 5
 STATS_S = 10.0
 FLUSH_S = 330.0  # above the producer's default delivery timeout (300 s)
 PHASE_TIMEOUT_S = 180.0  # at 2,000 partitions; more in proportion above (--phase-timeout)
-PHASES = ("idle", "shutdown", "kill")
+PHASES = ("idle", "steady", "shutdown", "kill")
+STEADY_S = 40.0
 PROFILE_S = 20
 # Counters of ZooKeeper's `mntr` that tell its load.
 ZK_COUNTERS = ("zk_packets_received", "zk_packets_sent")
@@ -273,6 +281,10 @@ class Sender(threading.Thread):
         conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
         # librdkafka's own statistics (every STATS_S): where the unacknowledged sends wait.
         self.stats: dict[str, Any] | None = None
+        # Each statistics window's round trips per broker (p50, p99 in ms), and each
+        # acknowledged send's (produced, acknowledged) times: the steady phase's figures.
+        self.rtt_windows: list[tuple[float, list[tuple[float, float]]]] = []
+        self.delivered: list[tuple[float, float]] = []
         self.producer = confluent_kafka.Producer(
             {**conf, **({"debug": debug} if debug else {}),
              "statistics.interval.ms": int(STATS_S * 1000), "stats_cb": self._stats}
@@ -280,6 +292,35 @@ class Sender(threading.Thread):
 
     def _stats(self, raw: str) -> None:
         self.stats = json.loads(raw)
+        rtts = [
+            (b["rtt"]["p50"] / 1000, b["rtt"]["p99"] / 1000)
+            for b in self.stats.get("brokers", {}).values()
+            if b.get("nodeid", -1) >= 0 and (b.get("rtt") or {}).get("cnt")
+        ]
+        self.rtt_windows.append((time.monotonic(), rtts))
+
+    def steady(self, start: float, end: float) -> dict[str, Any]:
+        """The round trips of the statistics windows within [start, end] and the delivery
+        times of the sends produced then (see the module's ``steady``)."""
+        windows = [r for at, rtts in self.rtt_windows if start + STATS_S <= at <= end for r in rtts]
+        taken = sorted(done - sent for sent, done in self.delivered if start <= sent <= end)
+
+        def pct(q: float) -> float | None:
+            return (
+                round(taken[min(len(taken) - 1, int(q * len(taken)))] * 1000, 1) if taken else None
+            )
+
+        return {
+            "rtt_p50_ms": round(statistics.median(p50 for p50, _ in windows), 1)
+            if windows
+            else None,
+            "rtt_p99_ms": round(statistics.median(p99 for _, p99 in windows), 1)
+            if windows
+            else None,
+            "acked": len(taken),
+            "delivery_p50_ms": pct(0.5),
+            "delivery_p99_ms": pct(0.99),
+        }
 
     def waiting(self) -> dict[str, Any]:
         """From the last statistics: the partitions with sends unacknowledged, counted by
@@ -311,6 +352,7 @@ class Sender(threading.Thread):
     def _done(self, err: Any, msg: Any, sent_at: float) -> None:
         if err is None:
             self.acked += 1
+            self.delivered.append((sent_at, time.monotonic()))
         else:
             self.failed += 1
             bucket = int((sent_at - self.started) // FAILED_BUCKET_S) * FAILED_BUCKET_S
@@ -506,6 +548,12 @@ def run(
         result["first_100_acks_s"] = timed_here(
             lambda: sender.acked >= 100, "100 acks", time.monotonic()
         )
+        if "steady" in phases:
+            steady_from, sent_before = time.monotonic(), sender.sent
+            time.sleep(STEADY_S)  # the measurement window itself, nothing waited for
+            result["steady"] = sender.steady(steady_from, time.monotonic())
+            # Produced in the window and not yet acknowledged at its end: the backlog.
+            result["steady"]["unacked"] = sender.sent - sent_before - result["steady"]["acked"]
         zkv = ZkView(watcher, n)
         zk_use: dict[str, Any] = {}
         profiler = Profiler(profile)
