@@ -242,6 +242,8 @@ class Controller:
             self._events.put("reload")
             return
         if self.epoch is None:
+            if kind == "report":
+                self._events.put("report")  # decoded on this thread (`_keep_standby`)
             return  # a standby's change: taking office decides every partition anyway
         with self._touched_lock:
             was_empty = not self._touched
@@ -337,13 +339,16 @@ class Controller:
     def _keep_standby(self, events: set[str]) -> None:
         """Out of office: the standby context, loaded again after it failed or the session
         ended (its watches went with it)."""
-        self._retry_at = None  # out of office, only a paused standby asks for a wake-up
         if "moved" in events:
             self._drop_standby()  # out of office, "moved" is the session lost: its watches too
         if self._standby is not None:
+            if events == {"report"} and self._retry_at is not None:
+                self._standby.decode_reports()  # the states wait for their catch-up
+                return
             self._retry_at = time.monotonic() + _STANDBY_CATCH_UP_S
             self._standby.catch_up()
             return
+        self._retry_at = None  # out of office, only a paused standby asks for a wake-up
         if self._stopping:
             return
         if time.monotonic() < self._standby_not_before:
