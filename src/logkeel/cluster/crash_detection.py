@@ -137,21 +137,35 @@ class CrashDetector:
         self._registrations: dict[int, BrokerRegistration] = {}
         self._stale = threading.Event()
         self._stale.set()
+        self._wake = threading.Event()
 
     def start(self) -> None:
         self.client.zk.ChildrenWatch(zd.BROKER_IDS, lambda _ids: self._stale.set())
         self._thread = threading.Thread(target=self._run, name="crash-detector", daemon=True)
         self._thread.start()
 
+    def suspect(self) -> None:
+        """A connection to another broker just failed (a follower's fetch from its leader):
+        the next probing round starts now, not up to PROBE_INTERVAL_S later. A SIGKILL closes
+        the dead broker's connections at once, so its followers see it first; the verdict
+        still needs the refusals in a row (a live broker that dropped a connection answers the
+        probe)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
 
     def _run(self) -> None:
         logged = 0.0
-        while not self._stop.wait(PROBE_INTERVAL_S):
+        while True:
+            self._wake.wait(PROBE_INTERVAL_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._probe_all()
             except Exception as exc:

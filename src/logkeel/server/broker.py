@@ -202,6 +202,9 @@ class Broker:
                 ),
                 shutting_down=self.cluster.shutting_down if self.cluster is not None else None,
                 live_brokers=self.cluster.live_brokers if self.cluster is not None else None,
+                leader_connection_failed=(
+                    self.cluster.leader_connection_failed if self.cluster is not None else None
+                ),
             )
         )
         self.log_manager.add_log_replaced_listener(self.replica_manager.on_log_replaced)

@@ -169,6 +169,10 @@ class ClusterNode:
         """The brokers in a controlled shutdown (KIP-841: never proposed for an ISR)."""
         return self._shutting_down
 
+    def leader_connection_failed(self) -> None:
+        """A follower's connection to its leader failed: the crash detection probes now."""
+        self.controller.crash_detector.suspect()
+
     def live_brokers(self) -> frozenset[int]:
         """The registered brokers (one gone is never proposed for an ISR)."""
         return frozenset(b.node_id for b in self.store.brokers())

@@ -89,3 +89,6 @@ class ReplicaManagerContext:
     shutting_down: Callable[[], Set[int]] | None = None
     # The registered brokers (a gone one is never proposed for the ISR); None: a single node.
     live_brokers: Callable[[], Set[int]] | None = None
+    # Told when a follower's connection to its leader fails: the crash detection probes at
+    # once (`CrashDetector.suspect`); None: a single node.
+    leader_connection_failed: Callable[[], object] | None = None

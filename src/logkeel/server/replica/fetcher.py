@@ -178,11 +178,14 @@ class ReplicaFetcher:
         run_in_io: RunInIo,
         storage_failure: StorageFailure,
         appended: Callable[[TopicPartition], object] | None = None,
+        connection_failed: Callable[[], object] | None = None,
     ) -> None:
         """``appended``: told of each partition this fetcher wrote to (KIP-392: consumers
-        long-polling on this follower wake up)."""
+        long-polling on this follower wake up); ``connection_failed``: told when a request
+        to the source broker fails on its connection (its process may be gone)."""
         self.source = source
         self._appended = appended
+        self._connection_failed = connection_failed
         self.fetcher_id = fetcher_id
         self._node_id = node_id
         self._settings = settings
@@ -266,6 +269,8 @@ class ReplicaFetcher:
                     continue
             except BrokerConnectionError as exc:
                 log.warning("%r: %s; backing off", self, exc)
+                if self._connection_failed is not None:
+                    self._connection_failed()
                 self._back_off(self._followed.ready())
                 continue
             except Exception:

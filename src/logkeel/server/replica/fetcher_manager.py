@@ -42,8 +42,10 @@ class ReplicaFetcherManager:
         run_in_io: RunInIo,
         storage_failure: StorageFailure,
         appended: Callable[[TopicPartition], object] | None = None,
+        connection_failed: Callable[[], object] | None = None,
     ) -> None:
         self._node_id = node_id
+        self._connection_failed = connection_failed
         self._settings = settings
         self._brokers = brokers
         self._run_in_io = run_in_io
@@ -121,6 +123,7 @@ class ReplicaFetcherManager:
             self._run_in_io,
             self._storage_failure,
             self._appended,
+            self._connection_failed,
         )
         self._fetchers[key] = fetcher
         return fetcher

@@ -94,6 +94,7 @@ class ReplicaManager:
             self.run_in_io,
             self._storage_failure,
             self.fetch_purgatory.check_and_complete,
+            ctx.leader_connection_failed,
         )
         self._isr_task: asyncio.Task[None] | None = None
         self._partition_listeners: list[Callable[[list[TopicPartition]], None]] = []
