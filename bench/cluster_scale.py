@@ -22,12 +22,16 @@ default 18 s session, one topic of N partitions at RF 3, for each N given:
   were written again since, left out of both), and ..._metadata_s until another
   broker's Metadata shows it (librdkafka's list_topics, which asks whichever broker it picks,
   the stopping one included); ..._broker_metadata_s: until each surviving broker's own
-  Metadata shows it (one connection to that broker alone: it has applied them); all probes run
-  at once from the signal; then its restart until it is back in every ISR in ZooKeeper
-  (rejoin_after_shutdown_s);
+  Metadata shows it (one connection to that broker alone: it has applied them); the
+  ZooKeeper probe runs from the signal (reading only the partitions not yet moved), the
+  Metadata probes once it holds (a broker's Metadata cannot show a leadership ZooKeeper does
+  not hold yet, and each probe is a Metadata request for every partition, which kept the
+  brokers busy while the new controller worked); then its restart until it is back in every
+  ISR in ZooKeeper (rejoin_after_shutdown_s);
   ..._broker_metadata_after_s: when the last probe of each survivor that still saw one
-  was sent (the probes are paced at three times their own cost, so under load the figure
-  before is coarse by seconds: it lies between the two);
+  was sent, or the ZooKeeper figure if its first probe held (the probes are paced at three
+  times their own cost, so under load the figure before is coarse by seconds: it lies
+  between the two);
 - kill_controller_s (and ..._metadata_s, ..._zk_written_s): SIGKILL of the controller's broker, until every
   partition has a live leader; then its restart until it is back in every ISR
   (rejoin_after_kill_s);
@@ -196,6 +200,17 @@ class ZkView:
 
     def none_led_by(self, broker: int) -> bool:
         return all(s.leader not in (broker, -1) for s in self.states())
+
+    def moved_off(self, broker: int, waiting: set[int]) -> bool:
+        """Reads only the partitions of ``waiting`` (taking out each one a live broker now
+        leads): True once none is left. Read whole at every probe, the states of every
+        partition kept ZooKeeper and this process busy while the controller wrote."""
+        pending = {p: self.zk.get_async(zd.partition_state_path(self.topic, p)) for p in waiting}
+        for p, r in pending.items():
+            data, stat = r.get()
+            if zd.decode_partition_state(data, int(stat.version)).leader not in (broker, -1):
+                waiting.discard(p)
+        return not waiting
 
     def in_every_isr(self, broker: int) -> bool:
         return all(broker in s.isr for s in self.states())
@@ -577,8 +592,9 @@ def run(
             profiler.record(key, {i: b for i, b in brokers.items() if i != victim})
             found: dict[str, Any] = {}
             lower: dict[str, list[float]] = {}
+            waiting = {p for p, s in enumerate(states_before) if s.leader in (victim, -1)}
             probes = {
-                "zk": (lambda: zkv.none_led_by(victim), f"{moved} (ZooKeeper)"),
+                "zk": (lambda: zkv.moved_off(victim, waiting), f"{moved} (ZooKeeper)"),
                 "metadata": (lambda: view[other].none_led_by(victim, n), f"{moved} (Metadata)"),
                 **{
                     f"broker{i}": (
@@ -589,10 +605,21 @@ def run(
                 },
             }
 
+            zk_done = threading.Event()
+
             def probe(name: str, check: Callable[[], bool], what: str) -> None:
-                found[name] = timed_here(check, what, started, lower.setdefault(name, []))
-                if name == "zk":
-                    zk_use[key] = zk_delta(before, mntr(zk))
+                if name != "zk":
+                    # A broker's Metadata is built from what ZooKeeper holds: it cannot show
+                    # every partition led before ZooKeeper does. Polled from the signal, each
+                    # probe (a Metadata request for every partition) kept the brokers busy
+                    # while the new controller worked in one of them.
+                    zk_done.wait()
+                try:
+                    found[name] = timed_here(check, what, started, lower.setdefault(name, []))
+                finally:
+                    if name == "zk":
+                        zk_use[key] = zk_delta(before, mntr(zk))
+                        zk_done.set()
 
             threads = [
                 threading.Thread(target=probe, args=(name, *p), daemon=True)
@@ -614,8 +641,9 @@ def run(
             result[f"{key}_broker_metadata_s"] = {i: found[f"broker{i}"] for i in survivors}
             # The last probe of each survivor that still saw a leadership to move was sent
             # this long after the signal: the figure above lies between the two.
+            zk_s = found["zk"] if isinstance(found["zk"], float) else 0.0
             result[f"{key}_broker_metadata_after_s"] = {
-                i: (lower[f"broker{i}"] or [None])[0] for i in survivors
+                i: max(zk_s, (lower[f"broker{i}"] or [0.0])[0]) for i in survivors
             }
             return started
 
