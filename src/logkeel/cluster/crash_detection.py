@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
@@ -32,7 +33,7 @@ from logkeel.cluster import zk_data as zd
 from logkeel.cluster.zk_client import ZkMetadataClient
 from logkeel.cluster.zk_data import BrokerRegistration, EndPoint
 
-__all__ = ["CrashDetector", "PeerVerdicts", "probe", "probe_order"]
+__all__ = ["CrashDetector", "Declaration", "PeerVerdicts", "probe", "probe_order"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,15 @@ def probe_order(endpoints: Iterable[EndPoint], listener: str | None) -> list[tup
     listeners follow, since a broker is gone only once every one refuses."""
     ordered = sorted(endpoints, key=lambda e: e.listener != listener)
     return [(e.host, e.port) for e in ordered]
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A broker declared gone, not committed yet (`CrashDetector.declaration`)."""
+
+    registration: BrokerRegistration
+    txn: Any  # kazoo's TransactionRequest
+    held_office: bool
 
 
 @dataclass
@@ -200,14 +210,45 @@ class CrashDetector:
                 self._stale.set()
 
     def _declare_gone(self, reg: BrokerRegistration) -> None:
+        declaration = self.declaration(reg)
+        if declaration is not None:
+            self.commit(declaration)
+
+    def declaration(self, reg: BrokerRegistration) -> Declaration | None:
+        """The transaction that declares ``reg`` gone (not committed), or None when it is gone
+        already, replaced, or declared by another broker. It records the broker epoch in
+        ``zd.crash_verdict_path`` conditional on that znode's version as read here: another
+        broker's declaration in between (after which the live broker may have registered
+        again, at version 0 like every registration) fails the whole transaction."""
         zk = self.client.zk
+        verdict = zd.crash_verdict_path(reg.broker_id)
+        declared: int | None = None
+        try:
+            data, verdict_stat = zk.get(verdict)
+        except NoNodeError:
+            verdict_stat = None
+        else:
+            try:
+                declared = zd.decode_crash_verdict(data)
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s is unreadable (%r): overwritten", verdict, data[:80])
         path = zd.broker_path(reg.broker_id)
         stat = zk.exists(path)
-        if stat is None or stat.czxid != reg.broker_epoch:
+        if (
+            stat is None
+            or stat.czxid != reg.broker_epoch
+            or (declared is not None and declared >= reg.broker_epoch)
+        ):
             log.info("broker %d refuses connections; its registration of broker epoch %d is "
-                     "gone already or replaced", reg.broker_id, reg.broker_epoch)  # fmt: skip
-            return
+                     "gone already, replaced or declared gone", reg.broker_id,
+                     reg.broker_epoch)  # fmt: skip
+            return None
         txn = zk.transaction()
+        record = zd.encode_crash_verdict(reg.broker_epoch, self.broker_id)
+        if verdict_stat is None:
+            txn.create(verdict, record)
+        else:
+            txn.set_data(verdict, record, version=verdict_stat.version)
         txn.delete(path, version=stat.version)
         held_office = False
         try:
@@ -217,7 +258,11 @@ class CrashDetector:
                 held_office = True
         except NoNodeError:
             pass
-        results = txn.commit()
+        return Declaration(reg, txn, held_office)
+
+    def commit(self, declaration: Declaration) -> None:
+        reg, held_office = declaration.registration, declaration.held_office
+        results = declaration.txn.commit()
         failed = [r for r in results if isinstance(r, Exception)]
         if failed:
             # Another broker was first, or it changed meanwhile (probed again next round).

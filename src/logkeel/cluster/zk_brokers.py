@@ -45,6 +45,7 @@ class BrokerZnodes(ZkSession):
     def register_broker(self, reg: BrokerRegistration) -> int:
         """Creates the broker's ephemeral registration and returns its broker epoch."""
         path = zd.broker_path(reg.broker_id)
+        self._fence_crash_verdicts(reg.broker_id)
         try:
             self.zk.create(path, zd.encode_broker(reg), ephemeral=True)
         except NodeExistsError as e:
@@ -62,6 +63,28 @@ class BrokerZnodes(ZkSession):
             raise BrokerIdInUse(f"broker.id {reg.broker_id} is already registered at {path}") from e
         _, stat = self.zk.get(path)
         return int(stat.czxid)
+
+    def _fence_crash_verdicts(self, broker_id: int) -> None:
+        """Moves this broker id's crash verdict znode to a new version (rewriting what it
+        holds) before registering: a declaration that this id's earlier registration crashed,
+        checked by another broker before that registration went (its session expired, or a
+        declaration was first) and committed only now, is conditional on the old version and
+        fails, instead of deleting the registration made here (`crash_detection`)."""
+        path = zd.crash_verdict_path(broker_id)
+        for _attempt in range(3):
+            try:
+                data, _ = self.zk.get(path)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, zd.encode_crash_verdict(-1, broker_id))
+                    return
+                except NodeExistsError:
+                    continue  # a declaration was just made: rewrite it
+            try:
+                self.zk.set(path, data)
+                return
+            except NoNodeError:
+                continue
 
     def update_broker(self, reg: BrokerRegistration) -> None:
         """Rewrites this broker's own registration (e.g. a log dir went offline)."""

@@ -95,6 +95,27 @@ def offline_reason_path(tp: TopicPartition) -> str:
     return f"{OFFLINE_REASONS}/{tp.topic}-{tp.partition}"
 
 
+# logkeel's own: the last broker epoch each broker id was declared crashed under (one znode a
+# broker id, `crash_detection`), written in the transaction that deletes that registration.
+# Every registration is created at version 0, so the delete's version alone cannot tell the
+# registration a broker probed from one made since: two brokers declaring the same crash
+# serialize on this znode's version instead, and the later one deletes nothing.
+CRASH_VERDICTS = "/logkeel/crash_verdicts"
+
+
+def crash_verdict_path(broker_id: int) -> str:
+    return f"{CRASH_VERDICTS}/{broker_id}"
+
+
+def encode_crash_verdict(broker_epoch: int, by: int) -> bytes:
+    return _dump({"version": 1, "broker_epoch": broker_epoch, "by": by})
+
+
+def decode_crash_verdict(data: bytes) -> int:
+    """The broker epoch declared crashed."""
+    return int(_load(data)["broker_epoch"])
+
+
 # Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
 # same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -115,6 +136,7 @@ PERSISTENT_PATHS = (
     ELECTION_LOSSES,
     REASSIGNMENTS,
     STATE_NOTICES,
+    CRASH_VERDICTS,
 )
 
 
