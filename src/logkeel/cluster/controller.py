@@ -342,8 +342,11 @@ class Controller:
         if "moved" in events:
             self._drop_standby()  # out of office, "moved" is the session lost: its watches too
         if self._standby is not None:
-            if events == {"report"} and self._retry_at is not None:
-                self._standby.decode_reports()  # the states wait for their catch-up
+            due = self._retry_at
+            if events == {"report"} and due is not None and time.monotonic() < due:
+                # The states wait for their catch-up, which reports arriving faster than they
+                # are decoded must not put off.
+                self._standby.decode_reports()
                 return
             self._retry_at = time.monotonic() + _STANDBY_CATCH_UP_S
             self._standby.catch_up()
