@@ -73,7 +73,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +166,11 @@ class ZkView:
     def states(self) -> list[Any]:
         return [state for state, _mtime_ms in self.stamped_states()]
 
-    def stamped_states(self) -> list[tuple[Any, int]]:
+    def stamped_states(self, partitions: Iterable[int] | None = None) -> list[tuple[Any, int]]:
         """Each partition's state (with its znode version) and the time ZooKeeper last wrote
-        it (ms since the epoch)."""
-        pending = [self.zk.get_async(zd.partition_state_path(self.topic, p)) for p in range(self.n)]
+        it (ms since the epoch), of ``partitions`` (every one by default), in their order."""
+        ps = range(self.n) if partitions is None else partitions
+        pending = [self.zk.get_async(zd.partition_state_path(self.topic, p)) for p in ps]
         out = []
         for r in pending:
             data, stat = r.get()
@@ -198,17 +199,13 @@ class ZkView:
         times = [now[p][1] / 1000 - signal_wall_s for p in once]
         return round(min(times), 3), round(max(times), 3), len(led) - len(once)
 
-    def none_led_by(self, broker: int) -> bool:
-        return all(s.leader not in (broker, -1) for s in self.states())
-
     def moved_off(self, broker: int, waiting: set[int]) -> bool:
         """Reads only the partitions of ``waiting`` (taking out each one a live broker now
         leads): True once none is left. Read whole at every probe, the states of every
         partition kept ZooKeeper and this process busy while the controller wrote."""
-        pending = {p: self.zk.get_async(zd.partition_state_path(self.topic, p)) for p in waiting}
-        for p, r in pending.items():
-            data, stat = r.get()
-            if zd.decode_partition_state(data, int(stat.version)).leader not in (broker, -1):
+        ps = sorted(waiting)
+        for p, (state, _mtime_ms) in zip(ps, self.stamped_states(ps), strict=True):
+            if state.leader not in (broker, -1):
                 waiting.discard(p)
         return not waiting
 

@@ -222,26 +222,13 @@ class CrashDetector:
         again, at version 0 like every registration) fails the whole transaction."""
         zk = self.client.zk
         verdict = zd.crash_verdict_path(reg.broker_id)
-        declared: int | None = None
-        try:
-            data, verdict_stat = zk.get(verdict)
-        except NoNodeError:
-            verdict_stat = None
-        else:
-            try:
-                declared = zd.decode_crash_verdict(data)
-            except (ValueError, KeyError, TypeError):
-                log.warning("%s is unreadable (%r): overwritten", verdict, data[:80])
+        verdict_stat = zk.exists(verdict)  # read before the check: see the docstring
         path = zd.broker_path(reg.broker_id)
         stat = zk.exists(path)
-        if (
-            stat is None
-            or stat.czxid != reg.broker_epoch
-            or (declared is not None and declared >= reg.broker_epoch)
-        ):
+        # A verdict on this registration deleted it in the same transaction: gone is enough.
+        if stat is None or stat.czxid != reg.broker_epoch:
             log.info("broker %d refuses connections; its registration of broker epoch %d is "
-                     "gone already, replaced or declared gone", reg.broker_id,
-                     reg.broker_epoch)  # fmt: skip
+                     "gone already or replaced", reg.broker_id, reg.broker_epoch)  # fmt: skip
             return None
         txn = zk.transaction()
         record = zd.encode_crash_verdict(reg.broker_epoch, self.broker_id)

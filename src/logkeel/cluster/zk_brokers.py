@@ -71,20 +71,13 @@ class BrokerZnodes(ZkSession):
         declaration was first) and committed only now, is conditional on the old version and
         fails, instead of deleting the registration made here (`crash_detection`)."""
         path = zd.crash_verdict_path(broker_id)
-        for _attempt in range(3):
-            try:
-                data, _ = self.zk.get(path)
-            except NoNodeError:
-                try:
-                    self.zk.create(path, zd.encode_crash_verdict(-1, broker_id))
-                    return
-                except NodeExistsError:
-                    continue  # a declaration was just made: rewrite it
-            try:
-                self.zk.set(path, data)
-                return
-            except NoNodeError:
-                continue
+        try:
+            data, _ = self.zk.get(path)
+            self.zk.set(path, data)
+        except NoNodeError:
+            # Created meanwhile by a declaration: that moved it on as well.
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(path, zd.encode_crash_verdict(-1, broker_id))
 
     def update_broker(self, reg: BrokerRegistration) -> None:
         """Rewrites this broker's own registration (e.g. a log dir went offline)."""

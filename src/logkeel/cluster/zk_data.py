@@ -111,11 +111,6 @@ def encode_crash_verdict(broker_epoch: int, by: int) -> bytes:
     return _dump({"version": 1, "broker_epoch": broker_epoch, "by": by})
 
 
-def decode_crash_verdict(data: bytes) -> int:
-    """The broker epoch declared crashed."""
-    return int(_load(data)["broker_epoch"])
-
-
 # Kafka's: the last producer id block handed to a broker, so that no two brokers give out the
 # same id (`{"version":1,"broker":N,"block_start":"S","block_end":"E"}`, E inclusive).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
